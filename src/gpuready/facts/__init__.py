@@ -1,0 +1,1 @@
+"""pyinfra facts (``FactBase`` subclasses) for what the deploys decide on."""

@@ -1,0 +1,1 @@
+"""NVIDIA knowledge shared by the deploys, the conformance suite and the lab emulators."""

@@ -1,0 +1,1 @@
+"""``@deploy`` building blocks that the entry scripts in ``deploys/`` compose."""
