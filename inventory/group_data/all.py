@@ -1,0 +1,94 @@
+"""Defaults for every host: each knob gpuready reads, with its default and what it means.
+
+pyinfra loads this file for every inventory in this directory (``example.py``, ``lab.py``, yours). Precedence, first
+match wins: ``--data`` on the command line > host data in the inventory > the host's pool group in the inventory >
+this file. Keep pool-specific values (GPU model, sharing) with the pool in the inventory, so there is one rule.
+
+``gpuready plan INVENTORY`` prints what these resolve to per node; ``gpuready.spec`` validates all of them before any
+connection is opened and names the file, host, key, bad value and what is allowed.
+"""
+
+# --- The GPUs of the node (the machine; usually set per pool in the inventory) ------------------------------------
+# gpu_model: the name as `nvidia-smi --query-gpu=name` prints it ("NVIDIA H100 80GB HBM3") or a catalogue alias
+# ("h100-sxm"). `gpuready models` lists the catalogue. No default: every GPU node must say what it has.
+# gpu_count: GPUs per node, > 0. No default.
+# True on HGX/DGX boards: Fabric Manager is installed and must be active, NVLinks must be up.
+nvswitch = False
+# gpu_memory_mib: only for a model the catalogue does not know; it is the nvidia.com/gpu.memory label value.
+
+# --- Pinned versions: the deploy installs exactly these, holds them, and the conformance suite checks them --------
+nvidia_driver_branch = "580"  # the driver branch; nvidia_driver_version must belong to it
+nvidia_driver_version = "580.95.05"  # what `nvidia-smi` reports as driver_version
+nvidia_driver_package_revision = "1"  # Debian revision in the repository: nvidia-driver=580.95.05-1
+# "cuda-repo" (NVIDIA's CUDA repository) | "distribution" (distro packages)
+nvidia_driver_source = "cuda-repo"
+nvidia_container_toolkit_version = "1.18.0"  # what `nvidia-ctk --version` reports
+nvidia_container_toolkit_package_revision = "1"  # nvidia-container-toolkit=1.18.0-1
+containerd_package = "containerd"  # Debian's package; "containerd.io" for Docker's repository
+kubernetes_version = "1.34.1"  # kubelet/kubeadm/kubectl; the minor (1.34) selects the Kubernetes repository
+kubernetes_package_revision = "1.1"  # pkgs.k8s.io revision: kubelet=1.34.1-1.1
+
+# --- Package repositories: a URL and a keyring each, so a mirror or an air-gapped repository is one line --------
+# {distro} is "debian12", "ubuntu2204", "ubuntu2404" (from the host's facts), {arch} "x86_64"/"sbsa",
+# {deb_arch} "amd64"/"arm64", {minor} the Kubernetes minor ("1.34"). Keyrings are installed under /etc/apt/keyrings
+# and referenced with signed-by=; nothing is ever trusted without a signature.
+cuda_repo_url = "https://developer.download.nvidia.com/compute/cuda/repos/{distro}/{arch}/"
+cuda_repo_keyring_url = (
+    "https://developer.download.nvidia.com/compute/cuda/repos/{distro}/{arch}/3bf863cc.pub"
+)
+nvidia_container_repo_url = "https://nvidia.github.io/libnvidia-container/stable/deb/{deb_arch}/"
+nvidia_container_repo_keyring_url = "https://nvidia.github.io/libnvidia-container/gpgkey"
+kubernetes_repo_url = "https://pkgs.k8s.io/core:/stable:/v{minor}/deb/"
+kubernetes_repo_keyring_url = "https://pkgs.k8s.io/core:/stable:/v{minor}/deb/Release.key"
+
+# --- GPU sharing -------------------------------------------------------------------------------------------------
+gpu_sharing = "none"  # "none" | "time-slicing" | "mps" | "mig"
+sharing_replicas = 4  # time-slicing/MPS: pods per GPU, >= 2 (the device plugin rejects 1)
+sharing_rename = False  # renameByDefault: advertise nvidia.com/gpu.shared instead of nvidia.com/gpu
+# failRequestsGreaterThanOne for time-slicing (always on for MPS)
+sharing_fail_requests_greater_than_one = False
+mig_strategy = "mixed"  # with gpu_sharing = "mig": "single" (one profile everywhere) | "mixed"
+mig_layout = None  # with gpu_sharing = "mig": ["3g.40gb", "2g.20gb", "1g.10gb", "1g.10gb"] for every GPU,
+# or {0: [...], 1: [...]} per GPU index (mixed only; GPUs not listed stay whole GPUs)
+mig_sharing = "none"  # time-slicing of MIG devices: "none" | "time-slicing" (MPS on MIG is not supported)
+mig_sharing_replicas = 2  # with mig_sharing = "time-slicing"
+mig_destroy_in_use = False  # allow the deploy to destroy MIG instances that have processes on them
+
+# --- Joining the cluster -------------------------------------------------------------------------------------------
+kube_join = True  # join the node with kubeadm; False for hosts that are only prepared (e.g. image baking)
+kube_api_endpoint = None  # "host:port" of the control plane, e.g. "k8s-api.example.com:6443"
+# "sha256:<64 hex>", from `openssl x509 -pubkey ... | sha256sum` on the control plane
+kube_ca_cert_hash = None
+# The bootstrap token is a secret: it is read on the machine running pyinfra from this file or this environment
+# variable, uploaded to the host as a root-only file, and never put on a command line or in a log.
+kube_join_token_file = None  # e.g. "~/.config/gpuready/join-token"
+kube_join_token_env = "GPUREADY_JOIN_TOKEN"
+kube_cri_socket = "unix:///run/containerd/containerd.sock"
+node_labels = {}  # extra labels applied at join, e.g. {"node-role.kubernetes.io/gpu": "", "pool": "training"}
+# "key[=value]:Effect", Effect in NoSchedule|PreferNoSchedule|NoExecute
+node_taints = ["nvidia.com/gpu=present:NoSchedule"]
+
+# --- containerd ----------------------------------------------------------------------------------------------------
+# make "nvidia" the default runtime (RuntimeClass "nvidia" is preferred)
+containerd_nvidia_default_runtime = False
+containerd_enable_cdi = False  # enable_cdi in the CRI plugin (containerd >= 2.0 has it on by default)
+
+# --- Reboots and upgrades --------------------------------------------------------------------------------------------
+# the deploy may reboot a node when the change needs it (nouveau was loaded, driver upgrade)
+allow_reboot = False
+upgrade_batch_size = 1  # nodes upgraded at once by deploys/upgrade_driver.py
+upgrade_max_unavailable = 1  # nodes allowed cordoned at the same time
+drain_gpu_pods_only = True  # evict only pods that request GPUs; False drains everything but DaemonSets
+
+# --- Cluster add-ons (deploys/cluster_addons.py) -----------------------------------------------------------------
+kubeconfig = None  # kubeconfig the add-ons are applied with; None = $KUBECONFIG or ~/.kube/config
+addons_namespace = "gpu-system"
+device_plugin_image = "nvcr.io/nvidia/k8s-device-plugin:v0.18.0"  # also runs GPU feature discovery
+dcgm_exporter_image = "nvcr.io/nvidia/k8s/dcgm-exporter:4.4.1-4.6.0-ubuntu22.04"
+gpu_resource_quotas = {}  # {"namespace": max GPUs} -> ResourceQuota on requests.nvidia.com/gpu
+priority_classes = {}  # {"name": value} -> PriorityClasses for GPU workloads
+
+# --- Timeouts (seconds) -------------------------------------------------------------------------------------------
+node_ready_timeout = 300  # wait for a node to become Ready after join or reboot
+pod_timeout = 300  # conformance workload pods: from creation to completion
+drain_timeout = 600  # eviction of pods from a node before an upgrade

@@ -1,0 +1,87 @@
+"""``gpuready plan``: what the deploy will install and what the conformance suite will expect, per node.
+
+It is the dry run a platform engineer reads before touching hosts, so it prints only what comes from the spec.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from gpuready.spec import Fleet, NodeSpec
+
+
+def node_plan(node: NodeSpec) -> dict[str, Any]:
+    s = node.sharing
+    sharing: dict[str, Any] = {"mode": s.mode}
+    if s.mode in ("time-slicing", "mps"):
+        sharing |= {"replicas": s.replicas, "rename": s.rename}
+    if s.mode == "mig":
+        sharing |= {
+            "strategy": s.mig_strategy,
+            "layout": {str(i): list(layout) for i, layout in enumerate(s.mig_layout) if layout is not None},
+            "replicas": s.mig_replicas,
+        }
+    return {
+        "gpus": {"model": node.gpu_model, "count": node.gpu_count, "nvswitch": node.nvswitch},
+        "install": {
+            "packages": node.apt_packages,
+            "repositories": dict(node.repos),
+            "driver_source": node.versions.driver_source,
+        },
+        "sharing": sharing,
+        "join": {
+            "enabled": node.join.enabled,
+            "api_endpoint": node.join.api_endpoint,
+            "labels": node.node_labels,
+            "taints": [str(t) for t in node.taints],
+        },
+        "device_plugin_config": node.device_plugin_config_key,
+        "expect": {
+            "driver_version": node.versions.driver,
+            "toolkit_version": node.versions.toolkit,
+            "allocatable": node.expected_allocatable,
+            "labels": node.expected_labels,
+        },
+    }
+
+
+def fleet_plan(fleet: Fleet) -> dict[str, Any]:
+    return {
+        "inventory": fleet.inventory,
+        "nodes": {name: node_plan(node) for name, node in fleet.nodes.items()},
+        "device_plugin_configs": fleet.device_plugin_configs(),
+    }
+
+
+def render_json(fleet: Fleet) -> str:
+    return json.dumps(fleet_plan(fleet), indent=2, sort_keys=False)
+
+
+def render_text(fleet: Fleet) -> str:
+    lines = [f"Inventory {fleet.inventory}: {len(fleet.nodes)} GPU node(s)", ""]
+    for name, node in fleet.nodes.items():
+        p = node_plan(node)
+        gpus = p["gpus"]
+        lines.append(f"{name}")
+        lines.append(
+            f"  GPUs         {gpus['count']}x {gpus['model']}"
+            + ("  (NVSwitch: Fabric Manager)" if node.nvswitch else "")
+        )
+        for step, pins in p["install"]["packages"].items():
+            lines.append(f"  install      {step:<11} {' '.join(pins)}")
+        sharing = p["sharing"]
+        detail = ", ".join(f"{k}={v}" for k, v in sharing.items() if k != "mode")
+        lines.append(f"  sharing      {sharing['mode']}" + (f" ({detail})" if detail else ""))
+        lines.append(
+            f"  join         {node.join.api_endpoint if node.join.enabled else 'no (kube_join = False)'}"
+        )
+        lines.append(f"  taints       {', '.join(p['join']['taints']) or '-'}")
+        lines.append(f"  plugin cfg   {node.device_plugin_config_key}")
+        alloc = ", ".join(f"{k}={v}" for k, v in node.expected_allocatable.items())
+        lines.append(f"  expect       driver {node.versions.driver}, toolkit {node.versions.toolkit}")
+        lines.append(f"  allocatable  {alloc}")
+        for key, value in node.expected_labels.items():
+            lines.append(f"  label        {key}={value}")
+        lines.append("")
+    return "\n".join(lines)

@@ -1,0 +1,632 @@
+"""The fleet spec: one typed, validated view of the inventory, and every expectation derived from it.
+
+The deploys and the conformance suite both read a node's expectations from here and nowhere else: if the deploy
+renders a time-slicing config with ``replicas: 4`` for 8 GPUs, the conformance suite gets "32 ``nvidia.com/gpu``
+allocatable" from the same :class:`NodeSpec`. Validation happens here too, before any connection is opened, and
+reports every problem at once so a user fixes an inventory in one pass.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from gpuready import kubesyntax
+from gpuready.nvidia import catalogue
+
+SHARING_MODES = ("none", "time-slicing", "mps", "mig")
+MIG_STRATEGIES = ("single", "mixed")
+MIG_SHARING_MODES = ("none", "time-slicing")
+DRIVER_SOURCES = ("cuda-repo", "distribution")
+GPU_RESOURCE = "nvidia.com/gpu"
+DEVICE_PLUGIN_CONFIG_LABEL = "nvidia.com/device-plugin.config"
+
+_DRIVER_VERSION = re.compile(r"^(\d{3})\.(\d{1,3})(\.\d{1,3})?$")
+_SEMVER = re.compile(r"^\d+\.\d+\.\d+$")
+_CA_HASH = re.compile(r"^sha256:[0-9a-f]{64}$")
+_ENDPOINT = re.compile(r"^[A-Za-z0-9.\-\[\]:]+:\d{1,5}$")
+
+
+class SpecError(ValueError):
+    """A bad inventory; ``problems`` holds one line per problem, each naming file, host, key, value and what is allowed."""
+
+    def __init__(self, inventory: str, problems: list[str]):
+        self.inventory = inventory
+        self.problems = problems
+        super().__init__(
+            f"{inventory}: {len(problems)} problem(s) in the inventory:\n"
+            + "\n".join(f"  - {p}" for p in problems)
+        )
+
+
+@dataclass(frozen=True)
+class Sharing:
+    """How a node's GPUs are shared; ``mode`` is one of SHARING_MODES."""
+
+    mode: str = "none"
+    replicas: int = 1
+    rename: bool = False
+    fail_requests_greater_than_one: bool = False
+    mig_strategy: str = "none"  # the device plugin's migStrategy: none | single | mixed
+    mig_layout: tuple[tuple[str, ...] | None, ...] = ()  # per GPU index; None = whole GPU (MIG disabled)
+    mig_replicas: int = 1  # time-slicing of MIG devices
+
+
+@dataclass(frozen=True)
+class Versions:
+    driver: str
+    driver_branch: str
+    driver_package: str  # apt version, e.g. 580.95.05-1
+    driver_source: str
+    toolkit: str
+    toolkit_package: str
+    containerd_package: str
+    kubernetes: str
+    kubernetes_minor: str
+    kubernetes_package: str
+
+
+@dataclass(frozen=True)
+class Join:
+    enabled: bool
+    api_endpoint: str | None
+    ca_cert_hash: str | None
+    token_file: str | None
+    token_env: str | None
+    cri_socket: str
+
+    def read_token(self) -> str:
+        """The bootstrap token from the file or environment named in the inventory (never from a command line)."""
+        if self.token_env and os.environ.get(self.token_env):
+            return os.environ[self.token_env].strip()
+        if self.token_file:
+            path = Path(self.token_file).expanduser()
+            if path.exists():
+                return path.read_text().strip()
+        raise SpecError(
+            "join",
+            [
+                f"no bootstrap token: set ${self.token_env} or write it to {self.token_file or '(kube_join_token_file)'}"
+            ],
+        )
+
+
+@dataclass(frozen=True)
+class NodeSpec:
+    """What one GPU node must be. Every expectation the conformance suite checks is a property of this."""
+
+    name: str
+    gpu_model: str  # the name nvidia-smi prints
+    gpu_count: int
+    gpu_memory_mib: int | None
+    nvswitch: bool
+    sharing: Sharing
+    versions: Versions
+    join: Join
+    labels: Mapping[str, str]
+    taints: tuple[kubesyntax.Taint, ...]
+    repos: Mapping[str, str]
+    data: Mapping[str, Any] = field(repr=False, compare=False, default_factory=dict)
+
+    @property
+    def model(self) -> catalogue.GpuModel | None:
+        try:
+            return catalogue.lookup_model(self.gpu_model)
+        except KeyError:
+            return None
+
+    @property
+    def product(self) -> str:
+        """The GPU feature discovery product name of a whole GPU, e.g. NVIDIA-H100-80GB-HBM3."""
+        return catalogue.product_label(self.gpu_model)
+
+    @property
+    def mig_enabled_gpus(self) -> list[int]:
+        return [i for i, layout in enumerate(self.sharing.mig_layout) if layout is not None]
+
+    def mig_device_counts(self) -> dict[str, int]:
+        """MIG devices per profile name over all GPUs of the node."""
+        counts: dict[str, int] = {}
+        for layout in self.sharing.mig_layout:
+            for profile in layout or ():
+                counts[profile] = counts.get(profile, 0) + 1
+        return counts
+
+    @property
+    def device_plugin_config(self) -> dict[str, Any]:
+        """The k8s-device-plugin config (schema ``version: v1``) this node runs with."""
+        s = self.sharing
+        config: dict[str, Any] = {"version": "v1", "flags": {"migStrategy": s.mig_strategy}}
+        if s.mode in ("time-slicing", "mps"):
+            name = "timeSlicing" if s.mode == "time-slicing" else "mps"
+            block: dict[str, Any] = {"renameByDefault": s.rename}
+            if s.mode == "time-slicing":
+                block["failRequestsGreaterThanOne"] = s.fail_requests_greater_than_one
+            block["resources"] = [{"name": GPU_RESOURCE, "replicas": s.replicas}]
+            config["sharing"] = {name: block}
+        elif s.mode == "mig" and s.mig_replicas > 1:
+            names = (
+                [GPU_RESOURCE]
+                if s.mig_strategy == "single"
+                else sorted(
+                    catalogue.mig_profiles(self.gpu_model)[p].resource_name for p in self.mig_device_counts()
+                )
+            )
+            config["sharing"] = {
+                "timeSlicing": {
+                    "renameByDefault": s.rename,
+                    "failRequestsGreaterThanOne": s.fail_requests_greater_than_one,
+                    "resources": [{"name": n, "replicas": s.mig_replicas} for n in names],
+                }
+            }
+        return config
+
+    @property
+    def device_plugin_config_key(self) -> str:
+        """The ConfigMap key (and ``nvidia.com/device-plugin.config`` label value) of this node's config.
+
+        Derived from the config's content so nodes with the same config share a key, and a changed config gets a
+        new key (the device plugin reloads when the label changes).
+        """
+        s = self.sharing
+        if s.mode == "none":
+            return "default"
+        if s.mode in ("time-slicing", "mps"):
+            return f"{s.mode}-{s.replicas}{'-renamed' if s.rename else ''}"
+        key = f"mig-{s.mig_strategy}"
+        return key + (f"-time-slicing-{s.mig_replicas}" if s.mig_replicas > 1 else "")
+
+    @property
+    def expected_allocatable(self) -> dict[str, int]:
+        """``nvidia.com/*`` allocatable (and capacity) the device plugin must advertise on this node."""
+        s = self.sharing
+        if s.mode in ("time-slicing", "mps"):
+            name = GPU_RESOURCE + (".shared" if s.rename else "")
+            return {name: self.gpu_count * s.replicas}
+        if s.mode == "none":
+            return {GPU_RESOURCE: self.gpu_count}
+        whole = len(s.mig_layout) - len(self.mig_enabled_gpus)
+        counts = self.mig_device_counts()
+        rename = ".shared" if s.rename and s.mig_replicas > 1 else ""
+        if s.mig_strategy == "single":
+            return {GPU_RESOURCE + rename: sum(counts.values()) * s.mig_replicas}
+        profiles = catalogue.mig_profiles(self.gpu_model)
+        out = {profiles[p].resource_name + rename: n * s.mig_replicas for p, n in sorted(counts.items())}
+        if whole:
+            out[GPU_RESOURCE] = whole
+        return out
+
+    @property
+    def expected_labels(self) -> dict[str, str]:
+        """GPU feature discovery labels that must be on the node (the stable subset; timestamps etc. excluded)."""
+        s = self.sharing
+        labels: dict[str, str] = {}
+        if s.mode in ("none", "time-slicing", "mps"):
+            shared = s.mode != "none" and not s.rename
+            labels["nvidia.com/gpu.product"] = self.product + ("-SHARED" if shared else "")
+            labels["nvidia.com/gpu.count"] = str(self.gpu_count)
+            labels["nvidia.com/gpu.replicas"] = str(s.replicas)
+            labels["nvidia.com/gpu.sharing-strategy"] = s.mode
+            if self.gpu_memory_mib:
+                labels["nvidia.com/gpu.memory"] = str(self.gpu_memory_mib)
+            return labels
+        profiles = catalogue.mig_profiles(self.gpu_model)
+        counts = self.mig_device_counts()
+        shared = s.mig_replicas > 1 and not s.rename
+        sharing_strategy = "time-slicing" if s.mig_replicas > 1 else "none"
+        labels["nvidia.com/mig.strategy"] = s.mig_strategy
+        if s.mig_strategy == "single":
+            (profile,) = counts
+            labels["nvidia.com/gpu.product"] = f"{self.product}-MIG-{profile}" + ("-SHARED" if shared else "")
+            labels["nvidia.com/gpu.count"] = str(counts[profile])
+            labels["nvidia.com/gpu.replicas"] = str(s.mig_replicas)
+            labels["nvidia.com/gpu.sharing-strategy"] = sharing_strategy
+            labels["nvidia.com/gpu.memory"] = str(profiles[profile].memory_mib)
+            return labels
+        labels["nvidia.com/gpu.product"] = self.product
+        labels["nvidia.com/gpu.count"] = str(self.gpu_count)
+        for profile, n in sorted(counts.items()):
+            prefix = profiles[profile].resource_name
+            labels[f"{prefix}.count"] = str(n)
+            labels[f"{prefix}.product"] = f"{self.product}-MIG-{profile}" + ("-SHARED" if shared else "")
+            labels[f"{prefix}.replicas"] = str(s.mig_replicas)
+            labels[f"{prefix}.sharing-strategy"] = sharing_strategy
+            labels[f"{prefix}.memory"] = str(profiles[profile].memory_mib)
+        return labels
+
+    @property
+    def node_labels(self) -> dict[str, str]:
+        """Labels the node is joined with: the inventory's plus the device-plugin config selector."""
+        return {**self.labels, DEVICE_PLUGIN_CONFIG_LABEL: self.device_plugin_config_key}
+
+    @property
+    def apt_packages(self) -> dict[str, list[str]]:
+        """``name=version`` pins the node deploy installs, per step."""
+        v = self.versions
+        driver = [f"nvidia-driver={v.driver_package}", f"nvidia-persistenced={v.driver_package}"]
+        if self.nvswitch:
+            driver.append(f"nvidia-fabricmanager={v.driver_package}")
+        tk = v.toolkit_package
+        return {
+            "driver": driver,
+            "toolkit": [
+                f"nvidia-container-toolkit={tk}",
+                f"nvidia-container-toolkit-base={tk}",
+                f"libnvidia-container-tools={tk}",
+                f"libnvidia-container1={tk}",
+            ],
+            "containerd": [v.containerd_package],
+            "kubernetes": [f"{p}={v.kubernetes_package}" for p in ("kubelet", "kubeadm", "kubectl")],
+        }
+
+
+@dataclass(frozen=True)
+class Fleet:
+    inventory: str
+    nodes: dict[str, NodeSpec]
+
+    def select(self, names: list[str] | None) -> list[NodeSpec]:
+        """Nodes by name, in inventory order; unknown names are an error listing the known ones."""
+        if not names:
+            return list(self.nodes.values())
+        unknown = [n for n in names if n not in self.nodes]
+        if unknown:
+            raise SpecError(
+                self.inventory, [f"unknown node(s) {unknown}; the inventory has {list(self.nodes)}"]
+            )
+        return [self.nodes[n] for n in names]
+
+    def device_plugin_configs(self) -> dict[str, str]:
+        """The device-plugin ConfigMap ``data``: one rendered YAML per distinct node configuration."""
+        out: dict[str, str] = {}
+        for node in self.nodes.values():
+            out.setdefault(node.device_plugin_config_key, render_yaml(node.device_plugin_config))
+        return dict(sorted(out.items()))
+
+
+def render_yaml(doc: Any) -> str:
+    return yaml.safe_dump(doc, sort_keys=False, default_flow_style=False)
+
+
+# --- loading ------------------------------------------------------------------------------------------------------
+
+
+def load_fleet(inventory_path: str | os.PathLike[str], override_data: dict[str, Any] | None = None) -> Fleet:
+    """Load an inventory (and its ``group_data``) exactly as the pyinfra CLI does, and validate every node.
+
+    Raises :class:`SpecError` listing every problem; opens no connection.
+    """
+    from pyinfra_cli.inventory import make_inventory
+
+    path = str(inventory_path)
+    if not Path(path).is_file():
+        raise SpecError(path, [f"inventory file {path} does not exist"])
+    try:
+        inventory = make_inventory(path, override_data=override_data)
+    except SpecError:
+        raise
+    except (
+        Exception
+    ) as exc:  # an inventory is user Python: report its own error, not a traceback into pyinfra
+        raise SpecError(path, [f"cannot load inventory: {type(exc).__name__}: {exc}"]) from exc
+    problems: list[str] = []
+    nodes: dict[str, NodeSpec] = {}
+    for host in inventory:
+        reader = _HostReader(path, inventory, host)
+        node = reader.node()
+        problems.extend(reader.problems)
+        if node is not None:
+            nodes[host.name] = node
+    if not nodes and not problems:
+        problems.append(f"{path}: the inventory has no hosts")
+    if problems:
+        raise SpecError(path, problems)
+    return Fleet(inventory=path, nodes=nodes)
+
+
+class _HostReader:
+    """Reads one host's data, collecting problems instead of stopping at the first."""
+
+    def __init__(self, inventory_path: str, inventory: Any, host: Any):
+        self.inventory_path = inventory_path
+        self.inventory = inventory
+        self.host = host
+        self.data: dict[str, Any] = host.data.dict()
+        self.problems: list[str] = []
+
+    def where(self, key: str) -> str:
+        """The file a value comes from, so a user knows what to edit."""
+        if key in self.inventory.get_override_data():
+            return "--data"
+        if key in self.inventory.get_host_data(self.host.name) or any(
+            key in self.inventory.get_group_data(g) for g in self.host.groups if g != "all"
+        ):
+            return self.inventory_path
+        return str(Path(self.inventory_path).parent / "group_data" / "all.py")
+
+    def bad(self, key: str, value: Any, allowed: str) -> None:
+        self.problems.append(f"{self.where(key)}: host {self.host.name}: {key} = {value!r}: {allowed}")
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self.data.get(key, default)
+
+    def choice(self, key: str, options: tuple[str, ...], default: str) -> str:
+        value = self.get(key, default)
+        if value not in options:
+            self.bad(key, value, f"must be one of {', '.join(options)}")
+            return default
+        return value
+
+    def integer(self, key: str, default: int | None, minimum: int) -> int | None:
+        value = self.get(key, default)
+        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+            self.bad(key, value, f"must be an integer >= {minimum}")
+            return None
+        return value
+
+    def boolean(self, key: str, default: bool) -> bool:
+        value = self.get(key, default)
+        if not isinstance(value, bool):
+            self.bad(key, value, "must be True or False")
+            return default
+        return value
+
+    def node(self) -> NodeSpec | None:
+        model_name = self.get("gpu_model")
+        count = self.integer("gpu_count", None, 1)
+        model = None
+        if not isinstance(model_name, str) or not model_name:
+            self.bad(
+                "gpu_model", model_name, "must name the GPU model as nvidia-smi prints it, e.g. 'NVIDIA L4'"
+            )
+            model_name = ""
+        else:
+            try:
+                model = catalogue.lookup_model(model_name)
+                model_name = model.name
+            except KeyError as exc:
+                if self.get("gpu_memory_mib") is None or self.get("gpu_sharing") == "mig":
+                    self.bad(
+                        "gpu_model",
+                        model_name,
+                        f"unknown GPU model ({exc.args[0] if exc.args else exc}); "
+                        "give gpu_memory_mib for a model the catalogue does not know (MIG needs a known model)",
+                    )
+        memory = model.memory_mib if model else self.get("gpu_memory_mib")
+        sharing = self.sharing(model, count or 0)
+        versions = self.versions()
+        join = self.join_settings()
+        labels = self.labels()
+        taints = self.taints()
+        repos = {
+            key: self.get(key)
+            for key in (
+                "cuda_repo_url",
+                "cuda_repo_keyring_url",
+                "nvidia_container_repo_url",
+                "nvidia_container_repo_keyring_url",
+                "kubernetes_repo_url",
+                "kubernetes_repo_keyring_url",
+            )
+        }
+        for key, url in repos.items():
+            if not isinstance(url, str) or not url.startswith(("https://", "http://", "file://")):
+                self.bad(key, url, "must be an http(s):// or file:// URL")
+        nvswitch = self.boolean("nvswitch", False)
+        if self.problems or count is None or sharing is None or versions is None or join is None:
+            return None
+        return NodeSpec(
+            name=self.host.name,
+            gpu_model=model_name,
+            gpu_count=count,
+            gpu_memory_mib=memory,
+            nvswitch=nvswitch,
+            sharing=sharing,
+            versions=versions,
+            join=join,
+            labels=labels,
+            taints=taints,
+            repos=repos,
+            data=self.data,
+        )
+
+    def sharing(self, model: catalogue.GpuModel | None, count: int) -> Sharing | None:
+        mode = self.choice("gpu_sharing", SHARING_MODES, "none")
+        rename = self.boolean("sharing_rename", False)
+        fail_gt1 = self.boolean("sharing_fail_requests_greater_than_one", False)
+        if mode in ("time-slicing", "mps"):
+            replicas = self.get("sharing_replicas")
+            if isinstance(replicas, bool) or not isinstance(replicas, int) or replicas < 2:
+                self.bad(
+                    "sharing_replicas",
+                    replicas,
+                    f"{mode} needs an integer >= 2 (the device plugin rejects 1)",
+                )
+                return None
+            return Sharing(
+                mode=mode,
+                replicas=replicas,
+                rename=rename,
+                fail_requests_greater_than_one=fail_gt1 or mode == "mps",
+            )
+        if mode == "none":
+            return Sharing()
+        # MIG
+        strategy = self.choice("mig_strategy", MIG_STRATEGIES, "mixed")
+        mig_sharing = self.get("mig_sharing", "none")
+        if mig_sharing == "mps":
+            self.bad(
+                "mig_sharing",
+                mig_sharing,
+                "MPS is not supported on MIG devices by the device plugin; use 'none' or 'time-slicing'",
+            )
+            return None
+        if mig_sharing not in MIG_SHARING_MODES:
+            self.bad("mig_sharing", mig_sharing, f"must be one of {', '.join(MIG_SHARING_MODES)}")
+            return None
+        mig_replicas = 1
+        if mig_sharing == "time-slicing":
+            mig_replicas = self.get("mig_sharing_replicas")
+            if isinstance(mig_replicas, bool) or not isinstance(mig_replicas, int) or mig_replicas < 2:
+                self.bad("mig_sharing_replicas", mig_replicas, "time-slicing needs an integer >= 2")
+                return None
+        if model is None:
+            return None  # already reported: MIG needs a known model
+        if not model.mig_capable:
+            self.bad(
+                "gpu_sharing", "mig", f"{model.name} does not support MIG; use none, time-slicing or mps"
+            )
+            return None
+        layout = self.mig_layout(model, count, strategy)
+        if layout is None:
+            return None
+        return Sharing(
+            mode="mig",
+            rename=rename,
+            fail_requests_greater_than_one=fail_gt1,
+            mig_strategy=strategy,
+            mig_layout=layout,
+            mig_replicas=mig_replicas,
+        )
+
+    def mig_layout(
+        self, model: catalogue.GpuModel, count: int, strategy: str
+    ) -> tuple[tuple[str, ...] | None, ...] | None:
+        raw = self.get("mig_layout")
+        per_gpu: list[Any]
+        if isinstance(raw, (list, tuple)) and all(isinstance(p, str) for p in raw):
+            per_gpu = [tuple(raw)] * count
+        elif isinstance(raw, Mapping):
+            bad_keys = [k for k in raw if isinstance(k, bool) or not isinstance(k, int) or not 0 <= k < count]
+            if bad_keys:
+                self.bad("mig_layout", raw, f"GPU indexes {bad_keys} are not in 0..{count - 1}")
+                return None
+            per_gpu = [tuple(raw[i]) if i in raw else None for i in range(count)]
+        else:
+            self.bad(
+                "mig_layout",
+                raw,
+                "gpu_sharing = 'mig' needs a list of MIG profiles for every GPU, or {gpu_index: [profiles]}",
+            )
+            return None
+        ok = True
+        for index, profiles in enumerate(per_gpu):
+            if profiles is None:
+                continue
+            if not profiles:
+                self.bad("mig_layout", raw, f"GPU {index} has MIG enabled but no instances")
+                ok = False
+                continue
+            for reason in catalogue.layout_problems(model.name, list(profiles)):
+                self.bad("mig_layout", list(profiles), f"GPU {index} ({model.name}): {reason}")
+                ok = False
+        if ok and strategy == "single":
+            distinct = {p for profiles in per_gpu for p in (profiles or ())}
+            if len(distinct) != 1 or any(p is None for p in per_gpu):
+                self.bad(
+                    "mig_layout",
+                    raw,
+                    "mig_strategy 'single' needs every GPU MIG-enabled with one and the "
+                    f"same profile (found {sorted(distinct)}); use 'mixed' for mixed layouts",
+                )
+                ok = False
+        return tuple(per_gpu) if ok else None
+
+    def versions(self) -> Versions | None:
+        before = len(self.problems)
+        branch = str(self.get("nvidia_driver_branch", ""))
+        driver = self.get("nvidia_driver_version")
+        m = _DRIVER_VERSION.match(driver) if isinstance(driver, str) else None
+        if not m:
+            self.bad("nvidia_driver_version", driver, "must look like 580.95.05 (what nvidia-smi reports)")
+        elif m.group(1) != branch:
+            self.bad(
+                "nvidia_driver_version",
+                driver,
+                f"is outside nvidia_driver_branch {branch!r}: pick a {branch}.x version or change the branch",
+            )
+        source = self.choice("nvidia_driver_source", DRIVER_SOURCES, "cuda-repo")
+        toolkit = self.get("nvidia_container_toolkit_version")
+        if not isinstance(toolkit, str) or not _SEMVER.match(toolkit):
+            self.bad("nvidia_container_toolkit_version", toolkit, "must be a version like 1.18.0")
+        kube = self.get("kubernetes_version")
+        if not isinstance(kube, str) or not _SEMVER.match(kube):
+            self.bad("kubernetes_version", kube, "must be a full version like 1.34.1")
+        if len(self.problems) != before:
+            return None
+        return Versions(
+            driver=driver,
+            driver_branch=branch,
+            driver_package=f"{driver}-{self.get('nvidia_driver_package_revision', '1')}",
+            driver_source=source,
+            toolkit=toolkit,
+            toolkit_package=f"{toolkit}-{self.get('nvidia_container_toolkit_package_revision', '1')}",
+            containerd_package=str(self.get("containerd_package", "containerd")),
+            kubernetes=kube,
+            kubernetes_minor=".".join(kube.split(".")[:2]),
+            kubernetes_package=f"{kube}-{self.get('kubernetes_package_revision', '1.1')}",
+        )
+
+    def join_settings(self) -> Join | None:
+        enabled = self.boolean("kube_join", True)
+        join = Join(
+            enabled=enabled,
+            api_endpoint=self.get("kube_api_endpoint"),
+            ca_cert_hash=self.get("kube_ca_cert_hash"),
+            token_file=self.get("kube_join_token_file"),
+            token_env=self.get("kube_join_token_env"),
+            cri_socket=str(self.get("kube_cri_socket", "unix:///run/containerd/containerd.sock")),
+        )
+        if not enabled:
+            return join
+        before = len(self.problems)
+        if not isinstance(join.api_endpoint, str) or not _ENDPOINT.match(join.api_endpoint):
+            self.bad(
+                "kube_api_endpoint",
+                join.api_endpoint,
+                "a node that joins needs the API endpoint as host:port",
+            )
+        if not isinstance(join.ca_cert_hash, str) or not _CA_HASH.match(join.ca_cert_hash):
+            self.bad(
+                "kube_ca_cert_hash", join.ca_cert_hash, "a node that joins needs 'sha256:<64 lower-case hex>'"
+            )
+        if not join.token_file and not join.token_env:
+            self.bad(
+                "kube_join_token_file",
+                None,
+                "a node that joins needs kube_join_token_file or kube_join_token_env",
+            )
+        return join if len(self.problems) == before else None
+
+    def labels(self) -> dict[str, str]:
+        raw = self.get("node_labels", {}) or {}
+        if not isinstance(raw, Mapping):
+            self.bad("node_labels", raw, "must be a dict of label key -> value")
+            return {}
+        out = {}
+        for key, value in raw.items():
+            problem = kubesyntax.label_key_problem(key) or kubesyntax.label_value_problem(value)
+            if problem:
+                self.bad("node_labels", {key: value}, problem)
+            else:
+                out[key] = value
+        return out
+
+    def taints(self) -> tuple[kubesyntax.Taint, ...]:
+        raw = self.get("node_taints", []) or []
+        if not isinstance(raw, (list, tuple)):
+            self.bad("node_taints", raw, "must be a list of 'key[=value]:Effect'")
+            return ()
+        out = []
+        for item in raw:
+            try:
+                out.append(kubesyntax.parse_taint(item))
+            except ValueError as exc:
+                self.bad("node_taints", item, str(exc))
+        return tuple(out)
