@@ -11,4 +11,8 @@ import pytest
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("gpuready", "gpuready conformance")
-    group.addoption("--inventory", default=None, help="pyinfra inventory file describing the fleet (e.g. inventory/lab.py)")
+    group.addoption(
+        "--inventory",
+        default=None,
+        help="pyinfra inventory file describing the fleet (e.g. inventory/lab.py)",
+    )
