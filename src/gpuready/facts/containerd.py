@@ -1,0 +1,43 @@
+"""What the containerd step decides on: the config file as text (tomlkit edits it, keeping the user's layout)."""
+
+from __future__ import annotations
+
+from pyinfra.api import FactBase
+
+MISSING = "__gpuready_missing__"
+
+
+class ContainerdConfigText(FactBase[str | None]):
+    """
+    Returns the text of a containerd config file, or ``None`` if it does not exist.
+
+    .. code:: python
+
+        'version = 2\\n\\n[plugins]\\n...'
+    """
+
+    def command(self, path: str = "/etc/containerd/config.toml") -> str:
+        return f"test -f {path} && cat {path} || echo {MISSING}"
+
+    @staticmethod
+    def process(output: list[str]) -> str | None:
+        if output and output[0] == MISSING:
+            return None
+        return "".join(line + "\n" for line in output)
+
+
+class ContainerdConfigDump(FactBase[str | None]):
+    """
+    Returns ``containerd config dump``: the config containerd really runs with, imports merged.
+
+    ``None`` when containerd is not installed.
+    """
+
+    requires_command = "containerd"
+
+    def command(self) -> str:
+        return "containerd config dump"
+
+    @staticmethod
+    def process(output: list[str]) -> str | None:
+        return "".join(line + "\n" for line in output) or None
