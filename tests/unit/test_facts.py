@@ -50,7 +50,7 @@ def test_nvidia_smi_not_installed_and_nvml_mismatch():
 
 def test_mig_instances_on_real_captures():
     out = lines("nvidia-smi-mig/openforbc__a100-pcie-40gb_mig-lgi.txt")
-    out += ["__gpuready_lci__"] + lines("nvidia-smi-mig/openforbc__a100-pcie-40gb_mig-lci.txt")
+    out += ["__gpuready_lci__", *lines("nvidia-smi-mig/openforbc__a100-pcie-40gb_mig-lci.txt")]
     state = MigInstances().process(out)
     assert state.profiles_on(0) == ["3g.20gb", "3g.20gb"]
     assert [gi.instance_id for gi in state.gpu_instances] == [1, 2]
