@@ -59,17 +59,27 @@ def render_json(fleet: Fleet) -> str:
 
 
 def render_text(fleet: Fleet) -> str:
-    lines = [f"Inventory {fleet.inventory}: {len(fleet.nodes)} GPU node(s)", ""]
-    for name, node in fleet.nodes.items():
+    """One block per distinct plan: nodes of a pool share a block, so a 1000-node fleet reads as its pools."""
+    groups: dict[str, list[NodeSpec]] = {}
+    for node in fleet.nodes.values():
+        groups.setdefault(json.dumps(node_plan(node), sort_keys=True), []).append(node)
+    lines = [
+        f"Inventory {fleet.inventory}: {len(fleet.nodes)} GPU node(s) in {len(groups)} distinct plan(s)",
+        "",
+    ]
+    for nodes in groups.values():
+        node = nodes[0]
         p = node_plan(node)
         gpus = p["gpus"]
-        lines.append(f"{name}")
-        lines.append(
-            f"  GPUs         {gpus['count']}x {gpus['model']}"
-            + ("  (NVSwitch: Fabric Manager)" if node.nvswitch else "")
-        )
+        names = ", ".join(n.name for n in nodes)
+        lines.append(names + (f"  ({len(nodes)} nodes)" if len(nodes) > 1 else ""))
+        nvswitch = "  (NVSwitch: Fabric Manager)" if node.nvswitch else ""
+        lines.append(f"  GPUs         {gpus['count']}x {gpus['model']}{nvswitch}")
         for step, pins in p["install"]["packages"].items():
             lines.append(f"  install      {step:<11} {' '.join(pins)}")
+        for key, url in p["install"]["repositories"].items():
+            if not key.endswith("keyring_url"):
+                lines.append(f"  repository   {key.removesuffix('_repo_url'):<11} {url}")
         sharing = p["sharing"]
         detail = ", ".join(f"{k}={v}" for k, v in sharing.items() if k != "mode")
         lines.append(f"  sharing      {sharing['mode']}" + (f" ({detail})" if detail else ""))
@@ -78,8 +88,8 @@ def render_text(fleet: Fleet) -> str:
         )
         lines.append(f"  taints       {', '.join(p['join']['taints']) or '-'}")
         lines.append(f"  plugin cfg   {node.device_plugin_config_key}")
-        alloc = ", ".join(f"{k}={v}" for k, v in node.expected_allocatable.items())
         lines.append(f"  expect       driver {node.versions.driver}, toolkit {node.versions.toolkit}")
+        alloc = ", ".join(f"{k}={v}" for k, v in node.expected_allocatable.items())
         lines.append(f"  allocatable  {alloc}")
         for key, value in node.expected_labels.items():
             lines.append(f"  label        {key}={value}")

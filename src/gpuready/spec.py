@@ -302,32 +302,41 @@ def load_fleet(inventory_path: str | os.PathLike[str], override_data: dict[str, 
 
     Raises :class:`SpecError` listing every problem; opens no connection.
     """
+    from pyinfra.api import State
+    from pyinfra.context import ctx_state
     from pyinfra_cli.inventory import make_inventory
 
     path = str(inventory_path)
     if not Path(path).is_file():
         raise SpecError(path, [f"inventory file {path} does not exist"])
     try:
-        inventory = make_inventory(path, override_data=override_data)
-    except SpecError:
-        raise
+        # pyinfra executes inventory and group_data files under a State; give it a throwaway one
+        with ctx_state.use(State(check_for_changes=False)):
+            inventory = make_inventory(path, override_data=override_data)
     except (
         Exception
     ) as exc:  # an inventory is user Python: report its own error, not a traceback into pyinfra
-        raise SpecError(path, [f"cannot load inventory: {type(exc).__name__}: {exc}"]) from exc
+        cause = getattr(exc, "exception", exc)  # pyinfra wraps errors of executed files
+        where = getattr(exc, "filename", path)
+        raise SpecError(path, [f"cannot load {where}: {type(cause).__name__}: {cause}"]) from exc
+    return fleet_from_inventory(inventory, path)
+
+
+def fleet_from_inventory(inventory: Any, inventory_path: str) -> Fleet:
+    """Validate an already loaded pyinfra ``Inventory`` (what a running deploy has) into a :class:`Fleet`."""
     problems: list[str] = []
     nodes: dict[str, NodeSpec] = {}
     for host in inventory:
-        reader = _HostReader(path, inventory, host)
+        reader = _HostReader(inventory_path, inventory, host)
         node = reader.node()
         problems.extend(reader.problems)
         if node is not None:
             nodes[host.name] = node
     if not nodes and not problems:
-        problems.append(f"{path}: the inventory has no hosts")
+        problems.append(f"{inventory_path}: the inventory has no hosts")
     if problems:
-        raise SpecError(path, problems)
-    return Fleet(inventory=path, nodes=nodes)
+        raise SpecError(inventory_path, problems)
+    return Fleet(inventory=inventory_path, nodes=nodes)
 
 
 class _HostReader:
