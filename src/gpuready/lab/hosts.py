@@ -1,0 +1,614 @@
+"""Real Debian 12 hosts under systemd-nspawn: a cached base root, one overlay per host, boot, stop, recover.
+
+Design choices, and why:
+- One debootstrapped base per recipe (hash of suite + packages + customisation version), shared by every lab on the
+  machine; hosts are overlayfs mounts on it, so `lab up` copies nothing and a host's changes stay in its upper dir.
+- Hosts share the machine's network namespace: each sshd listens on its own loopback address 127.0.10.N, and the
+  lab's HTTP repository on 127.0.0.1 is reachable from every host without bridges or NAT. When that port is taken
+  on those addresses (a machine sshd on 0.0.0.0:22 makes 127.0.10.N:22 fail with EADDRINUSE) every host uses the
+  next free candidate port instead; the port is recorded in the state and the inventory reads it from there.
+- nspawn is started with --register=no (no machined needed: PID 1 of this machine need not be systemd) and each
+  host gets its own cgroup in the lab's cgroup subtree. That keeps hosts' systemd instances from sharing a cgroup
+  (on cgroup v1 nspawn would otherwise put every container at /payload) and lets `lab down` find and kill every
+  process of a host even when the nspawn process itself was killed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import hashlib
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from gpuready.lab import aptrepo, ssh
+from gpuready.lab.state import LabPaths, cache_dir, load_state, require_state, save_state
+
+SUITE = "bookworm"
+# What a minimal Debian server image has: init, sshd, apt with https + keyrings, and the usual admin tools.
+BASE_PACKAGES = (
+    "systemd", "systemd-sysv", "dbus", "openssh-server", "python3", "ca-certificates", "gnupg",
+    "apt-transport-https", "iproute2", "procps", "kmod", "sudo", "curl", "less", "iputils-ping",
+)  # fmt: skip
+# Units a cloud image would run but that only slow down boot or wake up at random times in a test.
+MASKED_UNITS = (
+    "apt-daily.timer",
+    "apt-daily-upgrade.timer",
+    "dpkg-db-backup.timer",
+    "e2scrub_all.timer",
+    "fstrim.timer",
+    "console-getty.service",
+)
+BASE_CUSTOMISATION_VERSION = 1  # bump when _customise_base changes
+DEFAULT_PROFILES = ("h100-sxm-8", "a100-80gb-4", "l4-1")
+ADDRESS_PREFIX = "127.0.10."
+SSH_PORT_CANDIDATES = (22, 2222, 22222)
+HOST_MACHINE_DIR = "/opt/gpuready-lab/machine"  # the agreed path, also gpuready.lab.hardware.HOST_MACHINE_DIR
+BOOT_TIMEOUT_S = 90.0
+STOP_TIMEOUT_S = 20.0
+
+_T0 = time.monotonic()
+
+
+def progress(message: str) -> None:
+    print(f"[lab {time.monotonic() - _T0:6.1f}s] {message}", file=sys.stderr, flush=True)
+
+
+class LabError(RuntimeError):
+    pass
+
+
+# --- base root --------------------------------------------------------------------------------------------------
+
+
+def debian_mirror() -> str:
+    """The machine's own Debian mirror (so CI and air-gapped machines use theirs); GPUREADY_LAB_MIRROR overrides."""
+    if os.environ.get("GPUREADY_LAB_MIRROR"):
+        return os.environ["GPUREADY_LAB_MIRROR"]
+    sources = [Path("/etc/apt/sources.list"), *sorted(Path("/etc/apt/sources.list.d").glob("*"))]
+    for path in sources:
+        try:
+            text = path.read_text()
+        except OSError:
+            continue
+        for uri, suites in _source_entries(text, deb822=path.suffix == ".sources"):
+            if SUITE in suites and "security" not in uri:
+                return uri.rstrip("/")
+    return "http://deb.debian.org/debian"
+
+
+def _source_entries(text: str, deb822: bool) -> Iterator[tuple[str, list[str]]]:
+    if deb822:
+        for stanza in re.split(r"\n\s*\n", text):
+            fields = dict(re.findall(r"^(\w[\w-]*):\s*(.*)$", stanza, re.M))
+            if "deb" in fields.get("Types", "").split():
+                for uri in fields.get("URIs", "").split():
+                    yield uri, fields.get("Suites", "").split()
+        return
+    for line in text.splitlines():
+        words = re.sub(r"\[[^]]*\]", "", line.split("#", 1)[0]).split()
+        if len(words) >= 3 and words[0] == "deb":
+            yield words[1], [words[2]]
+
+
+def base_recipe() -> dict[str, Any]:
+    return {
+        "suite": SUITE,
+        "variant": "minbase",
+        "packages": sorted(BASE_PACKAGES),
+        "masked": sorted(MASKED_UNITS),
+        "customisation": BASE_CUSTOMISATION_VERSION,
+    }
+
+
+def base_path(cache: Path | None = None) -> Path:
+    digest = hashlib.sha256(json.dumps(base_recipe(), sort_keys=True).encode()).hexdigest()[:16]
+    return (cache or cache_dir()) / f"base-{digest}"
+
+
+def ensure_base(cache: Path | None = None, rebuild: bool = False) -> tuple[Path, float | None]:
+    """The cached base root for the current recipe; returns (path, build seconds or None if it was cached)."""
+    target = base_path(cache)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with _locked(target.parent / ".build.lock"):
+        if target.is_dir() and not rebuild:
+            return target, None
+        started = time.monotonic()
+        mirror = debian_mirror()
+        progress(f"building base root {target.name} with debootstrap from {mirror} (once per recipe)")
+        tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=".build-"))
+        try:
+            root = tmp / "root"
+            cmd = ["debootstrap", "--variant=minbase", f"--include={','.join(BASE_PACKAGES)}", SUITE, str(root),
+                   mirror]  # fmt: skip
+            result = subprocess.run(cmd, capture_output=True, text=True, stdin=subprocess.DEVNULL)
+            if result.returncode != 0:
+                tail = "\n".join((result.stdout + result.stderr).splitlines()[-20:])
+                raise LabError(f"debootstrap failed ({result.returncode}):\n{tail}")
+            _customise_base(root)
+            if target.exists():
+                old = target.with_name(f".old-{target.name}-{os.getpid()}")
+                target.rename(old)
+                shutil.rmtree(old)
+            root.rename(target)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+        seconds = time.monotonic() - started
+        progress(f"base root built in {seconds:.1f}s")
+        return target, seconds
+
+
+def _customise_base(root: Path) -> None:
+    """Make the base a template: no identity of its own (host keys, machine-id, hostname), quiet timers masked."""
+    for key in (root / "etc/ssh").glob("ssh_host_*"):
+        key.unlink()
+    (root / "etc/machine-id").write_text("")
+    (root / "etc/hostname").unlink(missing_ok=True)
+    units = root / "etc/systemd/system"
+    for unit in MASKED_UNITS:
+        link = units / unit
+        link.unlink(missing_ok=True)
+        link.symlink_to("/dev/null")
+    shutil.rmtree(root / "var/cache/apt/archives", ignore_errors=True)
+    (root / "var/cache/apt/archives/partial").mkdir(parents=True)
+
+
+@contextlib.contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    with open(path, "w") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        yield
+
+
+# --- hosts --------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class HostSpec:
+    name: str
+    index: int
+    address: str
+    profile: str
+
+
+def plan_hosts(nodes: int, profiles: list[str] | None) -> list[HostSpec]:
+    """gpu-node-1..N on 127.0.10.1..N; profiles cycle over the nodes."""
+    if not 1 <= nodes <= 250:
+        raise LabError(f"--nodes must be between 1 and 250, got {nodes}")
+    cycle = list(profiles or DEFAULT_PROFILES)
+    return [
+        HostSpec(f"gpu-node-{i}", i, f"{ADDRESS_PREFIX}{i}", cycle[(i - 1) % len(cycle)])
+        for i in range(1, nodes + 1)
+    ]
+
+
+def choose_ssh_port(addresses: list[str], candidates: tuple[int, ...] = SSH_PORT_CANDIDATES) -> int:
+    """The first candidate port that every address can bind (the way sshd binds, with SO_REUSEADDR)."""
+    for port in candidates:
+        if all(_bindable(address, port) for address in addresses):
+            return port
+    raise LabError(f"no SSH port free on {addresses[0]}..: tried {candidates}")
+
+
+def _bindable(address: str, port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((address, port))
+        except OSError as exc:
+            if exc.errno == errno.EADDRINUSE:
+                return False
+            raise
+        return True
+
+
+def _write_host_files(paths: LabPaths, spec: HostSpec, port: int, client_pubkey: str) -> str:
+    """Give a host its identity in its upper dir before boot; returns its SSH host public key."""
+    upper = paths.host_dir(spec.name) / "upper"
+    etc = upper / "etc"
+    etc.mkdir(parents=True, exist_ok=True)
+    (etc / "hostname").write_text(f"{spec.name}\n")
+    (etc / "machine-id").write_text(uuid.uuid4().hex + "\n")
+    (etc / "hosts").write_text(
+        f"127.0.0.1\tlocalhost\n{spec.address}\t{spec.name}\n::1\tlocalhost ip6-localhost ip6-loopback\n"
+    )
+    sshd_d = etc / "ssh/sshd_config.d"
+    sshd_d.mkdir(parents=True, exist_ok=True)
+    (sshd_d / "gpuready-lab.conf").write_text(
+        "# Written by `gpuready lab up`: this host answers only on its own lab address.\n"
+        f"ListenAddress {spec.address}:{port}\n"
+        "HostKey /etc/ssh/ssh_host_ed25519_key\n"
+        "PermitRootLogin prohibit-password\n"
+        "PasswordAuthentication no\n"
+        "UseDNS no\n"
+    )
+    host_pubkey = ssh.generate_host_key(etc / "ssh")
+    dot_ssh = upper / "root/.ssh"
+    dot_ssh.mkdir(parents=True, exist_ok=True)
+    (upper / "root").chmod(0o700)
+    dot_ssh.chmod(0o700)
+    (dot_ssh / "authorized_keys").write_text(client_pubkey + "\n")
+    (dot_ssh / "authorized_keys").chmod(0o600)
+    return host_pubkey
+
+
+def _write_hardware(paths: LabPaths, spec: HostSpec) -> dict[str, Any]:
+    from gpuready.lab import hardware
+
+    hw = hardware.make_hardware(spec.profile, spec.index)
+    machine = paths.machine_dir(spec.name)
+    machine.mkdir(parents=True, exist_ok=True)
+    hardware.write_hardware(machine / "hardware.json", hw)
+    return hw
+
+
+def hardware_summary(hw: dict[str, Any]) -> dict[str, Any]:
+    """What the inventory needs from a hardware file: nvidia-smi's model name, GPU count, NVSwitch or not."""
+    gpus = hw.get("gpus") or []
+    first = gpus[0] if gpus else {}
+    nvswitch = hw.get("nvswitch", hw.get("nvswitches"))
+    if isinstance(nvswitch, dict):
+        nvswitch = nvswitch.get("present", nvswitch.get("count", 0))
+    return {
+        "gpu_model": first.get("name") or first.get("product_name") or first.get("model"),
+        "gpu_count": len(gpus),
+        "nvswitch": bool(nvswitch),
+    }
+
+
+def _mount_overlay(base: Path, host_dir: Path) -> Path:
+    merged = host_dir / "merged"
+    for d in ("upper", "work", "merged"):
+        (host_dir / d).mkdir(parents=True, exist_ok=True)
+    options = f"lowerdir={base},upperdir={host_dir / 'upper'},workdir={host_dir / 'work'}"
+    subprocess.run(["mount", "-t", "overlay", "overlay", "-o", options, str(merged)], check=True)
+    return merged
+
+
+def lab_cgroups(paths: LabPaths) -> list[Path]:
+    """The lab's own cgroup subtree, in every hierarchy nspawn reads its cgroup path from.
+
+    On a hybrid machine (cgroup v1 controllers + name=systemd + cgroup2 at /sys/fs/cgroup/unified) nspawn takes its
+    path from the cgroup2 line and mirrors it into name=systemd, so a host must sit at the same path in both.
+    """
+    lab_id = hashlib.sha256(str(paths.root.resolve()).encode()).hexdigest()[:8]
+    fs = Path("/sys/fs/cgroup")
+    roots = [fs / h for h in ("unified", "systemd") if (fs / h / "cgroup.procs").exists()] or [fs]
+    return [root / "gpuready-lab" / lab_id for root in roots]
+
+
+def _boot(paths: LabPaths, spec: HostSpec, merged: Path) -> subprocess.Popen[bytes]:
+    cgroups = [lab / spec.name for lab in lab_cgroups(paths)]
+    for cgroup in cgroups:
+        cgroup.mkdir(parents=True, exist_ok=True)
+
+    def enter_cgroups() -> None:
+        for cgroup in cgroups:
+            (cgroup / "cgroup.procs").write_text(str(os.getpid()))
+
+    cmd = [
+        "systemd-nspawn",
+        "--boot",
+        f"--directory={merged}",
+        f"--machine={spec.name}",
+        "--register=no",
+        "--keep-unit",
+        "--link-journal=no",
+        "--console=read-only",
+        f"--bind-ro={paths.machine_dir(spec.name)}:{HOST_MACHINE_DIR}",
+    ]
+    with open(paths.console_log(spec.name), "ab") as log:
+        return subprocess.Popen(
+            cmd,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            preexec_fn=enter_cgroups,  # safe: no threads run while the lab starts hosts
+            start_new_session=True,
+        )
+
+
+def console_tail(paths: LabPaths, name: str, lines: int = 25) -> str:
+    try:
+        text = paths.console_log(name).read_text(errors="replace")
+    except OSError:
+        return "(no console log)"
+    text = re.sub(r"\x1b\[[0-9;]*[A-Za-z]", "", text)
+    return "\n".join(text.splitlines()[-lines:])
+
+
+def up(
+    paths: LabPaths,
+    nodes: int = 3,
+    profiles: list[str] | None = None,
+    cache: Path | None = None,
+    ssh_ports: tuple[int, ...] = SSH_PORT_CANDIDATES,
+) -> dict[str, Any]:
+    """Bring up a fresh lab (cleaning up whatever an earlier lab in this state dir left) and record its state."""
+    from gpuready.lab import hardware
+
+    specs = plan_hosts(nodes, profiles)
+    unknown = sorted({s.profile for s in specs} - set(hardware.PROFILES))
+    if unknown:
+        raise LabError(f"unknown profile(s) {unknown}; known: {sorted(hardware.PROFILES)}")
+    down(paths, quiet=True)
+    base, _ = ensure_base(cache)
+    paths.root.mkdir(parents=True, exist_ok=True)
+    repo = _start_repo(paths)
+    client_pubkey = ssh.ensure_client_key(paths).with_suffix(".pub").read_text().strip()
+    port = choose_ssh_port([s.address for s in specs], ssh_ports)
+    if port != 22:
+        progress(f"port 22 is taken on the lab addresses (a wildcard listener?): hosts use SSH port {port}")
+
+    state: dict[str, Any] = {
+        "state_dir": str(paths.root),
+        "base": str(base),
+        "ssh": {
+            "key": str(paths.ssh_key),
+            "known_hosts": str(paths.known_hosts),
+            "user": "root",
+            "port": port,
+        },
+        "repo": repo,
+        "hosts": {},
+    }
+    known: list[tuple[str, int, str]] = []
+    procs: dict[str, subprocess.Popen[bytes]] = {}
+    try:
+        for spec in specs:
+            hw = _write_hardware(paths, spec)
+            known.append((spec.address, port, _write_host_files(paths, spec, port, client_pubkey)))
+            merged = _mount_overlay(base, paths.host_dir(spec.name))
+            procs[spec.name] = proc = _boot(paths, spec, merged)
+            state["hosts"][spec.name] = {
+                "index": spec.index,
+                "address": spec.address,
+                "port": port,
+                "profile": spec.profile,
+                "pid": proc.pid,
+                "pid_start": _proc_start(proc.pid),
+                **hardware_summary(hw),
+            }
+            save_state(paths, state)
+        ssh.write_known_hosts(paths.known_hosts, known)
+        progress(f"booting {len(specs)} host(s) with systemd-nspawn")
+        _wait_for_hosts(paths, specs, port, procs)
+    except BaseException:
+        down(paths, quiet=True)
+        raise
+    progress(f"lab up: {len(specs)} host(s) answer SSH on port {port}")
+    return state
+
+
+def _wait_for_hosts(
+    paths: LabPaths, specs: list[HostSpec], port: int, procs: dict[str, subprocess.Popen[bytes]]
+) -> None:
+    deadline = time.monotonic() + BOOT_TIMEOUT_S
+    waiting = {s.name: s for s in specs}
+    while waiting:
+        for name, spec in list(waiting.items()):
+            if procs[name].poll() is not None:
+                raise LabError(
+                    f"{name}: systemd-nspawn exited with {procs[name].returncode} during boot; console:\n"
+                    + console_tail(paths, name)
+                )
+            if ssh.read_banner(spec.address, port, timeout=0.5) is not None:
+                del waiting[name]
+        if waiting and time.monotonic() > deadline:
+            name = sorted(waiting)[0]
+            raise LabError(
+                f"{name}: sshd did not answer on {waiting[name].address}:{port} within {BOOT_TIMEOUT_S:.0f}s; "
+                f"console:\n{console_tail(paths, name)}"
+            )
+        if waiting:
+            time.sleep(0.1)
+
+
+def _start_repo(paths: LabPaths) -> dict[str, Any]:
+    signer = aptrepo.ensure_signing_key(paths.gnupg_home)
+    debs: dict[str, list[Path]] = {}
+    try:
+        from gpuready.lab import packages
+    except ImportError:
+        progress("gpuready.lab.packages is not available: the lab repositories are empty")
+    else:
+        progress("building the emulated NVIDIA packages")
+        debs = packages.build_packages(paths.packages_dir)
+    aptrepo.build_repos(paths.repo_root, debs, signer)
+    aptrepo.export_keyring(signer, paths.keyring)
+    pid, port = aptrepo.start_server(paths.repo_root, paths.repo_server_log)
+    base_url = f"http://127.0.0.1:{port}"
+    keyring_rel = paths.keyring.relative_to(paths.repo_root)
+    return {
+        "pid": pid,
+        "pid_start": _proc_start(pid),
+        "port": port,
+        "base_url": base_url,
+        "root": str(paths.repo_root),
+        "keyring_path": str(paths.keyring),
+        "keyring_url": f"{base_url}/{keyring_rel}",
+        "fingerprint": signer.fingerprint,
+        "repos": {key: f"{base_url}/{layout.path}/" for key, layout in aptrepo.REPOS.items()},
+    }
+
+
+# --- stop and clean up -----------------------------------------------------------------------------------------
+
+
+def _proc_start(pid: int) -> int | None:
+    """The process start time (clock ticks since boot): a PID plus this identifies one process for good."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return int(stat.rsplit(")", 1)[1].split()[19])
+
+
+def _alive(pid: int | None, start: int | None) -> bool:
+    return pid is not None and start is not None and _proc_start(pid) == start
+
+
+def cgroup_pids(cgroup: Path) -> list[int]:
+    pids: list[int] = []
+    for procs in cgroup.rglob("cgroup.procs") if cgroup.exists() else []:
+        with contextlib.suppress(OSError):
+            pids += [int(p) for p in procs.read_text().split()]
+    return pids
+
+
+def _overlay_mounts_under(root: Path) -> list[Path]:
+    prefix = str(root.resolve()) + "/"
+    found = []
+    for line in Path("/proc/mounts").read_text().splitlines():
+        mountpoint = line.split()[1].encode().decode("unicode_escape")
+        if mountpoint.startswith(prefix):
+            found.append(Path(mountpoint))
+    return sorted(found, key=lambda p: len(str(p)), reverse=True)
+
+
+def down(paths: LabPaths, quiet: bool = False) -> None:
+    """Stop everything this lab started and remove it; safe after a crash and when nothing is running."""
+    state = load_state(paths) or {}
+    hosts = state.get("hosts", {})
+    nspawns = {n: h["pid"] for n, h in hosts.items() if _alive(h.get("pid"), h.get("pid_start"))}
+    if nspawns and not quiet:
+        progress(f"stopping {len(nspawns)} host(s)")
+    for pid in nspawns.values():
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGTERM)  # nspawn turns this into an orderly poweroff of the container
+    deadline = time.monotonic() + STOP_TIMEOUT_S
+    while time.monotonic() < deadline and any(_proc_start(pid) is not None for pid in nspawns.values()):
+        _reap()
+        time.sleep(0.1)
+    _kill_cgroup_trees(lab_cgroups(paths))
+    _reap()
+
+    repo = state.get("repo") or {}
+    if _alive(repo.get("pid"), repo.get("pid_start")):
+        os.kill(repo["pid"], signal.SIGTERM)
+        _wait_gone(repo["pid"], 5.0)
+    aptrepo.stop_gpg_agent(paths.gnupg_home)
+
+    for mountpoint in _overlay_mounts_under(paths.hosts_dir):
+        result = subprocess.run(["umount", str(mountpoint)], capture_output=True, text=True)
+        if result.returncode != 0:
+            raise LabError(f"cannot unmount {mountpoint}: {result.stderr.strip()}")
+    for name in hosts:
+        # nspawn creates this per machine and cannot always remove it itself (it refuses unless /run is tmpfs).
+        with contextlib.suppress(OSError):
+            Path("/run/systemd/nspawn/propagate", name).rmdir()
+    shutil.rmtree(paths.hosts_dir, ignore_errors=True)
+    shutil.rmtree(paths.repo_root, ignore_errors=True)
+    shutil.rmtree(paths.packages_dir, ignore_errors=True)
+    paths.state_file.unlink(missing_ok=True)
+    if hosts and not quiet:
+        progress("lab down")
+
+
+def _kill_cgroup_trees(cgroups: list[Path]) -> None:
+    deadline = time.monotonic() + 10.0
+    while pids := [pid for cgroup in cgroups for pid in cgroup_pids(cgroup)]:
+        if time.monotonic() > deadline:
+            raise LabError(f"processes {pids[:10]} in {cgroups} survive SIGKILL")
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        _reap()
+        time.sleep(0.05)
+    for cgroup in cgroups:
+        if not cgroup.exists():
+            continue
+        for d in sorted(
+            (p for p in cgroup.rglob("*") if p.is_dir()), key=lambda p: len(p.parts), reverse=True
+        ):
+            d.rmdir()
+        cgroup.rmdir()
+        with contextlib.suppress(OSError):
+            cgroup.parent.rmdir()  # the shared "gpuready-lab" dir, when no other lab uses it
+
+
+def _reap() -> None:
+    """Collect exited children of this process (nspawn and the repo server when started by this same process)."""
+    with contextlib.suppress(ChildProcessError):
+        while os.waitpid(-1, os.WNOHANG)[0] != 0:
+            pass
+
+
+def _wait_gone(pid: int, seconds: float) -> None:
+    deadline = time.monotonic() + seconds
+    while _proc_start(pid) is not None and time.monotonic() < deadline:
+        _reap()
+        time.sleep(0.05)
+    if _proc_start(pid) is not None:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+        _reap()
+
+
+# --- status, faults -----------------------------------------------------------------------------------------------
+
+
+def status(paths: LabPaths) -> dict[str, Any]:
+    state = require_state(paths)
+    for host in state["hosts"].values():
+        host["running"] = _alive(host.get("pid"), host.get("pid_start"))
+        host["ssh_answers"] = ssh.read_banner(host["address"], host["port"]) is not None
+    repo = state["repo"]
+    repo["running"] = _alive(repo.get("pid"), repo.get("pid_start"))
+    return state
+
+
+def host_entry(state: dict[str, Any], node: str) -> dict[str, Any]:
+    if node not in state["hosts"]:
+        raise LabError(f"no lab host {node!r}; hosts: {', '.join(sorted(state['hosts']))}")
+    return state["hosts"][node]
+
+
+def run_on_host(
+    paths: LabPaths, node: str, command: list[str], input_text: str | None = None
+) -> subprocess.CompletedProcess[str]:
+    host = host_entry(require_state(paths), node)
+    argv = ssh.ssh_argv(paths, host["address"], host["port"], command)
+    return subprocess.run(argv, input=input_text, capture_output=True, text=True, timeout=60)
+
+
+def inject_fault(paths: LabPaths, node: str, fault: str | None, gpu: int | None = None) -> list[str]:
+    """Change the host's hardware (fault=None clears all faults); returns the kernel lines logged on the host."""
+    from gpuready.lab import faults, hardware
+
+    host_entry(require_state(paths), node)
+    if fault is not None and fault not in faults.FAULTS:
+        raise LabError(f"unknown fault {fault!r}; known: {', '.join(sorted(faults.FAULTS))}")
+    path = paths.machine_dir(node) / "hardware.json"
+    hw = hardware.read_hardware(path)
+    if fault is None:
+        hardware.write_hardware(path, faults.clear_faults(hw))
+        return []
+    hw = faults.apply_fault(hw, fault, gpu)
+    hardware.write_hardware(path, hw)
+    lines = faults.journal_messages(hw, fault, gpu)
+    if lines:
+        result = run_on_host(
+            paths, node, ["logger", "-p", "kern.err", "-t", "kernel"], "\n".join(lines) + "\n"
+        )
+        if result.returncode != 0:
+            raise LabError(f"{node}: logging the fault's kernel messages failed: {result.stderr.strip()}")
+    return lines
+
+
+def state_json(paths: LabPaths) -> str:
+    return json.dumps(status(paths), indent=2, sort_keys=True)
