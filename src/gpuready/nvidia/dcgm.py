@@ -29,6 +29,7 @@ class DcgmSample:
     """
 
     metric: str
+    metric_type: str
     value: float
     gpu: int | None
     uuid: str | None
@@ -89,27 +90,30 @@ def parse_dcgm_metrics(text: str) -> list[DcgmSample]:
     for family in families:
         if not family.samples:
             raise ParseError(f"{_TOOL}: {family.name} is declared but has no sample; truncated scrape")
+        # prometheus_client renames the samples of a counter `X` to the OpenMetrics `X_total`; checks and
+        # PromQL use the name dcgm-exporter exposes, so undo that unless the text itself says `X_total`.
+        renamed = family.type == "counter" and f"# TYPE {family.name}_total " not in text
         for sample in family.samples:
-            if not sample.name.startswith("DCGM_"):
-                raise ParseError(
-                    f"{_TOOL}: {sample.name} is not a DCGM metric; wrong endpoint or garbled scrape"
-                )
-            identity = (sample.name, tuple(sorted(sample.labels.items())))
+            name = family.name if renamed and sample.name == f"{family.name}_total" else sample.name
+            if not name.startswith("DCGM_"):
+                raise ParseError(f"{_TOOL}: {name} is not a DCGM metric; wrong endpoint or garbled scrape")
+            identity = (name, tuple(sorted(sample.labels.items())))
             if identity in seen:
-                raise ParseError(f"{_TOOL}: series {sample.name}{sample.labels} appears twice")
+                raise ParseError(f"{_TOOL}: series {name}{sample.labels} appears twice")
             seen.add(identity)
             labels = dict(sample.labels)
             samples.append(
                 DcgmSample(
-                    metric=sample.name,
+                    metric=name,
+                    metric_type=family.type,
                     value=float(sample.value),
-                    gpu=_label_int(labels, "gpu", sample.name),
+                    gpu=_label_int(labels, "gpu", name),
                     uuid=_label(labels, "UUID"),
                     device=_label(labels, "device"),
                     model_name=_label(labels, "modelName"),
                     hostname=_label(labels, "Hostname", "hostname"),
                     gpu_instance_profile=_label(labels, "GPU_I_PROFILE"),
-                    gpu_instance_id=_label_int(labels, "GPU_I_ID", sample.name),
+                    gpu_instance_id=_label_int(labels, "GPU_I_ID", name),
                     pod=_label(labels, "pod"),
                     namespace=_label(labels, "namespace"),
                     container=_label(labels, "container"),

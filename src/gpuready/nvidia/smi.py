@@ -657,16 +657,13 @@ def _text_gpu(index: int, block: _Node, filtered: bool) -> GpuInfo:
     def required(*path: str) -> str | None:
         value = block.get(*path)
         if value is None and not filtered:
-            raise ParseError(f"{where} has no {' > '.join(path)!r} line")
+            raise ParseError(
+                f"{where} has no {' > '.join(path)!r} line (output of a filtered -q -d query? pass filtered=True)"
+            )
         return value
 
     def num(unit: str, *path: str) -> int | None:
         return _int(block.get(*path), unit, f"{where} {' > '.join(path)!r}")
-
-    if not filtered and block.find("Processes") is None:
-        raise ParseError(
-            f"{where} has no 'Processes' field, the last one nvidia-smi prints; truncated output?"
-        )
 
     reasons = block.find("Clocks Event Reasons") or block.find("Clocks Throttle Reasons")
     reason_pairs = (
@@ -692,7 +689,7 @@ def _text_gpu(index: int, block: _Node, filtered: bool) -> GpuInfo:
                 power = block.get(section, reading)
 
     pending_keys = ("Pending Page Blacklist", "Pending Page Retirement", "Pending")
-    return GpuInfo(
+    gpu = GpuInfo(
         index=index,
         pci_bus_id=block.get("PCI", "Bus Id") or bus_id,
         name=_str(required("Product Name")),
@@ -728,6 +725,11 @@ def _text_gpu(index: int, block: _Node, filtered: bool) -> GpuInfo:
         fabric_state=_str(block.get("Fabric", "State")),
         fabric_status=_str(block.get("Fabric", "Status")),
     )
+    if not filtered and block.find("Processes") is None:
+        raise ParseError(
+            f"{where} has no 'Processes' field, the last one nvidia-smi prints; truncated output"
+        )
+    return gpu
 
 
 def _text_ecc_uncorrectable(block: _Node, scope: str, where: str) -> int | None:
