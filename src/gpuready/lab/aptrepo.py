@@ -37,7 +37,7 @@ class RepoLayout:
 # Same relative paths as the real repositories:
 #   https://developer.download.nvidia.com/compute/cuda/repos/debian12/x86_64/  (flat, "./")
 #   https://nvidia.github.io/libnvidia-container/stable/deb/amd64/               (flat, "./")
-#   https://pkgs.k8s.io/core:/stable:/v1.31/deb/                                 (flat, "./")
+#   https://pkgs.k8s.io/core:/stable:/v1.34/deb/                                 (flat, "./")
 REPOS: dict[str, RepoLayout] = {
     "cuda": RepoLayout("cuda/repos/debian12/x86_64", "NVIDIA", "NVIDIA CUDA", "x86_64"),
     "libnvidia-container": RepoLayout(
@@ -93,13 +93,16 @@ def stop_gpg_agent(gnupg_home: Path) -> None:
         )
 
 
-def export_keyring(signer: Signer, dest: Path) -> Path:
-    """Binary keyring, the form `signed-by=` expects for a .gpg file."""
-    data = signer.gpg("--export", signer.fingerprint).stdout
+def export_keyring(signer: Signer, dest: Path) -> tuple[Path, Path]:
+    """The public key twice: binary (dest, what `signed-by=` takes as a .gpg file) and ASCII-armored (dest with
+    .asc, the form NVIDIA's and pkgs.k8s.io's key URLs serve, so the deploy's dearmor step runs as for real)."""
     dest.parent.mkdir(parents=True, exist_ok=True)
-    dest.write_bytes(data)
-    dest.chmod(0o644)
-    return dest
+    armored = dest.with_suffix(".asc")
+    dest.write_bytes(signer.gpg("--export", signer.fingerprint).stdout)
+    armored.write_bytes(signer.gpg("--armor", "--export", signer.fingerprint).stdout)
+    for path in (dest, armored):
+        path.chmod(0o644)
+    return dest, armored
 
 
 def build_flat_repo(repo_dir: Path, debs: list[Path], layout: RepoLayout, signer: Signer | None) -> None:

@@ -258,15 +258,11 @@ def _write_hardware(paths: LabPaths, spec: HostSpec) -> dict[str, Any]:
 
 def hardware_summary(hw: dict[str, Any]) -> dict[str, Any]:
     """What the inventory needs from a hardware file: nvidia-smi's model name, GPU count, NVSwitch or not."""
-    gpus = hw.get("gpus") or []
-    first = gpus[0] if gpus else {}
-    nvswitch = hw.get("nvswitch", hw.get("nvswitches"))
-    if isinstance(nvswitch, dict):
-        nvswitch = nvswitch.get("present", nvswitch.get("count", 0))
+    gpus = hw["gpus"]
     return {
-        "gpu_model": first.get("name") or first.get("product_name") or first.get("model"),
+        "gpu_model": gpus[0]["name"] if gpus else None,
         "gpu_count": len(gpus),
-        "nvswitch": bool(nvswitch),
+        "nvswitch": bool(hw["system"]["nvswitch"]),
     }
 
 
@@ -429,18 +425,17 @@ def _start_repo(paths: LabPaths) -> dict[str, Any]:
         progress("building the emulated NVIDIA packages")
         debs = packages.build_packages(paths.packages_dir)
     aptrepo.build_repos(paths.repo_root, debs, signer)
-    aptrepo.export_keyring(signer, paths.keyring)
+    keyring, armored = aptrepo.export_keyring(signer, paths.keyring)
     pid, port = aptrepo.start_server(paths.repo_root, paths.repo_server_log)
     base_url = f"http://127.0.0.1:{port}"
-    keyring_rel = paths.keyring.relative_to(paths.repo_root)
     return {
         "pid": pid,
         "pid_start": _proc_start(pid),
         "port": port,
         "base_url": base_url,
         "root": str(paths.repo_root),
-        "keyring_path": str(paths.keyring),
-        "keyring_url": f"{base_url}/{keyring_rel}",
+        "keyring_path": str(keyring),
+        "keyring_url": f"{base_url}/{armored.relative_to(paths.repo_root)}",
         "fingerprint": signer.fingerprint,
         "repos": {key: f"{base_url}/{layout.path}/" for key, layout in aptrepo.REPOS.items()},
     }

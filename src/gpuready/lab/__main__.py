@@ -1,0 +1,7 @@
+"""`python -m gpuready.lab ...` is `gpuready lab ...`."""
+
+import sys
+
+from gpuready.lab.cli import main
+
+sys.exit(main())

@@ -1,0 +1,135 @@
+"""`gpuready lab ...`: bring the local lab up and down, look at it, log into it, break its hardware.
+
+Exposed as `add_lab_parser(subparsers)` for the top-level `gpuready` script and as `python -m gpuready.lab`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Callable
+from typing import Any
+
+from gpuready.lab import hosts, ssh
+from gpuready.lab.state import LabNotUp, LabPaths, lab_dir, require_state
+
+
+def _paths() -> LabPaths:
+    return LabPaths(lab_dir())
+
+
+def _up(args: argparse.Namespace) -> int:
+    state = hosts.up(_paths(), nodes=args.nodes, profiles=args.profile or None)
+    _print_hosts(state)
+    return 0
+
+
+def _down(args: argparse.Namespace) -> int:
+    hosts.down(_paths())
+    return 0
+
+
+def _base(args: argparse.Namespace) -> int:
+    path, seconds = hosts.ensure_base(rebuild=args.rebuild)
+    print(f"{path} ({'cached' if seconds is None else f'built in {seconds:.1f}s'})")
+    return 0
+
+
+def _status(args: argparse.Namespace) -> int:
+    state = hosts.status(_paths())
+    if args.json:
+        print(json.dumps(state, indent=2, sort_keys=True))
+    else:
+        _print_hosts(state)
+        repo = state["repo"]
+        print(f"repositories: {repo['base_url']}/ ({'serving' if repo['running'] else 'NOT RUNNING'}), "
+              f"keyring {repo['keyring_path']}")  # fmt: skip
+    return 0
+
+
+def _print_hosts(state: dict[str, Any]) -> None:
+    print(f"{'HOST':<12} {'ADDRESS':<18} {'PROFILE':<12} {'GPUS':<28} {'STATE'}")
+    for name, h in sorted(state["hosts"].items(), key=lambda item: item[1]["index"]):
+        gpus = f"{h['gpu_count']}x {h['gpu_model']}"
+        if "running" in h:
+            status = (
+                "up" if h["running"] and h["ssh_answers"] else "running, no sshd" if h["running"] else "down"
+            )
+        else:
+            status = "up"
+        print(f"{name:<12} {h['address']}:{h['port']:<7} {h['profile']:<12} {gpus:<28} {status}")
+
+
+def _ssh(args: argparse.Namespace) -> int:
+    paths = _paths()
+    host = hosts.host_entry(require_state(paths), args.node)
+    command = args.command[1:] if args.command[:1] == ["--"] else args.command
+    argv = ssh.ssh_argv(paths, host["address"], host["port"], command or None)
+    sys.stdout.flush()
+    os.execvp(argv[0], argv)
+
+
+def _fault(args: argparse.Namespace) -> int:
+    if args.clear == (args.fault is not None):
+        print("give either a FAULT or --clear", file=sys.stderr)
+        return 2
+    lines = hosts.inject_fault(_paths(), args.node, None if args.clear else args.fault, args.gpu)
+    for line in lines:
+        print(f"{args.node} journal: {line}")
+    print(f"{args.node}: {'faults cleared' if args.clear else f'{args.fault} injected'}")
+    return 0
+
+
+def add_lab_parser(subparsers: Any) -> argparse.ArgumentParser:
+    lab = subparsers.add_parser("lab", help="a local fleet of Debian hosts with emulated NVIDIA GPUs")
+    sub = lab.add_subparsers(dest="lab_command", required=True)
+    _add_lab_commands(sub)
+    return lab
+
+
+def _add_lab_commands(sub: Any) -> None:
+    p = sub.add_parser("up", help="boot a fresh lab (cleans up whatever a previous lab left)")
+    p.add_argument("--nodes", type=int, default=3, help="number of hosts (default 3)")
+    p.add_argument("--profile", action="append", metavar="NAME",
+                   help="hardware profile; repeat to cycle over nodes (default: h100-sxm-8, a100-80gb-4, l4-1)")  # fmt: skip
+    _handles(p, _up)
+    p = sub.add_parser("down", help="stop every host and the repository server, remove what the lab made")
+    _handles(p, _down)
+    p = sub.add_parser("status", help="hosts, addresses, profiles and whether they answer")
+    p.add_argument("--json", action="store_true")
+    _handles(p, _status)
+    p = sub.add_parser("ssh", help="log into a lab host (strict host-key checking, lab key)")
+    p.add_argument("node")
+    p.add_argument("command", nargs=argparse.REMAINDER, help="-- CMD... to run a command instead of a shell")
+    _handles(p, _ssh)
+    p = sub.add_parser("fault", help="inject a hardware fault into a host, or --clear all its faults")
+    p.add_argument("node")
+    p.add_argument("fault", nargs="?")
+    p.add_argument("--gpu", type=int, help="GPU index the fault hits")
+    p.add_argument("--clear", action="store_true")
+    _handles(p, _fault)
+    p = sub.add_parser("base", help="build the cached Debian base root now (normally done by `up`)")
+    p.add_argument("--rebuild", action="store_true")
+    _handles(p, _base)
+
+
+def _handles(parser: argparse.ArgumentParser, command: Callable[[argparse.Namespace], int]) -> None:
+    """Turn the lab's expected failures into one clear line and exit status 1 instead of a traceback."""
+
+    def run(args: argparse.Namespace) -> int:
+        try:
+            return command(args)
+        except (LabNotUp, hosts.LabError) as exc:
+            print(f"gpuready lab: {exc}", file=sys.stderr)
+            return 1
+
+    parser.set_defaults(func=run)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m gpuready.lab", description=__doc__.splitlines()[0])
+    _add_lab_commands(parser.add_subparsers(dest="lab_command", required=True))
+    args = parser.parse_args(argv)
+    return int(args.func(args) or 0)
