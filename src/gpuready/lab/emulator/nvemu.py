@@ -1,0 +1,236 @@
+"""Shared machinery of the emulated NVIDIA driver: the machine, the driver's own state, faults.
+
+Stdlib only: installed as /usr/lib/nvidia-emu/nvemu.py by the libnvidia-ml1 package (it stands in for
+NVML, the library every NVIDIA tool links against). The machine (GPUs, faults) is a read-only
+hardware file the lab writes; what a real driver keeps in the kernel (MIG mode, GPU/compute
+instances, persistence mode, the loaded module version) lives in a state file that is reset when the
+boot id changes, as a reboot resets a real GPU.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import json
+import os
+import tempfile
+import uuid as uuidlib
+
+HOST_MACHINE_DIR = "/opt/gpuready-lab/machine"
+DEFAULT_HARDWARE = HOST_MACHINE_DIR + "/hardware.json"
+DEFAULT_STATE = "/var/lib/nvidia-emu/state.json"
+DRIVER_DIR = "/usr/lib/nvidia-emu"
+# Used when the tools run outside a lab host (unit tests) and no package wrote driver-version.
+DEFAULT_DRIVER_VERSION = "580.95.05"
+CUDA_BY_BRANCH = {"595": "13.2", "590": "13.1", "580": "13.0", "575": "12.9", "570": "12.8", "550": "12.4"}
+
+GPU_FAULTS = {
+    "off-bus",
+    "xid-79",
+    "xid-48",
+    "ecc-uncorrectable",
+    "row-remap-pending",
+    "retired-pages-pending",
+    "pcie-downgrade",
+    "nvlink-down",
+}
+
+# nvidia-smi exit codes (nvidia-smi(1), RETURN VALUE).
+EXIT_NOT_SUPPORTED = 3
+EXIT_NOT_FOUND = 6
+EXIT_NO_DRIVER = 9
+EXIT_GPU_LOST = 15
+EXIT_MISMATCH = 18
+EXIT_OTHER = 255
+
+
+class NvmlError(Exception):
+    """An error the real tools report before doing anything (NVML init, driver not loaded)."""
+
+    def __init__(self, message: str, code: int):
+        super().__init__(message)
+        self.code = code
+
+
+def hardware_path() -> str:
+    return os.environ.get("GPUREADY_LAB_HARDWARE", DEFAULT_HARDWARE)
+
+
+def state_path() -> str:
+    return os.environ.get("GPUREADY_LAB_STATE", DEFAULT_STATE)
+
+
+def load_hardware() -> dict:
+    with open(hardware_path(), encoding="utf-8") as f:
+        return json.load(f)
+
+
+def boot_id() -> str:
+    override = os.environ.get("GPUREADY_LAB_BOOT_ID")
+    if override:
+        return override
+    try:
+        with open("/proc/sys/kernel/random/boot_id", encoding="ascii") as f:
+            return f.read().strip()
+    except OSError:
+        return "unknown-boot"
+
+
+def _read_text(path: str) -> str | None:
+    try:
+        with open(path, encoding="utf-8") as f:
+            return f.read().strip() or None
+    except OSError:
+        return None
+
+
+def library_version() -> str:
+    """Version of the user-space driver (NVML) installed now: what a freshly started tool links."""
+    env = os.environ.get("GPUREADY_LAB_DRIVER_VERSION")
+    if env:
+        return env
+    return _read_text(os.path.join(DRIVER_DIR, "driver-version")) or DEFAULT_DRIVER_VERSION
+
+
+def installed_kmod_version() -> str | None:
+    """Version of the kernel module package on disk; None when no kernel module package is installed."""
+    env = os.environ.get("GPUREADY_LAB_DRIVER_VERSION")
+    if env:
+        return env
+    if not os.path.isdir(DRIVER_DIR):
+        return DEFAULT_DRIVER_VERSION
+    return _read_text(os.path.join(DRIVER_DIR, "kmod-version"))
+
+
+def cuda_version(driver: str) -> str:
+    return CUDA_BY_BRANCH.get(driver.split(".")[0], "13.0")
+
+
+def _atomic_write(path: str, data: str) -> None:
+    directory = os.path.dirname(path) or "."
+    os.makedirs(directory, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".state-")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def _fresh_gpu_state(mig_enabled: bool) -> dict:
+    return {"mig_current": mig_enabled, "mig_pending": mig_enabled, "persistence": False, "gis": []}
+
+
+class Driver:
+    """The emulated driver for one command: hardware, state and fault view, saved on demand."""
+
+    def __init__(self) -> None:
+        self.hw = load_hardware()
+        self.path = state_path()
+        os.makedirs(os.path.dirname(self.path) or ".", exist_ok=True)
+        self._lock = open(self.path + ".lock", "a+")  # noqa: SIM115 - held for the command's lifetime
+        fcntl.flock(self._lock, fcntl.LOCK_EX)
+        self.state = self._load_state()
+        self.version = library_version()
+
+    def _load_state(self) -> dict:
+        raw = _read_text(self.path)
+        state = json.loads(raw) if raw else {}
+        current = boot_id()
+        gpus = state.get("gpus", {})
+        if state.get("boot_id") != current:
+            # A reboot: pending MIG mode becomes current, instances, persistence and the loaded module
+            # are gone, exactly as after a real reboot.
+            new_gpus = {}
+            for gpu in self.hw["gpus"]:
+                old = gpus.get(gpu["uuid"])
+                pending = bool(old["mig_pending"]) if old else False
+                new_gpus[gpu["uuid"]] = _fresh_gpu_state(pending and gpu.get("mig_capable", False))
+            state = {"boot_id": current, "kmod": None, "gpus": new_gpus}
+        for gpu in self.hw["gpus"]:
+            state["gpus"].setdefault(gpu["uuid"], _fresh_gpu_state(False))
+        return state
+
+    def save(self) -> None:
+        _atomic_write(self.path, json.dumps(self.state, indent=1, sort_keys=True))
+
+    # --- driver checks -------------------------------------------------------------------------
+    def check_loaded(self) -> None:
+        """Raise NvmlError like NVML init does: no module, library/module mismatch."""
+        if "driver-mismatch" in self.host_faults():
+            raise NvmlError("Failed to initialize NVML: Driver/library version mismatch", EXIT_MISMATCH)
+        kmod = self.state.get("kmod")
+        if not kmod:
+            installed = installed_kmod_version()
+            if installed is None:
+                raise NvmlError(
+                    "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. "
+                    "Make sure that the latest NVIDIA driver is installed and running.",
+                    EXIT_NO_DRIVER,
+                )
+            # First use in this boot loads the module on disk (nvidia-modprobe does this on real hosts).
+            self.state["kmod"] = installed
+            self.save()
+            kmod = installed
+        if kmod != self.version:
+            raise NvmlError("Failed to initialize NVML: Driver/library version mismatch", EXIT_MISMATCH)
+
+    # --- faults --------------------------------------------------------------------------------
+    def host_faults(self) -> set[str]:
+        return {f["fault"] for f in self.hw.get("faults", []) if f.get("gpu") is None}
+
+    def gpu_faults(self, index: int) -> set[str]:
+        return {f["fault"] for f in self.hw.get("faults", []) if f.get("gpu") == index}
+
+    def off_bus(self, index: int) -> bool:
+        return bool(self.gpu_faults(index) & {"off-bus", "xid-79"})
+
+    def visible_gpus(self) -> list[dict]:
+        return [g for g in self.hw["gpus"] if not self.off_bus(g["index"])]
+
+    def gpu_state(self, gpu: dict) -> dict:
+        return self.state["gpus"][gpu["uuid"]]
+
+    def persistence(self, gpu: dict) -> bool:
+        return bool(self.gpu_state(gpu)["persistence"]) or persistenced_running()
+
+
+def persistenced_running() -> bool:
+    pid = _read_text(
+        os.environ.get("GPUREADY_LAB_PERSISTENCED_PID", "/run/nvidia-persistenced/nvidia-persistenced.pid")
+    )
+    if not pid or not pid.isdigit():
+        return False
+    return os.path.exists(f"/proc/{pid}")
+
+
+def mig_uuid(gpu_uuid: str, gi: int, ci: int) -> str:
+    """A stable MIG device UUID (real ones are name-based UUIDs too, version 5)."""
+    return "MIG-" + str(uuidlib.uuid5(uuidlib.NAMESPACE_OID, f"{gpu_uuid}/{gi}/{ci}"))
+
+
+def short_hash(text: str, length: int = 16) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:length]
+
+
+def select(drv: Driver, ids: str | None) -> list[dict]:
+    """GPUs named by -i (index, UUID or PCI bus id; comma separated), all when not given."""
+    gpus = drv.hw["gpus"]
+    if ids is None:
+        return list(gpus)
+    chosen = []
+    for token in ids.split(","):
+        token = token.strip()
+        match = None
+        for gpu in gpus:
+            bus = gpu["pci_bus_id"].lower()
+            if token == str(gpu["index"]) or token == gpu["uuid"] or token.lower() in (bus, bus[4:]):
+                match = gpu
+        if match is None:
+            raise LookupError(token)
+        chosen.append(match)
+    return chosen
