@@ -223,7 +223,7 @@ class NodeSpec:
         labels["nvidia.com/mig.strategy"] = s.mig_strategy
         if s.mig_strategy == "single":
             (profile,) = counts
-            labels["nvidia.com/gpu.product"] = f"{self.product}-MIG-{profile}" + ("-SHARED" if shared else "")
+            labels["nvidia.com/gpu.product"] = catalogue.product_label(self.gpu_model, profile) + ("-SHARED" if shared else "")
             labels["nvidia.com/gpu.count"] = str(counts[profile])
             labels["nvidia.com/gpu.replicas"] = str(s.mig_replicas)
             labels["nvidia.com/gpu.sharing-strategy"] = sharing_strategy
@@ -234,7 +234,7 @@ class NodeSpec:
         for profile, n in sorted(counts.items()):
             prefix = profiles[profile].resource_name
             labels[f"{prefix}.count"] = str(n)
-            labels[f"{prefix}.product"] = f"{self.product}-MIG-{profile}" + ("-SHARED" if shared else "")
+            labels[f"{prefix}.product"] = catalogue.product_label(self.gpu_model, profile) + ("-SHARED" if shared else "")
             labels[f"{prefix}.replicas"] = str(s.mig_replicas)
             labels[f"{prefix}.sharing-strategy"] = sharing_strategy
             labels[f"{prefix}.memory"] = str(profiles[profile].memory_mib)

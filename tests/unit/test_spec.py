@@ -348,3 +348,12 @@ def test_inventory_with_python_error(tmp_path):
     (tmp_path / "inv.py").write_text(textwrap.dedent("pool = [undefined_name]\n"))
     (problem,) = problems_of(tmp_path / "inv.py")
     assert "NameError" in problem
+
+
+def test_mig_media_extension_profile_label_follows_gfd_sanitising(tmp_path):
+    inv = write_inventory(
+        tmp_path, gpu_model="NVIDIA H100 80GB HBM3", gpu_count=1, gpu_sharing="mig", mig_layout=["1g.10gb+me"]
+    )
+    node = load_fleet(inv).nodes["node-1"]
+    assert node.expected_allocatable == {"nvidia.com/mig-1g.10gb.me": 1}
+    assert node.expected_labels["nvidia.com/mig-1g.10gb.me.product"] == "NVIDIA-H100-80GB-HBM3-MIG-1g.10gbme"
