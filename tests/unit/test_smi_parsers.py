@@ -412,6 +412,17 @@ def test_query_xml_names_the_field_holding_an_unexpected_value() -> None:
         parse_query_xml(text)
 
 
+def test_query_xml_names_the_field_holding_an_unexpected_flag() -> None:
+    text = read("nvidia-smi-xml/telegraf__a10g.xml").replace(
+        "<remapped_row_pending>No<", "<remapped_row_pending>Maybe<"
+    )
+    with pytest.raises(
+        ParseError,
+        match=re.escape("<gpu> #0 <remapped_rows/remapped_row_pending>: expected 'Yes' or 'No', got 'Maybe'"),
+    ):
+        parse_query_xml(text)
+
+
 @pytest.mark.parametrize("name", sorted(XML_EXPECTED))
 def test_query_xml_rejects_a_capture_cut_in_half(name: str) -> None:
     with pytest.raises(ParseError, match="not well-formed XML"):
@@ -748,6 +759,18 @@ def test_query_text_names_a_missing_uuid() -> None:
     )
     with pytest.raises(
         ParseError, match=r"nvidia-smi -q: GPU 00000000:64:00.0 \(#1\) has no 'GPU UUID' line"
+    ):
+        parse_query_text(text)
+
+
+def test_query_text_names_the_field_holding_an_unexpected_value() -> None:
+    text = read("nvidia-smi-text/gpud__nvidia-smi-query.535.129.03.out.0.valid.a10")
+    text = text.replace("Current                   : 16x", "Current                   : x16")
+    with pytest.raises(
+        ParseError,
+        match=re.escape(
+            "(#0) 'PCI > GPU Link Info > Link Width > Current': expected a number in x, got 'x16'"
+        ),
     ):
         parse_query_text(text)
 

@@ -270,22 +270,25 @@ _NOT_AVAILABLE = frozenset(
 _NUMBER_WITH_UNIT = re.compile(r"^(-?\d+(?:\.\d+)?) ?([A-Za-z%/()]*)$")
 
 
-def _absent(value: str | None) -> bool:
-    return value is None or value.strip() in _NOT_AVAILABLE
+def _value(value: str | None) -> str | None:
+    """The stripped value, or None for a missing field or one of nvidia-smi's no-value markers."""
+    if value is None or value.strip() in _NOT_AVAILABLE:
+        return None
+    return value.strip()
 
 
 def _number(value: str | None, unit: str, what: str, kind: type[int] | type[float]) -> int | float | None:
     """``"81559 MiB"`` -> 81559; the unit must be the expected one so a renamed field cannot slip by."""
-    if _absent(value):
+    text = _value(value)
+    if text is None:
         return None
-    assert value is not None
-    match = _NUMBER_WITH_UNIT.match(value.strip())
+    match = _NUMBER_WITH_UNIT.match(text)
     if match is None or match.group(2) != unit:
-        raise ParseError(f"{what}: expected a number in {unit or 'no unit'}, got {value.strip()!r}")
+        raise ParseError(f"{what}: expected a number in {unit or 'no unit'}, got {text!r}")
     try:
         return kind(match.group(1))
     except ValueError:
-        raise ParseError(f"{what}: expected {kind.__name__}, got {value.strip()!r}") from None
+        raise ParseError(f"{what}: expected {kind.__name__}, got {text!r}") from None
 
 
 def _int(value: str | None, unit: str, what: str) -> int | None:
@@ -299,19 +302,12 @@ def _float(value: str | None, unit: str, what: str) -> float | None:
 
 
 def _flag(value: str | None, true: str, false: str, what: str) -> bool | None:
-    if _absent(value):
+    text = _value(value)
+    if text is None:
         return None
-    assert value is not None
-    text = value.strip()
-    if text == true:
-        return True
-    if text == false:
-        return False
+    if text in (true, false):
+        return text == true
     raise ParseError(f"{what}: expected {true!r} or {false!r}, got {text!r}")
-
-
-def _str(value: str | None) -> str | None:
-    return None if _absent(value) else value.strip()  # type: ignore[union-attr]
 
 
 def _sum_counts(values: Iterable[tuple[str, str | None]], what: str) -> int | None:
@@ -355,8 +351,8 @@ def parse_query_xml(text: str) -> SmiReport:
         raise ParseError(f"{_XML}: not well-formed XML ({exc}); truncated or not XML output") from None
     if root.tag != "nvidia_smi_log":
         raise ParseError(f"{_XML}: root element is <{root.tag}>, expected <nvidia_smi_log>")
-    driver = _xml_text(root, "driver_version")
-    if _absent(driver):
+    driver = _value(_xml_text(root, "driver_version"))
+    if driver is None:
         raise ParseError(f"{_XML}: no <driver_version> element")
     attached = _int(_xml_text(root, "attached_gpus"), "", f"{_XML}: <attached_gpus>")
     if attached is None:
@@ -364,8 +360,8 @@ def parse_query_xml(text: str) -> SmiReport:
     gpus = tuple(_xml_gpu(i, element) for i, element in enumerate(root.findall("gpu")))
     _check_gpu_count(_XML, attached, len(gpus))
     return SmiReport(
-        driver_version=driver.strip(),  # type: ignore[union-attr]
-        cuda_version=_str(_xml_text(root, "cuda_version")),
+        driver_version=driver,
+        cuda_version=_value(_xml_text(root, "cuda_version")),
         attached_gpus=attached,
         gpus=gpus,
     )
@@ -385,34 +381,46 @@ def _xml_text(element: ET.Element, path: str) -> str | None:
     return "".join(found.itertext())
 
 
-def _xml_first(element: ET.Element, *paths: str) -> str | None:
-    for path in paths:
-        value = _xml_text(element, path)
-        if value is not None:
-            return value
-    return None
+class _XmlFields:
+    """Typed access to one element's fields; every error names the ``<gpu>`` and the element path."""
 
+    def __init__(self, element: ET.Element, where: str) -> None:
+        self.element = element
+        self.where = where
 
-def _xml_required(gpu: ET.Element, index: int, path: str) -> str:
-    value = _xml_text(gpu, path)
-    if value is None:
-        raise ParseError(f"{_XML}: <gpu> #{index} has no <{path}> element")
-    if _absent(value):
-        raise ParseError(f"{_XML}: <gpu> #{index} <{path}> has no value ({value.strip()!r})")
-    return value.strip()
+    def text(self, path: str) -> str | None:
+        return _value(_xml_text(self.element, path))
+
+    def required(self, path: str) -> str:
+        raw = _xml_text(self.element, path)
+        if raw is None:
+            raise ParseError(f"{self.where} has no <{path}> element")
+        value = _value(raw)
+        if value is None:
+            raise ParseError(f"{self.where} <{path}> has no value ({raw.strip()!r})")
+        return value
+
+    def integer(self, path: str, unit: str = "") -> int | None:
+        return _int(_xml_text(self.element, path), unit, f"{self.where} <{path}>")
+
+    def required_integer(self, path: str, unit: str = "") -> int:
+        value = _int(self.required(path), unit, f"{self.where} <{path}>")
+        assert value is not None  # required() returned a value
+        return value
+
+    def decimal(self, path: str, unit: str) -> float | None:
+        return _float(_xml_text(self.element, path), unit, f"{self.where} <{path}>")
+
+    def flag(self, path: str, true: str, false: str) -> bool | None:
+        return _flag(_xml_text(self.element, path), true, false, f"{self.where} <{path}>")
 
 
 def _xml_gpu(index: int, gpu: ET.Element) -> GpuInfo:
     where = f"{_XML}: <gpu> #{index}"
-    bus_id = _xml_text(gpu, "pci/pci_bus_id")
-    if _absent(bus_id):
-        bus_id = gpu.get("id")
-    if _absent(bus_id):
+    fields = _XmlFields(gpu, where)
+    bus_id = fields.text("pci/pci_bus_id") or _value(gpu.get("id"))
+    if bus_id is None:
         raise ParseError(f"{where} has no <pci/pci_bus_id> element")
-    assert bus_id is not None
-
-    def num(path: str, unit: str) -> int | None:
-        return _int(_xml_text(gpu, path), unit, f"{where} <{path}>")
 
     reasons = gpu.find("clocks_event_reasons")
     if reasons is None:
@@ -423,12 +431,14 @@ def _xml_gpu(index: int, gpu: ET.Element) -> GpuInfo:
     remapped_element = gpu.find("remapped_rows")
     if remapped_element is not None and len(remapped_element):
         remapped = RemappedRows(
-            correctable=num("remapped_rows/remapped_row_corr", ""),
-            uncorrectable=num("remapped_rows/remapped_row_unc", ""),
-            pending=_flag(_xml_text(gpu, "remapped_rows/remapped_row_pending"), "Yes", "No", where),
-            failure=_flag(_xml_text(gpu, "remapped_rows/remapped_row_failure"), "Yes", "No", where),
+            correctable=fields.integer("remapped_rows/remapped_row_corr"),
+            uncorrectable=fields.integer("remapped_rows/remapped_row_unc"),
+            pending=fields.flag("remapped_rows/remapped_row_pending", "Yes", "No"),
+            failure=fields.flag("remapped_rows/remapped_row_failure", "Yes", "No"),
         )
 
+    # Drivers before 530 print <power_draw>; later ones split it into average and instantaneous, and
+    # --query-gpu's power.draw is the average, so that is the one kept.
     power_path = next(
         (
             f"{section}/{reading}"
@@ -441,42 +451,43 @@ def _xml_gpu(index: int, gpu: ET.Element) -> GpuInfo:
 
     return GpuInfo(
         index=index,
-        pci_bus_id=bus_id.strip(),
-        name=_xml_required(gpu, index, "product_name"),
-        uuid=_xml_required(gpu, index, "uuid"),
-        serial=_str(_xml_text(gpu, "serial")),
-        vbios=_str(_xml_text(gpu, "vbios_version")),
-        memory_total_mib=_int(_xml_required(gpu, index, "fb_memory_usage/total"), "MiB", where),
-        memory_used_mib=_int(_xml_required(gpu, index, "fb_memory_usage/used"), "MiB", where),
-        memory_free_mib=_int(_xml_required(gpu, index, "fb_memory_usage/free"), "MiB", where),
-        persistence_mode=_flag(_xml_text(gpu, "persistence_mode"), "Enabled", "Disabled", where),
-        mig_mode_current=_str(_xml_text(gpu, "mig_mode/current_mig")),
-        mig_mode_pending=_str(_xml_text(gpu, "mig_mode/pending_mig")),
+        pci_bus_id=bus_id,
+        name=fields.required("product_name"),
+        uuid=fields.required("uuid"),
+        serial=fields.text("serial"),
+        vbios=fields.text("vbios_version"),
+        memory_total_mib=fields.required_integer("fb_memory_usage/total", "MiB"),
+        memory_used_mib=fields.required_integer("fb_memory_usage/used", "MiB"),
+        memory_free_mib=fields.required_integer("fb_memory_usage/free", "MiB"),
+        persistence_mode=fields.flag("persistence_mode", "Enabled", "Disabled"),
+        mig_mode_current=fields.text("mig_mode/current_mig"),
+        mig_mode_pending=fields.text("mig_mode/pending_mig"),
         mig_devices=tuple(
-            _xml_mig_device(where, element) for element in gpu.findall("mig_devices/mig_device")
+            _xml_mig_device(_XmlFields(element, f"{where} <mig_device>"))
+            for element in gpu.findall("mig_devices/mig_device")
         ),
-        ecc_mode_current=_str(_xml_text(gpu, "ecc_mode/current_ecc")),
-        ecc_mode_pending=_str(_xml_text(gpu, "ecc_mode/pending_ecc")),
+        ecc_mode_current=fields.text("ecc_mode/current_ecc"),
+        ecc_mode_pending=fields.text("ecc_mode/pending_ecc"),
         ecc_uncorrectable_volatile=_xml_ecc_uncorrectable(gpu, "volatile", where),
         ecc_uncorrectable_aggregate=_xml_ecc_uncorrectable(gpu, "aggregate", where),
-        retired_pages_single_bit=num("retired_pages/multiple_single_bit_retirement/retired_count", ""),
-        retired_pages_double_bit=num("retired_pages/double_bit_retirement/retired_count", ""),
+        retired_pages_single_bit=fields.integer("retired_pages/multiple_single_bit_retirement/retired_count"),
+        retired_pages_double_bit=fields.integer("retired_pages/double_bit_retirement/retired_count"),
         retired_pages_pending=_any_yes(
             [
-                _flag(_xml_text(gpu, "retired_pages/pending_blacklist"), "Yes", "No", where),
-                _flag(_xml_text(gpu, "retired_pages/pending_retirement"), "Yes", "No", where),
+                fields.flag("retired_pages/pending_blacklist", "Yes", "No"),
+                fields.flag("retired_pages/pending_retirement", "Yes", "No"),
             ]
         ),
         remapped_rows=remapped,
-        pcie_link_gen_current=num("pci/pci_gpu_link_info/pcie_gen/current_link_gen", ""),
-        pcie_link_gen_max=num("pci/pci_gpu_link_info/pcie_gen/max_link_gen", ""),
-        pcie_link_width_current=num("pci/pci_gpu_link_info/link_widths/current_link_width", "x"),
-        pcie_link_width_max=num("pci/pci_gpu_link_info/link_widths/max_link_width", "x"),
+        pcie_link_gen_current=fields.integer("pci/pci_gpu_link_info/pcie_gen/current_link_gen"),
+        pcie_link_gen_max=fields.integer("pci/pci_gpu_link_info/pcie_gen/max_link_gen"),
+        pcie_link_width_current=fields.integer("pci/pci_gpu_link_info/link_widths/current_link_width", "x"),
+        pcie_link_width_max=fields.integer("pci/pci_gpu_link_info/link_widths/max_link_width", "x"),
         clock_event_reasons_active=_active_reasons(reason_pairs),
-        temperature_c=num("temperature/gpu_temp", "C"),
-        power_draw_w=None if power_path is None else _float(_xml_text(gpu, power_path), "W", where),
-        fabric_state=_str(_xml_text(gpu, "fabric/state")),
-        fabric_status=_str(_xml_text(gpu, "fabric/status")),
+        temperature_c=fields.integer("temperature/gpu_temp", "C"),
+        power_draw_w=None if power_path is None else fields.decimal(power_path, "W"),
+        fabric_state=fields.text("fabric/state"),
+        fabric_status=fields.text("fabric/status"),
     )
 
 
@@ -503,21 +514,13 @@ def _xml_ecc_uncorrectable(gpu: ET.Element, scope: str, where: str) -> int | Non
     return _sum_counts(pairs, f"{where} <ecc_errors/{scope}>")
 
 
-def _xml_mig_device(where: str, element: ET.Element) -> MigDevice:
-    def required(path: str, unit: str) -> int:
-        value = _int(_xml_text(element, path), unit, f"{where} <mig_device/{path}>")
-        if value is None:
-            raise ParseError(f"{where} has a <mig_device> without <{path}>")
-        return value
-
+def _xml_mig_device(fields: _XmlFields) -> MigDevice:
     return MigDevice(
-        index=required("index", ""),
-        gpu_instance_id=required("gpu_instance_id", ""),
-        compute_instance_id=required("compute_instance_id", ""),
-        memory_total_mib=required("fb_memory_usage/total", "MiB"),
-        sm_count=_int(
-            _xml_text(element, "device_attributes/shared/multiprocessor_count"), "", f"{where} <mig_device>"
-        ),
+        index=fields.required_integer("index"),
+        gpu_instance_id=fields.required_integer("gpu_instance_id"),
+        compute_instance_id=fields.required_integer("compute_instance_id"),
+        memory_total_mib=fields.required_integer("fb_memory_usage/total", "MiB"),
+        sm_count=fields.integer("device_attributes/shared/multiprocessor_count"),
     )
 
 
@@ -626,8 +629,8 @@ def parse_query_text(text: str, *, filtered: bool = False) -> SmiReport:
     if lines[banner].strip() != _BANNER:
         raise ParseError(f"{_TEXT}: output does not start with the {_BANNER!r} banner")
     root = _indented_tree([(i + 1, line) for i, line in enumerate(lines) if i > banner], _TEXT)
-    driver = root.get("Driver Version")
-    if _absent(driver):
+    driver = _value(root.get("Driver Version"))
+    if driver is None:
         raise ParseError(f"{_TEXT}: no 'Driver Version' line")
     attached = _int(root.get("Attached GPUs"), "", f"{_TEXT}: 'Attached GPUs'")
     if attached is None:
@@ -643,27 +646,53 @@ def parse_query_text(text: str, *, filtered: bool = False) -> SmiReport:
                 f"{_TEXT}: {blocks[-1].key} lacks {first!r} that {blocks[0].key} has; truncated output?"
             )
     return SmiReport(
-        driver_version=driver.strip(),  # type: ignore[union-attr]
-        cuda_version=_str(root.get("CUDA Version")),
+        driver_version=driver,
+        cuda_version=_value(root.get("CUDA Version")),
         attached_gpus=attached,
         gpus=tuple(_text_gpu(i, block, filtered) for i, block in enumerate(blocks)),
     )
 
 
-def _text_gpu(index: int, block: _Node, filtered: bool) -> GpuInfo:
-    bus_id = block.key.removeprefix("GPU ").strip()
-    where = f"{_TEXT}: {block.key} (#{index})"
+class _TextFields:
+    """Typed access to the fields under one text node; every error names the GPU and the field path."""
 
-    def required(*path: str) -> str | None:
-        value = block.get(*path)
-        if value is None and not filtered:
+    def __init__(self, node: _Node, where: str, filtered: bool = False) -> None:
+        self.node = node
+        self.where = where
+        self.filtered = filtered
+
+    def _what(self, path: Sequence[str]) -> str:
+        return f"{self.where} {' > '.join(path)!r}"
+
+    def text(self, *path: str) -> str | None:
+        return _value(self.node.get(*path))
+
+    def required(self, *path: str) -> str | None:
+        """A field a full query always prints; a filtered one may leave it out (then None)."""
+        raw = self.node.get(*path)
+        if raw is None and not self.filtered:
             raise ParseError(
-                f"{where} has no {' > '.join(path)!r} line (output of a filtered -q -d query? pass filtered=True)"
+                f"{self.where} has no {' > '.join(path)!r} line"
+                " (output of a filtered -q -d query? pass filtered=True)"
             )
-        return value
+        return raw
 
-    def num(unit: str, *path: str) -> int | None:
-        return _int(block.get(*path), unit, f"{where} {' > '.join(path)!r}")
+    def integer(self, unit: str, *path: str) -> int | None:
+        return _int(self.node.get(*path), unit, self._what(path))
+
+    def required_integer(self, unit: str, *path: str) -> int | None:
+        return _int(self.required(*path), unit, self._what(path))
+
+    def decimal(self, unit: str, *path: str) -> float | None:
+        return _float(self.node.get(*path), unit, self._what(path))
+
+    def flag(self, true: str, false: str, *path: str) -> bool | None:
+        return _flag(self.node.get(*path), true, false, self._what(path))
+
+
+def _text_gpu(index: int, block: _Node, filtered: bool) -> GpuInfo:
+    where = f"{_TEXT}: {block.key} (#{index})"
+    fields = _TextFields(block, where, filtered)
 
     reasons = block.find("Clocks Event Reasons") or block.find("Clocks Throttle Reasons")
     reason_pairs = (
@@ -676,54 +705,61 @@ def _text_gpu(index: int, block: _Node, filtered: bool) -> GpuInfo:
     remapped_node = block.find("Remapped Rows")
     if remapped_node is not None and remapped_node.children:
         remapped = RemappedRows(
-            correctable=num("", "Remapped Rows", "Correctable Error"),
-            uncorrectable=num("", "Remapped Rows", "Uncorrectable Error"),
-            pending=_flag(block.get("Remapped Rows", "Pending"), "Yes", "No", where),
-            failure=_flag(block.get("Remapped Rows", "Remapping Failure Occurred"), "Yes", "No", where),
+            correctable=fields.integer("", "Remapped Rows", "Correctable Error"),
+            uncorrectable=fields.integer("", "Remapped Rows", "Uncorrectable Error"),
+            pending=fields.flag("Yes", "No", "Remapped Rows", "Pending"),
+            failure=fields.flag("Yes", "No", "Remapped Rows", "Remapping Failure Occurred"),
         )
 
-    power: str | None = None
-    for section in ("GPU Power Readings", "Power Readings"):
-        for reading in ("Power Draw", "Average Power Draw"):
-            if power is None:
-                power = block.get(section, reading)
+    # "Power Draw" before driver 530, then "Average Power Draw" (what --query-gpu's power.draw reports).
+    power_path = next(
+        (
+            (section, reading)
+            for section in ("GPU Power Readings", "Power Readings")
+            for reading in ("Power Draw", "Average Power Draw")
+            if block.find(section, reading) is not None
+        ),
+        None,
+    )
 
     pending_keys = ("Pending Page Blacklist", "Pending Page Retirement", "Pending")
     gpu = GpuInfo(
         index=index,
-        pci_bus_id=block.get("PCI", "Bus Id") or bus_id,
-        name=_str(required("Product Name")),
-        uuid=_str(required("GPU UUID")),
-        serial=_str(block.get("Serial Number")),
-        vbios=_str(block.get("VBIOS Version")),
-        memory_total_mib=_int(required("FB Memory Usage", "Total"), "MiB", where),
-        memory_used_mib=_int(required("FB Memory Usage", "Used"), "MiB", where),
-        memory_free_mib=_int(required("FB Memory Usage", "Free"), "MiB", where),
-        persistence_mode=_flag(block.get("Persistence Mode"), "Enabled", "Disabled", where),
-        mig_mode_current=_str(block.get("MIG Mode", "Current")),
-        mig_mode_pending=_str(block.get("MIG Mode", "Pending")),
+        pci_bus_id=fields.text("PCI", "Bus Id") or block.key.removeprefix("GPU ").strip(),
+        name=_value(fields.required("Product Name")),
+        uuid=_value(fields.required("GPU UUID")),
+        serial=fields.text("Serial Number"),
+        vbios=fields.text("VBIOS Version"),
+        memory_total_mib=fields.required_integer("MiB", "FB Memory Usage", "Total"),
+        memory_used_mib=fields.required_integer("MiB", "FB Memory Usage", "Used"),
+        memory_free_mib=fields.required_integer("MiB", "FB Memory Usage", "Free"),
+        persistence_mode=fields.flag("Enabled", "Disabled", "Persistence Mode"),
+        mig_mode_current=fields.text("MIG Mode", "Current"),
+        mig_mode_pending=fields.text("MIG Mode", "Pending"),
         mig_devices=tuple(
-            _text_mig_device(where, node) for node in block.children if node.key == "MIG Device"
+            _text_mig_device(_TextFields(node, f"{where} MIG Device (line {node.line})"))
+            for node in block.children
+            if node.key == "MIG Device"
         ),
-        ecc_mode_current=_str(block.get("ECC Mode", "Current")),
-        ecc_mode_pending=_str(block.get("ECC Mode", "Pending")),
+        ecc_mode_current=fields.text("ECC Mode", "Current"),
+        ecc_mode_pending=fields.text("ECC Mode", "Pending"),
         ecc_uncorrectable_volatile=_text_ecc_uncorrectable(block, "Volatile", where),
         ecc_uncorrectable_aggregate=_text_ecc_uncorrectable(block, "Aggregate", where),
-        retired_pages_single_bit=num("", "Retired Pages", "Single Bit ECC"),
-        retired_pages_double_bit=num("", "Retired Pages", "Double Bit ECC"),
+        retired_pages_single_bit=fields.integer("", "Retired Pages", "Single Bit ECC"),
+        retired_pages_double_bit=fields.integer("", "Retired Pages", "Double Bit ECC"),
         retired_pages_pending=_any_yes(
-            [_flag(block.get("Retired Pages", key), "Yes", "No", where) for key in pending_keys]
+            [fields.flag("Yes", "No", "Retired Pages", key) for key in pending_keys]
         ),
         remapped_rows=remapped,
-        pcie_link_gen_current=num("", "PCI", "GPU Link Info", "PCIe Generation", "Current"),
-        pcie_link_gen_max=num("", "PCI", "GPU Link Info", "PCIe Generation", "Max"),
-        pcie_link_width_current=num("x", "PCI", "GPU Link Info", "Link Width", "Current"),
-        pcie_link_width_max=num("x", "PCI", "GPU Link Info", "Link Width", "Max"),
+        pcie_link_gen_current=fields.integer("", "PCI", "GPU Link Info", "PCIe Generation", "Current"),
+        pcie_link_gen_max=fields.integer("", "PCI", "GPU Link Info", "PCIe Generation", "Max"),
+        pcie_link_width_current=fields.integer("x", "PCI", "GPU Link Info", "Link Width", "Current"),
+        pcie_link_width_max=fields.integer("x", "PCI", "GPU Link Info", "Link Width", "Max"),
         clock_event_reasons_active=_active_reasons(reason_pairs),
-        temperature_c=num("C", "Temperature", "GPU Current Temp"),
-        power_draw_w=_float(power, "W", where),
-        fabric_state=_str(block.get("Fabric", "State")),
-        fabric_status=_str(block.get("Fabric", "Status")),
+        temperature_c=fields.integer("C", "Temperature", "GPU Current Temp"),
+        power_draw_w=None if power_path is None else fields.decimal("W", *power_path),
+        fabric_state=fields.text("Fabric", "State"),
+        fabric_status=fields.text("Fabric", "Status"),
     )
     if not filtered and block.find("Processes") is None:
         raise ParseError(
@@ -743,22 +779,20 @@ def _text_ecc_uncorrectable(block: _Node, scope: str, where: str) -> int | None:
     return _sum_counts(pairs, f"{where} 'ECC Errors > {scope}'")
 
 
-def _text_mig_device(where: str, node: _Node) -> MigDevice:
+def _text_mig_device(fields: _TextFields) -> MigDevice:
     def required(unit: str, *paths: tuple[str, ...]) -> int:
         for path in paths:
-            value = _int(node.get(*path), unit, f"{where} MIG Device {' > '.join(path)!r}")
+            value = fields.integer(unit, *path)
             if value is not None:
                 return value
-        raise ParseError(f"{where} has a 'MIG Device' (line {node.line}) without {' > '.join(paths[0])!r}")
+        raise ParseError(f"{fields.where} has no {' > '.join(paths[0])!r} value")
 
     return MigDevice(
         index=required("", ("Index",)),
         gpu_instance_id=required("", ("GPU Instance ID",)),
         compute_instance_id=required("", ("Compute Instance ID",)),
         memory_total_mib=required("MiB", ("Shared FB Memory Usage", "Total"), ("FB Memory Usage", "Total")),
-        sm_count=_int(
-            node.get("Device Attributes", "Shared", "Multiprocessor count"), "", f"{where} MIG Device"
-        ),
+        sm_count=fields.integer("", "Device Attributes", "Shared", "Multiprocessor count"),
     )
 
 
@@ -833,7 +867,8 @@ def _csv_canonical(name: str) -> str:
 def parse_query_gpu_csv(text: str, fields: Sequence[str]) -> list[dict[str, CsvValue]]:
     """Read ``--query-gpu=<fields> --format=csv[,noheader][,nounits]``: one dict per GPU, keyed by ``fields``.
 
-    A header line, when there is one, must name ``fields`` in order (aliases such as ``gpu_name`` for
+    Values are split on ``", "`` as nvidia-smi writes them (it does not quote). A header line, when there
+    is one, must name ``fields`` in order (aliases such as ``gpu_name`` for
     ``name`` are understood). Units are stripped; no-value markers (``[N/A]``, ``[Not Supported]``,
     deprecated) become None; numbers become int or float, except identifiers and versions (serial,
     driver_version, pci.*, inforom.*, compute_cap ...), which stay strings. Other bracketed values such
@@ -863,7 +898,8 @@ def parse_query_gpu_csv(text: str, fields: Sequence[str]) -> list[dict[str, CsvV
         cells = line.split(", ")
         if len(cells) != len(fields):
             raise ParseError(
-                f"{_CSV}: line {number} has {len(cells)} values for {len(fields)} fields; truncated or garbled"
+                f"{_CSV}: line {number} has {len(cells)} values for {len(fields)} fields; truncated or"
+                f" garbled: {line[:80]!r}"
             )
         rows.append(
             {
