@@ -115,7 +115,8 @@ class GpuView:
     def fabric(self) -> tuple[str, str]:
         if not self.drv.hw.get("system", {}).get("nvswitch"):
             return NA, NA
-        if "fabricmanager-failed" in self.drv.host_faults():
+        # The GPUs join the NVSwitch fabric only once Fabric Manager has configured it.
+        if "fabricmanager-failed" in self.drv.host_faults() or not nvemu.fabricmanager_running():
             return "In Progress", NA
         return "Completed", "Success"
 

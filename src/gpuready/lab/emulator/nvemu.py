@@ -199,13 +199,21 @@ class Driver:
         return bool(self.gpu_state(gpu)["persistence"]) or persistenced_running()
 
 
+def _alive(pid_file: str) -> bool:
+    pid = _read_text(pid_file)
+    return bool(pid and pid.isdigit() and os.path.exists(f"/proc/{pid}"))
+
+
 def persistenced_running() -> bool:
-    pid = _read_text(
+    return _alive(
         os.environ.get("GPUREADY_LAB_PERSISTENCED_PID", "/run/nvidia-persistenced/nvidia-persistenced.pid")
     )
-    if not pid or not pid.isdigit():
-        return False
-    return os.path.exists(f"/proc/{pid}")
+
+
+def fabricmanager_running() -> bool:
+    return _alive(
+        os.environ.get("GPUREADY_LAB_FABRICMANAGER_PID", "/run/nvidia-fabricmanager/nv-fabricmanager.pid")
+    )
 
 
 def mig_uuid(gpu_uuid: str, gi: int, ci: int) -> str:
@@ -234,3 +242,33 @@ def select(drv: Driver, ids: str | None) -> list[dict]:
             raise LookupError(token)
         chosen.append(match)
     return chosen
+
+
+def daemonize(pid_file: str) -> None:
+    """Fork into the background as a Type=forking systemd service expects; the child writes the pid file."""
+    if os.fork() > 0:
+        os._exit(0)
+    os.setsid()
+    if os.fork() > 0:
+        os._exit(0)
+    os.chdir("/")
+    devnull = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1, 2):
+        os.dup2(devnull, fd)
+    os.makedirs(os.path.dirname(pid_file), exist_ok=True)
+    _atomic_write(pid_file, f"{os.getpid()}\n")
+
+
+def wait_forever() -> None:
+    """Sleep until SIGTERM/SIGINT, then return (the caller cleans up and exits 0)."""
+    import signal
+
+    stop = {"now": False}
+
+    def _handler(_signum: int, _frame: object) -> None:
+        stop["now"] = True
+
+    signal.signal(signal.SIGTERM, _handler)
+    signal.signal(signal.SIGINT, _handler)
+    while not stop["now"]:
+        signal.pause()
