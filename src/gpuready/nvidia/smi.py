@@ -560,12 +560,13 @@ class _Node:
     children: list[_Node] = field(default_factory=list)
 
     def find(self, *path: str) -> _Node | None:
-        node: _Node | None = self
+        """The first node down ``path``; repeated keys (``MIG Device``) need :attr:`children` instead."""
+        node = self
         for key in path:
-            assert node is not None
-            node = next((child for child in node.children if child.key == key), None)
-            if node is None:
+            found = next((child for child in node.children if child.key == key), None)
+            if found is None:
                 return None
+            node = found
         return node
 
     def get(self, *path: str) -> str | None:
@@ -577,14 +578,14 @@ class _Node:
             yield child
             yield from child.walk()
 
-    def leaf_paths(self, skip: frozenset[str], prefix: tuple[str, ...] = ()) -> set[tuple[str, ...]]:
+    def key_paths(self, skip: frozenset[str], prefix: tuple[str, ...] = ()) -> set[tuple[str, ...]]:
         paths: set[tuple[str, ...]] = set()
         for child in self.children:
             if child.key in skip:
                 continue
             path = (*prefix, child.key)
             paths.add(path)
-            paths |= child.leaf_paths(skip, path)
+            paths |= child.key_paths(skip, path)
         return paths
 
 
@@ -639,7 +640,7 @@ def parse_query_text(text: str, *, filtered: bool = False) -> SmiReport:
     _check_gpu_count(_TEXT, attached, len(blocks))
     if filtered and len(blocks) > 1:
         skip = frozenset({"MIG Device", "Processes"})
-        missing = blocks[0].leaf_paths(skip) - blocks[-1].leaf_paths(skip)
+        missing = blocks[0].key_paths(skip) - blocks[-1].key_paths(skip)
         if missing:
             first = " > ".join(sorted(missing)[0])
             raise ParseError(
@@ -868,8 +869,8 @@ def parse_query_gpu_csv(text: str, fields: Sequence[str]) -> list[dict[str, CsvV
     """Read ``--query-gpu=<fields> --format=csv[,noheader][,nounits]``: one dict per GPU, keyed by ``fields``.
 
     Values are split on ``", "`` as nvidia-smi writes them (it does not quote). A header line, when there
-    is one, must name ``fields`` in order (aliases such as ``gpu_name`` for
-    ``name`` are understood). Units are stripped; no-value markers (``[N/A]``, ``[Not Supported]``,
+    is one, must name ``fields`` in order (aliases such as ``gpu_name`` for ``name`` are understood), so
+    a reply to some other query is never read as this one. Units are stripped; no-value markers (``[N/A]``, ``[Not Supported]``,
     deprecated) become None; numbers become int or float, except identifiers and versions (serial,
     driver_version, pci.*, inforom.*, compute_cap ...), which stay strings. Other bracketed values such
     as ``[Unknown Error]`` or ``[GPU is lost]`` are kept as strings so that a check can report them.
