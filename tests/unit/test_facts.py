@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 from pathlib import Path
 
@@ -80,3 +81,26 @@ def test_kubelet_joined(tmp_path):
         ["sh", "-c", command], capture_output=True, text=True, check=True
     ).stdout.splitlines()
     assert KubeletJoined().process(out) is None
+
+
+def test_swap_fact_and_swap_off_sed_on_real_files(tmp_path):
+    from gpuready.facts.host import Swap
+
+    swaps = tmp_path / "swaps"
+    swaps.write_text("Filename\tType\tSize\tUsed\tPriority\n/swapfile   file\t1048572\t0\t-2\n")
+    fstab = tmp_path / "fstab"
+    fstab.write_text("UUID=abc / ext4 defaults 0 1\n/swapfile none swap sw 0 0\n# /old none swap sw 0 0\n")
+    command = Swap().command().replace("/proc/swaps", str(swaps)).replace("/etc/fstab", str(fstab))
+    out = subprocess.run(
+        ["sh", "-c", command], capture_output=True, text=True, check=True
+    ).stdout.splitlines()
+    assert Swap().process(out) == {"active": ["/swapfile"], "fstab": ["/swapfile none swap sw 0 0"]}
+
+    case = json.loads((FIXTURES.parent / "operations" / "host.swap_off" / "fstab_only.json").read_text())
+    sed = case["commands"][0].replace("/etc/fstab", str(fstab))
+    subprocess.run(["sh", "-c", sed], check=True)
+    assert fstab.read_text().splitlines()[1] == "# /swapfile none swap sw 0 0  # swap disabled by gpuready"
+    out = subprocess.run(
+        ["sh", "-c", command], capture_output=True, text=True, check=True
+    ).stdout.splitlines()
+    assert Swap().process(out)["fstab"] == []

@@ -1,0 +1,55 @@
+"""The MIG layout of a node: MIG mode and exactly the spec's GPU and compute instances, changed only where they differ."""
+
+from __future__ import annotations
+
+from pyinfra import host
+from pyinfra.api import OperationError, operation
+
+from gpuready.facts.nvidia import MigInstances, NvidiaSmi
+
+
+@operation()
+def layout(per_gpu: tuple[tuple[str, ...] | None, ...], destroy_existing: bool = False):
+    """
+    Enable MIG mode and create the spec's instances (each GPU instance with its default compute instance).
+
+    + per_gpu: for each GPU index, the GPU instance profiles it must have (``None``: a whole GPU, MIG left alone)
+    + destroy_existing: allow destroying instances that differ from the spec; without it such a GPU is an error,
+      since instances may be in use by pods
+
+    MIG mode that is still pending after ``-mig 1`` needs a GPU reset or a reboot; instances are created on the run
+    after it, and the operation says so.
+    """
+    smi = host.get_fact(NvidiaSmi)
+    if not smi.installed or smi.report is None:
+        raise OperationError(f"cannot read the MIG state: {smi.error or 'nvidia-smi is not installed'}")
+    gpus = smi.report.gpus
+    if len(gpus) < len(per_gpu):
+        raise OperationError(f"the spec has {len(per_gpu)} GPUs, nvidia-smi sees {len(gpus)}")
+    state = host.get_fact(MigInstances)
+    done = []
+    for index, wanted in enumerate(per_gpu):
+        if wanted is None:
+            continue
+        gpu = gpus[index]
+        if gpu.mig_mode_current != "Enabled":
+            if gpu.mig_mode_pending == "Enabled":
+                host.noop(f"GPU {index}: MIG mode is pending; reset the GPU or reboot, then re-run")
+            else:
+                yield f"nvidia-smi -i {index} -mig 1"
+            continue
+        have = state.profiles_on(index)
+        if have == sorted(wanted):
+            done.append(index)
+            continue
+        if have:
+            if not destroy_existing:
+                raise OperationError(
+                    f"GPU {index} has MIG instances {have}, the spec wants {sorted(wanted)}; they may be in use: "
+                    "set mig_destroy_in_use = True to let the deploy destroy them"
+                )
+            yield f"nvidia-smi mig -i {index} -dci"
+            yield f"nvidia-smi mig -i {index} -dgi"
+        yield f"nvidia-smi mig -i {index} -cgi {','.join(wanted)} -C"
+    if done and len(done) == sum(1 for w in per_gpu if w is not None):
+        host.noop(f"MIG layout matches the spec on GPUs {done}")

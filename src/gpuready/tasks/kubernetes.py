@@ -1,0 +1,39 @@
+"""kubelet/kubeadm/kubectl from the Kubernetes repository of the inventory's minor version, pinned and held."""
+
+from __future__ import annotations
+
+from pyinfra.api import deploy
+from pyinfra.operations import apt, systemd
+
+from gpuready.deploy_context import current_node
+from gpuready.operations import apt as gpu_apt
+from gpuready.operations import kube
+from gpuready.tasks.repos import repository
+
+
+@deploy("Kubernetes node packages")
+def kubernetes_packages() -> None:
+    node = current_node()
+    pins = node.apt_packages["kubernetes"]
+    repository(
+        name="kubernetes",
+        url_template=node.repos["kubernetes_repo_url"],
+        keyring_url_template=node.repos["kubernetes_repo_keyring_url"],
+        pins=pins,
+    )
+    apt.packages(
+        name=f"Install kubelet, kubeadm, kubectl {node.versions.kubernetes}",
+        packages=pins,
+        no_recommends=True,
+        extra_install_args="--allow-change-held-packages",
+        allow_downgrades=True,
+    )
+    gpu_apt.held(name="Hold the Kubernetes packages", packages=pins)
+    systemd.service(name="Enable kubelet", service="kubelet", enabled=True)
+
+
+@deploy("Join the cluster")
+def join_cluster() -> None:
+    node = current_node()
+    if node.join.enabled:
+        kube.join(name=f"kubeadm join {node.join.api_endpoint}", node=node)

@@ -1,0 +1,20 @@
+"""MIG layout step of the node deploy: only for nodes whose spec asks for MIG."""
+
+from __future__ import annotations
+
+from pyinfra.api import deploy
+
+from gpuready.deploy_context import current_node
+from gpuready.operations import mig
+
+
+@deploy("MIG layout")
+def mig_layout() -> None:
+    node = current_node()
+    if node.sharing.mode != "mig":
+        return
+    mig.layout(
+        name="Lay out MIG instances",
+        per_gpu=node.sharing.mig_layout,
+        destroy_existing=bool(node.data.get("mig_destroy_in_use", False)),
+    )

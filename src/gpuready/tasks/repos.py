@@ -1,0 +1,44 @@
+"""A package repository = a URL and a signing keyring from group data, so a mirror is a one-line change.
+
+Keyrings go to /etc/apt/keyrings and sources reference them with ``signed-by=``: never apt-key, never trusted=yes.
+"""
+
+from __future__ import annotations
+
+from pyinfra import host
+from pyinfra.api import deploy
+from pyinfra.facts.deb import DebPackages
+from pyinfra.operations import apt
+
+from gpuready.deploy_context import repo_vars
+
+KEYRING_DIR = "/etc/apt/keyrings"
+
+
+def pins_installed(pins: list[str]) -> bool:
+    """Whether every ``name=version`` pin is installed at exactly that version."""
+    installed = host.get_fact(DebPackages)
+    return all(version in installed.get(name, []) for name, _, version in (p.partition("=") for p in pins))
+
+
+@deploy("Package repository")
+def repository(name: str, url_template: str, keyring_url_template: str, pins: list[str]) -> None:
+    """Add the repository ``name`` with its keyring; refresh apt lists only when needed for ``pins``."""
+    values = repo_vars()
+    url = url_template.format(**values)
+    keyring = f"{KEYRING_DIR}/{name}.gpg"
+    key = apt.key(
+        name=f"Install the {name} signing key", src=keyring_url_template.format(**values), dest=keyring
+    )
+    source = apt.repo(
+        name=f"Add the {name} repository", src=f"deb [signed-by={keyring}] {url} /", filename=name
+    )
+    # apt update is not idempotent (it always reports a change): run it only when a pin is missing or the
+    # source changed, so a converged node reports zero changes
+    if not pins_installed(pins):
+        apt.update(name=f"Update apt lists for {name}")
+    else:
+        apt.update(
+            name=f"Update apt lists for {name}",
+            _if=lambda: key.did_change() or source.did_change(),
+        )
