@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -581,9 +583,9 @@ def test_query_text_filtered_output_cut_at_a_line_boundary_is_truncation() -> No
         parse_query_text(cut, filtered=True)
 
 
-def _capture_gpu(mig_mode: str | None, **values: object) -> GpuInfo:
+def _capture_gpu(mig_mode: str | None, **values: Any) -> GpuInfo:
     """The fields all three nvidia_gpu_exporter captures (one masked GPU each) share."""
-    fields: dict[str, object] = {
+    fields: dict[str, Any] = {
         "index": 0,
         "uuid": MASKED_UUID,
         "serial": "0000000000000",
@@ -601,7 +603,7 @@ def _capture_gpu(mig_mode: str | None, **values: object) -> GpuInfo:
         "pcie_link_width_max": 16,
     }
     fields.update(values)
-    return GpuInfo(**fields)  # type: ignore[arg-type]
+    return GpuInfo(**fields)
 
 
 H100_MIG_DEVICES = (
@@ -843,7 +845,9 @@ CSV_COMMON[H100_MIG] = CSV_COMMON[H100]
 
 def _csv_section(name: str, phase: str) -> tuple[list[str], str]:
     command, body = capture_section(name, f"{phase} :: query-gpu (csv, what the exporter parses)")
-    fields = re.search(r"--query-gpu=(\S+)", command).group(1).split(",")  # type: ignore[union-attr]
+    match = re.search(r"--query-gpu=(\S+)", command)
+    assert match is not None, command
+    fields = match.group(1).split(",")
     return fields, body
 
 
@@ -1106,7 +1110,8 @@ def test_mig_lgi_with_no_instances_is_an_empty_list() -> None:
     assert parse_mig_lgi("\n".join(empty)) == []
 
 
-MIG_READERS = [
+Reader = Callable[[str], object]
+MIG_READERS: list[tuple[Reader, str]] = [
     (parse_mig_lgip, "openforbc__a100-pcie-40gb_mig-lgip.txt"),
     (parse_mig_lgip, "stackhpc-slurm-appliance__4x-h100-sxm5-80gb_mig-lgip.txt"),
     (parse_mig_lgi, "openforbc__a100-pcie-40gb_mig-lgi.txt"),
@@ -1118,13 +1123,13 @@ MIG_READERS = [
 
 
 @pytest.mark.parametrize(("reader", "name"), MIG_READERS)
-def test_mig_readers_reject_output_cut_in_half(reader, name: str) -> None:  # type: ignore[no-untyped-def]
+def test_mig_readers_reject_output_cut_in_half(reader: Reader, name: str) -> None:
     with pytest.raises(ParseError, match="nvidia-smi mig -l"):
         reader(cut_mid_line(read(f"nvidia-smi-mig/{name}")))
 
 
 @pytest.mark.parametrize(("reader", "name"), MIG_READERS[:-1])
-def test_mig_tables_cut_at_a_line_boundary_are_truncation(reader, name: str) -> None:  # type: ignore[no-untyped-def]
+def test_mig_tables_cut_at_a_line_boundary_are_truncation(reader: Reader, name: str) -> None:
     lines = read(f"nvidia-smi-mig/{name}").splitlines()
     with pytest.raises(ParseError, match="not closed by a"):
         reader("\n".join(lines[:-1]))
@@ -1132,7 +1137,7 @@ def test_mig_tables_cut_at_a_line_boundary_are_truncation(reader, name: str) -> 
 
 @pytest.mark.parametrize(("reader", "_name"), MIG_READERS)
 @pytest.mark.parametrize("text", ["", GARBAGE])
-def test_mig_readers_reject_garbage(reader, _name: str, text: str) -> None:  # type: ignore[no-untyped-def]
+def test_mig_readers_reject_garbage(reader: Reader, _name: str, text: str) -> None:
     with pytest.raises(ParseError, match="nvidia-smi mig -l"):
         reader(text)
 
