@@ -6,22 +6,38 @@ the result is cached on the inventory object pyinfra already holds.
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
 from typing import Any
 
-from pyinfra import host, state
+from pyinfra import host
 from pyinfra.facts.server import Arch, LinuxDistribution
 
-from gpuready.spec import Fleet, NodeSpec, fleet_from_inventory
+from gpuready.spec import Fleet, NodeSpec, SpecError, fleet_from_inventory
 
 _CACHE_ATTR = "_gpuready_fleet"
 
 
+def inventory_path() -> str:
+    """The inventory file named on pyinfra's command line (its first ``.py`` argument), for error messages."""
+    for arg in sys.argv[1:]:
+        if arg.endswith(".py") and Path(arg).is_file():
+            return arg
+    return "inventory"
+
+
 def fleet_for(inventory: Any) -> Fleet:
-    fleet = getattr(inventory, _CACHE_ATTR, None)
-    if fleet is None:
-        fleet = fleet_from_inventory(inventory, str(getattr(state, "inventory_path", None) or "inventory"))
-        setattr(inventory, _CACHE_ATTR, fleet)
-    return fleet
+    """The validated fleet of a loaded inventory; a SpecError is cached too, so it is reported once."""
+    cached = getattr(inventory, _CACHE_ATTR, None)
+    if cached is None:
+        try:
+            cached = fleet_from_inventory(inventory, inventory_path())
+        except SpecError as exc:
+            cached = exc
+        setattr(inventory, _CACHE_ATTR, cached)
+    if isinstance(cached, SpecError):
+        raise cached
+    return cached
 
 
 def current_node() -> NodeSpec:
