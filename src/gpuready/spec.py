@@ -26,6 +26,7 @@ MIG_SHARING_MODES = ("none", "time-slicing")
 DRIVER_SOURCES = ("cuda-repo", "distribution")
 GPU_RESOURCE = "nvidia.com/gpu"
 DEVICE_PLUGIN_CONFIG_LABEL = "nvidia.com/device-plugin.config"
+GPU_PRESENT_LABEL = "nvidia.com/gpu.present"
 
 _DRIVER_VERSION = re.compile(r"^(\d{3})\.(\d{1,3})(\.\d{1,3})?$")
 _SEMVER = re.compile(r"^\d+\.\d+\.\d+$")
@@ -223,7 +224,9 @@ class NodeSpec:
         labels["nvidia.com/mig.strategy"] = s.mig_strategy
         if s.mig_strategy == "single":
             (profile,) = counts
-            labels["nvidia.com/gpu.product"] = catalogue.product_label(self.gpu_model, profile) + ("-SHARED" if shared else "")
+            labels["nvidia.com/gpu.product"] = catalogue.product_label(self.gpu_model, profile) + (
+                "-SHARED" if shared else ""
+            )
             labels["nvidia.com/gpu.count"] = str(counts[profile])
             labels["nvidia.com/gpu.replicas"] = str(s.mig_replicas)
             labels["nvidia.com/gpu.sharing-strategy"] = sharing_strategy
@@ -234,7 +237,9 @@ class NodeSpec:
         for profile, n in sorted(counts.items()):
             prefix = profiles[profile].resource_name
             labels[f"{prefix}.count"] = str(n)
-            labels[f"{prefix}.product"] = catalogue.product_label(self.gpu_model, profile) + ("-SHARED" if shared else "")
+            labels[f"{prefix}.product"] = catalogue.product_label(self.gpu_model, profile) + (
+                "-SHARED" if shared else ""
+            )
             labels[f"{prefix}.replicas"] = str(s.mig_replicas)
             labels[f"{prefix}.sharing-strategy"] = sharing_strategy
             labels[f"{prefix}.memory"] = str(profiles[profile].memory_mib)
@@ -242,8 +247,13 @@ class NodeSpec:
 
     @property
     def node_labels(self) -> dict[str, str]:
-        """Labels the node is joined with: the inventory's plus the device-plugin config selector."""
-        return {**self.labels, DEVICE_PLUGIN_CONFIG_LABEL: self.device_plugin_config_key}
+        """Labels the node is joined with: the inventory's, the GPU-node marker the add-ons select on (the GPU
+        Operator's ``nvidia.com/gpu.present``), and the device-plugin config selector."""
+        return {
+            **self.labels,
+            GPU_PRESENT_LABEL: "true",
+            DEVICE_PLUGIN_CONFIG_LABEL: self.device_plugin_config_key,
+        }
 
     @property
     def apt_packages(self) -> dict[str, list[str]]:
