@@ -1,0 +1,154 @@
+"""Non-code files of the emulated NVIDIA packages: systemd units, configuration files, maintainer scripts.
+
+Kept as Python strings (not data files) so they ship with gpuready without package-data configuration.
+Unit contents follow the units NVIDIA's packages install (nvidia-persistenced's sample unit, the Fabric
+Manager unit); the one change is that Fabric Manager does not Require network-online.target, which a
+container host never reaches.
+"""
+
+WRAPPER = """\
+#!/usr/bin/python3
+# {tool}: emulated by the gpuready lab (the GPU and driver are simulated; see /usr/lib/nvidia-emu).
+import sys
+
+sys.path[:0] = {path!r}
+import {module}
+
+sys.exit({module}.{entry}(sys.argv[1:]))
+"""
+
+PERSISTENCED_UNIT = """\
+[Unit]
+Description=NVIDIA Persistence Daemon
+Wants=syslog.target
+
+[Service]
+Type=forking
+PIDFile=/run/nvidia-persistenced/nvidia-persistenced.pid
+Restart=always
+ExecStart=/usr/bin/nvidia-persistenced --verbose
+ExecStopPost=/bin/rm -rf /run/nvidia-persistenced
+
+[Install]
+WantedBy=multi-user.target
+"""
+
+FABRICMANAGER_UNIT = """\
+[Unit]
+Description=NVIDIA fabric manager service
+After=network-online.target
+
+[Service]
+User=root
+PrivateTmp=false
+Type=forking
+TimeoutStartSec=240
+PIDFile=/run/nvidia-fabricmanager/nv-fabricmanager.pid
+ExecStart=/usr/bin/nv-fabricmanager -c /usr/share/nvidia/nvswitch/fabricmanager.cfg
+LimitCORE=infinity
+
+[Install]
+WantedBy=multi-user.target
+"""
+
+FABRICMANAGER_CFG = """\
+# NVIDIA Fabric Manager configuration file.
+LOG_LEVEL=4
+LOG_FILE_NAME=/var/log/fabricmanager.log
+LOG_APPEND_TO_LOG=1
+LOG_FILE_MAX_SIZE=1024
+LOG_USE_SYSLOG=0
+DAEMONIZE=1
+BIND_INTERFACE_IP=127.0.0.1
+STARTING_TCP_PORT=16000
+FABRIC_MODE=0
+FABRIC_MODE_RESTART=0
+STATE_FILE_NAME=/var/tmp/fabricmanager.state
+FM_CMD_BIND_INTERFACE=127.0.0.1
+FM_CMD_PORT_NUMBER=6666
+FM_STAY_RESIDENT_ON_FAILURES=0
+ACCESS_LINK_FAILURE_MODE=0
+TRUNK_LINK_FAILURE_MODE=0
+NVSWITCH_FAILURE_MODE=0
+ABORT_CUDA_JOBS_ON_FM_EXIT=1
+TOPOLOGY_FILE_PATH=/usr/share/nvidia/nvswitch
+"""
+
+CONTAINER_RUNTIME_CONFIG = """\
+#accept-nvidia-visible-devices-as-volume-mounts = false
+#accept-nvidia-visible-devices-envvar-when-unprivileged = true
+disable-require = false
+supported-driver-capabilities = "compat32,compute,display,graphics,ngx,utility,video"
+
+[nvidia-container-cli]
+environment = []
+ldconfig = "@/sbin/ldconfig"
+load-kmods = true
+no-cgroups = false
+
+[nvidia-container-runtime]
+log-level = "info"
+mode = "auto"
+runtimes = ["runc", "crun"]
+
+[nvidia-container-runtime.modes.cdi]
+annotation-prefixes = ["cdi.k8s.io/"]
+default-kind = "nvidia.com/gpu"
+spec-dirs = ["/etc/cdi", "/var/run/cdi"]
+
+[nvidia-container-runtime.modes.csv]
+mount-spec-path = "/etc/nvidia-container-runtime/host-files-for-container.d"
+
+[nvidia-container-runtime-hook]
+path = "nvidia-container-runtime-hook"
+skip-mode-detection = false
+
+[nvidia-ctk]
+path = "nvidia-ctk"
+"""
+
+CDI_HOOK = """\
+#!/bin/sh
+# nvidia-cdi-hook: emulated by the gpuready lab; the real hook edits the container's root file system.
+exit 0
+"""
+
+RUNTIME_HOOK = """\
+#!/bin/sh
+# nvidia-container-runtime-hook: emulated by the gpuready lab (legacy OCI prestart hook).
+exit 0
+"""
+
+
+def postinst_enable(unit: str, start: bool) -> str:
+    """Enable (and optionally start) a unit the way deb-systemd-helper/invoke-rc.d scripts do, guarded."""
+    start_cmd = f"        systemctl restart {unit} >/dev/null 2>&1 || true\n" if start else ""
+    return (
+        "#!/bin/sh\nset -e\n"
+        'if [ "$1" = "configure" ] || [ "$1" = "abort-upgrade" ]; then\n'
+        f"    systemctl enable {unit} >/dev/null 2>&1 || true\n"
+        "    if [ -d /run/systemd/system ]; then\n"
+        "        systemctl daemon-reload >/dev/null 2>&1 || true\n"
+        f"{start_cmd}"
+        "    fi\n"
+        "fi\nexit 0\n"
+    )
+
+
+def prerm_stop(unit: str) -> str:
+    return (
+        "#!/bin/sh\nset -e\n"
+        'if [ "$1" = "remove" ] && [ -d /run/systemd/system ]; then\n'
+        f"    systemctl stop {unit} >/dev/null 2>&1 || true\n"
+        "fi\nexit 0\n"
+    )
+
+
+def postrm_disable(unit: str) -> str:
+    return (
+        "#!/bin/sh\nset -e\n"
+        'if [ "$1" = "remove" ] || [ "$1" = "purge" ]; then\n'
+        f"    systemctl disable {unit} >/dev/null 2>&1 || true\n"
+        "    if [ -d /run/systemd/system ]; then systemctl daemon-reload >/dev/null 2>&1 || true; fi\n"
+        "fi\nexit 0\n"
+    )

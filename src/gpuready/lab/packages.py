@@ -1,0 +1,269 @@
+"""Build the emulated NVIDIA driver and container toolkit .deb files the lab's apt repositories serve.
+
+Package names, versions and dependencies are those of the real repositories, so a deploy that pins and
+holds ``nvidia-driver-cuda=580.95.05-1`` or ``nvidia-container-toolkit=1.18.0-1`` works unchanged against
+the lab: the CUDA debian12 repository (since R580: ``nvidia-driver``, ``nvidia-driver-cuda``, ``nvidia-smi``,
+``libnvidia-ml1``, ``libcuda1``, ``nvidia-kernel-open-dkms``, ``nvidia-persistenced``, ``nvidia-fabricmanager``,
+all versioned ``<driver>-1``) and libnvidia-container's stable repository (``nvidia-container-toolkit``,
+``nvidia-container-toolkit-base``, ``libnvidia-container-tools``, ``libnvidia-container1``, ``<version>-1``).
+Only the contents are emulated: stdlib Python tools from ``gpuready/lab/emulator``.
+
+Built with ``dpkg-deb --build --root-owner-group`` (no fakeroot); rebuilt only when the emulator sources or
+the requested versions change.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from gpuready.lab.emulator import package_files as pf
+
+EMULATOR_DIR = Path(__file__).parent / "emulator"
+DRIVER_VERSIONS = ("580.95.05", "570.195.03")
+TOOLKIT_VERSIONS = ("1.18.0",)
+DRIVER_LIB = "/usr/lib/nvidia-emu"
+TOOLKIT_LIB = "/usr/lib/nvidia-container-emu"
+MULTIARCH_LIB = "/usr/lib/x86_64-linux-gnu"
+CUDA_MAINTAINER = "cudatools <cudatools@nvidia.com>"
+TOOLKIT_MAINTAINER = "NVIDIA CORPORATION <cudatools@nvidia.com>"
+STAMP = ".gpuready-packages.json"
+
+
+@dataclass
+class Deb:
+    """One binary package: control fields, files (path -> (content, mode)), symlinks, maintainer scripts."""
+
+    name: str
+    version: str
+    maintainer: str
+    section: str
+    description: str
+    depends: list[str] = field(default_factory=list)
+    files: dict[str, tuple[bytes, int]] = field(default_factory=dict)
+    links: dict[str, str] = field(default_factory=dict)
+    scripts: dict[str, str] = field(default_factory=dict)
+    conffiles: list[str] = field(default_factory=list)
+    extra: dict[str, str] = field(default_factory=dict)
+
+    def add(self, path: str, content: str | bytes, mode: int = 0o644) -> None:
+        self.files[path] = (content.encode() if isinstance(content, str) else content, mode)
+
+    def add_module(self, directory: str, name: str, as_name: str | None = None) -> None:
+        self.add(f"{directory}/{as_name or name}", (EMULATOR_DIR / name).read_bytes())
+
+    def add_wrapper(self, tool: str, path: list[str], module: str, entry: str) -> None:
+        self.add(
+            f"/usr/bin/{tool}", pf.WRAPPER.format(tool=tool, path=path, module=module, entry=entry), 0o755
+        )
+
+    @property
+    def filename(self) -> str:
+        return f"{self.name}_{self.version}_amd64.deb"
+
+    def control(self) -> str:
+        size_kib = max(1, sum(len(c) for c, _m in self.files.values()) // 1024)
+        lines = [
+            f"Package: {self.name}",
+            f"Version: {self.version}",
+            "Architecture: amd64",
+            f"Maintainer: {self.maintainer}",
+            f"Installed-Size: {size_kib}",
+        ]
+        if self.depends:
+            lines.append("Depends: " + ", ".join(self.depends))
+        lines += [f"{k}: {v}" for k, v in self.extra.items()]
+        lines += [f"Section: {self.section}", "Priority: optional", "Homepage: https://www.nvidia.com"]
+        summary, _, body = self.description.partition("\n")
+        lines.append(f"Description: {summary}")
+        lines += [f" {ln}" if ln else " ." for ln in body.splitlines()]
+        lines.append(" This package is emulated by the gpuready lab: no real GPU or driver is involved.")
+        return "\n".join(lines) + "\n"
+
+    def build(self, outdir: Path) -> Path:
+        with tempfile.TemporaryDirectory(prefix=f"deb-{self.name}-") as tmp:
+            root = Path(tmp)
+            debian = root / "DEBIAN"
+            debian.mkdir(mode=0o755)
+            (debian / "control").write_text(self.control())
+            for script, text in self.scripts.items():
+                (debian / script).write_text(text)
+                (debian / script).chmod(0o755)
+            if self.conffiles:
+                (debian / "conffiles").write_text("".join(f"{c}\n" for c in self.conffiles))
+            for path, (content, mode) in self.files.items():
+                target = root / path.lstrip("/")
+                target.parent.mkdir(parents=True, exist_ok=True)
+                target.write_bytes(content)
+                target.chmod(mode)
+            for path, dest in self.links.items():
+                target = root / path.lstrip("/")
+                target.parent.mkdir(parents=True, exist_ok=True)
+                target.symlink_to(dest)
+            for directory in [root, *sorted(p for p in root.rglob("*") if p.is_dir() and not p.is_symlink())]:
+                directory.chmod(0o755)
+            out = outdir / self.filename
+            env = dict(os.environ, SOURCE_DATE_EPOCH="1760000000")
+            subprocess.run(
+                ["dpkg-deb", "--root-owner-group", "-Zgzip", "--build", str(root), str(out)],
+                check=True,
+                capture_output=True,
+                env=env,
+            )
+        return out
+
+
+def driver_debs(driver: str) -> list[Deb]:
+    """The R5xx driver packages of the CUDA repository for one driver version."""
+    v = f"{driver}-1"
+    branch = driver.split(".")[0]
+    drv_path = [DRIVER_LIB]
+
+    def pkg(name: str, section: str, description: str, depends: list[str] | None = None) -> Deb:
+        return Deb(name, v, CUDA_MAINTAINER, section, description, depends or [])
+
+    ml = pkg("libnvidia-ml1", "libs", "NVIDIA Management Library (NVML) runtime library")
+    for module in ("nvemu.py", "gpu_tree.py", "mig.py"):
+        ml.add_module(DRIVER_LIB, module)
+    ml.add(f"{DRIVER_LIB}/driver-version", driver + "\n")
+    ml.add(f"{MULTIARCH_LIB}/libnvidia-ml.so.{driver}", f"emulated NVML {driver}\n")
+    ml.links[f"{MULTIARCH_LIB}/libnvidia-ml.so.1"] = f"libnvidia-ml.so.{driver}"
+
+    cuda = pkg("libcuda1", "libs", "NVIDIA CUDA Driver Library", [f"libnvidia-ml1 (= {v})"])
+    cuda.add(f"{MULTIARCH_LIB}/libcuda.so.{driver}", f"emulated libcuda {driver}\n")
+    cuda.links[f"{MULTIARCH_LIB}/libcuda.so.1"] = f"libcuda.so.{driver}"
+
+    kmod = pkg(
+        "nvidia-kernel-open-dkms",
+        "kernel",
+        "NVIDIA binary kernel module DKMS source (open GPU kernel module)",
+    )
+    kmod.add(f"{DRIVER_LIB}/kmod-version", driver + "\n")
+    kmod.add(f"/usr/src/nvidia-{driver}/dkms.conf", f'PACKAGE_NAME="nvidia"\nPACKAGE_VERSION="{driver}"\n')
+    kmod.extra["Provides"] = f"nvidia-kernel-dkms-any (= {v})"
+
+    smi = pkg("nvidia-smi", "utils", "NVIDIA System Management Interface", [f"libnvidia-ml1 (= {v})"])
+    smi.add_module(DRIVER_LIB, "nvidia_smi.py")
+    smi.add_wrapper("nvidia-smi", drv_path, "nvidia_smi", "main")
+
+    pd = pkg("nvidia-persistenced", "utils", "daemon to maintain persistent software state in the NVIDIA driver",
+             [f"libnvidia-ml1 (= {v})"])  # fmt: skip
+    pd.add_module(DRIVER_LIB, "nvidia_persistenced.py")
+    pd.add_wrapper("nvidia-persistenced", drv_path, "nvidia_persistenced", "main")
+    pd.add("/lib/systemd/system/nvidia-persistenced.service", pf.PERSISTENCED_UNIT)
+    pd.scripts = {
+        "postinst": pf.postinst_enable("nvidia-persistenced.service", start=True),
+        "prerm": pf.prerm_stop("nvidia-persistenced.service"),
+        "postrm": pf.postrm_disable("nvidia-persistenced.service"),
+    }
+
+    fm = pkg("nvidia-fabricmanager", "utils", "Fabric Manager for NVSwitch based systems",
+             [f"libnvidia-ml1 (= {v})", f"nvidia-kernel-open-dkms (= {v}) | nvidia-kernel-dkms-any (= {v})"])  # fmt: skip
+    fm.extra["Provides"] = f"nvidia-fabricmanager-{branch} (= {v})"
+    fm.add_module(DRIVER_LIB, "nv_fabricmanager.py")
+    fm.add_wrapper("nv-fabricmanager", drv_path, "nv_fabricmanager", "main")
+    fm.add("/lib/systemd/system/nvidia-fabricmanager.service", pf.FABRICMANAGER_UNIT)
+    fm.add("/usr/share/nvidia/nvswitch/fabricmanager.cfg", pf.FABRICMANAGER_CFG)
+    fm.conffiles = ["/usr/share/nvidia/nvswitch/fabricmanager.cfg"]
+    fm.scripts = {
+        "postinst": pf.postinst_enable("nvidia-fabricmanager.service", start=False),
+        "prerm": pf.prerm_stop("nvidia-fabricmanager.service"),
+        "postrm": pf.postrm_disable("nvidia-fabricmanager.service"),
+    }
+
+    dc = pkg(
+        "nvidia-driver-cuda",
+        "utils",
+        "NVIDIA driver CUDA integration components\nnvidia-smi, NVML, libcuda and the persistence daemon.",
+        [
+            f"nvidia-smi (= {v})",
+            f"libnvidia-ml1 (= {v})",
+            f"libcuda1 (= {v})",
+            f"nvidia-persistenced (= {v})",
+            f"nvidia-kernel-open-dkms (= {v}) | nvidia-kernel-dkms-any (= {v})",
+        ],
+    )
+    meta = pkg("nvidia-driver", "non-free/x11", "NVIDIA metapackage", [f"nvidia-driver-cuda (= {v})"])
+    return [ml, cuda, kmod, smi, pd, fm, dc, meta]
+
+
+def toolkit_debs(toolkit: str) -> list[Deb]:
+    """The libnvidia-container stable repository's packages for one toolkit version."""
+    v = f"{toolkit}-1"
+    tk_path = [TOOLKIT_LIB]
+
+    def pkg(name: str, section: str, description: str, depends: list[str] | None = None) -> Deb:
+        return Deb(name, v, TOOLKIT_MAINTAINER, section, description, depends or [])
+
+    lib = pkg("libnvidia-container1", "libs", "NVIDIA container runtime library")
+    lib.add(f"{MULTIARCH_LIB}/libnvidia-container.so.{toolkit}", f"emulated libnvidia-container {toolkit}\n")
+    lib.links[f"{MULTIARCH_LIB}/libnvidia-container.so.1"] = f"libnvidia-container.so.{toolkit}"
+    lib.add(f"{TOOLKIT_LIB}/version", toolkit + "\n")
+
+    tools = pkg("libnvidia-container-tools", "utils", "NVIDIA container runtime library (command-line tools)",
+                [f"libnvidia-container1 (>= {v})"])  # fmt: skip
+    tools.add_module(TOOLKIT_LIB, "toolkit.py", "container_cli.py")
+    tools.add_wrapper("nvidia-container-cli", tk_path, "container_cli", "cli_main")
+
+    base = pkg("nvidia-container-toolkit-base", "utils", "NVIDIA Container Toolkit Base")
+    base.add_module(TOOLKIT_LIB, "toolkit.py")
+    base.add(f"{TOOLKIT_LIB}/base-version", toolkit + "\n")
+    base.add_wrapper("nvidia-ctk", tk_path, "toolkit", "ctk_main")
+    base.add_wrapper("nvidia-container-runtime", tk_path, "toolkit", "runtime_main")
+    base.add("/usr/bin/nvidia-cdi-hook", pf.CDI_HOOK, 0o755)
+    base.add("/etc/nvidia-container-runtime/config.toml", pf.CONTAINER_RUNTIME_CONFIG)
+    base.conffiles = ["/etc/nvidia-container-runtime/config.toml"]
+
+    tk = pkg(
+        "nvidia-container-toolkit",
+        "utils",
+        "NVIDIA Container toolkit\nProvides tools and utilities to enable GPU support in containers.",
+        [f"nvidia-container-toolkit-base (= {v})", f"libnvidia-container-tools (>= {v})",
+         "libnvidia-container-tools (<< 2.0.0)"],
+    )  # fmt: skip
+    tk.add("/usr/bin/nvidia-container-runtime-hook", pf.RUNTIME_HOOK, 0o755)
+    return [lib, tools, base, tk]
+
+
+def _fingerprint(driver_versions: tuple[str, ...], toolkit_versions: tuple[str, ...]) -> str:
+    h = hashlib.sha256(json.dumps([driver_versions, toolkit_versions]).encode())
+    h.update(Path(__file__).read_bytes())
+    for src in sorted(EMULATOR_DIR.glob("*.py")):
+        h.update(src.name.encode() + src.read_bytes())
+    return h.hexdigest()
+
+
+def build_packages(
+    outdir: Path,
+    driver_versions: tuple[str, ...] | list[str] = DRIVER_VERSIONS,
+    toolkit_versions: tuple[str, ...] | list[str] = TOOLKIT_VERSIONS,
+) -> dict[str, list[Path]]:
+    """Build (or reuse) every package; returns .deb paths by repository key ("cuda", "libnvidia-container")."""
+    if shutil.which("dpkg-deb") is None:
+        raise RuntimeError("dpkg-deb not found: install dpkg (Debian/Ubuntu) to build the lab packages")
+    outdir = Path(outdir)
+    outdir.mkdir(parents=True, exist_ok=True)
+    by_repo = {
+        "cuda": [d for ver in driver_versions for d in driver_debs(ver)],
+        "libnvidia-container": [d for ver in toolkit_versions for d in toolkit_debs(ver)],
+    }
+    result = {key: [outdir / d.filename for d in debs] for key, debs in by_repo.items()}
+    fingerprint = _fingerprint(tuple(driver_versions), tuple(toolkit_versions))
+    stamp = outdir / STAMP
+    wanted = {p.name for paths in result.values() for p in paths}
+    if stamp.exists() and stamp.read_text() == fingerprint and all((outdir / n).exists() for n in wanted):
+        return result
+    for old in outdir.glob("*.deb"):
+        if old.name not in wanted:
+            old.unlink()
+    for debs in by_repo.values():
+        for deb in debs:
+            deb.build(outdir)
+    stamp.write_text(fingerprint)
+    return result
