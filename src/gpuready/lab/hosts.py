@@ -22,6 +22,7 @@ import hashlib
 import json
 import os
 import re
+import shlex
 import shutil
 import signal
 import socket
@@ -428,6 +429,7 @@ def _start_repo(paths: LabPaths) -> dict[str, Any]:
     keyring, armored = aptrepo.export_keyring(signer, paths.keyring)
     pid, port = aptrepo.start_server(paths.repo_root, paths.repo_server_log)
     base_url = f"http://127.0.0.1:{port}"
+    keyring_url = f"{base_url}/{armored.relative_to(paths.repo_root)}"
     return {
         "pid": pid,
         "pid_start": _proc_start(pid),
@@ -435,9 +437,10 @@ def _start_repo(paths: LabPaths) -> dict[str, Any]:
         "base_url": base_url,
         "root": str(paths.repo_root),
         "keyring_path": str(keyring),
-        "keyring_url": f"{base_url}/{armored.relative_to(paths.repo_root)}",
+        "keyring_url": keyring_url,
         "fingerprint": signer.fingerprint,
         "repos": {key: f"{base_url}/{layout.path}/" for key, layout in aptrepo.REPOS.items()},
+        "inventory_data": aptrepo.inventory_data(base_url, keyring_url),
     }
 
 
@@ -576,26 +579,33 @@ def host_entry(state: dict[str, Any], node: str) -> dict[str, Any]:
 def run_on_host(
     paths: LabPaths, node: str, command: list[str], input_text: str | None = None
 ) -> subprocess.CompletedProcess[str]:
+    """Run an argv on a host over lab SSH (quoted here: ssh itself would join the words with spaces)."""
     host = host_entry(require_state(paths), node)
-    argv = ssh.ssh_argv(paths, host["address"], host["port"], command)
+    argv = ssh.ssh_argv(paths, host["address"], host["port"], [shlex.join(command)])
     return subprocess.run(argv, input=input_text, capture_output=True, text=True, timeout=60)
 
 
 def inject_fault(paths: LabPaths, node: str, fault: str | None, gpu: int | None = None) -> list[str]:
-    """Change the host's hardware (fault=None clears all faults); returns the kernel lines logged on the host."""
+    """Change the host's hardware (fault=None clears all faults) and log the kernel lines the fault would print.
+
+    The lines go to the host's journal with identifier "kernel" and facility kern, as the kernel's own do, so
+    `journalctl -t kernel` (which also works on real hosts) finds them. nspawn gives a container no /dev/kmsg, so
+    they cannot carry the kernel transport: `journalctl -k` / `dmesg` inside a lab host do not show them.
+    """
     from gpuready.lab import faults, hardware
 
     host_entry(require_state(paths), node)
-    if fault is not None and fault not in faults.FAULTS:
-        raise LabError(f"unknown fault {fault!r}; known: {', '.join(sorted(faults.FAULTS))}")
     path = paths.machine_dir(node) / "hardware.json"
     hw = hardware.read_hardware(path)
-    if fault is None:
-        hardware.write_hardware(path, faults.clear_faults(hw))
-        return []
-    hw = faults.apply_fault(hw, fault, gpu)
+    try:
+        if fault is None:
+            hardware.write_hardware(path, faults.clear_faults(hw))
+            return []
+        hw = faults.apply_fault(hw, fault, gpu)
+        lines = faults.journal_messages(hw, fault, gpu)
+    except ValueError as exc:  # unknown fault, a GPU index the host lacks, a GPU named for a host-wide fault
+        raise LabError(str(exc)) from exc
     hardware.write_hardware(path, hw)
-    lines = faults.journal_messages(hw, fault, gpu)
     if lines:
         result = run_on_host(
             paths, node, ["logger", "-p", "kern.err", "-t", "kernel"], "\n".join(lines) + "\n"

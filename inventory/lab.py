@@ -1,0 +1,54 @@
+"""The local lab as a pyinfra inventory: `gpuready lab up`, then `pyinfra inventory/lab.py deploys/gpu_node.py`.
+
+Everything comes from the running lab's state (``$GPUREADY_LAB_DIR/state.json``, default /var/lib/gpuready-lab):
+hosts, addresses and SSH port, the lab key and known_hosts (strict host-key checking stays on), each host's
+hardware profile, and the lab's signed package repositories. The repositories are given as the same knobs as for
+NVIDIA's and Kubernetes' real ones (``group_data/all.py``), so the deploy runs the same repository code against them.
+"""
+
+from gpuready.lab.state import LabPaths, lab_dir, require_state
+
+_state = require_state(LabPaths(lab_dir()))  # raises "lab is not up: run `gpuready lab up`"
+_ssh = _state["ssh"]
+_repo = _state["repo"]
+# The cluster the hosts join: the lab's API-server simulator once it records itself in the state ("apiserver":
+# endpoint, CA hash, token file). Until then the hosts are only prepared, not joined.
+_api = _state.get("apiserver")
+_cluster = (
+    {
+        "kube_api_endpoint": _api["endpoint"],
+        "kube_ca_cert_hash": _api["ca_cert_hash"],
+        "kube_join_token_file": _api["join_token_file"],
+    }
+    if _api
+    else {"kube_join": False}
+)
+
+gpu_nodes = (
+    [
+        (
+            name,
+            {
+                "ssh_hostname": host["address"],
+                "ssh_port": host["port"],
+                "ssh_user": _ssh["user"],
+                "ssh_key": _ssh["key"],
+                "ssh_known_hosts_file": _ssh["known_hosts"],
+                "ssh_strict_host_key_checking": "yes",
+                "gpu_model": host["gpu_model"],
+                "gpu_count": host["gpu_count"],
+                "nvswitch": host["nvswitch"],
+                "lab_profile": host["profile"],
+            },
+        )
+        for name, host in sorted(_state["hosts"].items(), key=lambda item: item[1]["index"])
+    ],
+    {
+        # cuda_repo_url, cuda_repo_keyring_url, nvidia_container_repo_url, ...: the same knobs and relative
+        # layout as the real repositories; only the base URL and the key differ.
+        **_repo["inventory_data"],
+        **_cluster,
+        # The binary keyring on this machine, for a deploy that uploads it instead of fetching it.
+        "lab_repo_keyring_path": _repo["keyring_path"],
+    },
+)

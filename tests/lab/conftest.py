@@ -1,0 +1,99 @@
+"""Lab fixtures: one small lab for the whole session, brought up once and always taken down.
+
+Lab tests need root, debootstrap and systemd-nspawn; without them they are skipped with the reason (shown by -ra).
+The base root cache is the machine's shared one (GPUREADY_LAB_CACHE or /var/lib/gpuready-lab/cache), so only the
+first run on a machine pays for debootstrap; the hosts live in a fresh state dir of their own.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import shutil
+import socket
+import subprocess
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+from gpuready.lab import hosts
+from gpuready.lab.state import LabPaths
+
+LAB_TOOLS = ("debootstrap", "systemd-nspawn", "ssh", "ssh-keygen", "gpg", "dpkg-deb", "dpkg-scanpackages")
+NODES = 3
+
+
+def lab_skip_reason() -> str | None:
+    if os.geteuid() != 0:
+        return f"lab tests need root (running as uid {os.geteuid()})"
+    missing = [tool for tool in LAB_TOOLS if shutil.which(tool) is None]
+    if missing:
+        return f"lab tests need {', '.join(missing)} (apt-get install debootstrap systemd-container openssh-client)"
+    return None
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    if item.get_closest_marker("lab") and (reason := lab_skip_reason()):
+        pytest.skip(reason)
+
+
+# --- the session lab -------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Lab:
+    paths: LabPaths
+    state: dict[str, Any]
+    port22_blocked: (
+        bool  # 127.0.10.1:22 could not be bound when the lab came up (a wildcard listener held it)
+    )
+
+    def ssh(self, node: str, command: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        result = hosts.run_on_host(self.paths, node, ["sh", "-c", command])
+        if check and result.returncode != 0:
+            raise AssertionError(f"{node}: {command!r} exited {result.returncode}: {result.stderr}")
+        return result
+
+    def env(self) -> dict[str, str]:
+        return {**os.environ, "GPUREADY_LAB_DIR": str(self.paths.root)}
+
+    def bring_up(self) -> None:
+        self.state = hosts.up(self.paths, nodes=NODES)
+
+
+def hold_wildcard_port(port: int = 22) -> socket.socket | None:
+    """Stand in for a machine sshd on 0.0.0.0:22 (which would make 127.0.10.N:22 unbindable), if 22 is free."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind(("0.0.0.0", port))
+    except OSError as exc:
+        sock.close()
+        if exc.errno == errno.EADDRINUSE:
+            return (
+                None  # the machine's own sshd (or something) already holds it: the same situation, for real
+            )
+        raise
+    sock.listen(1)
+    return sock
+
+
+@pytest.fixture(scope="session")
+def lab(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    if reason := lab_skip_reason():
+        pytest.skip(reason)
+    paths = LabPaths(tmp_path_factory.mktemp("lab-state"))
+    listener = hold_wildcard_port()
+    try:
+        try:
+            blocked = hosts.choose_ssh_port(["127.0.10.1"], (22, 2222)) != 22
+            state = hosts.up(paths, nodes=NODES)
+        finally:
+            if listener is not None:
+                listener.close()
+        yield Lab(paths, state, port22_blocked=blocked)
+    finally:
+        with contextlib.suppress(Exception):
+            hosts.down(paths, quiet=True)
