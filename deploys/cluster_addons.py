@@ -1,0 +1,38 @@
+"""Install the GPU cluster add-ons: ``pyinfra inventory/<env>.py deploys/cluster_addons.py``.
+
+Applied from the machine running pyinfra with the official Kubernetes client and server-side apply, to the
+cluster named by ``kubeconfig`` in group data: RuntimeClass ``nvidia``, the device plugin with one config per node
+configuration, GPU feature discovery, dcgm-exporter, optional quotas and priority classes. Each node is labelled
+with the device-plugin config it must run. The alert rule for idle GPUs is written to ``reports/gpu-alerts.yaml``
+for your Prometheus.
+"""
+
+from pathlib import Path
+
+import yaml
+from pyinfra import host
+
+from gpuready.addons import AddonSettings, prometheus_rules, render_all
+from gpuready.deploy_context import current_node, fleet_for
+from gpuready.kube import describe
+from gpuready.operations import kubernetes
+
+node = current_node()
+kubeconfig = node.data.get("kubeconfig")
+settings = AddonSettings.from_data(node.data)
+
+for manifest in render_all(fleet_for(host.inventory), settings):
+    kubernetes.applied(
+        name=f"Apply {describe(manifest)}", manifest=manifest, kubeconfig=kubeconfig, _run_once=True
+    )
+
+kubernetes.node_labels(
+    name="Label the node with its device-plugin config",
+    node=node.name,
+    labels=node.node_labels,
+    kubeconfig=kubeconfig,
+)
+
+alerts = Path("reports") / "gpu-alerts.yaml"
+alerts.parent.mkdir(exist_ok=True)
+alerts.write_text(yaml.safe_dump(prometheus_rules(settings), sort_keys=False))

@@ -1,0 +1,107 @@
+"""Kubernetes client helpers shared by the add-ons deploy, the upgrade deploy and the conformance suite.
+
+The official client, configured once per kubeconfig; a reachability check that fails in seconds with the URL and
+the reason (the client's own retries would otherwise take minutes on an unreachable server); server-side apply;
+and the "does the live object already say what we want" test that keeps deploys idempotent.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any
+
+import urllib3
+from kubernetes import client, config
+from kubernetes.dynamic import DynamicClient
+
+FIELD_MANAGER = "gpuready"
+
+
+class KubeError(RuntimeError):
+    """The cluster could not be reached or refused a request; the message says which and why."""
+
+
+@dataclass
+class Cluster:
+    api: client.ApiClient
+    url: str
+
+    @property
+    def core(self) -> client.CoreV1Api:
+        return client.CoreV1Api(self.api)
+
+    @property
+    def dynamic(self) -> DynamicClient:
+        dyn = getattr(self, "_dynamic", None)
+        if dyn is None:
+            dyn = DynamicClient(self.api)
+            self._dynamic = dyn
+        return dyn
+
+
+def connect(kubeconfig: str | None = None, context: str | None = None, timeout: float = 5.0) -> Cluster:
+    """A client for the cluster named by ``kubeconfig``/``context``, checked with one ``GET /version``."""
+    path = os.path.expanduser(kubeconfig) if kubeconfig else None
+    configuration = client.Configuration()
+    try:
+        config.load_kube_config(config_file=path, context=context, client_configuration=configuration)
+    except Exception as exc:
+        raise KubeError(f"cannot load kubeconfig {path or '$KUBECONFIG/~/.kube/config'}: {exc}") from exc
+    configuration.retries = urllib3.Retry(total=0, connect=0, read=0)
+    api = client.ApiClient(configuration)
+    try:
+        client.VersionApi(api).get_code(_request_timeout=timeout)
+    except Exception as exc:
+        reason = getattr(exc, "reason", None) or exc
+        raise KubeError(f"cannot reach the Kubernetes API at {configuration.host}: {reason}") from exc
+    return Cluster(api=api, url=configuration.host)
+
+
+def contains(live: Any, desired: Any) -> bool:
+    """Whether ``live`` already says everything ``desired`` says (the server may add defaults, never differ)."""
+    if isinstance(desired, dict):
+        return isinstance(live, dict) and all(k in live and contains(live[k], v) for k, v in desired.items())
+    if isinstance(desired, list):
+        return isinstance(live, list) and len(live) == len(desired) and all(map(contains, live, desired))
+    return live == desired
+
+
+def _resource(cluster: Cluster, manifest: dict[str, Any]):
+    return cluster.dynamic.resources.get(api_version=manifest["apiVersion"], kind=manifest["kind"])
+
+
+def get_live(cluster: Cluster, manifest: dict[str, Any]) -> dict[str, Any] | None:
+    """The live object named by ``manifest``, or None."""
+    from kubernetes.dynamic.exceptions import NotFoundError
+
+    meta = manifest["metadata"]
+    try:
+        obj = _resource(cluster, manifest).get(name=meta["name"], namespace=meta.get("namespace"))
+    except NotFoundError:
+        return None
+    return obj.to_dict()
+
+
+def needs_apply(cluster: Cluster, manifest: dict[str, Any]) -> bool:
+    live = get_live(cluster, manifest)
+    desired = {k: v for k, v in manifest.items() if k not in ("apiVersion", "kind")}
+    return live is None or not contains(live, desired)
+
+
+def apply(cluster: Cluster, manifest: dict[str, Any]) -> None:
+    """Server-side apply as field manager ``gpuready`` (forcing conflicts: the deploy owns these fields)."""
+    meta = manifest["metadata"]
+    _resource(cluster, manifest).server_side_apply(
+        body=manifest,
+        name=meta["name"],
+        namespace=meta.get("namespace"),
+        field_manager=FIELD_MANAGER,
+        force_conflicts=True,
+    )
+
+
+def describe(manifest: dict[str, Any]) -> str:
+    meta = manifest["metadata"]
+    where = f"{meta['namespace']}/" if meta.get("namespace") else ""
+    return f"{manifest['kind']} {where}{meta['name']}"

@@ -1,0 +1,65 @@
+"""Cluster objects as pyinfra operations: run from the machine running pyinfra, reported like any operation.
+
+Each operation reads the live object when pyinfra prepares the run and yields the API call only when the live
+object does not already say what the spec says, so a second run reports no changes.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+from typing import Any
+
+from pyinfra import host
+from pyinfra.api import FunctionCommand, OperationError, operation
+
+from gpuready import kube
+
+
+@cache
+def cluster(kubeconfig: str | None, context: str | None) -> kube.Cluster:
+    """One client per kubeconfig and context for the whole run (connecting is checked once, fast)."""
+    try:
+        return kube.connect(kubeconfig, context)
+    except kube.KubeError as exc:
+        raise OperationError(str(exc)) from exc
+
+
+@operation()
+def applied(manifest: dict[str, Any], kubeconfig: str | None = None, context: str | None = None):
+    """
+    Server-side apply a Kubernetes object when the live one differs from it.
+
+    + manifest: the object (apiVersion, kind, metadata.name, ...)
+    + kubeconfig, context: which cluster (default: $KUBECONFIG or ~/.kube/config)
+    """
+    c = cluster(kubeconfig, context)
+    if not kube.needs_apply(c, manifest):
+        host.noop(f"{kube.describe(manifest)} is up to date")
+        return
+    yield FunctionCommand(kube.apply, (c, manifest), {})
+
+
+def _patch_labels(c: kube.Cluster, node: str, labels: dict[str, str | None]) -> None:
+    c.core.patch_node(node, {"metadata": {"labels": labels}})
+
+
+@operation()
+def node_labels(node: str, labels: dict[str, str], kubeconfig: str | None = None, context: str | None = None):
+    """
+    Set labels on a Node (other labels are left alone).
+
+    + node: the Node's name
+    + labels: label key -> value
+    """
+    c = cluster(kubeconfig, context)
+    try:
+        live = c.core.read_node(node).metadata.labels or {}
+    except Exception as exc:
+        raise OperationError(
+            f"node {node} is not in the cluster ({c.url}): {getattr(exc, 'reason', exc)}"
+        ) from exc
+    changes = {k: v for k, v in labels.items() if live.get(k) != v}
+    if not changes:
+        host.noop(f"node {node} has its labels")
+        return
+    yield FunctionCommand(_patch_labels, (c, node, changes), {})
