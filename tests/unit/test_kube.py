@@ -29,5 +29,5 @@ def test_unreachable_api_server_fails_fast_with_the_url(tmp_path):
 
 
 def test_missing_kubeconfig_is_named(tmp_path):
-    with pytest.raises(KubeError, match="cannot load kubeconfig .*nope"):
+    with pytest.raises(KubeError, match=r"cannot load kubeconfig .*nope"):
         connect(str(tmp_path / "nope"))
