@@ -128,9 +128,7 @@ def list_gip(drv: nvemu.Driver, gpus: list[dict]) -> int:
     rows = []
     for gpu in gpus:
         st = drv.gpu_state(gpu)
-        for p in sorted(
-            profiles(gpu), key=lambda p: (p["compute_slices"], p["memory_slices"], -p["profile_id"])
-        ):
+        for p in profiles(gpu):  # the catalogue keeps the driver's -lgip order
             ft = f"{free_count(p, st)}/{p['max_instances']}"
             rows.append(
                 f"|{gpu['index']:>4}  MIG {p['name']:<13}{p['profile_id']:>3}     {ft:<11}{p['memory_gib']:<11.2f}"
@@ -144,9 +142,7 @@ def list_gip(drv: nvemu.Driver, gpus: list[dict]) -> int:
 
 def list_gipp(drv: nvemu.Driver, gpus: list[dict]) -> int:
     for gpu in gpus:
-        for p in sorted(
-            profiles(gpu), key=lambda p: (p["compute_slices"], p["memory_slices"], -p["profile_id"])
-        ):
+        for p in profiles(gpu):  # the catalogue keeps the driver's -lgip order
             starts = ",".join(str(s) for s in p["placements"])
             word = "Placements:" if len(p["placements"]) > 1 else "Placement :"
             _out(

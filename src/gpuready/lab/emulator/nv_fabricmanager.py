@@ -62,6 +62,7 @@ def main(argv: list[str]) -> int:
     try:
         drv = nvemu.Driver()
         drv.check_loaded()
+        drv.close()
     except (nvemu.NvmlError, OSError) as exc:
         log.write("ERROR", f"failed to initialize NVML: {exc}")
         print(

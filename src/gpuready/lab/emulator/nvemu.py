@@ -155,6 +155,11 @@ class Driver:
             state["gpus"].setdefault(gpu["uuid"], _fresh_gpu_state(False))
         return state
 
+    def close(self) -> None:
+        """Release the state lock; long-running daemons must not hold it while they wait."""
+        fcntl.flock(self._lock, fcntl.LOCK_UN)
+        self._lock.close()
+
     def save(self) -> None:
         _atomic_write(self.path, json.dumps(self.state, indent=1, sort_keys=True))
 

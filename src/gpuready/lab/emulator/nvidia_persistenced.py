@@ -45,6 +45,7 @@ def main(argv: list[str]) -> int:
     try:
         drv = nvemu.Driver()
         drv.check_loaded()
+        drv.close()
     except (nvemu.NvmlError, OSError) as exc:
         syslog.syslog(syslog.LOG_ERR, f"Failed to initialize NVML: {exc}")
         print("nvidia-persistenced failed to initialize. Check syslog for more details.", file=sys.stderr)

@@ -1,0 +1,497 @@
+"""The emulated NVIDIA tools answer like the real ones: every profile parses with the project's parsers into
+that profile's GPUs, the XML has the element paths of real v12/v13 captures, MIG tables match real captures
+byte for byte, MIG mode changes wait for a reboot.
+
+The tools run as the lab hosts run them: the system's python3 (stdlib only, gpuready not importable) on the
+source files, with the hardware and driver state files in a temp dir.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import time
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+import yaml
+
+from gpuready.lab import hardware
+from gpuready.nvidia import catalogue, smi
+
+EMULATOR = Path(hardware.__file__).parent / "emulator"
+FIXTURES = Path(__file__).parents[1] / "fixtures"
+PYTHON = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else shutil.which("python3")
+
+
+class Host:
+    """One emulated machine: a hardware file, a driver state file and a boot id, as a lab host has."""
+
+    def __init__(self, tmp: Path, profile: str, node: int = 0, driver: str = "580.95.05"):
+        self.tmp = tmp
+        self.hw_path = tmp / "hardware.json"
+        self.hw = hardware.make_hardware(profile, node)
+        hardware.write_hardware(self.hw_path, self.hw)
+        self.env = {
+            "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+            "GPUREADY_LAB_HARDWARE": str(self.hw_path),
+            "GPUREADY_LAB_STATE": str(tmp / "state" / "state.json"),
+            "GPUREADY_LAB_BOOT_ID": "boot-1",
+            "GPUREADY_LAB_DRIVER_VERSION": driver,
+            "GPUREADY_LAB_PERSISTENCED_PID": str(tmp / "persistenced.pid"),
+            "GPUREADY_LAB_FABRICMANAGER_PID": str(tmp / "fm.pid"),
+        }
+
+    def run(self, *args: str, tool: str = "nvidia_smi.py", **env: str) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [PYTHON, "-E", "-s", str(EMULATOR / tool), *args],
+            env={**self.env, **env},
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+
+    def ok(self, *args: str, **kw: str) -> str:
+        result = self.run(*args, **kw)
+        assert result.returncode == 0, f"{args}: rc={result.returncode}\n{result.stdout}\n{result.stderr}"
+        return result.stdout
+
+    def reboot(self, boot_id: str) -> None:
+        self.env["GPUREADY_LAB_BOOT_ID"] = boot_id
+
+
+def xml_paths(text: str) -> set[str]:
+    paths: set[str] = set()
+
+    def walk(element: ET.Element, prefix: str) -> None:
+        path = f"{prefix}/{element.tag}"
+        paths.add(path)
+        for child in element:
+            walk(child, path)
+
+    walk(ET.fromstring(text), "")
+    return paths
+
+
+def fixture_paths(*names: str) -> set[str]:
+    out: set[str] = set()
+    for name in names:
+        out |= xml_paths((FIXTURES / "nvidia-smi-xml" / name).read_text())
+    return out
+
+
+def test_stdlib_python_cannot_import_gpuready() -> None:
+    """The emulator must run where gpuready is not installed; the test interpreter proves that."""
+    result = subprocess.run([PYTHON, "-E", "-s", "-c", "import gpuready"], capture_output=True, text=True)
+    assert result.returncode != 0
+
+
+@pytest.mark.parametrize("profile", sorted(hardware.PROFILES))
+def test_query_xml_parses_to_profile_gpus(tmp_path: Path, profile: str) -> None:
+    host = Host(tmp_path, profile)
+    report = smi.parse_query_xml(host.ok("-q", "-x"))
+    prof = hardware.PROFILES[profile]
+    model = catalogue.lookup_model(prof.model)
+    assert report.driver_version == "580.95.05"
+    assert report.cuda_version == "13.0"
+    assert report.attached_gpus == prof.gpu_count
+    assert [g.name for g in report.gpus] == [model.name] * prof.gpu_count
+    assert [g.uuid for g in report.gpus] == [g["uuid"] for g in host.hw["gpus"]]
+    assert [g.pci_bus_id for g in report.gpus] == [g["pci_bus_id"] for g in host.hw["gpus"]]
+    assert all(g.memory_total_mib == model.memory_mib for g in report.gpus)
+    assert all(g.pcie_link_gen_current == model.max_pcie_gen for g in report.gpus)
+    assert all(g.pcie_link_width_current == model.max_pcie_width for g in report.gpus)
+    assert all(g.ecc_uncorrectable_volatile == 0 for g in report.gpus)
+    assert all(g.mig_mode_current == ("Disabled" if model.mig_capable else None) for g in report.gpus)
+
+
+def _relevant(paths: set[str]) -> set[str]:
+    """Paths every datacenter GPU has; consumer-only or process-specific ones are left out."""
+    skip = ("supported_clocks", "process_info", "/gpu_temp_max_threshold", "/gpu_temp_slow_threshold",
+            "/gpu_temp_max_gpu_threshold", "/gpu_temp_max_mem_threshold")  # fmt: skip
+    return {p for p in paths if not any(s in p for s in skip)}
+
+
+MIG_DEVICE_PATHS = {p for p in fixture_paths("telegraf__a100-sxm4-v12.xml") if "/mig_device" in p}
+
+
+def test_xml_v13_has_the_element_paths_of_real_v13_captures(tmp_path: Path) -> None:
+    host = Host(tmp_path, "h100-sxm-8")
+    out = host.ok("-q", "-x")
+    assert '<!DOCTYPE nvidia_smi_log SYSTEM "nvsmi_device_v13.dtd">' in out
+    real = fixture_paths("telegraf__rtx-4000-sff-ada-v13.xml", "telegraf__rtx-3080-v13.xml")
+    emulated = xml_paths(out)
+    assert _relevant(real) - emulated == set()
+    assert emulated - real == set()
+
+
+def test_xml_v12_for_a_570_driver_has_the_paths_of_the_real_570_capture(tmp_path: Path) -> None:
+    host = Host(tmp_path, "a100-80gb-4", driver="570.195.03")
+    out = host.ok("-q", "-x")
+    assert '<!DOCTYPE nvidia_smi_log SYSTEM "nvsmi_device_v12.dtd">' in out
+    real = fixture_paths("telegraf__rtx-3060-v12.xml")
+    emulated = xml_paths(out)
+    assert _relevant(real) - emulated == set()
+    # The 570 capture is a GeForce (remapped rows N/A); a datacenter GPU lists its rows like v13 does.
+    assert {p for p in emulated - real if "/remapped_rows/" not in p} == set()
+
+
+def test_mig_device_xml_paths_match_the_real_a100_capture(tmp_path: Path) -> None:
+    host = Host(tmp_path, "a100-80gb-4")
+    host.ok("-i", "0", "-mig", "1")
+    host.reboot("boot-2")
+    host.ok("mig", "-i", "0", "-cgi", "15,15,15,15", "-C")
+    out = host.ok("-q", "-x", "-i", "0")
+    emulated = {p for p in xml_paths(out) if "/mig_device" in p}
+    assert emulated == MIG_DEVICE_PATHS
+    report = smi.parse_query_xml(out)
+    assert [(d.gpu_instance_id, d.memory_total_mib, d.sm_count) for d in report.gpus[0].mig_devices] == [
+        (3, 19968, 14), (4, 19968, 14), (5, 19968, 14), (6, 19968, 14)
+    ]  # fmt: skip
+
+
+CSV_FIELDS = [
+    "index", "name", "uuid", "pci.bus_id", "driver_version", "memory.total", "memory.used", "memory.free",
+    "persistence_mode", "mig.mode.current", "mig.mode.pending", "temperature.gpu", "power.draw",
+    "utilization.gpu", "ecc.errors.uncorrected.volatile.total", "pcie.link.gen.current", "pcie.link.gen.max",
+    "pcie.link.width.current", "pcie.link.width.max", "clocks_event_reasons.active", "power.limit",
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("profile", sorted(hardware.PROFILES))
+def test_query_gpu_csv_parses_to_profile_gpus(tmp_path: Path, profile: str) -> None:
+    host = Host(tmp_path, profile)
+    out = host.ok(f"--query-gpu={','.join(CSV_FIELDS)}", "--format=csv")
+    rows = smi.parse_query_gpu_csv(out, CSV_FIELDS)
+    model = catalogue.lookup_model(hardware.PROFILES[profile].model)
+    assert [r["uuid"] for r in rows] == [g["uuid"] for g in host.hw["gpus"]]
+    assert {r["memory.total"] for r in rows} == {model.memory_mib}
+    assert {r["pcie.link.gen.max"] for r in rows} == {model.max_pcie_gen}
+    assert {r["ecc.errors.uncorrected.volatile.total"] for r in rows} == {0}
+    bare = host.ok(f"--query-gpu={','.join(CSV_FIELDS)}", "--format=csv,noheader,nounits")
+    assert smi.parse_query_gpu_csv(bare, CSV_FIELDS) == rows
+
+
+def test_csv_header_and_units_are_spelled_like_real_nvidia_smi(tmp_path: Path) -> None:
+    host = Host(tmp_path, "h100-sxm-8")
+    out = host.ok("-i", "0", "--query-gpu=memory.total,power.draw,utilization.gpu,temperature.gpu,name",
+                  "--format=csv")  # fmt: skip
+    header, row = out.splitlines()
+    assert header == "memory.total [MiB], power.draw [W], utilization.gpu [%], temperature.gpu, name"
+    assert row == "81559 MiB, 69.85 W, 0 %, 41, NVIDIA H100 80GB HBM3"
+    assert host.ok("-i", "0", "--query-gpu=memory.total", "--format=csv,noheader,nounits") == "81559\n"
+
+
+def test_unknown_csv_field_is_refused_like_the_real_tool(tmp_path: Path) -> None:
+    result = Host(tmp_path, "t4-1").run("--query-gpu=index,bogus", "--format=csv")
+    assert result.returncode == 2
+    assert result.stdout.startswith('Field "bogus" is not a valid field to query.')
+
+
+@pytest.mark.parametrize("profile", sorted(hardware.PROFILES))
+def test_list_parses_to_profile_gpus(tmp_path: Path, profile: str) -> None:
+    host = Host(tmp_path, profile)
+    listed = smi.parse_list(host.ok("-L"))
+    assert [(g.index, g.name, g.uuid) for g in listed] == [
+        (g["index"], g["name"], g["uuid"]) for g in host.hw["gpus"]
+    ]
+
+
+@pytest.mark.parametrize(
+    ("profile", "links"), [("h100-sxm-8", 18), ("a100-80gb-4", 12), ("l40s-2", 0), ("t4-1", 0)]
+)
+def test_nvlink_status_parses(tmp_path: Path, profile: str, links: int) -> None:
+    host = Host(tmp_path, profile)
+    status = smi.parse_nvlink_status(host.ok("nvlink", "-s"))
+    assert sorted(status) == list(range(hardware.PROFILES[profile].gpu_count))
+    assert {len(v) for v in status.values()} == {links}
+
+
+def test_nvlink_status_format_matches_real_h100(tmp_path: Path) -> None:
+    out = Host(tmp_path, "h100-sxm-8").ok("nvlink", "-s", "-i", "0").splitlines()
+    assert out[1:3] == ["\t Link 0: 26.562 GB/s", "\t Link 1: 26.562 GB/s"]
+    assert len(out) == 19
+
+
+def test_default_table_columns_line_up_like_the_real_table(tmp_path: Path) -> None:
+    out = Host(tmp_path, "h100-sxm-8").ok()
+    lines = out.splitlines()
+    assert (
+        lines[2]
+        == "| NVIDIA-SMI 580.95.05              Driver Version: 580.95.05      CUDA Version: 13.0     |"
+    )
+    assert lines[8].startswith("|   0  NVIDIA H100 80GB HBM3         Off  |   00000000:18:00.0 Off |")
+    assert (
+        lines[9]
+        == "| N/A   41C    P0             69W /  700W |       0MiB /  81559MiB |      0%      Default |"
+    )
+    assert {len(line) for line in lines[1:-1] if line} == {91}
+
+
+def test_version(tmp_path: Path) -> None:
+    out = Host(tmp_path, "t4-1", driver="570.195.03").ok("--version")
+    assert out == (
+        "NVIDIA-SMI version  : 570.195.03\nNVML version        : 570.195\n"
+        "DRIVER version      : 570.195.03\nCUDA Version        : 12.8\n"
+    )
+
+
+def test_topo_matrix_shows_nvswitch_links(tmp_path: Path) -> None:
+    out = Host(tmp_path, "h100-sxm-8").ok("topo", "-m")
+    rows = [line.split("\t") for line in out.splitlines()[1:9]]
+    assert rows[0][:3] == ["GPU0", " X ", "NV18"]
+    assert all(row[0] == f"GPU{i}" for i, row in enumerate(rows))
+
+
+# ---- MIG -----------------------------------------------------------------------------------------------
+def test_mig_mode_is_pending_until_reboot(tmp_path: Path) -> None:
+    host = Host(tmp_path, "a100-80gb-4")
+    out = host.ok("-i", "0", "-mig", "1")
+    assert out == (
+        "Warning: MIG mode is in pending enable state for GPU 00000000:07:00.0:Not Supported\n"
+        "Reboot the system or try nvidia-smi --gpu-reset to make MIG mode effective on GPU 00000000:07:00.0\n"
+        "All done.\n"
+    )
+    fields = ["index", "mig.mode.current", "mig.mode.pending"]
+    rows = smi.parse_query_gpu_csv(host.ok("--query-gpu=" + ",".join(fields), "--format=csv"), fields)
+    assert [(r["mig.mode.current"], r["mig.mode.pending"]) for r in rows[:2]] == [
+        ("Disabled", "Enabled"), ("Disabled", "Disabled")
+    ]  # fmt: skip
+    listing = host.run("mig", "-lgi")
+    assert (listing.returncode, listing.stdout) == (6, "No MIG-enabled devices found.\n")
+    host.reboot("boot-2")
+    rows = smi.parse_query_gpu_csv(host.ok("--query-gpu=" + ",".join(fields), "--format=csv"), fields)
+    assert (rows[0]["mig.mode.current"], rows[1]["mig.mode.current"]) == ("Enabled", "Disabled")
+    assert host.run("mig", "-lgi").stdout == "No GPU instances found: Not Found\n"
+
+
+def test_mig_on_a_gpu_without_mig(tmp_path: Path) -> None:
+    host = Host(tmp_path, "l4-1")
+    result = host.run("-mig", "1")
+    assert result.returncode == 3
+    assert result.stdout.startswith("Unable to enable MIG Mode for GPU 00000000:00:03.0: Not Supported\n")
+    assert host.run("mig", "-lgip").stdout == "No MIG-enabled devices found.\n"
+
+
+@pytest.fixture
+def a100_mig(tmp_path: Path) -> Host:
+    host = Host(tmp_path, "a100-80gb-4")
+    host.ok("-i", "0", "-mig", "1")
+    host.reboot("boot-2")
+    return host
+
+
+def test_mig_layout_created_with_cgi_is_listed_by_lgi_lci_and_L(a100_mig: Host) -> None:
+    host = a100_mig
+    out = host.ok("mig", "-i", "0", "-cgi", "9,14,19,19", "-C")
+    assert out.splitlines()[:2] == [
+        "Successfully created GPU instance ID  2 on GPU  0 using profile MIG 3g.40gb (ID  9)",
+        "Successfully created compute instance ID  0 on GPU  0 GPU instance ID  2 using profile MIG 3g.40gb (ID  2)",
+    ]
+    gis = smi.parse_mig_lgi(host.ok("mig", "-lgi"))
+    assert sorted((g.gpu, g.name, g.profile_id) for g in gis) == [
+        (0, "1g.10gb", 19), (0, "1g.10gb", 19), (0, "2g.20gb", 14), (0, "3g.40gb", 9)
+    ]  # fmt: skip
+    # No two instances share a memory slice, and every one sits at a placement the profile allows.
+    profiles = {p.profile_id: p for p in catalogue.mig_profiles("NVIDIA A100-SXM4-80GB").values()}
+    slots = [s for g in gis for s in range(g.placement_start, g.placement_start + g.placement_size)]
+    assert len(slots) == len(set(slots))
+    assert all(g.placement_start in profiles[g.profile_id].placements for g in gis)
+    cis = smi.parse_mig_lci(host.ok("mig", "-lci"))
+    assert sorted(c.gpu_instance_id for c in cis) == sorted(g.instance_id for g in gis)
+    listed = smi.parse_list(host.ok("-L"))
+    assert [d.profile for d in listed[0].mig_devices] == ["3g.40gb", "2g.20gb", "1g.10gb", "1g.10gb"]
+    assert listed[1].mig_devices == ()
+    assert len({d.uuid for d in listed[0].mig_devices}) == 4
+    assert all(d.uuid.startswith("MIG-") for d in listed[0].mig_devices)
+    # A reboot destroys the instances (they are not persistent), MIG mode stays.
+    host.reboot("boot-3")
+    assert host.run("mig", "-lgi").stdout == "No GPU instances found: Not Found\n"
+
+
+def test_mig_no_room_and_destroy(a100_mig: Host) -> None:
+    host = a100_mig
+    host.ok("mig", "-i", "0", "-cgi", "0", "-C")
+    full = host.run("mig", "-i", "0", "-cgi", "19")
+    assert full.returncode != 0
+    assert full.stdout == (
+        "Unable to create a GPU instance on GPU  0 using profile 19: Insufficient Resources\n"
+        "Failed to create GPU instances: Insufficient Resources\n"
+    )
+    busy = host.run("mig", "-dgi")
+    assert busy.returncode != 0 and "In use by another client" in busy.stdout
+    assert (
+        host.ok("mig", "-dci")
+        == "Successfully destroyed compute instance ID  0 from GPU  0 GPU instance ID  0\n"
+    )
+    assert host.ok("mig", "-dgi") == "Successfully destroyed GPU instance ID  0 from GPU  0\n"
+    disable = host.ok("-i", "0", "-mig", "0")
+    assert "pending disable state" in disable
+
+
+def test_lgip_lists_the_catalogue_profiles(a100_mig: Host) -> None:
+    rows = smi.parse_mig_lgip(a100_mig.ok("mig", "-lgip"))
+    table = catalogue.mig_profiles("NVIDIA A100-SXM4-80GB")
+    assert [(r.name, r.profile_id, r.instances_total, r.sm_count) for r in rows] == [
+        (p.name, p.profile_id, p.max_instances, p.sm_count) for p in table.values()
+    ]
+    assert all(r.instances_free == r.instances_total for r in rows)
+
+
+def _a100_40gb_host(tmp_path: Path) -> Host:
+    """An A100-PCIE-40GB machine, the GPU of the real -lgip/-lgi/-lci captures, built from the catalogue."""
+    host = Host(tmp_path, "a100-80gb-4")
+    hw = host.hw
+    model = catalogue.lookup_model("NVIDIA A100-PCIE-40GB")
+    table = []
+    for prof in catalogue.mig_profiles(model.name).values():
+        entry = {k: getattr(prof, k) for k in prof.__dataclass_fields__}
+        entry["placements"] = list(prof.placements)
+        table.append(entry)
+    hw["gpus"] = hw["gpus"][:1]
+    hw["gpus"][0].update(name=model.name, memory_mib=model.memory_mib, mig_profiles=table)
+    hardware.write_hardware(host.hw_path, hw)
+    host.ok("-mig", "1")
+    host.reboot("boot-2")
+    return host
+
+
+def test_mig_tables_match_real_a100_captures_byte_for_byte(tmp_path: Path) -> None:
+    host = _a100_40gb_host(tmp_path)
+    mig_fixtures = FIXTURES / "nvidia-smi-mig"
+    lgip = host.ok("mig", "-lgip")
+    # The capture lists the profiles its driver knew; newer catalogues add 1g.10gb (id 15).
+    real_lgip = (mig_fixtures / "openforbc__a100-pcie-40gb_mig-lgip.txt").read_text()
+    blocks = lgip.split("+-----------------------------------------------------------------------------+\n")
+    without_15 = "+-----------------------------------------------------------------------------+\n".join(
+        b for b in blocks if "MIG 1g.10gb " not in b
+    )
+    assert without_15 == real_lgip
+    real_lgipp = (mig_fixtures / "openforbc__a100-pcie-40gb_mig-lgipp.txt").read_text()
+    assert [
+        ln for ln in host.ok("mig", "-lgipp").splitlines() if "ID 15" not in ln
+    ] == real_lgipp.splitlines()
+    host.ok("mig", "-cgi", "9,9")
+    assert host.ok("mig", "-lgi") == (mig_fixtures / "openforbc__a100-pcie-40gb_mig-lgi.txt").read_text()
+    host.ok("mig", "-cci", "-gi", "1")
+    host.ok("mig", "-cci", "0,0,0", "-gi", "2")
+    assert host.ok("mig", "-lci") == (mig_fixtures / "openforbc__a100-pcie-40gb_mig-lci.txt").read_text()
+    assert (
+        host.ok("mig", "-lci", "-gi", "1")
+        == (mig_fixtures / "openforbc__a100-pcie-40gb_mig-lci-gi1.txt").read_text()
+    )
+
+
+def test_persistence_mode_set_and_lost_on_reboot(tmp_path: Path) -> None:
+    host = Host(tmp_path, "t4-1")
+    assert host.ok("-pm", "1") == "Enabled Legacy persistence mode for GPU 00000000:00:1E.0.\nAll done.\n"
+    assert host.ok("--query-gpu=persistence_mode", "--format=csv,noheader") == "Enabled\n"
+    host.reboot("boot-2")
+    assert host.ok("--query-gpu=persistence_mode", "--format=csv,noheader") == "Disabled\n"
+
+
+def test_persistenced_daemon_turns_persistence_mode_on(tmp_path: Path) -> None:
+    host = Host(tmp_path, "l40s-2")
+    proc = subprocess.Popen(
+        [PYTHON, "-E", "-s", str(EMULATOR / "nvidia_persistenced.py"), "--foreground", "--verbose"],
+        env=host.env,
+    )
+    try:
+        pid_file = Path(host.env["GPUREADY_LAB_PERSISTENCED_PID"])
+        deadline = time.monotonic() + 20
+        while not (pid_file.exists() and pid_file.read_text().strip() == str(proc.pid)):
+            assert proc.poll() is None, "nvidia-persistenced exited early"
+            assert time.monotonic() < deadline, "nvidia-persistenced wrote no pid file"
+            time.sleep(0.02)  # polling for the pid file, with a deadline
+        assert pid_file.read_text().strip() == str(proc.pid)
+        assert host.ok("--query-gpu=persistence_mode", "--format=csv,noheader") == "Enabled\nEnabled\n"
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+    assert proc.returncode == 0
+    assert not pid_file.exists()
+    assert host.ok("--query-gpu=persistence_mode", "--format=csv,noheader") == "Disabled\nDisabled\n"
+
+
+def test_driver_upgrade_without_reboot_is_a_version_mismatch(tmp_path: Path) -> None:
+    host = Host(tmp_path, "t4-1", driver="570.195.03")
+    host.ok("-L")  # the 570 module is loaded in this boot
+    result = host.run("-L", GPUREADY_LAB_DRIVER_VERSION="580.95.05")
+    assert (result.returncode, result.stdout) == (
+        18,
+        "Failed to initialize NVML: Driver/library version mismatch\n",
+    )
+    host.reboot("boot-2")
+    assert host.run("-L", GPUREADY_LAB_DRIVER_VERSION="580.95.05").returncode == 0
+
+
+# ---- toolkit ---------------------------------------------------------------------------------------------
+def test_toolkit_versions(tmp_path: Path) -> None:
+    host = Host(tmp_path, "l40s-2")
+    version = _toolkit(host, "nvidia-ctk", "--version", GPUREADY_LAB_TOOLKIT_VERSION="1.18.0").stdout
+    assert version.splitlines()[0] == "NVIDIA Container Toolkit CLI version 1.18.0"
+    assert version.splitlines()[1].startswith("commit: ")
+    fake_runc = tmp_path / "runc"
+    fake_runc.write_text('#!/bin/sh\necho "runc version 1.3.0"\n')
+    fake_runc.chmod(0o755)
+    runtime = _toolkit(host, "nvidia-container-runtime", "--version", GPUREADY_LAB_RUNC=str(fake_runc)).stdout
+    assert runtime.splitlines()[0] == "NVIDIA Container Runtime version 1.18.0"
+    assert runtime.splitlines()[-1] == "runc version 1.3.0"
+
+
+def _toolkit(host: Host, tool: str, *args: str, **env: str) -> subprocess.CompletedProcess:
+    """Run toolkit.py under the real tool's name (it dispatches on argv[0], as the installed wrappers do)."""
+    link = host.tmp / tool
+    if not link.exists():
+        link.symlink_to(EMULATOR / "toolkit.py")
+    return subprocess.run([PYTHON, "-E", "-s", str(link), *args], env={**host.env, **env}, capture_output=True,
+                          text=True, timeout=30, cwd=EMULATOR)  # fmt: skip
+
+
+def test_cdi_generate_writes_a_real_shaped_spec(tmp_path: Path) -> None:
+    host = Host(tmp_path, "l40s-2")
+    out = tmp_path / "cdi" / "nvidia.yaml"
+    result = _toolkit(host, "nvidia-ctk", "cdi", "generate", f"--output={out}", PYTHONPATH=str(EMULATOR))
+    assert result.returncode == 0, result.stderr
+    spec = yaml.safe_load(out.read_text())
+    assert spec["cdiVersion"] == "0.5.0"
+    assert spec["kind"] == "nvidia.com/gpu"
+    names = [d["name"] for d in spec["devices"]]
+    assert names == ["0", host.hw["gpus"][0]["uuid"], "1", host.hw["gpus"][1]["uuid"], "all"]
+    assert spec["devices"][-1]["containerEdits"]["deviceNodes"] == [
+        {"path": "/dev/nvidia0"},
+        {"path": "/dev/nvidia1"},
+    ]
+    assert {"path": "/dev/nvidiactl"} in spec["containerEdits"]["deviceNodes"]
+
+
+def test_container_cli_info_and_runtime_handoff(tmp_path: Path) -> None:
+    host = Host(tmp_path, "t4-1")
+    info = _toolkit(host, "nvidia-container-cli", "info", PYTHONPATH=str(EMULATOR))
+    assert info.returncode == 0, info.stderr
+    assert info.stdout.splitlines()[:2] == ["NVRM version:   580.95.05", "CUDA version:   13.0"]
+    assert f"GPU UUID:       {host.hw['gpus'][0]['uuid']}" in info.stdout
+    assert "Bus Location:   00000000:00:1E.0" in info.stdout
+    fake_runc = tmp_path / "runc"
+    fake_runc.write_text('#!/bin/sh\necho "runc $*"\n')
+    fake_runc.chmod(0o755)
+    handed = _toolkit(host, "nvidia-container-runtime", "create", "--bundle", "/b", "c1",
+                      GPUREADY_LAB_RUNC=str(fake_runc))  # fmt: skip
+    assert (handed.returncode, handed.stdout) == (0, "runc create --bundle /b c1\n")
+
+
+def test_container_cli_without_driver_fails_like_the_real_one(tmp_path: Path) -> None:
+    host = Host(tmp_path, "t4-1")
+    lonely = tmp_path / "alone"
+    lonely.mkdir()
+    shutil.copy(EMULATOR / "toolkit.py", lonely / "toolkit.py")
+    (lonely / "nvidia-container-cli").symlink_to(lonely / "toolkit.py")
+    result = subprocess.run([PYTHON, "-E", "-s", str(lonely / "nvidia-container-cli"), "info"], env=host.env,
+                            capture_output=True, text=True, timeout=30)  # fmt: skip
+    assert result.returncode == 1
+    assert result.stderr == (
+        "nvidia-container-cli: initialization error: load library failed: libnvidia-ml.so.1: "
+        "cannot open shared object file: no such file or directory\n"
+    )
