@@ -329,7 +329,10 @@ class RestApi:
         if res.key in _GENERATION:
             gen = old["metadata"].get("generation", 1)
             new["metadata"]["generation"] = gen + 1 if new.get("spec") != old.get("spec") else gen
-        if record and call is not None:
+        # A request that rewrites managedFields itself (kubectl's client-side to server-side apply upgrade) is
+        # taken as is, as the real server does.
+        explicit = new["metadata"].get("managedFields") != old["metadata"].get("managedFields")
+        if record and call is not None and not explicit:
             record_update_manager(new, manager_name(call), operation, now_rfc3339(), t.subresource)
         if call is not None and call.q("dryRun") == "All":
             return new
@@ -559,7 +562,7 @@ class RestApi:
         labels = parse_label_selector(call.q("labelSelector"))
         fields = parse_field_selector(call.q("fieldSelector"), res.key)
         rv_param = call.q("resourceVersion")
-        timeout = float(call.q("timeoutSeconds") or WATCH_DEFAULT_TIMEOUT)
+        timeout = float(call.q("timeoutSeconds") or _go_duration(call.q("timeout")) or WATCH_DEFAULT_TIMEOUT)
         bookmarks = call.q("allowWatchBookmarks") in ("true", "1")
         send_initial = call.q("sendInitialEvents") in ("true", "1")
         as_table = tables.wants_table(call.accept)
@@ -718,6 +721,17 @@ class RestApi:
         if limit:
             text = text[: int(limit)]
         return Reply(200, raw=text.encode(), content_type="text/plain")
+
+
+def _go_duration(text: str) -> float:
+    """Seconds in a Go duration such as "5s", "1m30s", "250ms" (the `timeout` query parameter); 0 if absent."""
+    import re
+
+    total = 0.0
+    units = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 0.001, "us": 1e-6, "µs": 1e-6, "ns": 1e-9}
+    for value, unit in re.findall(r"([0-9.]+)(ms|us|µs|ns|h|m|s)", text or ""):
+        total += float(value) * units[unit]
+    return total
 
 
 def _line(obj: Obj) -> bytes:

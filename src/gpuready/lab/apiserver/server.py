@@ -46,7 +46,7 @@ class ApiServer:
         node_monitor_period: float = 5.0,
         anonymous_auth: bool = True,
         extra_sans: tuple[str, ...] = (),
-        heartbeat_interval: float = 10.0,
+        heartbeat_interval: float | None = None,
     ) -> None:
         self.state_dir = Path(state_dir)
         self.address = address
@@ -67,7 +67,8 @@ class ApiServer:
         self.scheduler = Scheduler(self)
         self.controllers = [DaemonSetController(self), NamespaceController(self),
                             NodeLifecycleController(self, node_grace_period, node_monitor_period)]  # fmt: skip
-        self.virtual = VirtualNodes(self, heartbeat_interval)
+        # Like a kubelet's lease renewals (10 s for the default 40 s grace), scaled down when tests shorten the grace.
+        self.virtual = VirtualNodes(self, heartbeat_interval or min(10.0, node_grace_period / 4))
         self._httpd: Any = None
         self._thread: threading.Thread | None = None
 
