@@ -448,12 +448,16 @@ def _start_repo(paths: LabPaths) -> dict[str, Any]:
 
 
 def _proc_start(pid: int) -> int | None:
-    """The process start time (clock ticks since boot): a PID plus this identifies one process for good."""
+    """The start time (clock ticks since boot) of a live process, None once it is gone or a zombie.
+
+    A PID plus its start time identifies one process for good, so a recycled PID is never mistaken for ours.
+    """
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
         return None
-    return int(stat.rsplit(")", 1)[1].split()[19])
+    fields = stat.rsplit(")", 1)[1].split()
+    return None if fields[0] in ("Z", "X") else int(fields[19])
 
 
 def _alive(pid: int | None, start: int | None) -> bool:
@@ -490,15 +494,15 @@ def down(paths: LabPaths, quiet: bool = False) -> None:
             os.kill(pid, signal.SIGTERM)  # nspawn turns this into an orderly poweroff of the container
     deadline = time.monotonic() + STOP_TIMEOUT_S
     while time.monotonic() < deadline and any(_proc_start(pid) is not None for pid in nspawns.values()):
-        _reap()
         time.sleep(0.1)
     _kill_cgroup_trees(lab_cgroups(paths))
-    _reap()
+    _reap([h["pid"] for h in hosts.values()])
 
     repo = state.get("repo") or {}
     if _alive(repo.get("pid"), repo.get("pid_start")):
         os.kill(repo["pid"], signal.SIGTERM)
         _wait_gone(repo["pid"], 5.0)
+    _reap([repo["pid"]] if repo.get("pid") else [])
     aptrepo.stop_gpg_agent(paths.gnupg_home)
 
     for mountpoint in _overlay_mounts_under(paths.hosts_dir):
@@ -525,7 +529,6 @@ def _kill_cgroup_trees(cgroups: list[Path]) -> None:
         for pid in pids:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
-        _reap()
         time.sleep(0.05)
     for cgroup in cgroups:
         if not cgroup.exists():
@@ -539,22 +542,21 @@ def _kill_cgroup_trees(cgroups: list[Path]) -> None:
             cgroup.parent.rmdir()  # the shared "gpuready-lab" dir, when no other lab uses it
 
 
-def _reap() -> None:
-    """Collect exited children of this process (nspawn and the repo server when started by this same process)."""
-    with contextlib.suppress(ChildProcessError):
-        while os.waitpid(-1, os.WNOHANG)[0] != 0:
-            pass
+def _reap(pids: list[int]) -> None:
+    """Collect those of the lab's processes that are children of this process (when `up` ran in it)."""
+    for pid in pids:
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(pid, os.WNOHANG)
 
 
 def _wait_gone(pid: int, seconds: float) -> None:
     deadline = time.monotonic() + seconds
     while _proc_start(pid) is not None and time.monotonic() < deadline:
-        _reap()
         time.sleep(0.05)
     if _proc_start(pid) is not None:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
-        _reap()
+    _reap([pid])
 
 
 # --- status, faults -----------------------------------------------------------------------------------------------

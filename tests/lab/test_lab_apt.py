@@ -1,0 +1,112 @@
+"""The lab's signed repositories seen by apt on a lab host: signed installs, unsigned and foreign-signed refused."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from gpuready.lab import aptrepo
+
+pytestmark = pytest.mark.lab
+NODE = "gpu-node-2"
+# Only the one test repository (no Debian mirror needed); apt-get install must see the same source list as update.
+APT = "apt-get -o Dir::Etc::sourcelist=/dev/null -o Dir::Etc::sourceparts=/etc/apt/gpuready-tests.d"
+
+
+def build_dummy_deb(outdir: Path, name: str = "gpuready-lab-dummy", version: str = "1.0-1") -> Path:
+    root = outdir / name
+    (root / "DEBIAN").mkdir(parents=True)
+    (root / "usr/share" / name).mkdir(parents=True)
+    (root / "usr/share" / name / "hello").write_text("hello from the lab repository\n")
+    (root / "DEBIAN/control").write_text(
+        f"Package: {name}\nVersion: {version}\nArchitecture: all\nMaintainer: lab <lab@gpuready.invalid>\n"
+        "Description: a package for the lab's repository tests\n"
+    )
+    deb = outdir / f"{name}_{version}_all.deb"
+    subprocess.run(["dpkg-deb", "--build", "--root-owner-group", str(root), str(deb)], check=True,
+                   capture_output=True)  # fmt: skip
+    return deb
+
+
+@pytest.fixture(scope="module")
+def test_repos(lab, tmp_path_factory):
+    """Three copies of one repository under the lab's served root: lab-signed, unsigned, signed by a stranger."""
+    work = tmp_path_factory.mktemp("apt")
+    deb = build_dummy_deb(work)
+    untrusted = build_dummy_deb(work, "gpuready-lab-untrusted")
+    root = Path(lab.state["repo"]["root"])
+    lab_signer = aptrepo.ensure_signing_key(lab.paths.gnupg_home)
+    stranger = aptrepo.ensure_signing_key(work / "gnupg", uid="someone else <other@example.invalid>")
+    layout = aptrepo.REPOS["cuda"]
+    for kind, debs, signer in (("signed", [deb], lab_signer), ("unsigned", [deb, untrusted], None),
+                               ("foreign", [deb, untrusted], stranger)):  # fmt: skip
+        aptrepo.build_flat_repo(root / "tests" / kind, debs, layout, signer)
+    # The deploy's way: fetch the armored key, dearmor it into /etc/apt/keyrings, signed-by= it.
+    lab.ssh(NODE, f"mkdir -p /etc/apt/keyrings && curl -fsS {lab.state['repo']['keyring_url']} "
+                  "| gpg --dearmor --yes -o /etc/apt/keyrings/gpuready-lab.gpg")  # fmt: skip
+    yield stranger
+    lab.ssh(
+        NODE,
+        "rm -rf /etc/apt/gpuready-tests.d; apt-get purge -y gpuready-lab-dummy gpuready-lab-untrusted",
+        check=False,
+    )
+
+
+def apt_update_from(lab, kind: str) -> subprocess.CompletedProcess[str]:
+    url = f"{lab.state['repo']['base_url']}/tests/{kind}/"
+    return lab.ssh(
+        NODE,
+        "mkdir -p /etc/apt/gpuready-tests.d && "
+        f"echo 'deb [signed-by=/etc/apt/keyrings/gpuready-lab.gpg] {url} /' > /etc/apt/gpuready-tests.d/t.list && "
+        f"{APT} update 2>&1",
+        check=False,
+    )
+
+
+def test_install_from_the_signed_repository(lab, test_repos):
+    update = apt_update_from(lab, "signed")
+    assert update.returncode == 0, update.stdout
+    assert "InRelease" in update.stdout and "Err:" not in update.stdout
+    install = lab.ssh(
+        NODE, f"DEBIAN_FRONTEND=noninteractive {APT} install -y gpuready-lab-dummy 2>&1", check=False
+    )
+    assert install.returncode == 0, install.stdout
+    status = lab.ssh(NODE, "dpkg-query -W -f '${Status} ${Version}' gpuready-lab-dummy").stdout
+    assert status == "install ok installed 1.0-1"
+    hello = lab.ssh(NODE, "cat /usr/share/gpuready-lab-dummy/hello").stdout
+    assert hello == "hello from the lab repository\n"
+
+
+def test_unsigned_repository_is_refused(lab, test_repos):
+    update = apt_update_from(lab, "unsigned")
+    assert update.returncode == 100
+    base = lab.state["repo"]["base_url"]
+    assert f"E: The repository '{base}/tests/unsigned  Release' is not signed." in update.stdout
+    assert_not_installable(lab)
+
+
+def test_repository_signed_by_another_key_is_refused(lab, test_repos):
+    stranger = test_repos
+    update = apt_update_from(lab, "foreign")
+    assert update.returncode == 100
+    assert f"NO_PUBKEY {stranger.fingerprint[-16:]}" in update.stdout
+    base = lab.state["repo"]["base_url"]
+    assert f"E: The repository '{base}/tests/foreign  InRelease' is not signed." in update.stdout
+    assert_not_installable(lab)
+
+
+def assert_not_installable(lab) -> None:
+    install = lab.ssh(NODE, f"{APT} install -y gpuready-lab-untrusted 2>&1", check=False)
+    assert install.returncode == 100
+    assert "E: Unable to locate package gpuready-lab-untrusted" in install.stdout
+
+
+def test_lab_repositories_have_the_real_layout(lab):
+    base = lab.state["repo"]["base_url"]
+    for path in ("cuda/repos/debian12/x86_64", "libnvidia-container/stable/deb/amd64",
+                 "kubernetes/core:/stable:/v1.34/deb"):  # fmt: skip
+        out = lab.ssh(NODE, f"curl -fsS '{base}/{path}/InRelease' | head -1; "
+                            f"curl -fsS -o /dev/null -w '%{{http_code}}' '{base}/{path}/Packages.gz'").stdout  # fmt: skip
+        assert out == "-----BEGIN PGP SIGNED MESSAGE-----\n200", path

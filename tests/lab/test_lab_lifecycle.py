@@ -1,0 +1,83 @@
+"""`lab down` leaves nothing behind, and `lab up` recovers from a lab that died without `lab down`.
+
+Both tests bring the session lab back up at the end, so they can run in any order with the other lab tests.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from gpuready.lab import hosts
+
+pytestmark = pytest.mark.lab
+
+
+def nspawn_processes(root: Path) -> list[str]:
+    """This lab's systemd-nspawn processes (their --directory is inside its state dir)."""
+    result = subprocess.run(["pgrep", "-a", "-f", "systemd-nspawn"], capture_output=True, text=True)
+    return [line for line in result.stdout.splitlines() if f"--directory={root}/" in line]
+
+
+def mounts_under(root: Path) -> list[str]:
+    return [line for line in Path("/proc/mounts").read_text().splitlines() if str(root) in line.split()[1]]
+
+
+def lab_processes(lab) -> list[int]:
+    return [pid for cgroup in hosts.lab_cgroups(lab.paths) for pid in hosts.cgroup_pids(cgroup)]
+
+
+def outside_traces(lab) -> list[Path]:
+    """What nspawn, gpg and the lab could leave outside the state dir, for this lab's host names."""
+    names = lab.state["hosts"]
+    candidates = [*hosts.lab_cgroups(lab.paths)]
+    candidates += [Path("/run/systemd/nspawn/propagate") / n for n in names]
+    candidates += [Path("/var/lib/machines") / n for n in names]
+    machine_ids = [(lab.paths.host_dir(n) / "upper/etc/machine-id") for n in names]
+    candidates += [Path("/var/log/journal") / p.read_text().strip() for p in machine_ids if p.exists()]
+    return candidates
+
+
+def test_down_leaves_nothing_behind(lab):
+    traces = outside_traces(lab)
+    repo_pid = lab.state["repo"]["pid"]
+    assert nspawn_processes(lab.paths.root) and mounts_under(lab.paths.root)  # the lab was up
+
+    subprocess.run(
+        [sys.executable, "-m", "gpuready.lab", "down"], env=lab.env(), check=True, capture_output=True
+    )
+    try:
+        assert nspawn_processes(lab.paths.root) == []
+        assert lab_processes(lab) == []
+        assert mounts_under(lab.paths.root) == []
+        assert [p for p in traces if p.exists()] == []
+        assert not Path(f"/proc/{repo_pid}").exists() or hosts._proc_start(repo_pid) is None
+        gpg_agents = subprocess.run(["pgrep", "-a", "-f", f"gpg-agent --homedir {lab.paths.gnupg_home}"],
+                                    capture_output=True, text=True).stdout  # fmt: skip
+        assert gpg_agents == ""
+        assert not lab.paths.hosts_dir.exists() and not lab.paths.state_file.exists()
+    finally:
+        lab.bring_up()
+
+
+def test_up_after_a_crash_recovers(lab):
+    """kill -9 every nspawn and the repo server: their containers, mounts and cgroups stay behind; `up` copes."""
+    old = dict(lab.state["hosts"])
+    for host in old.values():
+        os.kill(host["pid"], signal.SIGKILL)
+    os.kill(lab.state["repo"]["pid"], signal.SIGKILL)
+    leftovers = lab_processes(lab)
+    assert leftovers and mounts_under(lab.paths.root)  # a crashed lab really left things behind
+
+    lab.bring_up()
+
+    assert not any(hosts._proc_start(pid) for pid in leftovers if pid not in lab_processes(lab))
+    assert set(lab_processes(lab)).isdisjoint(leftovers)
+    for name in old:
+        assert lab.ssh(name, "hostname").stdout == f"{name}\n"
+    assert len(mounts_under(lab.paths.root)) == len(old)
