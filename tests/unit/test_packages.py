@@ -1,0 +1,172 @@
+"""The emulated NVIDIA packages carry the real names, versions and dependencies, and the right files."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from gpuready.lab import packages
+
+pytestmark = pytest.mark.skipif(shutil.which("dpkg-deb") is None, reason="dpkg-deb is not installed")
+
+EMULATOR = Path(packages.__file__).parent / "emulator"
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[Path]]:
+    return packages.build_packages(tmp_path_factory.mktemp("debs"))
+
+
+def field(deb: Path, name: str) -> str:
+    return subprocess.run(
+        ["dpkg-deb", "-f", str(deb), name], capture_output=True, text=True, check=True
+    ).stdout.strip()
+
+
+def contents(deb: Path) -> dict[str, str]:
+    """path -> mode string, from dpkg-deb -c."""
+    out = subprocess.run(["dpkg-deb", "-c", str(deb)], capture_output=True, text=True, check=True).stdout
+    result = {}
+    for line in out.splitlines():
+        parts = line.split()
+        path = parts[5].removeprefix(".")
+        result[path.rstrip("/") or "/"] = parts[0]
+    return result
+
+
+def by_name(built: dict[str, list[Path]]) -> dict[tuple[str, str], Path]:
+    return {(field(p, "Package"), field(p, "Version")): p for paths in built.values() for p in paths}
+
+
+def test_repositories_and_package_names(built: dict[str, list[Path]]) -> None:
+    assert set(built) == {"cuda", "libnvidia-container"}
+    names = {key: sorted({field(p, "Package") for p in paths}) for key, paths in built.items()}
+    assert names["cuda"] == [
+        "libcuda1", "libnvidia-ml1", "nvidia-driver", "nvidia-driver-cuda", "nvidia-fabricmanager",
+        "nvidia-kernel-open-dkms", "nvidia-persistenced", "nvidia-smi",
+    ]  # fmt: skip
+    assert names["libnvidia-container"] == [
+        "libnvidia-container-tools", "libnvidia-container1", "nvidia-container-toolkit",
+        "nvidia-container-toolkit-base",
+    ]  # fmt: skip
+    versions = {field(p, "Version") for p in built["cuda"]}
+    assert versions == {"580.95.05-1", "570.195.03-1"}
+    assert {field(p, "Version") for p in built["libnvidia-container"]} == {"1.18.0-1"}
+    assert all(p.name == f"{field(p, 'Package')}_{field(p, 'Version')}_amd64.deb" for p in built["cuda"])
+    assert {field(p, "Architecture") for paths in built.values() for p in paths} == {"amd64"}
+
+
+def test_control_fields_of_the_driver_and_toolkit(built: dict[str, list[Path]]) -> None:
+    debs = by_name(built)
+    cuda = debs[("nvidia-driver-cuda", "580.95.05-1")]
+    assert field(cuda, "Depends") == (
+        "nvidia-smi (= 580.95.05-1), libnvidia-ml1 (= 580.95.05-1), libcuda1 (= 580.95.05-1), "
+        "nvidia-persistenced (= 580.95.05-1), "
+        "nvidia-kernel-open-dkms (= 580.95.05-1) | nvidia-kernel-dkms-any (= 580.95.05-1)"
+    )
+    assert field(debs[("nvidia-driver", "570.195.03-1")], "Depends") == "nvidia-driver-cuda (= 570.195.03-1)"
+    assert field(debs[("nvidia-smi", "580.95.05-1")], "Maintainer") == "cudatools <cudatools@nvidia.com>"
+    toolkit = debs[("nvidia-container-toolkit", "1.18.0-1")]
+    assert field(toolkit, "Depends") == (
+        "nvidia-container-toolkit-base (= 1.18.0-1), libnvidia-container-tools (>= 1.18.0-1), "
+        "libnvidia-container-tools (<< 2.0.0)"
+    )
+
+
+_DEP = re.compile(r"^(\S+)(?: \((=|>=|<<) (\S+)\))?$")
+
+
+def _satisfied(match: re.Match, have: dict[str, set[str]]) -> bool:
+    name, op, version = match.groups()
+    if name not in have:
+        return False
+    return op in (None, ">=", "<<") or version in have[name]
+
+
+def test_every_dependency_is_satisfiable_from_the_same_repository(built: dict[str, list[Path]]) -> None:
+    """apt can install the meta packages from the lab repos alone (versions compared as the test needs)."""
+    for paths in built.values():
+        have: dict[str, set[str]] = {}
+        for p in paths:
+            have.setdefault(field(p, "Package"), set()).add(field(p, "Version"))
+            for provided in filter(None, field(p, "Provides").split(", ")):
+                name, version = _DEP.match(provided).groups()[0::2]  # type: ignore[union-attr]
+                have.setdefault(name, set()).add(version)
+        for p in paths:
+            for clause in filter(None, field(p, "Depends").split(", ")):
+                options = [_DEP.match(alt.strip()) for alt in clause.split("|")]
+                assert all(options), clause
+
+                assert any(_satisfied(m, have) for m in options), f"{p.name}: {clause} cannot be satisfied"
+
+
+def test_driver_contents(built: dict[str, list[Path]]) -> None:
+    debs = by_name(built)
+    smi = contents(debs[("nvidia-smi", "580.95.05-1")])
+    assert smi["/usr/bin/nvidia-smi"].startswith("-rwxr-xr-x")
+    assert "/usr/lib/nvidia-emu/nvidia_smi.py" in smi
+    ml = contents(debs[("libnvidia-ml1", "580.95.05-1")])
+    assert {"/usr/lib/nvidia-emu/nvemu.py", "/usr/lib/nvidia-emu/gpu_tree.py", "/usr/lib/nvidia-emu/mig.py",
+            "/usr/lib/nvidia-emu/driver-version", "/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1"} <= set(ml)  # fmt: skip
+    pd = contents(debs[("nvidia-persistenced", "580.95.05-1")])
+    assert "/lib/systemd/system/nvidia-persistenced.service" in pd and "/usr/bin/nvidia-persistenced" in pd
+    fm = contents(debs[("nvidia-fabricmanager", "580.95.05-1")])
+    assert {"/usr/bin/nv-fabricmanager", "/lib/systemd/system/nvidia-fabricmanager.service",
+            "/usr/share/nvidia/nvswitch/fabricmanager.cfg"} <= set(fm)  # fmt: skip
+    assert "/usr/bin/nvidia-smi" not in contents(debs[("nvidia-driver", "580.95.05-1")])
+    tk = by_name(built)
+    assert "/usr/bin/nvidia-ctk" in contents(tk[("nvidia-container-toolkit-base", "1.18.0-1")])
+    assert "/usr/bin/nvidia-container-runtime" in contents(tk[("nvidia-container-toolkit-base", "1.18.0-1")])
+    assert "/usr/bin/nvidia-container-cli" in contents(tk[("libnvidia-container-tools", "1.18.0-1")])
+
+
+def test_no_file_is_shipped_by_two_packages_of_one_version(built: dict[str, list[Path]]) -> None:
+    owners: dict[tuple[str, str], str] = {}
+    for paths in built.values():
+        for p in paths:
+            version = field(p, "Version")
+            for path, mode in contents(p).items():
+                if mode.startswith("d"):
+                    continue
+                key = (version, path)
+                assert key not in owners, f"{path} in {owners.get(key)} and {p.name}"
+                owners[key] = p.name
+
+
+def test_files_are_the_emulator_sources_and_versions(built: dict[str, list[Path]], tmp_path: Path) -> None:
+    debs = by_name(built)
+    root = tmp_path / "root"
+    for key in (("libnvidia-ml1", "570.195.03-1"), ("nvidia-smi", "570.195.03-1"),
+                ("nvidia-kernel-open-dkms", "570.195.03-1"), ("nvidia-persistenced", "570.195.03-1")):  # fmt: skip
+        subprocess.run(["dpkg-deb", "-x", str(debs[key]), str(root)], check=True)
+    assert (root / "usr/lib/nvidia-emu/driver-version").read_text() == "570.195.03\n"
+    assert (root / "usr/lib/nvidia-emu/kmod-version").read_text() == "570.195.03\n"
+    assert (root / "usr/lib/nvidia-emu/nvidia_smi.py").read_bytes() == (
+        EMULATOR / "nvidia_smi.py"
+    ).read_bytes()
+    wrapper = (root / "usr/bin/nvidia-smi").read_text()
+    assert wrapper.startswith("#!/usr/bin/python3\n")
+    compile(wrapper, "nvidia-smi", "exec")
+    control = tmp_path / "control"
+    subprocess.run(
+        ["dpkg-deb", "-e", str(debs[("nvidia-persistenced", "570.195.03-1")]), str(control)], check=True
+    )
+    postinst = (control / "postinst").read_text()
+    assert "systemctl enable nvidia-persistenced.service" in postinst
+    assert (control / "postinst").stat().st_mode & 0o111
+    assert subprocess.run(["sh", "-n", str(control / "postinst")]).returncode == 0
+
+
+def test_rebuild_is_skipped_when_nothing_changed(tmp_path: Path) -> None:
+    first = packages.build_packages(tmp_path, driver_versions=["580.95.05"], toolkit_versions=["1.18.0"])
+    deb = first["cuda"][0]
+    stamp = deb.stat().st_mtime_ns
+    again = packages.build_packages(tmp_path, driver_versions=["580.95.05"], toolkit_versions=["1.18.0"])
+    assert again == first
+    assert deb.stat().st_mtime_ns == stamp
+    other = packages.build_packages(tmp_path, driver_versions=["575.57.08"], toolkit_versions=["1.18.0"])
+    assert {p.name for p in tmp_path.glob("*.deb")} == {p.name for paths in other.values() for p in paths}
