@@ -339,6 +339,12 @@ class RestApi:
         return self.store.update(res.key, new, expected_rv=expected, group=res.group, plural=res.plural)
 
     def _patch(self, call: Call, t: Target) -> Reply:
+        # Read-patch-write is atomic (the store lock is re-entrant), as the real server retries a patch internally
+        # instead of failing it with a conflict when a controller wrote in between.
+        with self.store.lock:
+            return self._patch_locked(call, t)
+
+    def _patch_locked(self, call: Call, t: Target) -> Reply:
         res = t.resource
         ctype = call.headers.get("content-type", "").split(";")[0].strip()
         old = self.store.get(res.key, t.namespace, t.name)
