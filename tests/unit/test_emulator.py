@@ -107,6 +107,32 @@ def test_query_xml_parses_to_profile_gpus(tmp_path: Path, profile: str) -> None:
     assert all(g.mig_mode_current == ("Disabled" if model.mig_capable else None) for g in report.gpus)
 
 
+@pytest.mark.parametrize("profile", sorted(hardware.PROFILES))
+def test_query_text_parses_to_the_same_gpus_as_the_xml(tmp_path: Path, profile: str) -> None:
+    host = Host(tmp_path, profile)
+    if hardware.PROFILES[profile].model == "NVIDIA A100-SXM4-80GB":
+        host.ok("-mig", "1")
+        host.reboot("boot-2")
+        host.ok("mig", "-i", "0", "-cgi", "9,14,19,19", "-C")
+    text = smi.parse_query_text(host.ok("-q"))
+    xml = smi.parse_query_xml(host.ok("-q", "-x"))
+    assert text.gpus == xml.gpus
+    assert (text.driver_version, text.cuda_version, text.attached_gpus) == (
+        xml.driver_version, xml.cuda_version, xml.attached_gpus
+    )  # fmt: skip
+
+
+def test_query_display_filter(tmp_path: Path) -> None:
+    out = Host(tmp_path, "t4-1").ok("-q", "-d", "PAGE_RETIREMENT")
+    assert out.splitlines()[-5:] == [
+        "    Retired Pages",
+        "        Single Bit ECC                                 : 0",
+        "        Double Bit ECC                                 : 0",
+        "        Pending Page Blacklist                         : No",
+        "",
+    ]
+
+
 def _relevant(paths: set[str]) -> set[str]:
     """Paths every datacenter GPU has; consumer-only or process-specific ones are left out."""
     skip = ("supported_clocks", "process_info", "/gpu_temp_max_threshold", "/gpu_temp_slow_threshold",

@@ -7,6 +7,7 @@ the project's parsers and conformance checks must not be able to tell it from th
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 
@@ -495,6 +496,9 @@ def main(argv: list[str]) -> int:
     except nvemu.NvmlError as exc:
         _out(f"{exc}\n")
         return exc.code
+    except BrokenPipeError:  # `nvidia-smi -L | head -1`: stop quietly, as the real tool does
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
 
 
 def _main(argv: list[str]) -> int:
