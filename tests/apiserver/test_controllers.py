@@ -1,0 +1,94 @@
+"""DaemonSet controller and node lifecycle controller."""
+
+from __future__ import annotations
+
+from kubernetes import client
+
+from .conftest import wait_for
+
+
+def _ds(name: str, **pod_spec) -> dict:
+    return {"metadata": {"name": name}, "spec": {"selector": {"matchLabels": {"app": name}}, "template": {
+        "metadata": {"labels": {"app": name}},
+        "spec": {"containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}], **pod_spec}}}}  # fmt: skip
+
+
+def _ds_pods(sim, name: str) -> dict[str, dict]:
+    pods = [
+        p for p in sim.store.list("pods", "default")[0] if p["metadata"].get("labels", {}).get("app") == name
+    ]
+    return {p["spec"].get("nodeName") or "?": p for p in pods}
+
+
+def test_daemonset_runs_on_eligible_nodes_and_tracks_status(api, sim) -> None:
+    v1, apps = client.CoreV1Api(api), client.AppsV1Api(api)
+    v1.patch_node("virt-node-0000", {"metadata": {"labels": {"gpu": "yes"}}})
+    v1.patch_node("virt-node-0001", {"metadata": {"labels": {"gpu": "yes"}}})
+    v1.patch_node(
+        "virt-node-0001", {"spec": {"taints": [{"key": "dedicated", "value": "x", "effect": "NoSchedule"}]}}
+    )
+    ds = apps.create_namespaced_daemon_set("default", _ds("plugin", nodeSelector={"gpu": "yes"}))
+
+    def status():
+        s = apps.read_namespaced_daemon_set("plugin", "default").status
+        return s if s.number_ready == 1 else None
+
+    s = wait_for(status, what="1 ready")
+    assert (s.desired_number_scheduled, s.current_number_scheduled, s.number_available) == (1, 1, 1)
+    pods = _ds_pods(sim, "plugin")
+    assert list(pods) == ["virt-node-0000"]
+    pod = pods["virt-node-0000"]
+    ref = pod["metadata"]["ownerReferences"][0]
+    assert (ref["kind"], ref["name"], ref["uid"], ref["controller"]) == (
+        "DaemonSet",
+        "plugin",
+        ds.metadata.uid,
+        True,
+    )
+    assert pod["metadata"]["name"].startswith("plugin-")
+    assert {"key": "node.kubernetes.io/unschedulable", "operator": "Exists", "effect": "NoSchedule"} in pod[
+        "spec"
+    ]["tolerations"]
+    # tolerating the taint makes node 1 eligible; a new matching node gets a pod too
+    apps.patch_namespaced_daemon_set("plugin", "default", {"spec": {"template": {"spec": {"tolerations": [
+        {"key": "dedicated", "operator": "Exists"}]}}}})  # fmt: skip
+    sim.virtual.add(1, "dgx-h100")
+    v1.patch_node("virt-node-0003", {"metadata": {"labels": {"gpu": "yes"}}})
+    wait_for(
+        lambda: apps.read_namespaced_daemon_set("plugin", "default").status.number_ready == 3, what="3 ready"
+    )
+    assert sorted(_ds_pods(sim, "plugin")) == ["virt-node-0000", "virt-node-0001", "virt-node-0003"]
+    # deleting the DaemonSet deletes its pods (background cascading)
+    apps.delete_namespaced_daemon_set("plugin", "default")
+    wait_for(lambda: not _ds_pods(sim, "plugin"), what="pods garbage-collected")
+
+
+def test_node_goes_not_ready_when_heartbeats_stop_and_recovers(api, sim) -> None:
+    v1 = client.CoreV1Api(api)
+    sim.virtual.stop("virt-node-0002")
+
+    def ready_status():
+        node = v1.read_node("virt-node-0002")
+        cond = next(c for c in node.status.conditions if c.type == "Ready")
+        return (cond, node) if cond.status == "Unknown" else None
+
+    cond, node = wait_for(ready_status, timeout=15, what="Ready=Unknown")
+    assert (cond.reason, cond.message) == ("NodeStatusUnknown", "Kubelet stopped posting node status.")
+    taints = {(t.key, t.effect) for t in node.spec.taints}
+    assert taints == {
+        ("node.kubernetes.io/unreachable", "NoSchedule"),
+        ("node.kubernetes.io/unreachable", "NoExecute"),
+    }
+    others = {c.type: c.status for c in node.status.conditions}
+    assert others == {
+        "MemoryPressure": "Unknown",
+        "DiskPressure": "Unknown",
+        "PIDPressure": "Unknown",
+        "Ready": "Unknown",
+    }
+    # the other nodes are untouched
+    assert v1.read_node("virt-node-0000").spec.taints is None
+    sim.virtual.resume("virt-node-0002")
+    wait_for(lambda: v1.read_node("virt-node-0002").spec.taints is None, what="taints removed")
+    ready = next(c for c in v1.read_node("virt-node-0002").status.conditions if c.type == "Ready")
+    assert ready.status == "True"
