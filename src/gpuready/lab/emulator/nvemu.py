@@ -131,9 +131,13 @@ class Driver:
     def __init__(self) -> None:
         self.hw = load_hardware()
         self.path = state_path()
-        os.makedirs(os.path.dirname(self.path) or ".", exist_ok=True)
-        self._lock = open(self.path + ".lock", "a+")  # noqa: SIM115 - held for the command's lifetime
-        fcntl.flock(self._lock, fcntl.LOCK_EX)
+        with contextlib.suppress(OSError):
+            os.makedirs(os.path.dirname(self.path) or ".", exist_ok=True)
+        try:
+            self._lock = open(self.path + ".lock", "a+")  # noqa: SIM115 - held for the command's lifetime
+            fcntl.flock(self._lock, fcntl.LOCK_EX)
+        except OSError:  # an unprivileged user may look at the GPUs but changes nothing
+            self._lock = None
         self.state = self._load_state()
         self.version = library_version()
 
@@ -157,10 +161,14 @@ class Driver:
 
     def close(self) -> None:
         """Release the state lock; long-running daemons must not hold it while they wait."""
-        fcntl.flock(self._lock, fcntl.LOCK_UN)
-        self._lock.close()
+        if self._lock is not None:
+            fcntl.flock(self._lock, fcntl.LOCK_UN)
+            self._lock.close()
+            self._lock = None
 
     def save(self) -> None:
+        if self._lock is None:
+            return
         _atomic_write(self.path, json.dumps(self.state, indent=1, sort_keys=True))
 
     # --- driver checks -------------------------------------------------------------------------

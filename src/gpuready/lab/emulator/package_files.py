@@ -9,12 +9,17 @@ container host never reaches.
 WRAPPER = """\
 #!/usr/bin/python3
 # {tool}: emulated by the gpuready lab (the GPU and driver are simulated; see /usr/lib/nvidia-emu).
+import os
 import sys
 
 sys.path[:0] = {path!r}
 import {module}
 
-sys.exit({module}.{entry}(sys.argv[1:]))
+try:
+    sys.exit({module}.{entry}(sys.argv[1:]))
+except BrokenPipeError:  # piped into head: stop quietly like the real tool
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    sys.exit(0)
 """
 
 PERSISTENCED_UNIT = """\
