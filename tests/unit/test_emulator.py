@@ -401,6 +401,8 @@ def test_mig_tables_match_real_a100_captures_byte_for_byte(tmp_path: Path) -> No
     ] == real_lgipp.splitlines()
     host.ok("mig", "-cgi", "9,9")
     assert host.ok("mig", "-lgi") == (mig_fixtures / "openforbc__a100-pcie-40gb_mig-lgi.txt").read_text()
+    lcip = (mig_fixtures / "openforbc__a100-pcie-40gb_mig-lcip-gi2.txt").read_text()
+    assert host.ok("mig", "-lcip", "-gi", "2") == lcip
     host.ok("mig", "-cci", "-gi", "1")
     host.ok("mig", "-cci", "0,0,0", "-gi", "2")
     assert host.ok("mig", "-lci") == (mig_fixtures / "openforbc__a100-pcie-40gb_mig-lci.txt").read_text()

@@ -44,6 +44,15 @@ LCI_HEAD = """\
 |====================================================================|
 """
 LCI_SEP = "+--------------------------------------------------------------------+"
+LCIP_HEAD = """\
++--------------------------------------------------------------------------------------+
+| Compute instance profiles:                                                           |
+| GPU     GPU       Name             Profile  Instances   Exclusive       Shared       |
+|       Instance                       ID     Free/Total     SM       DEC   ENC   OFA  |
+|         ID                                                          CE    JPEG       |
+|======================================================================================|
+"""
+LCIP_SEP = "+--------------------------------------------------------------------------------------+"
 
 
 def _out(text: str) -> None:
@@ -195,6 +204,36 @@ def list_ci(drv: nvemu.Driver, gpus: list[dict], gi_ids: set[int] | None) -> int
     if not rows:
         raise MigError("No compute instances found: Not Found", nvemu.EXIT_NOT_FOUND)
     _out(LCI_HEAD + "\n".join(rows) + "\n")
+    return 0
+
+
+def list_cip(drv: nvemu.Driver, gpus: list[dict], gi_ids: set[int] | None) -> int:
+    rows = []
+    for gpu in gpus:
+        by_id = {p["profile_id"]: p for p in profiles(gpu)}
+        for gi in sorted(drv.gpu_state(gpu)["gis"], key=lambda g: g["id"]):
+            if gi_ids is not None and gi["id"] not in gi_ids:
+                continue
+            p = by_id[gi["profile_id"]]
+            used: set[int] = set()
+            for ci in gi["cis"]:
+                used.update(range(ci["start"], ci["start"] + ci["size"]))
+            for slices in sorted(CI_PROFILE_BY_SLICES):
+                if slices > p["compute_slices"] or (slices != p["compute_slices"] and slices in (6, 8)):
+                    continue
+                total = len(ci_starts(p, slices))
+                free = sum(1 for s in ci_starts(p, slices) if not set(range(s, s + slices)) & used)
+                pid = f"{CI_PROFILE_BY_SLICES[slices]}{'*' if slices == p['compute_slices'] else ''}"
+                sm = p["sm_count"] * slices // p["compute_slices"]
+                rows.append(
+                    f"|{gpu['index']:>4}{gi['id']:>7}       MIG {ci_name(p, slices):<17}{pid:<7}{f'{free}/{total}':<9}"
+                    f"{sm:>7}{p['decoders']:>9}{p['encoders']:>6}{p['ofa']:>6}   |"
+                )
+                rows.append(f"|{'':<62}{p['copy_engines']:>9}{p['jpeg']:>6}{'':<9}|")
+                rows.append(LCIP_SEP)
+    if not rows:
+        raise MigError("No GPU instances found: Not Found", nvemu.EXIT_NOT_FOUND)
+    _out(LCIP_HEAD + "\n".join(rows) + "\n")
     return 0
 
 
@@ -353,6 +392,8 @@ FLAGS = {
     "-lgi": "lgi",
     "--list-gpu-instances": "lgi",
     "-lci": "lci",
+    "-lcip": "lcip",
+    "--list-compute-instance-profiles": "lcip",
     "--list-compute-instances": "lci",
     "-dgi": "dgi",
     "--destroy-gpu-instance": "dgi",
@@ -415,6 +456,8 @@ def main(argv: list[str]) -> int:
             return list_gi(drv, gpus, gi_ids)
         if action == "lci":
             return list_ci(drv, gpus, gi_ids)
+        if action == "lcip":
+            return list_cip(drv, gpus, gi_ids)
         if action == "cgi":
             return create_gi(drv, gpus, spec or "", with_ci)
         if action == "cci":
