@@ -213,3 +213,24 @@ def test_inventory_data(lab, monkeypatch):
     assert group["kubernetes_repo_url"] == f"{base}/kubernetes/core:/stable:/v{{minor}}/deb/"
     assert group["cuda_repo_keyring_url"] == f"{base}/keys/gpuready-lab-archive-keyring.asc"
     assert group["kube_join"] is False  # no API server recorded in this lab's state
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["fault", "gpu-node-1", "no-such-fault"], "gpuready lab: unknown fault 'no-such-fault'"),
+        (["fault", "gpu-node-9", "xid-79"], "gpuready lab: no lab host 'gpu-node-9'"),
+        (["up", "--profile", "no-such-gpu"], "gpuready lab: unknown profile(s) ['no-such-gpu']"),
+    ],
+)
+def test_cli_errors_are_one_clear_line(lab, argv, message):
+    result = subprocess.run([sys.executable, "-m", "gpuready.lab", *argv],
+                            capture_output=True, text=True, env=lab.env(), timeout=60)  # fmt: skip
+    assert result.returncode == 1
+    assert result.stderr.startswith(message), result.stderr
+    assert status_all_up(lab)  # a refused command leaves the lab as it was
+
+
+def status_all_up(lab) -> bool:
+    status = hosts.status(lab.paths)
+    return all(h["running"] and h["ssh_answers"] for h in status["hosts"].values())

@@ -18,10 +18,22 @@ from gpuready.lab import hosts
 pytestmark = pytest.mark.lab
 
 
+def command_lines(*words: str) -> list[str]:
+    """Command lines of live processes that contain every one of the words (what `pgrep -af` would list)."""
+    found = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            line = cmdline.read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if all(word in line for word in words):
+            found.append(line)
+    return found
+
+
 def nspawn_processes(root: Path) -> list[str]:
     """This lab's systemd-nspawn processes (their --directory is inside its state dir)."""
-    result = subprocess.run(["pgrep", "-a", "-f", "systemd-nspawn"], capture_output=True, text=True)
-    return [line for line in result.stdout.splitlines() if f"--directory={root}/" in line]
+    return command_lines("systemd-nspawn", f"--directory={root}/")
 
 
 def mounts_under(root: Path) -> list[str]:
@@ -57,9 +69,8 @@ def test_down_leaves_nothing_behind(lab):
         assert mounts_under(lab.paths.root) == []
         assert [p for p in traces if p.exists()] == []
         assert not Path(f"/proc/{repo_pid}").exists() or hosts._proc_start(repo_pid) is None
-        gpg_agents = subprocess.run(["pgrep", "-a", "-f", f"gpg-agent --homedir {lab.paths.gnupg_home}"],
-                                    capture_output=True, text=True).stdout  # fmt: skip
-        assert gpg_agents == ""
+        assert command_lines("gpg-agent", str(lab.paths.gnupg_home)) == []
+        assert command_lines("gpuready.lab.aptrepo", str(lab.paths.root)) == []
         assert not lab.paths.hosts_dir.exists() and not lab.paths.state_file.exists()
     finally:
         lab.bring_up()
