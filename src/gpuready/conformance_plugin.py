@@ -1,18 +1,323 @@
-"""pytest plugin entry point for the conformance suite.
+"""pytest plugin of the conformance suite: options, per-node parametrization, layer gating and the fleet report.
 
 Registered under the ``pytest11`` entry point so ``pytest conformance --inventory ...`` works from any directory.
-Nothing here may connect to a host or a cluster at import or ``--help`` time.
+Nothing here connects to a host or a cluster at import or ``--help`` time: the inventory is loaded (pure Python,
+no connection) when the session starts, and a node is contacted when its first check runs a command.
+
+A conformance test is a test function carrying one layer marker (``host``, ``gpu``, ``node``, ``workloads``,
+``metrics``, usually as a module ``pytestmark``) and taking the ``node`` argument; the plugin parametrizes it
+with every selected node of the fleet. Adding a layer's tests is adding a file: gating and reporting key on the
+marker only.
+
+Order and gating: collected items are sorted by layer (stable, so file and node order is kept within a layer),
+globally rather than per node. A layer then runs for the whole fleet before the next one starts, which is what
+the fleet-wide layers need: the workloads layer creates one pod per node *at once* and must know, before it
+starts, which nodes are still in the running. When a check of a layer fails on a node, every later layer's
+checks on that node are skipped with "skipped: <layer> layer failed on <node>: <first failure>".
 """
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
 import pytest
 
+from gpuready import report as fleet_report
+from gpuready.checks import CannotCheck, Output
+from gpuready.report import LAYERS, FleetResults
 
-def pytest_addoption(parser: pytest.Parser) -> None:
+LAYER_HELP = {
+    "host": "host layer: driver, services, container runtime (over SSH or local)",
+    "gpu": "gpu layer: GPU inventory, health and configuration",
+    "node": "node layer: the Kubernetes Node object (allocatable, labels, taints)",
+    "workloads": "workloads layer: GPU pods on every node",
+    "metrics": "metrics layer: dcgm-exporter series per GPU",
+}
+CONNECTIONS = ("ssh", "local")
+DEFAULT_TIMEOUT = 60.0
+NO_INVENTORY = "no --inventory given: the conformance suite needs the fleet's inventory (pytest conformance --inventory inventory/<env>.py)"
+
+
+@dataclass
+class Suite:
+    """Everything one run of the suite shares: the selected nodes, options, runners, gating and results."""
+
+    nodes: list[Any]  # NodeSpec
+    inventory: str
+    connection: str
+    timeout: float
+    kubeconfig: str | None
+    kube_context: str | None
+    report_dir: str | None
+    results: FleetResults
+    failures: dict[tuple[str, str], str] = field(default_factory=dict)
+    runner_factory: Callable[[Any, str, float], Any] | None = None
+    report_paths: list[Any] = field(default_factory=list)
+    _runners: dict[str, Any] = field(default_factory=dict)
+    _facts: dict[tuple[str, str], Any] = field(default_factory=dict)
+
+    def cached(self, node: Any, key: str, compute: Callable[[], Any]) -> Any:
+        """Facts derived from a node's outputs, computed once per node per run (checks share them)."""
+        if (node.name, key) not in self._facts:
+            self._facts[(node.name, key)] = compute()
+        return self._facts[(node.name, key)]
+
+    def runner(self, node: Any) -> Any:
+        if node.name not in self._runners:
+            from gpuready import observe
+
+            factory = self.runner_factory or observe.make_runner
+            self._runners[node.name] = factory(node, self.connection, self.timeout)
+        return self._runners[node.name]
+
+    def close(self) -> None:
+        for runner in self._runners.values():
+            runner.close()
+        self._runners.clear()
+
+
+SUITE = pytest.StashKey[Suite]()
+
+
+TESTINFRA = "pytest11.testinfra"  # pytest-testinfra's entry point name
+
+
+def pytest_addoption(parser: pytest.Parser, pluginmanager: pytest.PytestPluginManager) -> None:
     group = parser.getgroup("gpuready", "gpuready conformance")
     group.addoption(
         "--inventory",
         default=None,
-        help="pyinfra inventory file describing the fleet (e.g. inventory/lab.py)",
+        help="pyinfra inventory file describing the fleet (e.g. inventory/lab.py); without it the suite skips",
     )
+    group.addoption("--kubeconfig", default=None, help="kubeconfig for the node/workloads/metrics layers")
+    group.addoption("--kube-context", default=None, help="kubeconfig context (default: the current one)")
+    group.addoption(
+        "--nodes",
+        default=None,
+        help="comma-separated node names to check (default: every node of the inventory)",
+    )
+    # pytest-testinfra (installed with gpuready) also defines --connection, where "ssh" and "local" mean what
+    # they mean here. Two plugins cannot both add it, and entry points load in no fixed order: register
+    # testinfra first, then share its option (values are checked when the session starts).
+    if pluginmanager.get_plugin(TESTINFRA) is None and not pluginmanager.is_blocked(TESTINFRA):
+        pluginmanager.load_setuptools_entrypoints("pytest11", name=TESTINFRA)
+    with contextlib.suppress(ValueError):  # testinfra's --connection: same flag, same dest
+        group.addoption(
+            "--connection",
+            default=None,
+            help="how the host and gpu layers reach a node: ssh (inventory ssh_* data, strict host keys; the "
+            "default) or local (this machine, e.g. a GPU CI runner)",
+        )
+    # pytest-timeout's --timeout (seconds per test), where installed, is shared the same way
+    with contextlib.suppress(ValueError):
+        group.addoption(
+            "--timeout",
+            default=None,
+            type=float,
+            help="seconds to wait for one command on a node (default 60)",
+        )
+    group.addoption(
+        "--report-dir",
+        default=None,
+        help="write the fleet report here: fleet.xml (junit, one suite per node), verdict.json",
+    )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    for layer in LAYERS:
+        config.addinivalue_line("markers", f"{layer}: {LAYER_HELP[layer]}")
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """Load and validate the inventory before anything is collected or contacted; a bad one is a usage error."""
+    config = session.config
+    inventory = config.getoption("inventory")
+    if not inventory:
+        return
+    from gpuready.spec import SpecError, load_fleet
+
+    names = [n.strip() for n in (config.getoption("nodes") or "").split(",") if n.strip()]
+    connection = config.getoption("connection") or "ssh"
+    if connection not in CONNECTIONS:
+        raise pytest.UsageError(
+            f"--connection {connection}: the conformance suite supports {' or '.join(CONNECTIONS)}"
+        )
+    try:
+        fleet = load_fleet(inventory)
+        nodes = fleet.select(names)
+    except SpecError as exc:
+        raise pytest.UsageError(str(exc)) from None
+    config.stash[SUITE] = Suite(
+        nodes=nodes,
+        inventory=inventory,
+        connection=connection,
+        timeout=float(config.getoption("timeout") or DEFAULT_TIMEOUT),
+        kubeconfig=config.getoption("kubeconfig"),
+        kube_context=config.getoption("kube_context"),
+        report_dir=config.getoption("report_dir"),
+        results=FleetResults([n.name for n in nodes], inventory),
+    )
+
+
+def layer_of(item: pytest.Item) -> str | None:
+    for layer in LAYERS:
+        if item.get_closest_marker(layer) is not None:
+            return layer
+    return None
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "node" not in metafunc.fixturenames:
+        return
+    if not any(metafunc.definition.get_closest_marker(layer) for layer in LAYERS):
+        return  # not a conformance test: leave any other `node` fixture alone
+    suite = metafunc.config.stash.get(SUITE, None)
+    if suite is None:
+        metafunc.parametrize(
+            "node", [pytest.param(None, marks=pytest.mark.skip(reason=NO_INVENTORY))], ids=["no-inventory"]
+        )
+        return
+    metafunc.parametrize("node", suite.nodes, ids=[n.name for n in suite.nodes])
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Layer order, globally (see the module docstring); items without a layer keep their place at the front."""
+    rank = {layer: i for i, layer in enumerate(LAYERS)}
+    order = {id(item): i for i, item in enumerate(items)}
+    items.sort(key=lambda item: (rank.get(layer_of(item) or "", -1), order[id(item)]))
+
+
+def _node_and_layer(item: pytest.Item) -> tuple[str, str] | None:
+    layer = layer_of(item)
+    callspec = getattr(item, "callspec", None)
+    node = callspec.params.get("node") if callspec is not None else None
+    if layer is None or node is None:
+        return None
+    return node.name, layer
+
+
+def _check_name(item: pytest.Item) -> str:
+    name = getattr(item, "originalname", item.name)
+    others = {k: v for k, v in item.callspec.params.items() if k != "node"}  # type: ignore[attr-defined]
+    return name + (f"[{','.join(f'{k}={v}' for k, v in others.items())}]" if others else "")
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    where = _node_and_layer(item)
+    if where is None:
+        return
+    node, layer = where
+    suite = item.config.stash.get(SUITE, None)
+    if suite is None:
+        return
+    for earlier in LAYERS[: LAYERS.index(layer)]:
+        message = suite.failures.get((node, earlier))
+        if message is not None:
+            pytest.skip(f"skipped: {earlier} layer failed on {node}: {message}")
+
+
+def _message(report: pytest.TestReport, call: pytest.CallInfo[None]) -> str:
+    if call.excinfo is not None:
+        exc = call.excinfo.value
+        msg = getattr(exc, "msg", None)
+        if isinstance(msg, str) and isinstance(exc, (pytest.fail.Exception, pytest.skip.Exception)):
+            return msg
+        return f"{call.excinfo.typename}: {exc}".strip()
+    return report.longreprtext.strip().splitlines()[-1] if report.longreprtext.strip() else ""
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    report = yield
+    where = _node_and_layer(item)
+    suite = item.config.stash.get(SUITE, None)
+    if where is None or suite is None or getattr(report, "wasxfail", None) is not None:
+        return report
+    node, layer = where
+    if report.when == "call" or report.outcome != "passed":
+        status = {"passed": "pass", "failed": "fail", "skipped": "skip"}[report.outcome]
+        message = _message(report, call)
+        if status == "fail":
+            first = message.removeprefix(f"{node}: ").splitlines()[0] if message else f"{item.name} failed"
+            suite.failures.setdefault((node, layer), first)
+        if status != "pass" or report.when == "call":
+            suite.results.record(node, layer, _check_name(item), status, message, report.duration)
+    return report
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    suite = session.config.stash.get(SUITE, None)
+    if suite is None:
+        return
+    suite.close()
+    if suite.report_dir:
+        suite.report_paths = fleet_report.write_reports(suite.results, suite.report_dir, int(exitstatus))
+
+
+def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
+    suite = config.stash.get(SUITE, None)
+    if suite is None or not suite.results.nodes:
+        return
+    terminalreporter.section("gpuready fleet verdict")
+    terminalreporter.write_line(f"inventory: {suite.inventory}")
+    for line in fleet_report.render_table(suite.results).splitlines():
+        terminalreporter.write_line(line)
+    for path in suite.report_paths:
+        terminalreporter.write_line(f"wrote {path}")
+
+
+# --- what conformance tests use ----------------------------------------------------------------------------------
+
+
+class NodeShell:
+    """A node's command runner as conformance tests see it: a node that cannot be reached turns every check but
+    ``test_connection`` into a skip, so the unreachable node fails once, for the right reason."""
+
+    def __init__(self, node: Any, runner: Any) -> None:
+        self.node = node
+        self.runner = runner
+
+    def run(self, command: str) -> Output:
+        from gpuready.observe import ConnectionFailed
+
+        try:
+            return self.runner.run(command)
+        except ConnectionFailed as exc:
+            pytest.skip(f"{self.node.name}: {exc}; test_connection reports it")
+
+    def connection_problems(self) -> list[str]:
+        from gpuready.observe import ConnectionFailed
+
+        try:
+            self.runner.run("true")
+        except ConnectionFailed as exc:
+            return [str(exc)]
+        return []
+
+
+@pytest.fixture
+def gpuready_suite(request: pytest.FixtureRequest) -> Suite:
+    suite = request.config.stash.get(SUITE, None)
+    if suite is None:
+        pytest.skip(NO_INVENTORY)
+    return suite
+
+
+@pytest.fixture
+def node_shell(node: Any, gpuready_suite: Suite) -> NodeShell:
+    """Run commands on the node under test (``node_shell.run(cmd) -> Output``), each once per run."""
+    return NodeShell(node, gpuready_suite.runner(node))
+
+
+def judge(node: Any, check: Callable[..., list[str]], *args: Any) -> None:
+    """Run a pure check: problems fail the test with a message naming the node; CannotCheck skips it."""
+    try:
+        problems = check(*args)
+    except CannotCheck as exc:
+        pytest.skip(f"{node.name}: {exc}")
+    if problems:
+        pytest.fail(f"{node.name}: " + "; ".join(problems), pytrace=False)

@@ -1,0 +1,88 @@
+"""GPU layer: every GPU the inventory promises is there, healthy and configured as the spec says.
+
+GPU facts come from ``nvidia-smi -q -x`` on the node; with ``--connection local`` they are read through NVML
+(pynvml) when this machine has the NVML library, and each GPU also runs a vectorAdd kernel through the CUDA
+driver API. The judging is in :mod:`gpuready.checks.gpu`.
+"""
+
+import sys
+
+import pytest
+
+from gpuready.checks import CannotCheck, gpu, host
+from gpuready.conformance_plugin import judge
+
+pytestmark = pytest.mark.gpu
+
+
+@pytest.fixture
+def facts(node, node_shell, gpuready_suite):
+    """(report, performance states, lost GPUs) of the node, once per node per run."""
+    return gpuready_suite.cached(
+        node, "gpu-facts", lambda: _read_facts(node_shell, gpuready_suite.connection)
+    )
+
+
+def _read_facts(node_shell, connection):
+    smi = node_shell.run(host.NVIDIA_SMI_COMMAND)
+    lost = gpu.lost_gpus(smi)
+    if connection == "local":
+        from gpuready import local_gpu
+
+        nvml = local_gpu.nvml_report()
+        if nvml is not None:
+            report, pstates = nvml
+            return report, pstates, lost
+    try:
+        report = host.smi_report(smi)
+    except CannotCheck as exc:  # the host layer owns nvidia-smi failures
+        pytest.skip(f"{node_shell.node.name}: {exc}")
+    return report, gpu.performance_states(smi.stdout), lost
+
+
+def test_gpus_match_spec(node, facts):
+    report, _pstates, lost = facts
+    judge(node, gpu.gpus_match_spec, node, report, lost)
+
+
+def test_no_uncorrectable_ecc_errors(node, facts):
+    judge(node, gpu.ecc_errors, facts[0])
+
+
+def test_no_pending_memory_repairs(node, facts):
+    judge(node, gpu.memory_repairs, facts[0])
+
+
+def test_pcie_link_at_max(node, facts):
+    judge(node, gpu.pcie_link, facts[0], facts[1])
+
+
+def test_no_xid_errors(node, node_shell, facts):
+    journal = [node_shell.run(command) for command in gpu.JOURNAL_COMMANDS]
+    judge(node, gpu.xid_errors, facts[0], journal)
+
+
+def test_no_clock_throttling(node, facts):
+    judge(node, gpu.clock_event_reasons, facts[0])
+
+
+def test_nvlink_up(node, node_shell, facts):
+    if not node.nvswitch:
+        pytest.skip(
+            f"{node.name}: not applicable: the inventory says this node has no NVSwitch (nvswitch = False)"
+        )
+    judge(node, gpu.nvlink, node, facts[0], node_shell.run(gpu.NVLINK_COMMAND))
+
+
+def test_mig_layout(node, node_shell, facts):
+    lgi = node_shell.run(gpu.MIG_INSTANCES_COMMAND) if node.mig_enabled_gpus else None
+    judge(node, gpu.mig_layout, node, facts[0], lgi)
+
+
+def test_vector_add(node, node_shell, gpuready_suite):
+    if gpuready_suite.connection != "local":
+        pytest.skip(
+            f"{node.name}: vectorAdd runs on this machine only (--connection local); the workloads layer runs it as a pod"
+        )
+    out = node_shell.run(f"{sys.executable} -m gpuready.cuda_vector_add")
+    judge(node, gpu.vector_add, node, out)

@@ -1,0 +1,52 @@
+"""Host layer: the node's driver, services and container runtime (over SSH, or on this machine with
+``--connection local``). Expectations come from the inventory's NodeSpec; the judging is in
+:mod:`gpuready.checks.host`."""
+
+import pytest
+
+from gpuready.checks import host
+from gpuready.conformance_plugin import judge
+
+pytestmark = pytest.mark.host
+
+
+def test_connection(node, node_shell):
+    judge(node, node_shell.connection_problems)
+
+
+def test_nvidia_smi_runs(node, node_shell):
+    judge(node, host.nvidia_smi_runs, node_shell.run(host.NVIDIA_SMI_COMMAND))
+
+
+def test_driver_version(node, node_shell):
+    judge(node, host.driver_version, node, node_shell.run(host.NVIDIA_SMI_COMMAND))
+
+
+def test_no_driver_library_mismatch(node, node_shell):
+    judge(node, host.driver_library_mismatch, node_shell.run(host.NVIDIA_SMI_COMMAND))
+
+
+def test_persistence_mode(node, node_shell):
+    judge(node, host.persistence_mode, node_shell.run(host.NVIDIA_SMI_COMMAND))
+
+
+def test_fabric_manager_active(node, node_shell):
+    if not node.nvswitch:
+        pytest.skip(
+            f"{node.name}: not applicable: the inventory says this node has no NVSwitch (nvswitch = False)"
+        )
+    judge(node, host.fabric_manager, node, node_shell.run(host.FABRIC_MANAGER_COMMAND))
+
+
+def test_toolkit_version(node, node_shell):
+    judge(node, host.toolkit_version, node, node_shell.run(host.TOOLKIT_COMMAND))
+
+
+def test_containerd_nvidia_handler(node, node_shell):
+    judge(node, host.containerd_nvidia_handler, node_shell.run(host.CONTAINERD_COMMAND))
+
+
+def test_kubelet_active(node, node_shell):
+    if not node.join.enabled:
+        pytest.skip(f"{node.name}: not applicable: the inventory does not join this node (kube_join = False)")
+    judge(node, host.kubelet_active, node, node_shell.run(host.KUBELET_COMMAND))

@@ -1,0 +1,146 @@
+"""The fleet verdict: one record per (node, layer, check), written as junit-xml, JSON and a terminal table.
+
+Why a report of its own besides pytest's ``--junitxml``: a fleet owner asks "which nodes are not ready, and why",
+so every output here is grouped by node (one junit testsuite per node, one JSON entry per node, one table row
+per node), while pytest's report is grouped by test file.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import junit_xml
+
+LAYERS = ("host", "gpu", "node", "workloads", "metrics")
+
+# pytest's exit statuses, as a CI job reading verdict.json needs them explained.
+EXIT_CODES = {
+    0: "every check ran passed (skipped checks do not fail a node)",
+    1: "at least one check failed on at least one node",
+    2: "the run was interrupted (Ctrl-C or a fatal error): the verdict is incomplete",
+    3: "internal error in pytest or the suite: the verdict is incomplete",
+    4: "usage error (bad inventory or options): nothing was checked",
+    5: "no checks were collected (no nodes selected?)",
+}
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    layer: str
+    check: str
+    status: str  # pass | fail | skip
+    message: str
+    seconds: float
+
+
+class FleetResults:
+    """Results per node, in inventory order; a check reported twice (setup error, then teardown) keeps the worst."""
+
+    def __init__(self, nodes: list[str], inventory: str = "") -> None:
+        self.inventory = inventory
+        self.nodes = list(nodes)
+        self._checks: dict[str, dict[tuple[str, str], CheckResult]] = {n: {} for n in nodes}
+
+    def record(
+        self, node: str, layer: str, check: str, status: str, message: str = "", seconds: float = 0.0
+    ) -> None:
+        if status not in ("pass", "fail", "skip"):
+            raise ValueError(f"status must be pass, fail or skip, not {status!r}")
+        checks = self._checks.setdefault(node, {})
+        if node not in self.nodes:
+            self.nodes.append(node)
+        previous = checks.get((layer, check))
+        if previous is not None and previous.status == "fail":
+            return
+        total = seconds + (previous.seconds if previous else 0.0)
+        checks[(layer, check)] = CheckResult(layer, check, status, message, total)
+
+    def checks(self, node: str, layer: str | None = None) -> list[CheckResult]:
+        return [r for r in self._checks.get(node, {}).values() if layer is None or r.layer == layer]
+
+    def layer_status(self, node: str, layer: str) -> str:
+        """FAIL if a check failed, PASS if one passed, SKIP if all were skipped, '-' if none ran."""
+        statuses = {r.status for r in self.checks(node, layer)}
+        if not statuses:
+            return "-"
+        if "fail" in statuses:
+            return "FAIL"
+        return "PASS" if "pass" in statuses else "SKIP"
+
+    def node_verdict(self, node: str) -> str:
+        statuses = {r.status for r in self.checks(node)}
+        if "fail" in statuses:
+            return "fail"
+        return "pass" if "pass" in statuses else "skip"
+
+    def verdict(self, exit_code: int) -> dict[str, Any]:
+        nodes = {}
+        for node in self.nodes:
+            layers = {}
+            for layer in LAYERS:
+                checks = self.checks(node, layer)
+                if not checks:
+                    continue
+                layers[layer] = {
+                    "status": self.layer_status(node, layer).lower(),
+                    "checks": {r.check: {"status": r.status, "message": r.message} for r in checks},
+                }
+            nodes[node] = {"verdict": self.node_verdict(node), "layers": layers}
+        failed = any(n["verdict"] == "fail" for n in nodes.values())
+        overall = "pass" if exit_code == 0 and not failed else "fail"
+        return {
+            "inventory": self.inventory,
+            "verdict": overall,
+            "exit_code": exit_code,
+            "exit_code_meaning": EXIT_CODES.get(exit_code, "unknown exit status"),
+            "nodes": nodes,
+        }
+
+    def junit_suites(self) -> list[junit_xml.TestSuite]:
+        suites = []
+        for node in self.nodes:
+            cases = []
+            for r in self.checks(node):
+                case = junit_xml.TestCase(
+                    name=f"{r.layer} / {r.check}",
+                    classname=f"{node}.{r.layer}",
+                    elapsed_sec=round(r.seconds, 3),
+                )
+                if r.status == "fail":
+                    case.add_failure_info(message=r.message)
+                elif r.status == "skip":
+                    case.add_skipped_info(message=r.message)
+                cases.append(case)
+            suites.append(junit_xml.TestSuite(node, cases, hostname=node))
+        return suites
+
+
+def write_reports(results: FleetResults, directory: str | Path, exit_code: int) -> list[Path]:
+    """``fleet.xml`` (one testsuite per node) and ``verdict.json`` under ``directory``."""
+    out = Path(directory)
+    out.mkdir(parents=True, exist_ok=True)
+    xml_path = out / "fleet.xml"
+    with xml_path.open("w", encoding="utf-8") as f:
+        junit_xml.to_xml_report_file(f, results.junit_suites(), prettyprint=True, encoding="utf-8")
+    json_path = out / "verdict.json"
+    json_path.write_text(json.dumps(results.verdict(exit_code), indent=2) + "\n", encoding="utf-8")
+    return [xml_path, json_path]
+
+
+def render_table(results: FleetResults) -> str:
+    """Nodes x layers, PASS/FAIL/SKIP/-, and the first failure of each failed node underneath."""
+    header = ["node", *LAYERS]
+    rows = [[node, *(results.layer_status(node, layer) for layer in LAYERS)] for node in results.nodes]
+    widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
+    lines = [
+        "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
+        for row in [header, *rows]
+    ]
+    for node in results.nodes:
+        failed = [r for r in results.checks(node) if r.status == "fail"]
+        if failed:
+            lines.append(f"{node}: {failed[0].layer}/{failed[0].check}: {failed[0].message}")
+    return "\n".join(lines)

@@ -1,0 +1,296 @@
+"""The suite users run (conformance/), in-process, against a fake host: the lab's emulated nvidia-smi and
+stand-in tools on PATH, ``--connection local``. A healthy host passes; each lab fault and each missing deploy
+step fails exactly the checks that fault touches, with a message naming the node and the cause; later layers
+are skipped with the gate reason."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+import xml.etree.ElementTree as ET
+
+import pytest
+from shims import read_verdict
+
+HOST_CHECKS = [
+    "test_connection",
+    "test_nvidia_smi_runs",
+    "test_driver_version",
+    "test_no_driver_library_mismatch",
+    "test_persistence_mode",
+    "test_fabric_manager_active",
+    "test_toolkit_version",
+    "test_containerd_nvidia_handler",
+    "test_kubelet_active",
+]
+GPU_CHECKS = [
+    "test_gpus_match_spec",
+    "test_no_uncorrectable_ecc_errors",
+    "test_no_pending_memory_repairs",
+    "test_pcie_link_at_max",
+    "test_no_xid_errors",
+    "test_no_clock_throttling",
+    "test_nvlink_up",
+    "test_mig_layout",
+    "test_vector_add",
+]
+NO_LIBCUDA = "cannot run vectorAdd here: no libcuda.so.1"
+
+
+def outcomes(report_dir) -> dict[str, tuple[str, str]]:
+    """check name -> (status, message) over all layers of gpu-node-1, from verdict.json."""
+    node = read_verdict(report_dir)["nodes"]["gpu-node-1"]
+    return {
+        check: (result["status"], result["message"])
+        for layer in node["layers"].values()
+        for check, result in layer["checks"].items()
+    }
+
+
+def failed(report_dir) -> dict[str, str]:
+    return {check: message for check, (status, message) in outcomes(report_dir).items() if status == "fail"}
+
+
+def test_healthy_h100_node_passes_host_and_gpu_layers(make_node, run_suite):
+    node = make_node("h100-sxm-8")
+    node.activate()
+    result, report_dir = run_suite(node.inventory())
+    result.assert_outcomes(passed=17, skipped=1)
+    assert result.ret == 0
+    got = outcomes(report_dir)
+    assert set(got) == set(HOST_CHECKS) | set(GPU_CHECKS)
+    assert got["test_vector_add"][0] == "skip" and NO_LIBCUDA in got["test_vector_add"][1]
+    verdict = read_verdict(report_dir)
+    assert verdict["verdict"] == "pass" and verdict["exit_code"] == 0
+    assert verdict["nodes"]["gpu-node-1"]["layers"]["host"]["status"] == "pass"
+    result.stdout.re_match_lines(
+        [r"node\s+host\s+gpu\s+node\s+workloads\s+metrics", r"gpu-node-1\s+PASS\s+PASS\s+-\s+-\s+-"]
+    )
+
+
+def test_each_command_runs_once_per_node(make_node, run_suite):
+    node = make_node("h100-sxm-8")
+    node.activate()
+    calls = node.root / "calls"
+    run_suite(node.inventory())
+    lines = calls.read_text().splitlines()
+    assert lines.count("nvidia-smi -q -x") == 1
+    assert len(lines) == len(set(lines)), lines
+
+
+# fault -> (GPU or None, {check: words its message must contain}); XIDs come with the kernel lines the lab logs.
+GPU_FAULTS = {
+    "off-bus": {
+        "test_gpus_match_spec": ["7 GPU(s) answer of 8 attached", "GPU 0000:2A:00.0", "fallen off the bus"]
+    },
+    "xid-79": {
+        "test_gpus_match_spec": ["7 GPU(s) answer", "GPU 0000:2A:00.0"],
+        "test_no_xid_errors": ["XID 79", "PCI:0000:2A:00", "fallen off the bus"],
+    },
+    "ecc-uncorrectable": {"test_no_uncorrectable_ecc_errors": ["GPU 1:", "uncorrectable ECC"]},
+    "row-remap-pending": {
+        "test_no_pending_memory_repairs": ["GPU 1:", "row remapping is pending"],
+        "test_no_xid_errors": ["XID 63 on GPU 1", "row remapping"],
+    },
+    "pcie-downgrade": {"test_pcie_link_at_max": ["GPU 1:", "Gen3 (max Gen5)", "x8 (max x16)"]},
+    "nvlink-down": {
+        "test_nvlink_up": ["GPU 1: NVLink down", "inActive"],
+        "test_no_xid_errors": ["XID 74 on GPU 1", "NVLink error"],
+    },
+}
+
+
+@pytest.mark.parametrize("fault", sorted(GPU_FAULTS))
+def test_gpu_fault_fails_exactly_its_checks(make_node, run_suite, fault):
+    node = make_node("h100-sxm-8")
+    node.inject(fault, 1)
+    node.activate()
+    result, report_dir = run_suite(node.inventory())
+    assert result.ret == 1
+    got = failed(report_dir)
+    assert set(got) == set(GPU_FAULTS[fault]), got
+    for check, words in GPU_FAULTS[fault].items():
+        assert got[check].startswith("gpu-node-1: ")
+        for word in words:
+            assert word in got[check], (check, got[check])
+    result.stdout.re_match_lines([r"gpu-node-1\s+PASS\s+FAIL\s+-\s+-\s+-"])
+
+
+# host-side breakage -> (the one failing host check, words in its message)
+HOST_BREAKAGE = {
+    "fabricmanager-failed": (
+        "test_fabric_manager_active",
+        ["Fabric Manager is failed", "nvidia-fabricmanager"],
+    ),
+    "driver-mismatch": (
+        "test_no_driver_library_mismatch",
+        ["Failed to initialize NVML: Driver/library version mismatch"],
+    ),
+    "no-nvidia-smi": ("test_nvidia_smi_runs", ["nvidia-smi not found"]),
+    "wrong-driver": ("test_driver_version", ["driver version is 580.82.07, the inventory pins 580.95.05"]),
+    "no-toolkit": ("test_toolkit_version", ["nvidia-ctk not found"]),
+    "wrong-toolkit": ("test_toolkit_version", ["Toolkit is 1.17.8, the inventory pins 1.18.0"]),
+    "no-nvidia-handler": ("test_containerd_nvidia_handler", ["containerd has no 'nvidia' runtime handler"]),
+    "kubelet-inactive": ("test_kubelet_active", ["kubelet is inactive (`systemctl is-active kubelet`)"]),
+}
+
+
+def _break(node, breakage: str) -> None:
+    if breakage in ("fabricmanager-failed", "driver-mismatch"):
+        node.inject(breakage)
+    elif breakage == "no-nvidia-smi":
+        node.missing.add("nvidia-smi")
+    elif breakage == "wrong-driver":
+        node.driver_version = "580.82.07"
+    elif breakage == "no-toolkit":
+        node.missing.add("nvidia-ctk")
+    elif breakage == "wrong-toolkit":
+        node.toolkit_version = "1.17.8"
+    elif breakage == "no-nvidia-handler":
+        node.containerd_dump = "containerd-dump-debian-default.toml"
+    elif breakage == "kubelet-inactive":
+        node.units["kubelet"] = "inactive"
+
+
+@pytest.mark.parametrize("breakage", sorted(HOST_BREAKAGE))
+def test_host_breakage_fails_its_check_and_gates_the_gpu_layer(make_node, run_suite, breakage):
+    node = make_node("h100-sxm-8")
+    _break(node, breakage)
+    node.activate()
+    result, report_dir = run_suite(node.inventory())
+    assert result.ret == 1
+    check, words = HOST_BREAKAGE[breakage]
+    got = failed(report_dir)
+    assert list(got) == [check], got
+    for word in words:
+        assert word in got[check], got[check]
+    first = got[check].removeprefix("gpu-node-1: ")
+    gpu_layer = read_verdict(report_dir)["nodes"]["gpu-node-1"]["layers"]["gpu"]
+    assert gpu_layer["status"] == "skip"
+    assert {c["message"] for c in gpu_layer["checks"].values()} == {
+        f"skipped: host layer failed on gpu-node-1: {first}"
+    }
+    result.stdout.re_match_lines([r"gpu-node-1\s+FAIL\s+SKIP\s+-\s+-\s+-"])
+
+
+def test_mig_node_with_its_layout_passes_and_a_missing_instance_fails(make_node, run_suite):
+    layout = ["3g.40gb", "2g.20gb", "1g.10gb", "1g.10gb"]
+    node = make_node("a100-80gb-4")
+    node.activate()
+    node.create_mig({0: layout, 1: layout[:3]})
+    inventory = node.inventory(gpu_sharing="mig", mig_layout={0: layout, 1: layout})
+    _result, report_dir = run_suite(inventory)
+    got = failed(report_dir)
+    assert list(got) == ["test_mig_layout"], got
+    assert "GPU 1: GPU instances" in got["test_mig_layout"] and "missing 1g.10gb" in got["test_mig_layout"]
+    assert "GPU 0" not in got["test_mig_layout"]
+
+
+def test_mig_enabled_where_the_inventory_wants_whole_gpus_fails(make_node, run_suite):
+    node = make_node("a100-80gb-4")
+    node.activate()
+    node.create_mig({2: ["7g.80gb"]})
+    _result, report_dir = run_suite(node.inventory())
+    assert failed(report_dir) == {
+        "test_mig_layout": "gpu-node-1: GPU 2: MIG mode is enabled, the inventory wants a whole GPU"
+    }
+
+
+def test_l4_node_without_nvswitch_skips_the_nvswitch_checks(make_node, run_suite):
+    node = make_node("l4-1")
+    node.activate()
+    result, report_dir = run_suite(node.inventory())
+    got = outcomes(report_dir)
+    assert got["test_fabric_manager_active"][0] == "skip"
+    assert "no NVSwitch" in got["test_fabric_manager_active"][1]
+    assert got["test_nvlink_up"][0] == "skip"
+    assert result.ret == 0
+
+
+def test_inventory_model_differs_from_the_hardware(make_node, run_suite):
+    node = make_node("l4-1")
+    node.activate()
+    _result, report_dir = run_suite(node.inventory(gpu_model="NVIDIA L40S", gpu_count=2))
+    message = failed(report_dir)["test_gpus_match_spec"]
+    assert "1 GPU(s) answer, the inventory says 2" in message
+    assert "GPU 0 is NVIDIA L4, the inventory says NVIDIA L40S" in message
+
+
+def test_fleet_xml_has_one_testsuite_per_node_with_failure_messages(make_node, run_suite):
+    node = make_node("h100-sxm-8")
+    node.inject("pcie-downgrade", 1)
+    node.activate()
+    _result, report_dir = run_suite(node.inventory())
+    root = ET.parse(report_dir / "fleet.xml").getroot()
+    suites = root.findall("testsuite")
+    assert [s.get("name") for s in suites] == ["gpu-node-1"]
+    cases = {c.get("name"): c for c in suites[0].findall("testcase")}
+    assert len(cases) == 18
+    failure = cases["gpu / test_pcie_link_at_max"].find("failure")
+    assert failure is not None and "Gen3 (max Gen5)" in failure.get("message")
+    assert cases["gpu / test_vector_add"].find("skipped") is not None
+
+
+def test_pytest_junitxml_keeps_working(make_node, run_suite, pytester):
+    node = make_node("l4-1")
+    node.activate()
+    junit = pytester.path / "pytest-junit.xml"
+    _result, _report_dir = run_suite(node.inventory(), f"--junitxml={junit}")
+    root = ET.parse(junit).getroot()
+    suite = root if root.tag == "testsuite" else root.find("testsuite")
+    assert int(suite.get("tests")) == 18
+    assert any(c.get("name") == "test_driver_version[gpu-node-1]" for c in suite.iter("testcase"))
+
+
+# --- two nodes: the other node passes, gating is per node -----------------------------------------------------
+
+TWO_NODE_CONFTEST = """
+import json, os
+import pytest
+from gpuready.conformance_plugin import SUITE
+from gpuready.observe import CachedRunner, LocalRunner
+
+ENVS = json.loads({envs!r})
+
+@pytest.hookimpl(trylast=True)
+def pytest_sessionstart(session):
+    suite = session.config.stash[SUITE]
+    suite.runner_factory = lambda node, connection, timeout: CachedRunner(
+        LocalRunner(node.name, timeout, env={{**os.environ, **ENVS[node.name]}})
+    )
+"""
+
+
+def test_two_nodes_one_broken_the_other_passes(make_node, run_suite, suite_dir):
+    good = make_node("h100-sxm-8")
+    bad = make_node("l4-1")
+    bad.missing.add("nvidia-smi")
+    good.activate()
+    bad.activate()
+    envs = {"gpu-node-1": good.env(), "gpu-node-2": bad.env()}
+    (suite_dir / "conftest.py").write_text(TWO_NODE_CONFTEST.format(envs=json.dumps(envs)))
+    inventory = good.root / "two.py"
+    good.inventory()  # group_data beside it
+    inventory.write_text(
+        textwrap.dedent(f"""\
+            gpu_nodes = ([
+                ('gpu-node-1', {{**{good.inventory_data()!r}}}),
+                ('gpu-node-2', {{**{bad.inventory_data()!r}}}),
+            ], {{}})
+            """)
+    )
+    result, report_dir = run_suite(inventory)
+    verdict = read_verdict(report_dir)
+    assert verdict["nodes"]["gpu-node-1"]["verdict"] == "pass"
+    assert verdict["nodes"]["gpu-node-2"]["verdict"] == "fail"
+    gpu2 = verdict["nodes"]["gpu-node-2"]["layers"]
+    assert gpu2["host"]["checks"]["test_nvidia_smi_runs"]["message"].startswith(
+        "gpu-node-2: nvidia-smi not found"
+    )
+    assert gpu2["gpu"]["status"] == "skip"
+    assert gpu2["gpu"]["checks"]["test_mig_layout"]["message"].startswith(
+        "skipped: host layer failed on gpu-node-2: nvidia-smi not found"
+    )
+    result.stdout.re_match_lines(
+        [r"gpu-node-1\s+PASS\s+PASS\s+-\s+-\s+-", r"gpu-node-2\s+FAIL\s+SKIP\s+-\s+-\s+-"]
+    )
