@@ -208,6 +208,11 @@ def test_csv_header_and_units_are_spelled_like_real_nvidia_smi(tmp_path: Path) -
     assert header == "memory.total [MiB], power.draw [W], utilization.gpu [%], temperature.gpu, name"
     assert row == "81559 MiB, 69.85 W, 0 %, 41, NVIDIA H100 80GB HBM3"
     assert host.ok("-i", "0", "--query-gpu=memory.total", "--format=csv,noheader,nounits") == "81559\n"
+    aliased = host.ok("-i", "0", "--query-gpu=gpu_name,gpu_bus_id,vbios_version", "--format=csv")
+    assert (
+        aliased
+        == "name, pci.bus_id, vbios_version\nNVIDIA H100 80GB HBM3, 00000000:18:00.0, 96.00.A5.00.01\n"
+    )
 
 
 def test_unknown_csv_field_is_refused_like_the_real_tool(tmp_path: Path) -> None:
@@ -523,3 +528,47 @@ def test_container_cli_without_driver_fails_like_the_real_one(tmp_path: Path) ->
         "nvidia-container-cli: initialization error: load library failed: libnvidia-ml.so.1: "
         "cannot open shared object file: no such file or directory\n"
     )
+
+
+def _emulator_module(name: str):
+    """Import one emulator module from the source tree (as the lab hosts do, by path, not via gpuready)."""
+    import importlib
+    import sys
+
+    if str(EMULATOR) not in sys.path:
+        sys.path.insert(0, str(EMULATOR))
+    return importlib.import_module(name)
+
+
+@pytest.mark.parametrize("model", ["NVIDIA A100-SXM4-80GB", "NVIDIA H100 80GB HBM3", "NVIDIA A30"])
+def test_every_layout_the_catalogue_fits_can_be_created_in_its_order(model: str) -> None:
+    """The deploy creates fit_layout's order with one -cgi; the emulated driver must place all of it."""
+    import itertools
+
+    emig = _emulator_module("mig")
+    compute, memory = catalogue.mig_slices(model)
+    table = []
+    for prof in catalogue.mig_profiles(model).values():
+        entry = {k: getattr(prof, k) for k in prof.__dataclass_fields__}
+        entry["placements"] = list(prof.placements)
+        table.append(entry)
+    gpu = {"mig_profiles": table, "mig_compute_slices": compute, "mig_memory_slices": memory}
+    by_name = {p["name"]: p for p in table}
+    fitting = 0
+    for n in range(1, 8):
+        for combo in itertools.combinations_with_replacement(sorted(by_name), n):
+            fit = catalogue.fit_layout(model, list(combo))
+            state: dict = {"gis": []}
+            placed = True
+            for name, _start in fit or ():
+                starts = emig.room_for(gpu, state, by_name[name])
+                if not starts:
+                    placed = False
+                    break
+                state["gis"].append({"profile_id": by_name[name]["profile_id"], "start": max(starts),
+                                     "size": by_name[name]["placement_size"], "cis": []})  # fmt: skip
+            if fit is None:
+                continue
+            fitting += 1
+            assert placed, f"{model}: {[name for name, _ in fit]} fits but the emulator could not place it"
+    assert fitting > 15

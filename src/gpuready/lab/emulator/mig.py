@@ -87,22 +87,35 @@ def occupied(gpu_state: dict) -> set[int]:
     return slots
 
 
+def room_for(gpu: dict, gpu_state: dict, prof: dict) -> list[int]:
+    """Free starts for one more instance of ``prof``: slots, instance count, compute slices, media engines."""
+    by_id = {p["profile_id"]: p for p in profiles(gpu)}
+    existing = [by_id[gi["profile_id"]] for gi in gpu_state["gis"]]
+    if sum(1 for p in existing if p["profile_id"] == prof["profile_id"]) >= prof["max_instances"]:
+        return []
+    compute = gpu.get("mig_compute_slices") or 7
+    if sum(p["compute_slices"] for p in existing) + prof["compute_slices"] > compute:
+        return []
+    # The one set of media extensions (OFA, JPEG) goes to at most one "+me" instance.
+    if prof["name"].endswith("+me") and any(p["name"].endswith("+me") for p in existing):
+        return []
+    return free_placements(prof, occupied(gpu_state))
+
+
 def free_placements(prof: dict, used: set[int]) -> list[int]:
     size = prof["placement_size"]
     return [s for s in prof["placements"] if not (set(range(s, s + size)) & used)]
 
 
-def free_count(prof: dict, gpu_state: dict) -> int:
-    """How many more instances of this profile fit now (greedy, from the top as creation does)."""
-    used = set(occupied(gpu_state))
+def free_count(gpu: dict, prof: dict, gpu_state: dict) -> int:
+    """How many more instances of this profile fit now, placed as creation places them (highest first)."""
+    trial = {"gis": list(gpu_state["gis"])}
     count = 0
-    existing = sum(1 for gi in gpu_state["gis"] if gi["profile_id"] == prof["profile_id"])
-    while existing + count < prof["max_instances"]:
-        starts = free_placements(prof, used)
-        if not starts:
-            break
+    while starts := room_for(gpu, trial, prof):
         start = max(starts)
-        used.update(range(start, start + prof["placement_size"]))
+        trial["gis"].append(
+            {"profile_id": prof["profile_id"], "start": start, "size": prof["placement_size"]}
+        )
         count += 1
     return count
 
@@ -138,7 +151,7 @@ def list_gip(drv: nvemu.Driver, gpus: list[dict]) -> int:
     for gpu in gpus:
         st = drv.gpu_state(gpu)
         for p in profiles(gpu):  # the catalogue keeps the driver's -lgip order
-            ft = f"{free_count(p, st)}/{p['max_instances']}"
+            ft = f"{free_count(gpu, p, st)}/{p['max_instances']}"
             rows.append(
                 f"|{gpu['index']:>4}  MIG {p['name']:<13}{p['profile_id']:>3}     {ft:<11}{p['memory_gib']:<11.2f}"
                 f"{'No':<7}{p['sm_count']:<7}{p['decoders']:<6}{p['encoders']:<4}|"
@@ -282,8 +295,7 @@ def create_gi(drv: nvemu.Driver, gpus: list[dict], spec: str, with_ci: bool) -> 
                 )
                 _out("Failed to create GPU instances: Not Found\n")
                 return nvemu.EXIT_NOT_FOUND
-            existing = sum(1 for gi in st["gis"] if gi["profile_id"] == prof["profile_id"])
-            starts = free_placements(prof, occupied(st)) if existing < prof["max_instances"] else []
+            starts = room_for(gpu, st, prof)
             if not starts:
                 drv.save()
                 _out(

@@ -346,8 +346,10 @@ def cmd_query_gpu(drv: nvemu.Driver, gpus: list[dict], fields_arg: str, fmt: str
     if "noheader" not in opts:
         header = []
         for name in names:
-            unit = sample[ALIASES.get(name, name)][0]
-            header.append(f"{name} [{unit}]" if unit else name)
+            # The header names the canonical property: `--query-gpu=gpu_name` prints "name".
+            canonical = ALIASES.get(name, name)
+            unit = sample[canonical][0]
+            header.append(f"{canonical} [{unit}]" if unit else canonical)
         lines.append(", ".join(header))
     for gpu in gpus:
         if drv.off_bus(gpu["index"]):
