@@ -15,11 +15,10 @@ import random
 import threading
 from collections import Counter
 from dataclasses import dataclass
-from fractions import Fraction
 from typing import TYPE_CHECKING, Any
 
 from .events import Recorder
-from .quantity import parse_quantity
+from .quantity import milli_value
 from .selectors import match_node_selector_terms
 from .store import Event, Store, now_rfc3339
 
@@ -43,21 +42,21 @@ class NodeInfo:
     labels: dict[str, str]
     taints: list[Obj]
     unschedulable: bool
-    allocatable: dict[str, Fraction]
+    allocatable: dict[str, int]
     node: Obj
 
 
-def pod_requests(spec: Obj) -> dict[str, Fraction]:
+def pod_requests(spec: Obj) -> dict[str, int]:
     """Effective requests: max(sum of containers, any init container) plus overhead, like the real scheduler."""
-    total: dict[str, Fraction] = {}
+    total: dict[str, int] = {}
     for c in spec.get("containers") or []:
         for k, v in ((c.get("resources") or {}).get("requests") or {}).items():
-            total[k] = total.get(k, Fraction(0)) + parse_quantity(v)
+            total[k] = total.get(k, 0) + milli_value(v)
     for c in spec.get("initContainers") or []:
         for k, v in ((c.get("resources") or {}).get("requests") or {}).items():
-            total[k] = max(total.get(k, Fraction(0)), parse_quantity(v))
+            total[k] = max(total.get(k, 0), milli_value(v))
     for k, v in (spec.get("overhead") or {}).items():
-        total[k] = total.get(k, Fraction(0)) + parse_quantity(v)
+        total[k] = total.get(k, 0) + milli_value(v)
     return total
 
 
@@ -92,7 +91,7 @@ class Scheduler:
         self._pending: dict[tuple[str, str], Obj] = {}
         self._unschedulable: dict[tuple[str, str], Obj] = {}
         self._nodes: dict[str, NodeInfo] = {}
-        self._used: dict[str, tuple[dict[str, Fraction], int]] = {}
+        self._used: dict[str, tuple[dict[str, int], int]] = {}
         self._start = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="sim-scheduler", daemon=True)
@@ -183,24 +182,24 @@ class Scheduler:
             self._pending.update(self._unschedulable)
             self._unschedulable.clear()
 
-    def _used_on(self, node: str) -> tuple[dict[str, Fraction], int]:
+    def _used_on(self, node: str) -> tuple[dict[str, int], int]:
         cached = self._used.get(node)
         if cached is not None:
             return cached
-        used: dict[str, Fraction] = {}
+        used: dict[str, int] = {}
         count = 0
         for p in self._store.pods_on_node(node):
             if (p.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
                 continue
             count += 1
             for k, v in pod_requests(p.get("spec") or {}).items():
-                used[k] = used.get(k, Fraction(0)) + v
+                used[k] = used.get(k, 0) + v
         self._used[node] = (used, count)
         return used, count
 
     # filtering -------------------------------------------------------------------------------------------------
 
-    def _filter(self, pod: Obj, info: NodeInfo, requests: dict[str, Fraction]) -> tuple[list[str], bool]:
+    def _filter(self, pod: Obj, info: NodeInfo, requests: dict[str, int]) -> tuple[list[str], bool]:
         """([] if the node fits, else reasons), and whether preemption could help on this node."""
         spec = pod.get("spec") or {}
         tolerations = spec.get("tolerations") or []
@@ -225,23 +224,20 @@ class Scheduler:
         reasons = []
         if "pods" in info.allocatable and count + 1 > info.allocatable["pods"]:
             reasons.append("Too many pods")
-        for res in sorted(requests):
-            want = requests[res]
-            if want <= 0:
-                continue
-            if want > info.allocatable.get(res, Fraction(0)) - used.get(res, Fraction(0)):
+        for res, want in requests.items():
+            if want > info.allocatable.get(res, 0) - used.get(res, 0):
                 reasons.append(f"Insufficient {res}")
         return reasons, True
 
-    def _score(self, info: NodeInfo, requests: dict[str, Fraction]) -> float:
+    def _score(self, info: NodeInfo, requests: dict[str, int]) -> float:
         used, _ = self._used_on(info.name)
         scores = []
         for res in ("cpu", "memory"):
-            alloc = info.allocatable.get(res, Fraction(0))
+            alloc = info.allocatable.get(res, 0)
             if alloc <= 0:
                 continue
-            free = alloc - used.get(res, Fraction(0)) - requests.get(res, Fraction(0))
-            scores.append(float(free / alloc))
+            free = alloc - used.get(res, 0) - requests.get(res, 0)
+            scores.append(free / alloc)
         return sum(scores) / len(scores) if scores else 0.0
 
     def _schedule(self, pod: Obj) -> None:
@@ -250,7 +246,8 @@ class Scheduler:
         if live is None or (live.get("spec") or {}).get("nodeName"):
             return
         pod = live
-        requests = pod_requests(pod.get("spec") or {})
+        # sorted and positive only, so each node's check is a straight loop and reasons come out in a stable order
+        requests = {k: v for k, v in sorted(pod_requests(pod.get("spec") or {}).items()) if v > 0}
         names = list(self._nodes)
         n = len(names)
         want = num_feasible_to_find(n)
@@ -282,8 +279,9 @@ class Scheduler:
                 message = f"0/{n} nodes are available: {hist}. preemption: 0/{n} nodes are available: {pre}."
             self._mark_unschedulable(pod, message)
             return
-        best = max(self._score(i, requests) for i in feasible)
-        choice = random.choice([i for i in feasible if self._score(i, requests) == best])
+        scored = [(self._score(i, requests), i) for i in feasible]
+        best = max(s for s, _ in scored)
+        choice = random.choice([i for s, i in scored if s == best])
         self._bind(pod, choice.name)
 
     def _mark_unschedulable(self, pod: Obj, message: str) -> None:
@@ -343,7 +341,7 @@ def _node_info(node: Obj) -> NodeInfo:
     alloc = {}
     for k, v in alloc_src.items():
         try:
-            alloc[k] = parse_quantity(v)
+            alloc[k] = milli_value(v)
         except ValueError:
             continue
     spec = node.get("spec") or {}
