@@ -9,6 +9,7 @@ source files, with the hardware and driver state files in a temp dir.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import time
@@ -572,3 +573,94 @@ def test_every_layout_the_catalogue_fits_can_be_created_in_its_order(model: str)
             fitting += 1
             assert placed, f"{model}: {[name for name, _ in fit]} fits but the emulator could not place it"
     assert fitting > 15
+
+
+def test_no_machine_file_means_no_driver(tmp_path: Path) -> None:
+    host = Host(tmp_path, "t4-1")
+    host.hw_path.unlink()
+    result = host.run("-L")
+    assert result.returncode == 9
+    assert result.stdout.startswith(
+        "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver."
+    )
+
+
+def test_persistenced_forks_and_writes_its_pid_file_before_the_starter_exits(tmp_path: Path) -> None:
+    host = Host(tmp_path, "t4-1")
+    started = host.run("--verbose", tool="nvidia_persistenced.py")
+    assert started.returncode == 0, started.stderr
+    pid = int(Path(host.env["GPUREADY_LAB_PERSISTENCED_PID"]).read_text())
+    try:
+        assert Path(f"/proc/{pid}").exists()
+        assert host.ok("--query-gpu=persistence_mode", "--format=csv,noheader") == "Enabled\n"
+    finally:
+        os.kill(pid, 15)
+    pid_file = Path(host.env["GPUREADY_LAB_PERSISTENCED_PID"])
+    deadline = time.monotonic() + 20
+    while pid_file.exists():  # the daemon removes its pid file as it stops
+        assert time.monotonic() < deadline, "nvidia-persistenced did not stop on SIGTERM"
+        time.sleep(0.02)  # polling for the daemon's exit, with a deadline
+
+
+# ---- the hardware file ------------------------------------------------------------------------------------
+def test_make_hardware_is_deterministic_and_unique_per_node() -> None:
+    assert hardware.make_hardware("h100-sxm-8", 3) == hardware.make_hardware("h100-sxm-8", 3)
+    uuids = [
+        g["uuid"] for p in hardware.PROFILES for n in range(4) for g in hardware.make_hardware(p, n)["gpus"]
+    ]
+    serials = [
+        g["serial"] for p in hardware.PROFILES for n in range(4) for g in hardware.make_hardware(p, n)["gpus"]
+    ]
+    assert len(set(uuids)) == len(uuids) and len(set(serials)) == len(serials)
+    assert all(
+        re.fullmatch(r"GPU-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}", u) for u in uuids
+    )
+    assert all(re.fullmatch(r"\d{13}", s) for s in serials)
+
+
+@pytest.mark.parametrize("profile", sorted(hardware.PROFILES))
+def test_profile_gpus_come_from_the_catalogue(profile: str) -> None:
+    hw = hardware.make_hardware(profile, 0)
+    prof = hardware.PROFILES[profile]
+    model = catalogue.lookup_model(prof.model)
+    assert hw["faults"] == [] and hw["profile"] == profile and hw["system"]["nvswitch"] is prof.nvswitch
+    assert len(hw["gpus"]) == prof.gpu_count
+    for index, gpu in enumerate(hw["gpus"]):
+        assert gpu["index"] == index
+        assert re.fullmatch(r"00000000:[0-9A-F]{2}:[0-9A-F]{2}\.0", gpu["pci_bus_id"])
+        assert (gpu["name"], gpu["memory_mib"], gpu["nvlink_links"], gpu["mig_capable"]) == (
+            model.name, model.memory_mib, model.nvlink_links, model.mig_capable
+        )  # fmt: skip
+        assert "0x" + gpu["pci_device_id"] == model.pci_device_id
+    assert len({g["pci_bus_id"] for g in hw["gpus"]}) == prof.gpu_count
+    if model.mig_capable:
+        names = [p["name"] for p in hw["gpus"][0]["mig_profiles"]]
+        assert names == list(catalogue.mig_profiles(model.name))
+    else:
+        assert hw["gpus"][0]["mig_profiles"] == []
+
+
+def test_profiles_named_by_the_issue() -> None:
+    assert {"h100-sxm-8", "a100-80gb-4", "l4-1", "l40s-2", "t4-1"} <= set(hardware.PROFILES)
+    h100 = hardware.make_hardware("h100-sxm-8", 0)
+    assert [g["name"] for g in h100["gpus"]] == ["NVIDIA H100 80GB HBM3"] * 8 and h100["system"]["nvswitch"]
+    assert h100["gpus"][0]["pci_bus_id"] == "00000000:18:00.0"
+    a100 = hardware.make_hardware("a100-80gb-4", 0)
+    assert [g["name"] for g in a100["gpus"]] == ["NVIDIA A100-SXM4-80GB"] * 4 and a100["gpus"][0][
+        "mig_capable"
+    ]
+
+
+def test_write_and_read_hardware(tmp_path: Path) -> None:
+    hw = hardware.make_hardware("l4-1", 2)
+    path = tmp_path / "machine" / "hardware.json"
+    hardware.write_hardware(path, hw)
+    assert hardware.read_hardware(path) == hw
+    assert [p.name for p in path.parent.iterdir()] == ["hardware.json"]  # no temp file left behind
+    assert path.stat().st_mode & 0o777 == 0o644
+    with pytest.raises(ValueError, match="unknown lab hardware profile 'z100'"):
+        hardware.make_hardware("z100", 0)
+    path.write_text('{"schema": 99}')
+    with pytest.raises(ValueError, match="schema 99"):
+        hardware.read_hardware(path)
+    assert hardware.HOST_MACHINE_DIR == "/opt/gpuready-lab/machine"

@@ -129,7 +129,15 @@ class Driver:
     """The emulated driver for one command: hardware, state and fault view, saved on demand."""
 
     def __init__(self) -> None:
-        self.hw = load_hardware()
+        try:
+            self.hw = load_hardware()
+        except (OSError, ValueError):
+            # No machine file: this host has no (emulated) GPU for the driver to talk to.
+            raise NvmlError(
+                "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. "
+                "Make sure that the latest NVIDIA driver is installed and running.",
+                EXIT_NO_DRIVER,
+            ) from None
         self.path = state_path()
         with contextlib.suppress(OSError):
             os.makedirs(os.path.dirname(self.path) or ".", exist_ok=True)
@@ -259,17 +267,21 @@ def select(drv: Driver, ids: str | None) -> list[dict]:
 
 def daemonize(pid_file: str) -> None:
     """Fork into the background as a Type=forking systemd service expects; the child writes the pid file."""
-    if os.fork() > 0:
+    middle = os.fork()
+    if middle > 0:
+        # The starting process exits only once the pid file exists, so systemd finds it at once.
+        os.waitpid(middle, 0)
         os._exit(0)
     os.setsid()
-    if os.fork() > 0:
+    daemon = os.fork()
+    if daemon > 0:
+        os.makedirs(os.path.dirname(pid_file), exist_ok=True)
+        _atomic_write(pid_file, f"{daemon}\n")
         os._exit(0)
     os.chdir("/")
     devnull = os.open(os.devnull, os.O_RDWR)
     for fd in (0, 1, 2):
         os.dup2(devnull, fd)
-    os.makedirs(os.path.dirname(pid_file), exist_ok=True)
-    _atomic_write(pid_file, f"{os.getpid()}\n")
 
 
 def wait_forever() -> None:
