@@ -217,7 +217,10 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     for earlier in LAYERS[: LAYERS.index(layer)]:
         message = suite.failures.get((node, earlier))
         if message is not None:
-            pytest.skip(f"skipped: {earlier} layer failed on {node}: {message}")
+            # reported at the test's location (as a skip marker is), not at this hook's
+            raise pytest.skip.Exception(
+                f"skipped: {earlier} layer failed on {node}: {message}", _use_item_location=True
+            )
 
 
 def _message(report: pytest.TestReport, call: pytest.CallInfo[None]) -> str:

@@ -154,7 +154,7 @@ class FakeNode:
         return {**PROFILE_INVENTORY[self.profile], **JOIN, **host_data}
 
     def inventory(self, **host_data: object) -> Path:
-        (self.root / "group_data").mkdir(exist_ok=True)
+        (self.root / "group_data").mkdir(parents=True, exist_ok=True)
         shutil.copy(GROUP_DATA, self.root / "group_data" / "all.py")
         data = self.inventory_data(**host_data)
         path = self.root / "inventory.py"

@@ -1,0 +1,359 @@
+"""The pure host and gpu checks on real captured outputs (tests/fixtures) and on the real formats of the tools'
+error messages: each check passes on a healthy capture and names the GPU and the cause on a broken one."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+from shims import DATA
+
+from gpuready.checks import CannotCheck, Output, gpu, host
+from gpuready.lab import faults, hardware
+from gpuready.nvidia.smi import RemappedRows, SmiReport, parse_query_xml
+from gpuready.spec import load_fleet
+
+REPO = Path(__file__).resolve().parents[2]
+FIXTURES = REPO / "tests" / "fixtures"
+XML = FIXTURES / "nvidia-smi-xml"
+
+
+def xml(name: str) -> str:
+    return (XML / name).read_text()
+
+
+def ok(stdout: str) -> Output:
+    return Output(0, stdout, "")
+
+
+@pytest.fixture(scope="module")
+def fleet():
+    return load_fleet(REPO / "inventory" / "example.py")
+
+
+@pytest.fixture
+def h100(fleet):
+    return fleet.nodes["gpu-train-01.prod.example.com"]
+
+
+@pytest.fixture
+def a100_mig(fleet):
+    return fleet.nodes["gpu-infer-a100-01.prod.example.com"]
+
+
+def spec_like(node, **changes):
+    versions = {k: changes.pop(k) for k in ("driver", "toolkit") if k in changes}
+    if versions:
+        changes["versions"] = dataclasses.replace(node.versions, **versions)
+    return dataclasses.replace(node, **changes)
+
+
+# --- host ---------------------------------------------------------------------------------------------------------
+
+NO_DRIVER = (
+    "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. Make sure that the latest "
+    "NVIDIA driver is installed and running.\n"
+)
+MISMATCH = "Failed to initialize NVML: Driver/library version mismatch\nNVML library version: 580.95\n"
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in XML.glob("*.xml")))
+def test_nvidia_smi_runs_on_every_real_report(name):
+    assert host.nvidia_smi_runs(ok(xml(name))) == []
+
+
+def test_nvidia_smi_failures_are_named():
+    assert host.nvidia_smi_runs(Output(127, "", "sh: 1: nvidia-smi: not found\n")) == [
+        "nvidia-smi not found (is the NVIDIA driver installed?)"
+    ]
+    assert host.nvidia_smi_runs(Output(9, NO_DRIVER, "")) == [
+        "`nvidia-smi -q -x` failed (exit 9): NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA "
+        "driver. Make sure that the latest NVIDIA driver is installed and running."
+    ]
+    truncated = xml("telegraf__tesla-t4.xml")[:3000]
+    (problem,) = host.nvidia_smi_runs(ok(truncated))
+    assert problem.startswith(
+        "`nvidia-smi -q -x` printed an unreadable report: nvidia-smi -q -x: not well-formed XML"
+    )
+    with pytest.raises(CannotCheck, match="test_no_driver_library_mismatch reports it"):
+        host.nvidia_smi_runs(Output(18, MISMATCH, ""))
+
+
+def test_driver_version(a100_mig):
+    report = ok(xml("telegraf__a100-sxm4-v12.xml"))
+    assert host.driver_version(spec_like(a100_mig, driver="535.54.03"), report) == []
+    assert host.driver_version(a100_mig, report) == [
+        "driver version is 535.54.03, the inventory pins 580.95.05 (nvidia_driver_version)"
+    ]
+    with pytest.raises(CannotCheck, match="nvidia-smi not found"):
+        host.driver_version(a100_mig, Output(127, "", "nvidia-smi: command not found"))
+
+
+def test_driver_library_mismatch():
+    assert host.driver_library_mismatch(ok(xml("telegraf__a10g.xml"))) == []
+    assert host.driver_library_mismatch(Output(18, MISMATCH, "")) == [
+        "Failed to initialize NVML: Driver/library version mismatch: the loaded kernel module is not the installed "
+        "driver's (reboot after the upgrade)"
+    ]
+
+
+def test_persistence_mode_on_real_reports():
+    assert host.persistence_mode(ok(xml("telegraf__rtx-3060-v12.xml"))) == []
+    assert host.persistence_mode(ok(xml("telegraf__a100-sxm4-v12.xml"))) == [
+        "persistence mode is off on GPU 0 (is nvidia-persistenced running?)"
+    ]
+
+
+def test_fabric_manager(h100, a100_mig):
+    assert host.fabric_manager(h100, ok("active\n")) == []
+    assert host.fabric_manager(h100, Output(3, "failed\n", "")) == [
+        "Fabric Manager is failed (`systemctl is-active nvidia-fabricmanager`); on NVSwitch systems CUDA cannot "
+        "start without it"
+    ]
+    with pytest.raises(CannotCheck, match="no NVSwitch"):
+        host.fabric_manager(a100_mig, ok("inactive\n"))
+
+
+TOOLKIT = "NVIDIA Container Toolkit CLI version 1.18.0\ncommit: 1f8d6a1d0a0b1c2d3e4f5a6b7c8d9e0f1a2b3c4d\n"
+
+
+def test_toolkit_version(h100):
+    assert host.toolkit_version(h100, ok(TOOLKIT)) == []
+    assert host.toolkit_version(h100, ok(TOOLKIT.replace("1.18.0", "1.17.8"))) == [
+        "NVIDIA Container Toolkit is 1.17.8, the inventory pins 1.18.0 (nvidia_container_toolkit_version)"
+    ]
+    assert host.toolkit_version(h100, Output(127, "", "sh: nvidia-ctk: not found")) == [
+        "nvidia-ctk not found (is the NVIDIA Container Toolkit installed?)"
+    ]
+    assert host.toolkit_version(h100, Output(1, "", "Incorrect Usage.")) == [
+        "`nvidia-ctk --version` printed no version (exit 1): Incorrect Usage."
+    ]
+
+
+def dump(name: str) -> str:
+    return (DATA / name).read_text()
+
+
+def test_containerd_handler_on_real_dumps():
+    assert host.containerd_nvidia_handler(ok(dump("containerd-dump-nvidia.toml"))) == []
+    assert host.containerd_nvidia_handler(ok(dump("containerd-dump-debian-default.toml"))) == [
+        "containerd has no 'nvidia' runtime handler (`containerd config dump`); pods with runtimeClassName: nvidia "
+        "cannot start"
+    ]
+
+
+def test_containerd_handler_that_lost_runc_options_or_runs_the_wrong_binary():
+    text = dump("containerd-dump-nvidia.toml")
+    nvidia_options = '[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.nvidia.options]'
+    head, tail = text.split(nvidia_options)
+    lost = head + nvidia_options + tail.replace("SystemdCgroup = true", "", 1)
+    assert host.containerd_nvidia_handler(ok(lost)) == [
+        "the 'nvidia' handler has SystemdCgroup = None but runc has True: runc's options were not kept"
+    ]
+    wrong = head + nvidia_options + tail.replace("/usr/bin/nvidia-container-runtime", "/usr/bin/runc", 1)
+    assert host.containerd_nvidia_handler(ok(wrong)) == [
+        "the 'nvidia' handler runs BinaryName '/usr/bin/runc', expected '/usr/bin/nvidia-container-runtime'"
+    ]
+    failed = Output(
+        1, "", "containerd: failed to load TOML from /etc/containerd/config.toml: invalid character\n"
+    )
+    assert host.containerd_nvidia_handler(failed) == [
+        "`containerd config dump` failed (exit 1): containerd: failed to load TOML from /etc/containerd/config.toml:"
+        " invalid character"
+    ]
+
+
+def test_kubelet(h100):
+    assert host.kubelet_active(h100, ok("active\n")) == []
+    assert host.kubelet_active(h100, Output(3, "activating\n", "")) == [
+        "kubelet is activating (`systemctl is-active kubelet`)"
+    ]
+    not_joined = dataclasses.replace(h100, join=dataclasses.replace(h100.join, enabled=False))
+    with pytest.raises(CannotCheck, match="kube_join = False"):
+        host.kubelet_active(not_joined, ok("inactive\n"))
+
+
+# --- gpu ----------------------------------------------------------------------------------------------------------
+
+
+def report_of(name: str) -> SmiReport:
+    return parse_query_xml(xml(name))
+
+
+def with_gpus(report: SmiReport, **changes) -> SmiReport:
+    return dataclasses.replace(report, gpus=tuple(dataclasses.replace(g, **changes) for g in report.gpus))
+
+
+def test_gpus_match_spec(h100, fleet):
+    t4 = spec_like(h100, gpu_model="Tesla T4", gpu_count=1, gpu_memory_mib=15360, nvswitch=False)
+    assert gpu.gpus_match_spec(t4, report_of("telegraf__tesla-t4.xml"), []) == []
+    # the capture is trimmed to one of its 4 GPUs: exactly what a node with GPUs missing looks like
+    a100 = spec_like(h100, gpu_model="NVIDIA A100-SXM4-80GB", gpu_count=4, gpu_memory_mib=81920)
+    assert gpu.gpus_match_spec(a100, report_of("telegraf__a100-sxm4-v12.xml"), []) == [
+        "1 GPU(s) answer of 4 attached, the inventory says 4"
+    ]
+    assert gpu.gpus_match_spec(h100, report_of("telegraf__tesla-t4.xml"), []) == [
+        "1 GPU(s) answer, the inventory says 8",
+        "GPU 0 is Tesla T4, the inventory says NVIDIA H100 80GB HBM3",
+    ]
+    smaller = with_gpus(report_of("telegraf__tesla-t4.xml"), memory_total_mib=15000)
+    assert gpu.gpus_match_spec(t4, smaller, []) == ["GPU 0 has 15000 MiB of memory, Tesla T4 has 15360 MiB"]
+
+
+def test_lost_gpus_from_the_real_message():
+    out = Output(15, "", "Unable to determine the device handle for GPU0000:2A:00.0: Unknown Error\n")
+    assert gpu.lost_gpus(out) == ["GPU 0000:2A:00.0 (Unknown Error)"]
+
+
+def test_ecc_and_memory_repairs():
+    report = report_of("telegraf__a10g.xml")
+    assert gpu.ecc_errors(report) == [] and gpu.memory_repairs(report) == []
+    assert gpu.ecc_errors(with_gpus(report, ecc_uncorrectable_volatile=2)) == [
+        "GPU 0: 2 uncorrectable ECC error(s) since the driver loaded"
+    ]
+    assert gpu.memory_repairs(with_gpus(report, remapped_rows=RemappedRows(0, 1, True, False))) == [
+        "GPU 0: a row remapping is pending (reset the GPU to apply it)"
+    ]
+    assert gpu.memory_repairs(with_gpus(report, remapped_rows=RemappedRows(0, 512, False, True))) == [
+        "GPU 0: row remapping failed (no spare rows left; the GPU needs repair)"
+    ]
+    assert gpu.memory_repairs(with_gpus(report_of("telegraf__tesla-t4.xml"), retired_pages_pending=True)) == [
+        "GPU 0: a page retirement is pending (reset the GPU to retire the page)"
+    ]
+
+
+def test_performance_states_of_real_reports():
+    assert gpu.performance_states(xml("telegraf__a100-sxm4-v12.xml")) == {0: 0}
+    assert gpu.performance_states(xml("telegraf__rtx-3060-v12.xml")) == {0: 8}
+    assert gpu.performance_states("not xml") == {}
+
+
+def test_pcie_link_on_real_reports():
+    def check(name):
+        return gpu.pcie_link(report_of(name), gpu.performance_states(xml(name)))
+
+    assert check("telegraf__a100-sxm4-v12.xml") == []
+    # a busy (P0) T4 on an x8 link of an x16 card: half the bandwidth
+    assert check("telegraf__tesla-t4.xml") == ["GPU 0: PCIe link trained at x8 (max x16)"]
+    # idle (P8) GPUs train their links down to save power: not judged
+    with pytest.raises(CannotCheck, match=r"GPU 0 at Gen1 \(max Gen4\) in P8: idle GPUs lower their link"):
+        check("telegraf__rtx-3060-v12.xml")
+
+
+H100_HW = hardware.make_hardware("h100-sxm-8", 0)
+H100_REPORT = SmiReport(
+    "580.95.05",
+    "13.0",
+    8,
+    tuple(
+        dataclasses.replace(
+            report_of("telegraf__a10g.xml").gpus[0], index=g["index"], pci_bus_id=g["pci_bus_id"]
+        )
+        for g in H100_HW["gpus"]
+    ),
+)
+
+
+def journal(*lines: str, rc: int = 0) -> Output:
+    return Output(rc, "".join(line + "\n" for line in lines), "")
+
+
+def test_xids_are_named_with_their_gpu_and_meaning():
+    kernel = [
+        "nvidia-nvswitch0: open (major=508)",
+        *faults.journal_messages(H100_HW, "xid-79", 1),
+        "NVRM: Xid (PCI:0000:9a:00): 13, pid=48213, name=python3, Graphics SM Warp Exception on (GPC 1, TPC 2, SM 0): "
+        "Out Of Range Address",
+        "NVRM: Xid (PCI:0000:9a:00): 13, pid=48213, name=python3, Graphics SM Warp Exception on (GPC 1, TPC 3, SM 1): "
+        "Out Of Range Address",
+    ]
+    grep = journal(*[line for line in kernel if "NVRM: Xid" in line])  # the second query repeats them
+    assert gpu.xid_errors(H100_REPORT, [journal(*kernel), grep]) == [
+        "XID 13 on GPU 4 (PCI:0000:9a:00) since boot (2 times): graphics engine exception (usually an application's "
+        "illegal memory access)",
+        "XID 79 on GPU 1 (PCI:0000:2A:00) since boot: GPU has fallen off the bus (reboot; check power, PCIe and "
+        "thermals)",
+    ]
+
+
+def test_no_xids_and_journal_problems():
+    clean = journal("nvidia-nvswitch0: open (major=508)")
+    no_entries = journal("-- No entries --", rc=1)
+    assert gpu.xid_errors(H100_REPORT, [clean, no_entries]) == []
+    with pytest.raises(CannotCheck, match="journalctl not found"):
+        gpu.xid_errors(H100_REPORT, [Output(127, "", "journalctl: not found")] * 2)
+    with pytest.raises(CannotCheck, match=r"cannot read the journal: No journal files were found\."):
+        gpu.xid_errors(H100_REPORT, [Output(2, "", "No journal files were found.")] * 2)
+
+
+def test_every_named_xid_has_a_meaning():
+    assert sorted(gpu.XIDS) == [13, 31, 43, 45, 48, 61, 62, 63, 64, 74, 79, 92, 94, 95, 119, 120, 154]
+
+
+def test_clock_event_reasons():
+    assert gpu.clock_event_reasons(report_of("telegraf__rtx-4000-sff-ada-v13.xml")) == []
+    held = with_gpus(report_of("telegraf__a10g.xml"), clock_event_reasons_active=("gpu_idle", "hw_slowdown"))
+    assert gpu.clock_event_reasons(held) == ["GPU 0: clocks held down by hw_slowdown"]
+
+
+def nvlink_text(name: str) -> str:
+    return (FIXTURES / "nvidia-smi-text" / name).read_text()
+
+
+def test_nvlink_on_real_status(h100):
+    eight = SmiReport("535.183.01", None, 8, H100_REPORT.gpus)
+    assert gpu.nvlink(h100, eight, ok(nvlink_text("gpud__nvidia-smi.nvlink.status.a100"))) == []
+    one = SmiReport("535.183.01", None, 1, H100_REPORT.gpus[:1])
+    assert gpu.nvlink(h100, one, ok(nvlink_text("azurehpc-health-checks__bad_nvlink_status.txt"))) == [
+        "GPU 6: NVLink down (NVML: Unable to retrieve NVLink information as all links are inActive)"
+    ]
+    pending = with_gpus(one, fabric_state="In Progress", fabric_status=None)
+    assert gpu.nvlink(h100, pending, ok(nvlink_text("gpud__nvidia-smi.nvlink.status.a100")))[0] == (
+        "GPU 0: fabric registration is In Progress (is Fabric Manager running?)"
+    )
+
+
+def test_mig_layout_against_real_listings(a100_mig):
+    lgi = ok((FIXTURES / "nvidia-smi-mig" / "openforbc__a100-pcie-40gb_mig-lgi.txt").read_text())
+    base = report_of("telegraf__a100-sxm4-v12.xml").gpus[0]  # MIG enabled, 4 MIG devices
+    pcie = spec_like(a100_mig, gpu_model="NVIDIA A100-PCIE-40GB", gpu_count=1)
+    layout = dataclasses.replace(pcie.sharing, mig_layout=(("3g.20gb", "3g.20gb"),))
+    node = dataclasses.replace(pcie, sharing=layout)
+    report = SmiReport("535.54.03", None, 1, (base,))
+    assert gpu.mig_layout(node, report, lgi) == []
+    other = dataclasses.replace(
+        node, sharing=dataclasses.replace(layout, mig_layout=(("3g.20gb", "2g.10gb"),))
+    )
+    assert gpu.mig_layout(other, report, lgi) == [
+        "GPU 0: GPU instances ['3g.20gb', '3g.20gb'], the inventory wants ['2g.10gb', '3g.20gb'] (missing 2g.10gb; "
+        "unexpected 3g.20gb)"
+    ]
+    disabled = SmiReport(
+        "535.54.03",
+        None,
+        1,
+        (dataclasses.replace(base, mig_mode_current="Disabled", mig_mode_pending="Enabled"),),
+    )
+    assert gpu.mig_layout(node, disabled, ok("No MIG-enabled devices found.\n")) == [
+        "GPU 0: MIG mode is Disabled (enabled, pending a GPU reset or reboot), the inventory wants MIG"
+    ]
+
+
+def test_vector_add_outputs(h100):
+    passed = "".join(
+        f"CUDA device {i} (NVIDIA H100 80GB HBM3): vectorAdd of 50000 elements: Test PASSED\n"
+        for i in range(8)
+    )
+    assert gpu.vector_add(h100, ok(passed)) == []
+    assert gpu.vector_add(h100, ok(passed.split("\n", 1)[1])) == [
+        "vectorAdd ran on 7 CUDA device(s), the inventory says 8 GPUs"
+    ]
+    bad = (
+        "CUDA device 3: vectorAdd: Test FAILED: cuLaunchKernel: CUDA error 719 (unspecified launch failure)\n"
+    )
+    assert gpu.vector_add(h100, Output(1, bad, "")) == [bad.strip()]
+    with pytest.raises(CannotCheck, match=r"no libcuda\.so\.1"):
+        gpu.vector_add(
+            h100, Output(3, "", "no libcuda.so.1 on this machine (no NVIDIA driver): vectorAdd cannot run")
+        )

@@ -1,0 +1,181 @@
+"""The plugin's own contract: options, skipping without an inventory, usage errors before any connection, layer
+order and gating, shared --connection with pytest-testinfra."""
+
+from __future__ import annotations
+
+import pytest
+
+LAYERED_SUITE = {
+    "test_a_metrics.py": """
+        import pytest
+        pytestmark = pytest.mark.metrics
+        def test_series(node):
+            pass
+    """,
+    "test_b_host.py": """
+        import pytest
+        pytestmark = pytest.mark.host
+        def test_driver(node):
+            if node.name == "gpu-node-2":
+                pytest.fail("gpu-node-2: nvidia-smi not found", pytrace=False)
+        def test_toolkit(node):
+            pass
+    """,
+    "test_c_gpu.py": """
+        import pytest
+        pytestmark = pytest.mark.gpu
+        def test_count(node):
+            pass
+    """,
+    "test_d_plain.py": """
+        def test_not_conformance():
+            pass
+    """,
+}
+
+
+def write_suite(pytester: pytest.Pytester, files: dict[str, str]) -> None:
+    pytester.makepyfile(**{name.removesuffix(".py"): body for name, body in files.items()})
+
+
+@pytest.fixture
+def two_node_inventory(make_node):
+    node = make_node("l4-1")
+    path = node.inventory()
+    data = node.inventory_data()
+    path.write_text(f"gpu_nodes = ([('gpu-node-1', {data!r}), ('gpu-node-2', {data!r})], {{}})\n")
+    return path
+
+
+def test_without_inventory_conformance_tests_skip_with_the_reason(pytester, suite_dir):
+    result = pytester.runpytest_inprocess("conformance", "-rs", "-p", "no:cacheprovider")
+    result.assert_outcomes(skipped=18)
+    assert result.ret == 0
+    result.stdout.fnmatch_lines(["*no --inventory given: the conformance suite needs the fleet's inventory*"])
+
+
+def test_help_lists_the_options_and_loads_nothing(pytester, tmp_path):
+    missing = tmp_path / "does-not-exist.py"
+    result = pytester.runpytest_inprocess("--help", "--inventory", str(missing))
+    assert result.ret == 0
+    result.stdout.fnmatch_lines(
+        [
+            "gpuready conformance:",
+            "*--inventory=INVENTORY*",
+            "*--kube-context*",
+            "*--nodes*",
+            "*--report-dir*",
+        ]
+    )
+    text = result.stdout.str()
+    for option in ("--kubeconfig", "--timeout", "--connection"):
+        assert option in text
+
+
+def test_markers_are_registered(pytester):
+    result = pytester.runpytest_inprocess("--markers")
+    for layer in ("host", "gpu", "node", "workloads", "metrics"):
+        result.stdout.fnmatch_lines([f"@pytest.mark.{layer}: {layer} layer*"])
+
+
+def test_bad_inventory_is_a_usage_error_before_anything_runs(pytester, suite_dir, make_node):
+    node = make_node("l4-1")
+    node.activate()
+    (node.root / "calls").unlink()  # what preparing the fake driver ran
+    inventory = node.inventory(nvidia_driver_version="580.95")
+    inventory.write_text(inventory.read_text().replace("'gpu_count': 1", "'gpu_count': 0"))
+    result = pytester.runpytest_inprocess(
+        "conformance", "--inventory", str(inventory), "--connection", "local"
+    )
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(
+        ["*problem(s) in the inventory*", "*host gpu-node-1: gpu_count = 0: must be an integer >= 1*"]
+    )
+    assert not (node.root / "calls").exists()  # no command ran on the node
+
+
+def test_unknown_node_selection_is_a_usage_error(pytester, suite_dir, two_node_inventory):
+    result = pytester.runpytest_inprocess(
+        "conformance", "--inventory", str(two_node_inventory), "--nodes", "gpu-node-9"
+    )
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert (
+        "unknown node(s) ['gpu-node-9']; the inventory has ['gpu-node-1', 'gpu-node-2']"
+        in result.stderr.str()
+    )
+
+
+def test_unsupported_connection_is_a_usage_error(pytester, suite_dir, two_node_inventory):
+    result = pytester.runpytest_inprocess(
+        "conformance", "--inventory", str(two_node_inventory), "--connection", "docker"
+    )
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--connection docker: the conformance suite supports ssh or local*"])
+
+
+def test_items_run_in_layer_order_with_node_ids(pytester, two_node_inventory):
+    write_suite(pytester, LAYERED_SUITE)
+    result = pytester.runpytest_inprocess("--inventory", str(two_node_inventory), "--collect-only", "-q")
+    ids = [line.rsplit("/", 1)[-1] for line in result.stdout.lines if "::" in line]
+    assert ids == [
+        "test_d_plain.py::test_not_conformance",
+        "test_b_host.py::test_driver[gpu-node-1]",
+        "test_b_host.py::test_driver[gpu-node-2]",
+        "test_b_host.py::test_toolkit[gpu-node-1]",
+        "test_b_host.py::test_toolkit[gpu-node-2]",
+        "test_c_gpu.py::test_count[gpu-node-1]",
+        "test_c_gpu.py::test_count[gpu-node-2]",
+        "test_a_metrics.py::test_series[gpu-node-1]",
+        "test_a_metrics.py::test_series[gpu-node-2]",
+    ]
+
+
+def test_a_failed_layer_skips_later_layers_on_that_node_only(pytester, two_node_inventory):
+    write_suite(pytester, LAYERED_SUITE)
+    result = pytester.runpytest_inprocess(
+        "--inventory", str(two_node_inventory), "-rs", "-p", "no:cacheprovider"
+    )
+    result.assert_outcomes(passed=6, failed=1, skipped=2)
+    result.stdout.fnmatch_lines(
+        [
+            "SKIPPED [[]1[]] *test_c_gpu.py:*: skipped: host layer failed on gpu-node-2: nvidia-smi not found",
+            "SKIPPED [[]1[]] *test_a_metrics.py:*: skipped: host layer failed on gpu-node-2: nvidia-smi not found",
+        ]
+    )
+    result.stdout.re_match_lines(
+        [r"gpu-node-1\s+PASS\s+PASS\s+-\s+-\s+PASS", r"gpu-node-2\s+FAIL\s+SKIP\s+-\s+-\s+SKIP"]
+    )
+
+
+def test_nodes_option_selects(pytester, two_node_inventory):
+    write_suite(pytester, LAYERED_SUITE)
+    result = pytester.runpytest_inprocess(
+        "--inventory", str(two_node_inventory), "--nodes", "gpu-node-1", "-q"
+    )
+    result.assert_outcomes(passed=5)
+
+
+def test_testinfra_still_works_beside_the_plugin(pytester):
+    pytester.makepyfile(
+        """
+        def test_local(host):
+            assert host.run("true").rc == 0
+        """
+    )
+    result = pytester.runpytest_inprocess("--connection", "local", "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=1)
+
+
+def test_a_test_with_another_node_fixture_is_left_alone(pytester, two_node_inventory):
+    pytester.makepyfile(
+        """
+        import pytest
+        @pytest.fixture
+        def node():
+            return "mine"
+        def test_other(node):
+            assert node == "mine"
+        """
+    )
+    result = pytester.runpytest_inprocess("--inventory", str(two_node_inventory))
+    result.assert_outcomes(passed=1)
