@@ -8,9 +8,11 @@ fails its connection check. Nothing connects until the first command runs.
 
 from __future__ import annotations
 
+import contextlib
 import getpass
 import os
 import shlex
+import signal
 import subprocess
 from collections.abc import Mapping
 from pathlib import Path
@@ -43,19 +45,25 @@ class LocalRunner:
         self.env = dict(env) if env is not None else None
 
     def run(self, command: str) -> Output:
+        # Its own process group, so a timeout stops the command's children too (they would hold the pipes open).
+        proc = subprocess.Popen(
+            ["/bin/sh", "-c", command],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            stdin=subprocess.DEVNULL,
+            text=True,
+            errors="replace",
+            env=self.env,
+            start_new_session=True,
+        )
         try:
-            done = subprocess.run(
-                ["/bin/sh", "-c", command],
-                capture_output=True,
-                text=True,
-                errors="replace",
-                timeout=self.timeout,
-                env=self.env,
-                stdin=subprocess.DEVNULL,
-            )
+            stdout, stderr = proc.communicate(timeout=self.timeout)
         except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
             return Output(TIMEOUT_RC, "", f"{command}: no answer within {self.timeout:g} s (--timeout)")
-        return Output(done.returncode, done.stdout, done.stderr)
+        return Output(proc.returncode, stdout, stderr)
 
     def close(self) -> None:
         pass

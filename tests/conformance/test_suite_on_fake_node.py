@@ -6,6 +6,7 @@ are skipped with the gate reason."""
 from __future__ import annotations
 
 import json
+import socket
 import textwrap
 import xml.etree.ElementTree as ET
 
@@ -294,3 +295,28 @@ def test_two_nodes_one_broken_the_other_passes(make_node, run_suite, suite_dir):
     result.stdout.re_match_lines(
         [r"gpu-node-1\s+PASS\s+PASS\s+-\s+-\s+-", r"gpu-node-2\s+FAIL\s+SKIP\s+-\s+-\s+-"]
     )
+
+
+def test_unreachable_node_fails_its_connection_check_once(make_node, pytester, suite_dir):
+    node = make_node("l4-1")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # closed once the block ends
+    inventory = node.inventory(ssh_hostname="127.0.0.1", ssh_port=port, ssh_user="nobody")
+    result = pytester.runpytest_inprocess(
+        "conformance",
+        "--inventory",
+        str(inventory),
+        "--report-dir",
+        str(pytester.path / "report"),
+        "--timeout",
+        "5",
+    )
+    assert result.ret == 1
+    verdict = read_verdict(pytester.path / "report")["nodes"]["gpu-node-1"]["layers"]
+    statuses = {check: r["status"] for check, r in verdict["host"]["checks"].items()}
+    assert statuses.pop("test_connection") == "fail"
+    assert set(statuses.values()) == {"skip"}
+    message = verdict["host"]["checks"]["test_connection"]["message"]
+    assert message.startswith(f"gpu-node-1: cannot connect over SSH to nobody@127.0.0.1:{port}")
+    assert verdict["gpu"]["status"] == "skip"
