@@ -97,8 +97,9 @@ def test_journal_lines_use_the_kernel_format() -> None:
         "NVRM: fallen off the bus and is not responding to commands.",
     ]
     (xid48,) = faults.journal_messages(hw, "xid-48", 1)
-    assert xid48.startswith(
-        "NVRM: Xid (PCI:0000:2A:00): 48, pid='<unknown>', name=<unknown>, An uncorrectable double"
+    assert xid48 == (
+        "NVRM: Xid (PCI:0000:2a:00): 48, pid='<unknown>', name=<unknown>, An uncorrectable double bit error (DBE) "
+        "has been detected on GPU (0000:2a:00)."
     )
     assert faults.journal_messages(hw, "pcie-downgrade", 0) == []
     assert faults.journal_messages(hw, "driver-mismatch", None) == []

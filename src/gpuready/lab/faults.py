@@ -97,8 +97,8 @@ def clear_faults(hw: dict) -> dict:
 
 
 def _pci(gpu: dict) -> str:
-    """'00000000:18:00.0' -> '0000:18:00' as the driver prints it in an Xid line."""
-    return gpu["pci_bus_id"][4:-2]
+    """'00000000:AB:00.0' -> '0000:ab:00': the kernel prints PCI addresses in lower case, without the function."""
+    return gpu["pci_bus_id"][4:-2].lower()
 
 
 def journal_messages(hw: dict, fault: str, gpu: int | None) -> list[str]:
@@ -110,7 +110,7 @@ def journal_messages(hw: dict, fault: str, gpu: int | None) -> list[str]:
     pci = _pci(g)
     device_id = g["pci_device_id"][:4].lower()
     fell_off = [
-        f"NVRM: The NVIDIA GPU {g['pci_bus_id'][4:]}",
+        f"NVRM: The NVIDIA GPU {g['pci_bus_id'][4:].lower()}",
         f"NVRM: (PCI ID: 10de:{device_id}) installed in this system has",
         "NVRM: fallen off the bus and is not responding to commands.",
     ]
@@ -121,8 +121,7 @@ def journal_messages(hw: dict, fault: str, gpu: int | None) -> list[str]:
     if fault == "xid-48":
         return [
             f"NVRM: Xid (PCI:{pci}): 48, pid='<unknown>', name=<unknown>, An uncorrectable double bit error "
-            f"(DBE) has been detected on GPU in the framebuffer at physAddr 0x{index + 1:x}7fdf0de80 partition 5, "
-            "subpartition 1.",
+            f"(DBE) has been detected on GPU ({pci}).",
         ]
     if fault == "row-remap-pending":
         return [f"NVRM: Xid (PCI:{pci}): 63, pid='<unknown>', name=<unknown>, Row Remapper: New row marked for "
