@@ -84,18 +84,12 @@ def main() -> int:
 
         assert timed("watch: all ADDED events delivered (python client)", watch_all) == args.nodes
         v1.create_namespace({"metadata": {"name": "bench"}})
-        pod = lambda i: {
-            "metadata": {"name": f"gpu-{i:04d}"},
-            "spec": {
-                "containers": [  # noqa: E731
-                    {
-                        "name": "c",
-                        "image": "registry.k8s.io/pause:3.10",
-                        "resources": {"limits": {"nvidia.com/gpu": "1"}},
-                    }
-                ]
-            },
-        }
+
+        def pod(i: int) -> dict:
+            container = {"name": "c", "image": "registry.k8s.io/pause:3.10",
+                         "resources": {"limits": {"nvidia.com/gpu": "1"}}}  # fmt: skip
+            return {"metadata": {"name": f"gpu-{i:04d}"}, "spec": {"containers": [container]}}
+
         w = watch.Watch()
         t0 = time.perf_counter()
         for i in range(args.pods):

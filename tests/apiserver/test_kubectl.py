@@ -203,3 +203,29 @@ def test_describe_pod_shows_scheduling_failure(kubectl) -> None:
     out = wait_for(described, what="FailedScheduling event")
     assert ("0/3 nodes are available: 3 Insufficient nvidia.com/gpu. preemption: 0/3 nodes are available: 3 No "
             "preemption victims found for incoming pod.") in " ".join(out.split())  # fmt: skip
+
+
+def test_typed_client_commands_send_protobuf(kubectl, sim) -> None:
+    """`kubectl create <kind>` and `drain` use client-go typed clients, which post protobuf bodies."""
+    assert kubectl("create", "namespace", "team").stdout.strip() == "namespace/team created"
+    kubectl("create", "configmap", "c1", "-n", "team", "--from-literal=a=b")
+    kubectl("create", "secret", "generic", "s1", "-n", "team", "--from-literal=pw=x")
+    kubectl("create", "serviceaccount", "bot", "-n", "team")
+    kubectl("create", "priorityclass", "high", "--value=1000", "--description=important")
+    assert sim.store.get("configmaps", "team", "c1")["data"] == {"a": "b"}
+    secret = sim.store.get("secrets", "team", "s1")
+    assert (secret["data"], secret["type"]) == ({"pw": "eA=="}, "Opaque")
+    assert sim.store.get("serviceaccounts", "team", "bot") is not None
+    assert sim.store.get("priorityclasses.scheduling.k8s.io", "", "high")["value"] == 1000
+    assert sim.store.get("namespaces", "", "team")["metadata"]["labels"] == {
+        "kubernetes.io/metadata.name": "team"
+    }
+    kubectl("run", "victim", "-n", "team", "--image=registry.k8s.io/pause:3.10")
+    wait_for(lambda: pod_phase(sim, "victim", "team") == "Running", what="victim Running")
+    node = sim.store.get("pods", "team", "victim")["spec"]["nodeName"]
+    out = kubectl("drain", node, "--ignore-daemonsets", "--force", "--timeout=20s")
+    assert "pod/victim evicted" in out.stdout
+    assert sim.store.get("pods", "team", "victim") is None
+    assert kubectl("get", "node", node, "--no-headers").stdout.split()[1] == "Ready,SchedulingDisabled"
+    assert kubectl("delete", "namespace", "team").stdout.strip() == 'namespace "team" deleted'
+    assert sim.store.list("configmaps", "team")[0] == []

@@ -14,7 +14,7 @@ from gpuready.lab.apiserver.patch import (
     server_side_apply,
     strategic_merge,
 )
-from gpuready.lab.apiserver.quantity import parse_quantity
+from gpuready.lab.apiserver.quantity import milli_value, parse_quantity
 from gpuready.lab.apiserver.runtime import CatalogueRuntime, normalize_image
 from gpuready.lab.apiserver.scheduler import num_feasible_to_find, pod_requests, tolerates
 from gpuready.lab.apiserver.selectors import (
@@ -117,6 +117,7 @@ def test_quantities() -> None:
     assert parse_quantity("1Gi") == 2**30
     assert parse_quantity("1.5") == Fraction(3, 2)
     assert parse_quantity("2k") == 2000
+    assert (milli_value("100m"), milli_value("1"), milli_value("1n")) == (100, 1000, 1)
     with pytest.raises(ValueError):
         parse_quantity("abc")
 
@@ -125,7 +126,7 @@ def test_pod_requests_and_tolerations() -> None:
     spec = {"containers": [{"resources": {"requests": {"cpu": "500m", "nvidia.com/gpu": "1"}}},
                            {"resources": {"requests": {"cpu": "250m"}}}],
             "initContainers": [{"resources": {"requests": {"cpu": "2"}}}]}  # fmt: skip
-    assert pod_requests(spec) == {"cpu": Fraction(2), "nvidia.com/gpu": Fraction(1)}
+    assert pod_requests(spec) == {"cpu": 2000, "nvidia.com/gpu": 1000}  # milli-units
     taint = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
     assert tolerates([{"key": "nvidia.com/gpu", "operator": "Exists"}], taint)
     assert tolerates([{"operator": "Exists"}], taint)

@@ -20,6 +20,7 @@ import yaml
 from . import admission, discovery, errors, tables
 from .auth import Request, User, allowed, forbidden
 from .patch import json_patch, merge_patch, record_update_manager, server_side_apply, strategic_merge
+from .protobuf import decode_object
 from .resources import Resource, lookup
 from .scheduler import bind_pod
 from .selectors import parse_field_selector, parse_label_selector
@@ -232,19 +233,19 @@ class RestApi:
 
     def _decode(self, call: Call, res: Resource) -> Obj:
         ctype = call.headers.get("content-type", "application/json").split(";")[0].strip()
-        try:
-            if ctype in ("application/yaml", "application/apply-patch+yaml"):
-                obj = yaml.safe_load(call.body.decode() or "{}")
-            else:
-                obj = json.loads(call.body or b"{}")
-        except (ValueError, yaml.YAMLError) as exc:
-            raise errors.bad_request(f"error decoding request body: {exc}") from None
+        if ctype == "application/vnd.kubernetes.protobuf":
+            return decode_object(call.body)
         if ctype not in ("application/json", "application/yaml", "application/apply-patch+yaml",
                          "application/merge-patch+json", "application/strategic-merge-patch+json",
                          "application/json-patch+json", "*/*", ""):  # fmt: skip
-            raise errors.ApiError(415, "UnsupportedMediaType", 'the body of the request was in an unknown format - '
+            raise errors.ApiError(415, "UnsupportedMediaType", "the body of the request was in an unknown format - "
                                   "accepted media types include: application/json, application/yaml", {})  # fmt: skip
-        return obj
+        try:
+            if ctype in ("application/yaml", "application/apply-patch+yaml"):
+                return yaml.safe_load(call.body.decode() or "{}")
+            return json.loads(call.body or b"{}")
+        except (ValueError, yaml.YAMLError) as exc:
+            raise errors.bad_request(f"error decoding request body: {exc}") from None
 
     # create / update -----------------------------------------------------------------------------------------
 
@@ -420,6 +421,8 @@ class RestApi:
     def _delete_options(self, call: Call) -> Obj:
         if not call.body:
             return {}
+        if call.headers.get("content-type", "").startswith("application/vnd.kubernetes.protobuf"):
+            return decode_object(call.body)
         try:
             opts = json.loads(call.body)
         except ValueError:
@@ -656,7 +659,10 @@ class RestApi:
 
     def _binding(self, call: Call, namespace: str, name: str | None) -> Reply:
         try:
-            body = json.loads(call.body or b"{}")
+            if call.headers.get("content-type", "").startswith("application/vnd.kubernetes.protobuf"):
+                body = decode_object(call.body)
+            else:
+                body = json.loads(call.body or b"{}")
         except ValueError:
             raise errors.bad_request("error decoding Binding") from None
         pod_name = name or (body.get("metadata") or {}).get("name", "")
