@@ -26,9 +26,14 @@ from gpuready.lab.state import write_atomic
 
 @dataclass(frozen=True)
 class RepoLayout:
-    """Where a repository lives relative to the base URL, and the Release header the real one carries."""
+    """Where a repository lives relative to the base URL, and the Release header the real one carries.
+
+    `template` is the same path with the placeholders of the inventory knob `<knob>_url` (group_data/all.py).
+    """
 
     path: str
+    template: str
+    knob: str
     origin: str
     label: str
     architecture: str
@@ -39,14 +44,41 @@ class RepoLayout:
 #   https://nvidia.github.io/libnvidia-container/stable/deb/amd64/               (flat, "./")
 #   https://pkgs.k8s.io/core:/stable:/v1.34/deb/                                 (flat, "./")
 REPOS: dict[str, RepoLayout] = {
-    "cuda": RepoLayout("cuda/repos/debian12/x86_64", "NVIDIA", "NVIDIA CUDA", "x86_64"),
+    "cuda": RepoLayout(
+        path="cuda/repos/debian12/x86_64",
+        template="cuda/repos/{distro}/{arch}",
+        knob="cuda_repo",
+        origin="NVIDIA",
+        label="NVIDIA CUDA",
+        architecture="x86_64",
+    ),
     "libnvidia-container": RepoLayout(
-        "libnvidia-container/stable/deb/amd64", "libnvidia-container", "libnvidia-container", "amd64"
+        path="libnvidia-container/stable/deb/amd64",
+        template="libnvidia-container/stable/deb/{deb_arch}",
+        knob="nvidia_container_repo",
+        origin="libnvidia-container",
+        label="libnvidia-container",
+        architecture="amd64",
     ),
     "kubernetes": RepoLayout(
-        "kubernetes/core:/stable:/v1.31/deb", "obs://build.opensuse.org", "isv", "amd64"
+        path="kubernetes/core:/stable:/v1.34/deb",
+        template="kubernetes/core:/stable:/v{minor}/deb",
+        knob="kubernetes_repo",
+        origin="obs://build.opensuse.org",
+        label="isv",
+        architecture="amd64",
     ),
 }
+
+
+def inventory_data(base_url: str, keyring_url: str) -> dict[str, str]:
+    """The repository knobs of group_data/all.py pointed at a lab: `cuda_repo_url`, `cuda_repo_keyring_url`, ..."""
+    data = {}
+    for layout in REPOS.values():
+        data[f"{layout.knob}_url"] = f"{base_url}/{layout.template}/"
+        data[f"{layout.knob}_keyring_url"] = keyring_url
+    return data
+
 
 KEY_UID = "gpuready lab archive signing key <lab@gpuready.invalid>"
 
