@@ -88,7 +88,7 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Any:
     listener = hold_wildcard_port()
     try:
         try:
-            blocked = hosts.choose_ssh_port(["127.0.10.1"], (22, 2222)) != 22
+            blocked = not hosts._bindable("127.0.10.1", 22)
             state = hosts.up(paths, nodes=NODES)
         finally:
             if listener is not None:
