@@ -140,3 +140,38 @@ def test_ca_cert_hash_matches_kubeadm_format(sim) -> None:
     assert digest.startswith("sha256:") and len(digest) == len("sha256:") + 64
     cert = x509.load_pem_x509_certificate(sim.ca_path.read_bytes())
     assert cert.subject.get_attributes_for_oid(NameOID.COMMON_NAME)[0].value == "kubernetes"
+
+
+def test_kubelet_tls_bootstrap_with_a_bootstrap_token(sim, tmp_path: Path) -> None:
+    """Bootstrap token -> CSR auto-approved and signed -> the client certificate is the node's credential."""
+    import time
+
+    _bootstrap_secret(sim)
+    key = ec.generate_private_key(ec.SECP256R1())
+    csr_pem = (x509.CertificateSigningRequestBuilder().subject_name(x509.Name([
+        x509.NameAttribute(NameOID.ORGANIZATION_NAME, "system:nodes"),
+        x509.NameAttribute(NameOID.COMMON_NAME, "system:node:virt-node-0000")])).sign(key, hashes.SHA256())
+        .public_bytes(serialization.Encoding.PEM))  # fmt: skip
+    cfg = client.Configuration(host=sim.url, api_key={"authorization": f"Bearer {BOOTSTRAP}"})
+    cfg.ssl_ca_cert = str(sim.ca_path)
+    with client.ApiClient(cfg) as api:
+        certs = client.CertificatesV1Api(api)
+        created = certs.create_certificate_signing_request({"metadata": {"generateName": "csr-"}, "spec": {
+            "request": base64.b64encode(csr_pem).decode(), "signerName": "kubernetes.io/kube-apiserver-client-kubelet",
+            "usages": ["digital signature", "client auth"], "username": "forged"}})  # fmt: skip
+        assert created.spec.username == "system:bootstrap:abcdef"
+        assert "system:bootstrappers" in created.spec.groups
+        deadline = time.monotonic() + 10
+        while True:
+            got = certs.read_certificate_signing_request(created.metadata.name)
+            if got.status.certificate or time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
+    assert [(c.type, c.reason) for c in got.status.conditions] == [("Approved", "AutoApproved")]
+    (tmp_path / "kubelet.crt").write_bytes(base64.b64decode(got.status.certificate))
+    (tmp_path / "kubelet.key").write_bytes(key.private_bytes(serialization.Encoding.PEM,
+                                                             serialization.PrivateFormat.PKCS8,
+                                                             serialization.NoEncryption()))  # fmt: skip
+    status, node = _get(sim, "/api/v1/nodes/virt-node-0000", cert=(str(tmp_path / "kubelet.crt"),
+                                                                   str(tmp_path / "kubelet.key")))  # fmt: skip
+    assert status == 200 and node["metadata"]["name"] == "virt-node-0000"

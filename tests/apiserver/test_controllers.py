@@ -92,3 +92,27 @@ def test_node_goes_not_ready_when_heartbeats_stop_and_recovers(api, sim) -> None
     wait_for(lambda: v1.read_node("virt-node-0002").spec.taints is None, what="taints removed")
     ready = next(c for c in v1.read_node("virt-node-0002").status.conditions if c.type == "Ready")
     assert ready.status == "True"
+
+
+def test_unreachable_node_pods_not_ready_and_evicted_without_toleration(api, sim) -> None:
+    v1 = client.CoreV1Api(api)
+    pin = {"kubernetes.io/hostname": "virt-node-0001"}
+    pod = lambda name, tols: {"metadata": {"name": name}, "spec": {  # noqa: E731
+        "nodeSelector": pin, "tolerations": tols,
+        "containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}]}}  # fmt: skip
+    # an explicit toleration without tolerationSeconds keeps a pod forever; a 0-second one evicts at once
+    v1.create_namespaced_pod("default", pod("stays", [{"key": "node.kubernetes.io/unreachable", "operator": "Exists",
+                                                       "effect": "NoExecute"}]))  # fmt: skip
+    v1.create_namespaced_pod("default", pod("goes", [{"key": "node.kubernetes.io/unreachable", "operator": "Exists",
+                                                      "effect": "NoExecute", "tolerationSeconds": 0}]))  # fmt: skip
+    v1.create_namespaced_pod("default", pod("default-300s", []))
+    for name in ("stays", "goes", "default-300s"):
+        wait_for(lambda n=name: (sim.store.get("pods", "default", n) or {}).get("status", {}).get("phase") == "Running",
+                 what=f"{name} Running")  # fmt: skip
+    sim.virtual.stop("virt-node-0001")
+    wait_for(lambda: sim.store.get("pods", "default", "goes") is None, timeout=15, what="goes evicted")
+    events = v1.list_namespaced_event("default", field_selector="reason=TaintManagerEviction").items
+    assert [e.message for e in events] == ["Marking for deletion Pod default/goes"]
+    stays = v1.read_namespaced_pod("stays", "default")
+    assert next(c.status for c in stays.status.conditions if c.type == "Ready") == "False"
+    assert v1.read_namespaced_pod("default-300s", "default").metadata.deletion_timestamp is None

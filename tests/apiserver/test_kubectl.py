@@ -229,3 +229,14 @@ def test_typed_client_commands_send_protobuf(kubectl, sim) -> None:
     assert kubectl("get", "node", node, "--no-headers").stdout.split()[1] == "Ready,SchedulingDisabled"
     assert kubectl("delete", "namespace", "team").stdout.strip() == 'namespace "team" deleted'
     assert sim.store.list("configmaps", "team")[0] == []
+
+
+def test_logs_follow_streams_until_the_container_exits(kubectl, sim) -> None:
+    kubectl(
+        "run", "ticker", "--image=busybox", "--restart=Never", "--", "sh", "-c", "echo one; sleep 3; echo two"
+    )
+    wait_for(lambda: pod_phase(sim, "ticker") == "Running", what="ticker Running")
+    assert kubectl("logs", "ticker").stdout == "one\n"  # `two` is not written yet
+    follow = kubectl("logs", "-f", "ticker", timeout=20)
+    assert follow.stdout == "one\ntwo\n"
+    assert pod_phase(sim, "ticker") == "Succeeded"

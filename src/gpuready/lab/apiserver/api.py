@@ -287,6 +287,10 @@ class RestApi:
         obj["apiVersion"], obj["kind"] = res.group_version, res.kind
         if res.key == "pods":
             obj["status"] = {}
+        if res.key == "certificatesigningrequests.certificates.k8s.io" and call is not None:
+            # the requester's identity is recorded by the server, never taken from the body
+            obj.setdefault("spec", {}).update({"username": call.user.name, "groups": list(call.user.groups)})
+            obj["status"] = {}
         admission.validate_metadata(res, obj, creating=True)
         admission.default(res, obj, self.store.get)
         admission.validate(res, obj, None)
@@ -317,7 +321,7 @@ class RestApi:
     def _store_update(self, res: Resource, t: Target, old: Obj, new: Obj, expected: str | None, call: Call | None,
                       operation: str, record: bool = True) -> Obj:  # fmt: skip
         new["apiVersion"], new["kind"] = res.group_version, res.kind
-        if t.subresource == "status":
+        if t.subresource in ("status", "approval"):
             merged = dict(old)
             merged["metadata"] = dict(old["metadata"])
             merged["status"] = new.get("status", {})
@@ -732,7 +736,35 @@ class RestApi:
         limit = call.q("limitBytes")
         if limit:
             text = text[: int(limit)]
+        running = "running" in ((status or {}).get("state") or {})
+        if call.q("follow") in ("true", "1") and running:
+            return Reply(200, stream=self._follow(pod, container, text), content_type="text/plain")
         return Reply(200, raw=text.encode(), content_type="text/plain")
+
+    def _follow(self, pod: Obj, container: str, sent: str) -> Iterator[bytes]:
+        """`logs -f`: what is there, then new output until the container stops or the pod goes away."""
+        yield sent.encode()
+        meta = pod["metadata"]
+        while not self.server.stopping.is_set():
+            live = self.store.get("pods", meta.get("namespace", ""), meta["name"])
+            if live is None or live["metadata"].get("uid") != meta.get("uid"):
+                return
+            text = self.server.kubelet.logs(live, container, False) or ""
+            if text.startswith(sent) and len(text) > len(sent):
+                yield text[len(sent) :].encode()
+                sent = text
+            cs = next(
+                (
+                    c
+                    for c in (live.get("status") or {}).get("containerStatuses") or []
+                    if c["name"] == container
+                ),
+                {},
+            )
+            if "running" not in (cs.get("state") or {}):
+                return
+            yield b""
+            time.sleep(0.5)
 
 
 def _go_duration(text: str) -> float:

@@ -328,6 +328,24 @@ class NodeLifecycleController(_Loop):
             _set_taints(obj, "Unknown")
 
         self.store.modify("nodes", "", name, change)
+        self._mark_pods_not_ready(name, stamp)
+
+    def _mark_pods_not_ready(self, node: str, stamp: str) -> None:
+        """What the real controller does for pods on an unreachable node: Ready=False, so endpoints drop them."""
+
+        def change(pod: Obj) -> bool:
+            conds = (pod.get("status") or {}).get("conditions") or []
+            ready = next((c for c in conds if c.get("type") == "Ready"), None)
+            if ready is None or ready.get("status") == "False":
+                return False
+            ready.update({"status": "False", "lastTransitionTime": stamp})
+            return True
+
+        for pod in self.store.pods_on_node(node):
+            if (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed"):
+                self.store.modify(
+                    "pods", pod["metadata"].get("namespace", ""), pod["metadata"]["name"], change
+                )
 
     def _sync_taints(self, node: Obj) -> None:
         conds = (node.get("status") or {}).get("conditions") or []
@@ -361,6 +379,72 @@ def _set_taints(node: Obj, ready: str) -> bool:
     else:
         spec.pop("taints", None)
     return True
+
+
+# NoExecute taints ---------------------------------------------------------------------------------------------
+
+
+def _eviction_delay(pod: Obj, taints: list[Obj]) -> float | None:
+    """Seconds after the taint was added when the pod must go: 0 if a taint is not tolerated, None if never."""
+    tolerations = (pod.get("spec") or {}).get("tolerations") or []
+    delay: float | None = None
+    for taint in taints:
+        matching = [t for t in tolerations if tolerates([t], taint)]
+        if not matching:
+            return 0.0
+        seconds = [t["tolerationSeconds"] for t in matching if t.get("tolerationSeconds") is not None]
+        if len(seconds) == len(matching):
+            limit = max(0.0, float(min(seconds)))
+            delay = limit if delay is None else min(delay, limit)
+    return delay
+
+
+class TaintEvictionController(_Loop):
+    """The taint manager: evicts pods from nodes with NoExecute taints they do not tolerate (or after their
+    tolerationSeconds, 300 s by default for not-ready/unreachable)."""
+
+    keys = ("nodes",)
+
+    def __init__(self, server: ApiServer, period: float) -> None:
+        super().__init__(server)
+        self.period = period
+        self._tainted: set[str] = set()
+
+    def observe(self, ev: Event) -> None:
+        name = ev.obj["metadata"]["name"]
+        taints = ((ev.obj.get("spec") or {}).get("taints") or []) if ev.type != "DELETED" else []
+        if any(t.get("effect") == "NoExecute" for t in taints):
+            self._tainted.add(name)
+        else:
+            self._tainted.discard(name)
+
+    def reconcile(self) -> None:
+        now = time.time()
+        for name in list(self._tainted):
+            node = self.store.get("nodes", "", name)
+            if node is None:
+                continue
+            taints = [
+                t for t in (node.get("spec") or {}).get("taints") or [] if t.get("effect") == "NoExecute"
+            ]
+            for pod in self.store.pods_on_node(name):
+                if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+                    continue
+                delay = _eviction_delay(pod, taints)
+                if delay is None:
+                    continue
+                added = max((_parse_time(t.get("timeAdded")) or now for t in taints), default=now)
+                if now >= added + delay:
+                    self._evict(pod)
+
+    def _evict(self, pod: Obj) -> None:
+        from .events import Recorder
+
+        meta = pod["metadata"]
+        Recorder(self.store).event(pod, "Normal", "TaintManagerEviction",
+                                   f"Marking for deletion Pod {meta.get('namespace', '')}/{meta['name']}",
+                                   "taint-eviction-controller")  # fmt: skip
+        self.server.delete_internal("pods", meta.get("namespace", ""), meta["name"])
 
 
 # namespaces ----------------------------------------------------------------------------------------------------

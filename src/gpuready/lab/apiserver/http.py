@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import select
 import socket
 import ssl
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -128,6 +129,8 @@ class Handler(BaseHTTPRequestHandler):
                 if chunk:
                     self.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
                     self.wfile.flush()
+                elif self._client_gone():
+                    break
             self.wfile.write(b"0\r\n\r\n")
             self.wfile.flush()
         except (ConnectionError, ssl.SSLError, OSError):
@@ -136,6 +139,14 @@ class Handler(BaseHTTPRequestHandler):
             close = getattr(reply.stream, "close", None)
             if close is not None:
                 close()
+
+    def _client_gone(self) -> bool:
+        """During a stream a client sends nothing; a readable socket means it closed (or gave up) the request."""
+        try:
+            readable, _, _ = select.select([self.connection], [], [], 0)
+        except (OSError, ValueError):
+            return True
+        return bool(readable)
 
 
 def make_http_server(sim: ApiServer, address: str, port: int, cert: str, key: str, ca: str) -> _Server:

@@ -95,7 +95,11 @@ class Kubelet:
             if state is None or container not in state.containers:
                 return None
             c = state.containers[container]
-            return c.previous_logs if previous else c.logs
+            if previous:
+                return c.previous_logs
+            if "running" in c.state:
+                return c.plan.logs_at(time.monotonic() - c.started)
+            return c.logs
 
     # loop ----------------------------------------------------------------------------------------------------
 

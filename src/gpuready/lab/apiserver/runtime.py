@@ -30,6 +30,14 @@ class ContainerPlan:
     # (seconds after start, reason, message): the container stays waiting, e.g. ErrImagePull -> ImagePullBackOff.
     waiting: list[tuple[float, str, str]] = field(default_factory=list)
     image_id: str = ""
+    # (seconds after start, length of `logs` written by then): lets `logs -f` show output as it happens.
+    log_times: list[tuple[float, int]] = field(default_factory=list)
+
+    def logs_at(self, elapsed: float) -> str:
+        if not self.log_times:
+            return self.logs
+        upto = max((n for t, n in self.log_times if t <= elapsed), default=0)
+        return self.logs[:upto]
 
 
 @dataclass
@@ -157,11 +165,15 @@ def run_argv(argv: list[str], env: dict[str, str]) -> ContainerPlan:
 
 def _run_script(script: str, env: dict[str, str]) -> ContainerPlan:
     out: list[str] = []
+    marks: list[tuple[float, int]] = []
     total = 0.0
     code = 0
+
+    def plan(exit_code: int | None) -> ContainerPlan:
+        return ContainerPlan(logs="".join(out), exit_code=exit_code, run_seconds=total, log_times=marks)
+
     for line in script.replace("\n", ";").split(";"):
-        chain = [c for c in line.split("&&")]
-        for part in chain:
+        for part in line.split("&&"):
             part = part.strip()
             if not part:
                 continue
@@ -171,19 +183,19 @@ def _run_script(script: str, env: dict[str, str]) -> ContainerPlan:
                 argv = shlex.split(part)
             except ValueError:
                 out.append("sh: syntax error: unterminated quoted string\n")
-                return ContainerPlan(logs="".join(out), exit_code=2, run_seconds=total)
+                return plan(2)
             if argv and argv[0] == "exit":
-                return ContainerPlan(logs="".join(out), exit_code=int(argv[1]) if len(argv) > 1 else code,
-                                     run_seconds=total)  # fmt: skip
+                return plan(int(argv[1]) if len(argv) > 1 else code)
             code, secs = _run_command(argv, env, out)
             if code == 127:
                 out.append(f"sh: {argv[0]}: not found\n")
+            marks.append((total, len("".join(out))))
             if secs == float("inf"):
-                return ContainerPlan(logs="".join(out), exit_code=None)
+                return plan(None)
             total += secs
             if code != 0:
                 break
-    return ContainerPlan(logs="".join(out), exit_code=code, run_seconds=total)
+    return plan(code)
 
 
 def _run_command(argv: list[str], env: dict[str, str], out: list[str]) -> tuple[int, float]:

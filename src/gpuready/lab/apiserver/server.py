@@ -21,7 +21,13 @@ import yaml
 from . import errors
 from .api import Call, Reply, RestApi
 from .auth import Authenticator
-from .controllers import DaemonSetController, NamespaceController, NodeLifecycleController
+from .certificates import CsrController
+from .controllers import (
+    DaemonSetController,
+    NamespaceController,
+    NodeLifecycleController,
+    TaintEvictionController,
+)
 from .http import make_http_server
 from .kubelet import Kubelet
 from .resources import RESOURCES, Resource
@@ -66,7 +72,8 @@ class ApiServer:
         self.kubelet = Kubelet(self)
         self.scheduler = Scheduler(self)
         self.controllers = [DaemonSetController(self), NamespaceController(self),
-                            NodeLifecycleController(self, node_grace_period, node_monitor_period)]  # fmt: skip
+                            NodeLifecycleController(self, node_grace_period, node_monitor_period),
+                            TaintEvictionController(self, node_monitor_period), CsrController(self)]  # fmt: skip
         # Like a kubelet's lease renewals (10 s for the default 40 s grace), scaled down when tests shorten the grace.
         self.virtual = VirtualNodes(self, heartbeat_interval or min(10.0, node_grace_period / 4))
         self._httpd: Any = None
