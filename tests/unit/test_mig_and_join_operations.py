@@ -62,6 +62,12 @@ def test_pending_mode_waits_for_a_reset():
     assert noops == ["GPU 0: MIG mode is pending; reset the GPU or reboot, then re-run"]
 
 
+def test_creates_in_an_order_the_driver_can_place():
+    facts = {"NvidiaSmi": smi_state([("Enabled", "Enabled")]), "MigInstances": mig_state({})}
+    commands, _ = run(mig.layout, facts, per_gpu=(("1g.10gb", "1g.10gb", "2g.20gb", "3g.40gb"),))
+    assert commands == ["nvidia-smi mig -i 0 -cgi 3g.40gb,2g.20gb,1g.10gb,1g.10gb -C"]
+
+
 def test_creates_the_spec_instances_with_compute_instances():
     facts = {
         "NvidiaSmi": smi_state([("Enabled", "Enabled"), ("Disabled", "Disabled")]),

@@ -6,6 +6,7 @@ from pyinfra import host
 from pyinfra.api import OperationError, operation
 
 from gpuready.facts.nvidia import MigInstances, NvidiaSmi
+from gpuready.nvidia import catalogue
 
 
 @operation()
@@ -50,6 +51,9 @@ def layout(per_gpu: tuple[tuple[str, ...] | None, ...], destroy_existing: bool =
                 )
             yield f"nvidia-smi mig -i {index} -dci"
             yield f"nvidia-smi mig -i {index} -dgi"
-        yield f"nvidia-smi mig -i {index} -cgi {','.join(wanted)} -C"
+        # the driver places instances greedily in the order asked: ask in an order known to fit
+        placed = catalogue.fit_layout(gpu.name or "", list(wanted)) if gpu.name else None
+        order = [profile for profile, _ in placed] if placed else list(wanted)
+        yield f"nvidia-smi mig -i {index} -cgi {','.join(order)} -C"
     if done and len(done) == sum(1 for w in per_gpu if w is not None):
         host.noop(f"MIG layout matches the spec on GPUs {done}")
