@@ -213,3 +213,50 @@ def test_node_status_subresource_and_binding(api, sim) -> None:
                                              "target": {"kind": "Node", "name": "virt-node-0002"}},
                                  _preload_content=False)  # fmt: skip
     assert v1.read_namespaced_pod("manual", "default").spec.node_name == "virt-node-0002"
+
+
+def test_runtime_class_and_priority_class_admission(api, sim) -> None:
+    v1, node = client.CoreV1Api(api), client.NodeV1Api(api)
+    with pytest.raises(ApiException) as missing:
+        v1.create_namespaced_pod("default", _pod("gpu", runtimeClassName="nvidia"))
+    assert missing.value.status == 403
+    assert json.loads(missing.value.body)["message"] == ('pods "gpu" is forbidden: pod rejected: RuntimeClass '
+                                                         '"nvidia" not found')  # fmt: skip
+    node.create_runtime_class({"metadata": {"name": "nvidia"}, "handler": "nvidia", "scheduling": {
+        "nodeSelector": {"nvidia.com/gpu.present": "true"}}})  # fmt: skip
+    pod = v1.create_namespaced_pod("default", _pod("gpu", runtimeClassName="nvidia"))
+    assert pod.spec.node_selector == {"nvidia.com/gpu.present": "true"}
+    with pytest.raises(ApiException) as pc:
+        v1.create_namespaced_pod("default", _pod("vip", priorityClassName="gold"))
+    assert (
+        json.loads(pc.value.body)["message"]
+        == 'pods "vip" is forbidden: no PriorityClass with name gold was found'
+    )
+    crit = v1.create_namespaced_pod("default", _pod("crit", priorityClassName="system-node-critical"))
+    assert crit.spec.priority == 2000001000
+
+
+def test_method_not_allowed_and_unknown_resource(sim) -> None:
+    import ssl
+    import urllib.request
+
+    ctx = ssl.create_default_context(cafile=str(sim.ca_path))
+
+    def call(method: str, path: str) -> tuple[int, dict]:
+        req = urllib.request.Request(sim.url + path, method=method, data=b"{}" if method == "POST" else None,
+                                     headers={"Authorization": f"Bearer {sim.admin_token}",
+                                              "Content-Type": "application/json"})  # fmt: skip
+        try:
+            with urllib.request.urlopen(req, context=ctx, timeout=10) as resp:
+                return resp.status, json.loads(resp.read())
+        except urllib.error.HTTPError as err:
+            return err.code, json.loads(err.read())
+
+    code, body = call("POST", "/api/v1/namespaces/default/configmaps/x")
+    assert (code, body["reason"]) == (405, "MethodNotAllowed")
+    code, body = call("GET", "/api/v1/widgets")
+    assert (code, body["reason"], body["message"]) == (
+        404,
+        "NotFound",
+        "the server could not find the requested resource",
+    )

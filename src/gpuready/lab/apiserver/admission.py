@@ -161,6 +161,38 @@ def _default_pod(obj: Obj, lookup: Any) -> None:
     status.setdefault("qosClass", qos_class(spec))
 
 
+def admit_pod(pod: Obj, lookup: Any) -> None:
+    """The Priority and RuntimeClass admission plugins: unknown class names are rejected with 403 Forbidden, and a
+    RuntimeClass's overhead and scheduling constraints are merged into the pod."""
+    spec = pod.get("spec") or {}
+    name = pod["metadata"].get("name") or pod["metadata"].get("generateName", "")
+    pc_name = spec.get("priorityClassName")
+    if pc_name and lookup("priorityclasses.scheduling.k8s.io", "", pc_name) is None:
+        raise errors.ApiError(403, "Forbidden", f'pods "{name}" is forbidden: no PriorityClass with name {pc_name} '
+                              "was found", {"name": name, "kind": "pods"})  # fmt: skip
+    rc_name = spec.get("runtimeClassName")
+    if not rc_name:
+        return
+    rc = lookup("runtimeclasses.node.k8s.io", "", rc_name)
+    if rc is None:
+        raise errors.ApiError(403, "Forbidden", f'pods "{name}" is forbidden: pod rejected: RuntimeClass '
+                              f'"{rc_name}" not found', {"name": name, "kind": "pods"})  # fmt: skip
+    overhead = (rc.get("overhead") or {}).get("podFixed")
+    if overhead and "overhead" not in spec:
+        spec["overhead"] = dict(overhead)
+    scheduling = rc.get("scheduling") or {}
+    for k, v in (scheduling.get("nodeSelector") or {}).items():
+        if spec.setdefault("nodeSelector", {}).get(k, v) != v:
+            raise errors.ApiError(403, "Forbidden", f'pods "{name}" is forbidden: conflict: runtimeClass.scheduling.'
+                                  f"nodeSelector[{k}] = {v}; pod.spec.nodeSelector[{k}] = "
+                                  f"{spec['nodeSelector'][k]}", {"name": name, "kind": "pods"})  # fmt: skip
+        spec["nodeSelector"][k] = v
+    tolerations = spec.setdefault("tolerations", [])
+    for t in scheduling.get("tolerations") or []:
+        if t not in tolerations:
+            tolerations.append(dict(t))
+
+
 def _priority(class_name: str | None, lookup: Any) -> int:
     if class_name and lookup is not None:
         pc = lookup("priorityclasses.scheduling.k8s.io", "", class_name)

@@ -292,6 +292,8 @@ class RestApi:
             obj.setdefault("spec", {}).update({"username": call.user.name, "groups": list(call.user.groups)})
             obj["status"] = {}
         admission.validate_metadata(res, obj, creating=True)
+        if res.key == "pods":
+            admission.admit_pod(obj, self.store.get)
         admission.default(res, obj, self.store.get)
         admission.validate(res, obj, None)
         if res.key in _GENERATION:
