@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gpuready.lab import aptrepo, ssh
+from gpuready.lab import aptrepo, faults, hardware, packages, ssh
 from gpuready.lab.state import LabPaths, cache_dir, load_state, require_state, save_state
 
 SUITE = "bookworm"
@@ -58,7 +58,6 @@ BASE_CUSTOMISATION_VERSION = 1  # bump when _customise_base changes
 DEFAULT_PROFILES = ("h100-sxm-8", "a100-80gb-4", "l4-1")
 ADDRESS_PREFIX = "127.0.10."
 SSH_PORT_CANDIDATES = (22, 2222, 22222)
-HOST_MACHINE_DIR = "/opt/gpuready-lab/machine"  # the agreed path, also gpuready.lab.hardware.HOST_MACHINE_DIR
 BOOT_TIMEOUT_S = 90.0
 STOP_TIMEOUT_S = 20.0
 
@@ -248,8 +247,6 @@ def _write_host_files(paths: LabPaths, spec: HostSpec, port: int, client_pubkey:
 
 
 def _write_hardware(paths: LabPaths, spec: HostSpec) -> dict[str, Any]:
-    from gpuready.lab import hardware
-
     hw = hardware.make_hardware(spec.profile, spec.index)
     machine = paths.machine_dir(spec.name)
     machine.mkdir(parents=True, exist_ok=True)
@@ -306,7 +303,7 @@ def _boot(paths: LabPaths, spec: HostSpec, merged: Path) -> subprocess.Popen[byt
         "--keep-unit",
         "--link-journal=no",
         "--console=read-only",
-        f"--bind-ro={paths.machine_dir(spec.name)}:{HOST_MACHINE_DIR}",
+        f"--bind-ro={paths.machine_dir(spec.name)}:{hardware.HOST_MACHINE_DIR}",
     ]
     with open(paths.console_log(spec.name), "ab") as log:
         return subprocess.Popen(
@@ -325,7 +322,7 @@ def console_tail(paths: LabPaths, name: str, lines: int = 25) -> str:
     except OSError:
         return "(no console log)"
     text = re.sub(r"\x1b\[[0-9;]*[A-Za-z]", "", text)
-    return "\n".join(text.splitlines()[-lines:])
+    return "\n".join([line for line in text.splitlines() if line.strip()][-lines:])
 
 
 def up(
@@ -336,8 +333,6 @@ def up(
     ssh_ports: tuple[int, ...] = SSH_PORT_CANDIDATES,
 ) -> dict[str, Any]:
     """Bring up a fresh lab (cleaning up whatever an earlier lab in this state dir left) and record its state."""
-    from gpuready.lab import hardware
-
     specs = plan_hosts(nodes, profiles)
     unknown = sorted({s.profile for s in specs} - set(hardware.PROFILES))
     if unknown:
@@ -416,15 +411,10 @@ def _wait_for_hosts(
 
 
 def _start_repo(paths: LabPaths) -> dict[str, Any]:
+    """Build the emulated packages into signed repositories and serve them; returns the state's "repo" entry."""
     signer = aptrepo.ensure_signing_key(paths.gnupg_home)
-    debs: dict[str, list[Path]] = {}
-    try:
-        from gpuready.lab import packages
-    except ImportError:
-        progress("gpuready.lab.packages is not available: the lab repositories are empty")
-    else:
-        progress("building the emulated NVIDIA packages")
-        debs = packages.build_packages(paths.packages_dir)
+    progress("building the emulated NVIDIA packages and the signed repositories")
+    debs = packages.build_packages(paths.packages_dir)
     aptrepo.build_repos(paths.repo_root, debs, signer)
     keyring, armored = aptrepo.export_keyring(signer, paths.keyring)
     pid, port = aptrepo.start_server(paths.repo_root, paths.repo_server_log)
@@ -465,10 +455,11 @@ def _alive(pid: int | None, start: int | None) -> bool:
 
 
 def cgroup_pids(cgroup: Path) -> list[int]:
+    """Every process in a cgroup subtree. Hosts create and remove cgroups meanwhile, so vanished ones are skipped."""
     pids: list[int] = []
-    for procs in cgroup.rglob("cgroup.procs") if cgroup.exists() else []:
+    for dirpath, _, _ in os.walk(cgroup):
         with contextlib.suppress(OSError):
-            pids += [int(p) for p in procs.read_text().split()]
+            pids += [int(p) for p in Path(dirpath, "cgroup.procs").read_text().split()]
     return pids
 
 
@@ -531,13 +522,9 @@ def _kill_cgroup_trees(cgroups: list[Path]) -> None:
                 os.kill(pid, signal.SIGKILL)
         time.sleep(0.05)
     for cgroup in cgroups:
-        if not cgroup.exists():
-            continue
-        for d in sorted(
-            (p for p in cgroup.rglob("*") if p.is_dir()), key=lambda p: len(p.parts), reverse=True
-        ):
-            d.rmdir()
-        cgroup.rmdir()
+        for dirpath, _, _ in os.walk(cgroup, topdown=False):  # children before parents
+            with contextlib.suppress(FileNotFoundError):
+                os.rmdir(dirpath)
         with contextlib.suppress(OSError):
             cgroup.parent.rmdir()  # the shared "gpuready-lab" dir, when no other lab uses it
 
@@ -594,8 +581,6 @@ def inject_fault(paths: LabPaths, node: str, fault: str | None, gpu: int | None 
     `journalctl -t kernel` (which also works on real hosts) finds them. nspawn gives a container no /dev/kmsg, so
     they cannot carry the kernel transport: `journalctl -k` / `dmesg` inside a lab host do not show them.
     """
-    from gpuready.lab import faults, hardware
-
     host_entry(require_state(paths), node)
     path = paths.machine_dir(node) / "hardware.json"
     hw = hardware.read_hardware(path)
