@@ -116,3 +116,23 @@ def test_unreachable_node_pods_not_ready_and_evicted_without_toleration(api, sim
     stays = v1.read_namespaced_pod("stays", "default")
     assert next(c.status for c in stays.status.conditions if c.type == "Ready") == "False"
     assert v1.read_namespaced_pod("default-300s", "default").metadata.deletion_timestamp is None
+
+
+def test_daemonset_pod_stays_on_unreachable_node(api, sim) -> None:
+    apps = client.AppsV1Api(api)
+    apps.create_namespaced_daemon_set("default", _ds("agent"))
+    wait_for(
+        lambda: apps.read_namespaced_daemon_set("agent", "default").status.number_ready == 3, what="3 ready"
+    )
+    before = {n: p["metadata"]["uid"] for n, p in _ds_pods(sim, "agent").items()}
+    sim.virtual.stop("virt-node-0000")
+    wait_for(
+        lambda: sim.store.get("nodes", "", "virt-node-0000")["spec"].get("taints"), what="unreachable taints"
+    )
+    # DaemonSet pods tolerate unreachable:NoExecute; unreachable:NoSchedule only stops new pods
+    wait_for(
+        lambda: apps.read_namespaced_daemon_set("agent", "default").status.number_ready == 2, what="2 ready"
+    )
+    status = apps.read_namespaced_daemon_set("agent", "default").status
+    assert (status.desired_number_scheduled, status.current_number_scheduled) == (3, 3)
+    assert {n: p["metadata"]["uid"] for n, p in _ds_pods(sim, "agent").items()} == before

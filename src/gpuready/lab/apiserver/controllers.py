@@ -93,20 +93,24 @@ DS_TOLERATIONS = [
 ]
 
 
-def daemon_pod_should_run(template_spec: Obj, node: Obj) -> bool:
+def daemon_pod_should_run(template_spec: Obj, node: Obj) -> tuple[bool, bool]:
+    """(should schedule a new pod, should keep an existing one), like the real DaemonSet controller: an
+    untolerated NoSchedule taint stops new pods only; an untolerated NoExecute taint removes them too."""
     tolerations = list(template_spec.get("tolerations") or []) + DS_TOLERATIONS
     labels = (node.get("metadata") or {}).get("labels") or {}
     if any(labels.get(k) != v for k, v in (template_spec.get("nodeSelector") or {}).items()):
-        return False
+        return False, False
     required = ((template_spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
         "requiredDuringSchedulingIgnoredDuringExecution"
     )
     if required and not match_node_selector_terms(required.get("nodeSelectorTerms") or [], node):
-        return False
+        return False, False
+    schedule = keep = True
     for taint in (node.get("spec") or {}).get("taints") or []:
         if taint.get("effect") in ("NoSchedule", "NoExecute") and not tolerates(tolerations, taint):
-            return False
-    return True
+            schedule = False
+            keep = keep and taint.get("effect") != "NoExecute"
+    return schedule, keep
 
 
 def _template_hash(template: Obj) -> str:
@@ -172,11 +176,12 @@ class DaemonSetController(_Loop):
         for p in pods:
             if p is not None and not p["metadata"].get("deletionTimestamp"):
                 by_node.setdefault(_pod_node(p) or "", []).append(p)
-        eligible = {
-            n["metadata"]["name"]: n for n in nodes if daemon_pod_should_run(template.get("spec") or {}, n)
+        verdicts = {
+            n["metadata"]["name"]: daemon_pod_should_run(template.get("spec") or {}, n) for n in nodes
         }
+        eligible = {name: v for name, v in verdicts.items() if v[0]}
         for node_name, node_pods in by_node.items():
-            keep = node_name in eligible
+            keep = verdicts.get(node_name, (False, False))[1]
             for i, p in enumerate(node_pods):
                 phase = (p.get("status") or {}).get("phase")
                 stale = (p["metadata"].get("labels") or {}).get("pod-template-generation") != generation
@@ -188,7 +193,10 @@ class DaemonSetController(_Loop):
         for node_name in eligible:
             if not any(by_node.get(node_name, [])):
                 self.server.create_internal("pods", self._pod_for(ds, node_name, generation))
-        self._update_status(ds, eligible)
+        # desired counts nodes that should run the pod, including ones that keep an existing pod
+        self._update_status(
+            ds, {n: v for n, v in verdicts.items() if v[0] or (v[1] and any(by_node.get(n, [])))}
+        )
 
     def _pod_for(self, ds: Obj, node: str, generation: str) -> Obj:
         meta = ds["metadata"]
@@ -221,7 +229,7 @@ class DaemonSetController(_Loop):
             "spec": spec,
         }  # fmt: skip
 
-    def _update_status(self, ds: Obj, eligible: dict[str, Obj]) -> None:
+    def _update_status(self, ds: Obj, eligible: dict[str, Any]) -> None:
         meta = ds["metadata"]
         generation = str(meta.get("generation", 1))
         pods = [self.store.get(k, ns, n) for k, ns, n in self.store.dependents(meta["uid"]) if k == "pods"]
