@@ -137,7 +137,7 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     inventory = config.getoption("inventory")
     if not inventory:
         return
-    from gpuready.spec import SpecError, load_fleet
+    from gpuready.spec import SpecError
 
     names = [n.strip() for n in (config.getoption("nodes") or "").split(",") if n.strip()]
     connection = config.getoption("connection") or "ssh"
@@ -146,7 +146,7 @@ def pytest_sessionstart(session: pytest.Session) -> None:
             f"--connection {connection}: the conformance suite supports {' or '.join(CONNECTIONS)}"
         )
     try:
-        fleet = load_fleet(inventory)
+        fleet = load_fleet_isolated(inventory)
         nodes = fleet.select(names)
     except SpecError as exc:
         raise pytest.UsageError(str(exc)) from None
@@ -160,6 +160,43 @@ def pytest_sessionstart(session: pytest.Session) -> None:
         report_dir=config.getoption("report_dir"),
         results=FleetResults([n.name for n in nodes], inventory),
     )
+
+
+# Runs in a child process: prints the pickled Fleet, or the SpecError's parts.
+_LOAD_FLEET = """
+import pickle, sys
+from gpuready.spec import SpecError, load_fleet
+try:
+    result = ("fleet", load_fleet(sys.argv[1]))
+except SpecError as exc:
+    result = ("error", exc.inventory, exc.problems)
+sys.stdout.buffer.write(pickle.dumps(result))
+"""
+
+
+def load_fleet_isolated(inventory: str) -> Any:
+    """The fleet, loaded in a child process when this one has not imported pyinfra's CLI yet.
+
+    Why: loading an inventory the way the pyinfra CLI does imports ``pyinfra_cli``, which monkey-patches the
+    whole process with gevent (threads, sockets, subprocess). The suite's own clients (paramiko, the Kubernetes
+    client, fleet-wide watches) should run on real threads, so the patching stays in a short-lived child.
+    """
+    import pickle
+    import subprocess
+    import sys
+
+    from gpuready.spec import SpecError, load_fleet
+
+    if "pyinfra_cli" in sys.modules:
+        return load_fleet(inventory)  # already patched: nothing left to protect
+    done = subprocess.run([sys.executable, "-c", _LOAD_FLEET, inventory], capture_output=True, check=False)
+    if done.returncode != 0:
+        tail = done.stderr.decode(errors="replace").strip().splitlines()[-1:] or ["no output"]
+        raise SpecError(inventory, [f"cannot load the inventory: {tail[0]}"])
+    result = pickle.loads(done.stdout)
+    if result[0] == "error":
+        raise SpecError(result[1], result[2])
+    return result[1]
 
 
 def layer_of(item: pytest.Item) -> str | None:
