@@ -52,16 +52,12 @@ DEFAULT_TOLERATIONS = [
 ]
 
 
-def _kind_label(res: Resource) -> str:
-    return res.kind
-
-
 def validate_metadata(res: Resource, obj: Obj, creating: bool) -> None:
     meta = obj.get("metadata")
     name = (meta or {}).get("name") or ""
     if not isinstance(meta, dict) or (not name and not (creating and meta.get("generateName"))):
         raise errors.invalid(
-            _kind_label(res), res.group, name, [("metadata.name", "FieldValueRequired",
+            res.kind, res.group, name, [("metadata.name", "FieldValueRequired",
                                                   "Required value: name or generateName is required")]
         )  # fmt: skip
     check = name or (meta.get("generateName", "") + "a")
@@ -70,7 +66,7 @@ def validate_metadata(res: Resource, obj: Obj, creating: bool) -> None:
         pattern, msg = _SUBDOMAIN, _SUBDOMAIN_MSG
     if len(check) > 253 or not pattern.match(check):
         field = "metadata.name" if name else "metadata.generateName"
-        raise errors.invalid(_kind_label(res), res.group, name,
+        raise errors.invalid(res.kind, res.group, name,
                              [(field, "FieldValueInvalid", f'Invalid value: "{check}": {msg}')])  # fmt: skip
     for k, v in (meta.get("labels") or {}).items():
         if (
@@ -79,7 +75,7 @@ def validate_metadata(res: Resource, obj: Obj, creating: bool) -> None:
             or not re.match(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$", v)
         ):
             raise errors.invalid(
-                _kind_label(res), res.group, name,
+                res.kind, res.group, name,
                 [("metadata.labels", "FieldValueInvalid", f'Invalid value: "{v}": a valid label must be an empty '
                   "string or consist of alphanumeric characters, '-', '_' or '.', and must start and end with an "
                   "alphanumeric character (e.g. 'MyValue',  or 'my_value',  or '12345', regex used for validation "
@@ -87,7 +83,7 @@ def validate_metadata(res: Resource, obj: Obj, creating: bool) -> None:
             )  # fmt: skip
         if not re.match(r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
                         r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$", k):  # fmt: skip
-            raise errors.invalid(_kind_label(res), res.group, name,
+            raise errors.invalid(res.kind, res.group, name,
                                  [("metadata.labels", "FieldValueInvalid", f'Invalid value: "{k}": name part must '
                                    "consist of alphanumeric characters, '-', '_' or '.', and must start and end "
                                    "with an alphanumeric character")])  # fmt: skip

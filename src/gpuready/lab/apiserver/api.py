@@ -9,6 +9,7 @@ from __future__ import annotations
 import base64
 import json
 import queue
+import re
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -21,9 +22,9 @@ from . import admission, discovery, errors, tables
 from .auth import Request, User, allowed, forbidden
 from .patch import json_patch, merge_patch, record_update_manager, server_side_apply, strategic_merge
 from .protobuf import decode_object
-from .resources import Resource, lookup
+from .resources import RESOURCES, Resource, lookup
 from .scheduler import bind_pod
-from .selectors import parse_field_selector, parse_label_selector
+from .selectors import exact_field, parse_field_selector, parse_label_selector
 from .store import Event, Store, now_rfc3339
 
 if TYPE_CHECKING:
@@ -408,7 +409,8 @@ class RestApi:
         new["metadata"]["name"] = t.name
         if old is None:
             managed = new["metadata"].pop("managedFields", [])
-            new.pop("status", None) if res.key in _STATUS_SPLIT and t.subresource != "status" else None
+            if res.key in _STATUS_SPLIT and t.subresource != "status":
+                new.pop("status", None)
             created = self.create(res, t.namespace, new, call, internal=True)
             if call.q("dryRun") != "All":
                 ident = (t.namespace if res.namespaced else "", t.name)
@@ -481,8 +483,6 @@ class RestApi:
             o.setdefault("status", {})["phase"] = "Terminating"
 
         marked = self.store.modify("namespaces", "", name, terminating) or ns
-        from .resources import RESOURCES
-
         for r in RESOURCES:
             if r.namespaced and r.plural != "bindings":
                 for o in self.store.list(r.key, name)[0]:
@@ -497,8 +497,6 @@ class RestApi:
         if call.q("propagationPolicy"):
             opts["propagationPolicy"] = call.q("propagationPolicy")
         deleted = self.delete(res, t.namespace, t.name, opts, dry_run=call.q("dryRun") == "All")
-        if res.key == "pods":
-            self.server.pod_deleted(deleted)
         if res.returns_deleted_object or res.key == "namespaces":
             return self._object_reply(call, res, deleted)
         body = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success",
@@ -526,8 +524,6 @@ class RestApi:
         labels = parse_label_selector(call.q("labelSelector"))
         fields = parse_field_selector(call.q("fieldSelector"), res.key)
         if res.key == "pods" and call.q("fieldSelector"):
-            from .selectors import exact_field
-
             node = exact_field(call.q("fieldSelector"), "spec.nodeName")
             if node:
                 items = [p for p in self.store.pods_on_node(node)
@@ -691,11 +687,8 @@ class RestApi:
         )
 
     def _evict(self, call: Call, t: Target) -> Reply:
-        pod = self._get_or_404(t.resource, t.namespace, t.name)
-        deleted = self.delete(
-            t.resource, t.namespace, t.name, self._delete_options(call).get("deleteOptions")
-        )
-        self.server.pod_deleted(deleted or pod)
+        """policy/v1 Eviction; no PodDisruptionBudgets are served, so an eviction is a delete."""
+        self.delete(t.resource, t.namespace, t.name, self._delete_options(call).get("deleteOptions"))
         return Reply(
             201, body={"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}
         )
@@ -771,8 +764,6 @@ class RestApi:
 
 def _go_duration(text: str) -> float:
     """Seconds in a Go duration such as "5s", "1m30s", "250ms" (the `timeout` query parameter); 0 if absent."""
-    import re
-
     total = 0.0
     units = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 0.001, "us": 1e-6, "µs": 1e-6, "ns": 1e-9}
     for value, unit in re.findall(r"([0-9.]+)(ms|us|µs|ns|h|m|s)", text or ""):
@@ -823,6 +814,4 @@ def manager_name(call: Call) -> str:
 
 
 def _by_key(key: str) -> Resource | None:
-    from .resources import RESOURCES
-
     return next((r for r in RESOURCES if r.key == key), None)

@@ -15,6 +15,7 @@ import time
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+from .events import Recorder
 from .scheduler import tolerates
 from .selectors import match_label_selector_object, match_node_selector_terms
 from .store import Event, Store, now_rfc3339
@@ -417,6 +418,7 @@ class TaintEvictionController(_Loop):
         super().__init__(server)
         self.period = period
         self._tainted: set[str] = set()
+        self._events = Recorder(self.store)
 
     def observe(self, ev: Event) -> None:
         name = ev.obj["metadata"]["name"]
@@ -446,10 +448,8 @@ class TaintEvictionController(_Loop):
                     self._evict(pod)
 
     def _evict(self, pod: Obj) -> None:
-        from .events import Recorder
-
         meta = pod["metadata"]
-        Recorder(self.store).event(pod, "Normal", "TaintManagerEviction",
+        self._events.event(pod, "Normal", "TaintManagerEviction",
                                    f"Marking for deletion Pod {meta.get('namespace', '')}/{meta['name']}",
                                    "taint-eviction-controller")  # fmt: skip
         self.server.delete_internal("pods", meta.get("namespace", ""), meta["name"])

@@ -11,7 +11,7 @@ import hashlib
 import json
 from typing import Any
 
-from .resources import RESOURCES, Resource, group_versions, in_group_version
+from .resources import Resource, group_versions, in_group_version
 
 KUBE_VERSION = "v1.37.1"
 _MAJOR, _MINOR = KUBE_VERSION[1:].split(".")[:2]
@@ -128,7 +128,3 @@ def openapi_doc(group: str, version: str) -> dict[str, Any]:
         paths[coll] = {"post": {**op, "operationId": f"create{r.kind}", "x-kubernetes-action": "post"}}
     return {"openapi": "3.0.0", "info": {"title": "Kubernetes", "version": KUBE_VERSION}, "paths": paths,
             "components": {"schemas": {}}}  # fmt: skip
-
-
-def all_resources() -> tuple[Resource, ...]:
-    return RESOURCES

@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import heapq
 import itertools
+import logging
 import queue
 import threading
 import time
@@ -25,6 +26,7 @@ if TYPE_CHECKING:
 
 Obj = dict[str, Any]
 COMPONENT = "kubelet"
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -120,9 +122,7 @@ class Kubelet:
                     self._handle(ev)
                 self._fire_timers()
             except Exception:  # a bad pod must not kill the loop; the error is visible in the server log
-                import logging
-
-                logging.getLogger(__name__).exception("kubelet loop error")
+                log.exception("kubelet loop error")
 
     def _handle(self, ev: Event) -> None:
         if ev.key == "nodes":

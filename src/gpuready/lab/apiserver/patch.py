@@ -244,8 +244,6 @@ def field_set(obj: Any, name: str = "", top: bool = True) -> dict[str, Any]:
                         **field_set(item, k, False),
                     }
         out[f"f:{k}"] = entry
-    if not top and out and name and isinstance(obj, dict):
-        pass
     return out
 
 

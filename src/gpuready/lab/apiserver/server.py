@@ -194,13 +194,10 @@ class ApiServer:
     def delete_internal(self, key: str, namespace: str, name: str) -> None:
         res = self.resource(key)
         try:
-            deleted = self.api.delete(res, namespace, name)
+            self.api.delete(res, namespace, name)
         except errors.ApiError as exc:
             if exc.code != 404:
                 raise
-            return
-        if key == "pods":
-            self.pod_deleted(deleted)
 
     # node backends and proxies -------------------------------------------------------------------------------
 
@@ -212,9 +209,6 @@ class ApiServer:
 
     def node_changed(self, node_name: str) -> None:
         self.backend(node_name).sync_node(self, node_name)
-
-    def pod_deleted(self, pod: Obj) -> None:
-        """Hook for a deleted pod; the kubelet loop sees the DELETED event and releases runtime state."""
 
     def register_proxy(self, namespace: str, pod: str, port: str, handler: ProxyHandler) -> None:
         """Serve `/api/v1/namespaces/NS/pods/POD:PORT/proxy/...` with handler(method, path, query, body)."""
