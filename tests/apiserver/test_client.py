@@ -260,3 +260,9 @@ def test_method_not_allowed_and_unknown_resource(sim) -> None:
         "NotFound",
         "the server could not find the requested resource",
     )
+
+
+def test_secret_string_data_is_folded_into_data(api) -> None:
+    v1 = client.CoreV1Api(api)
+    s = v1.create_namespaced_secret("default", {"metadata": {"name": "s"}, "stringData": {"token": "abc"}})
+    assert (s.data, s.string_data, s.type) == ({"token": "YWJj"}, None, "Opaque")

@@ -136,3 +136,13 @@ def test_daemonset_pod_stays_on_unreachable_node(api, sim) -> None:
     status = apps.read_namespaced_daemon_set("agent", "default").status
     assert (status.desired_number_scheduled, status.current_number_scheduled) == (3, 3)
     assert {n: p["metadata"]["uid"] for n, p in _ds_pods(sim, "agent").items()} == before
+
+
+def test_pods_of_a_deleted_node_are_garbage_collected(api, sim) -> None:
+    v1 = client.CoreV1Api(api)
+    v1.create_namespaced_pod("default", {"metadata": {"name": "orphan"}, "spec": {
+        "nodeName": "virt-node-0002", "containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}]}})  # fmt: skip
+    v1.delete_node("virt-node-0002")
+    wait_for(lambda: sim.store.get("pods", "default", "orphan") is None, what="orphan pod deleted")
+    # the node's Lease is owned by the Node and goes with it
+    assert sim.store.get("leases.coordination.k8s.io", "kube-node-lease", "virt-node-0002") is None

@@ -7,6 +7,7 @@ extended-resource requests == limits, DaemonSet selector vs template labels, imm
 
 from __future__ import annotations
 
+import base64
 import ipaddress
 import itertools
 import re
@@ -245,6 +246,9 @@ def _default_service(obj: Obj, _: Any) -> None:
 
 def _default_secret(obj: Obj, _: Any) -> None:
     obj.setdefault("type", "Opaque")
+    # stringData is write-only: the server folds it into data, as the real one does
+    for k, v in (obj.pop("stringData", None) or {}).items():
+        obj.setdefault("data", {})[k] = base64.b64encode(str(v).encode()).decode()
 
 
 def _default_node(obj: Obj, _: Any) -> None:

@@ -284,13 +284,22 @@ class NodeLifecycleController(_Loop):
         self.grace = grace_period
         self.period = monitor_period
         self._dirty: set[str] = set()
+        self._deleted: set[str] = set()
         self._last_check = 0.0
 
     def observe(self, ev: Event) -> None:
-        if ev.key == "nodes" and ev.type != "DELETED":
+        if ev.key == "nodes" and ev.type == "DELETED":
+            self._deleted.add(ev.obj["metadata"]["name"])
+        elif ev.key == "nodes":
             self._dirty.add(ev.obj["metadata"]["name"])
 
     def reconcile(self) -> None:
+        deleted, self._deleted = self._deleted, set()
+        for name in deleted:  # pod garbage collection: pods bound to a node that no longer exists
+            for pod in self.store.pods_on_node(name):
+                self.server.delete_internal(
+                    "pods", pod["metadata"].get("namespace", ""), pod["metadata"]["name"]
+                )
         dirty, self._dirty = self._dirty, set()
         for name in dirty:
             node = self.store.get("nodes", "", name)
