@@ -175,3 +175,15 @@ def test_kubelet_tls_bootstrap_with_a_bootstrap_token(sim, tmp_path: Path) -> No
     status, node = _get(sim, "/api/v1/nodes/virt-node-0000", cert=(str(tmp_path / "kubelet.crt"),
                                                                    str(tmp_path / "kubelet.key")))  # fmt: skip
     assert status == 200 and node["metadata"]["name"] == "virt-node-0000"
+
+
+def test_kubectl_auth_can_i(sim, kubectl) -> None:
+    _bootstrap_secret(sim)
+    assert kubectl("auth", "can-i", "delete", "nodes").stdout.strip() == "yes"
+    answers = {}
+    for args in (("list", "pods"), ("get", "nodes/virt-node-0000"), ("create", "certificatesigningrequests"),
+                 ("get", "configmaps/cluster-info", "-n", "kube-public"), ("get", "configmaps/x", "-n", "kube-public")):  # fmt: skip
+        out = kubectl("--token", BOOTSTRAP, "auth", "can-i", *args, check=False)
+        answers[" ".join(args)] = out.stdout.strip()
+    assert answers == {"list pods": "no", "get nodes/virt-node-0000": "yes", "create certificatesigningrequests": "yes",
+                       "get configmaps/cluster-info -n kube-public": "yes", "get configmaps/x -n kube-public": "no"}  # fmt: skip

@@ -188,6 +188,8 @@ class RestApi:
         res = t.resource
         if res.plural == "bindings":
             return self._binding(call, t.namespace, None)
+        if res.plural == "selfsubjectaccessreviews":
+            return self._access_review(call, res)
         if t.subresource == "proxy":
             return self.server.proxy(res, t.namespace, t.name, t.rest, call)
         if t.subresource == "log":
@@ -685,6 +687,29 @@ class RestApi:
         return Reply(
             201, body={"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}
         )
+
+    def _access_review(self, call: Call, res: Resource) -> Reply:
+        """`kubectl auth can-i`: answer with the same authorizer that guards every request."""
+        review = self._decode(call, res)
+        spec = review.get("spec") or {}
+        attrs, path_attrs = spec.get("resourceAttributes"), spec.get("nonResourceAttributes")
+        if attrs:
+            req = Request(attrs.get("verb", ""), group=attrs.get("group", ""), resource=attrs.get("resource", ""),
+                          subresource=attrs.get("subresource", ""), namespace=attrs.get("namespace", ""),
+                          name=attrs.get("name", ""))  # fmt: skip
+        elif path_attrs:
+            req = Request(path_attrs.get("verb", ""), path=path_attrs.get("path", ""))
+        else:
+            raise errors.invalid(res.kind, res.group, "", [("spec.resourceAttributes", "FieldValueRequired",
+                                                            "Required value: exactly one of nonResourceAttributes or "
+                                                            "resourceAttributes must be specified")])  # fmt: skip
+        ok = allowed(call.user, req)
+        status: Obj = {"allowed": ok}
+        if ok and "system:masters" in call.user.groups:
+            status["reason"] = ""
+        body = {"kind": res.kind, "apiVersion": res.group_version, "metadata": {"creationTimestamp": None},
+                "spec": spec, "status": status}  # fmt: skip
+        return Reply(201, body=body)
 
     def _evict(self, call: Call, t: Target) -> Reply:
         """policy/v1 Eviction; no PodDisruptionBudgets are served, so an eviction is a delete."""

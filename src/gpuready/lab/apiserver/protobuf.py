@@ -48,6 +48,12 @@ SCHEMAS: dict[str, Schema] = {
                       3: ("orphanDependents", "bool"), 4: ("propagationPolicy", "str"), 5: ("dryRun", "strs")},
     "Preconditions": {1: ("uid", "str"), 2: ("resourceVersion", "str")},
     "Binding": {1: ("metadata", "msg:ObjectMeta"), 2: ("target", "msg:ObjectReference")},
+    "SelfSubjectAccessReview": {1: ("metadata", "msg:ObjectMeta"), 2: ("spec", "msg:SelfSubjectAccessReviewSpec")},
+    "SelfSubjectAccessReviewSpec": {1: ("resourceAttributes", "msg:ResourceAttributes"),
+                                    2: ("nonResourceAttributes", "msg:NonResourceAttributes")},
+    "ResourceAttributes": {1: ("namespace", "str"), 2: ("verb", "str"), 3: ("group", "str"), 4: ("version", "str"),
+                           5: ("resource", "str"), 6: ("subresource", "str"), 7: ("name", "str")},
+    "NonResourceAttributes": {1: ("path", "str"), 2: ("verb", "str")},
     "Time": {1: ("seconds", "int"), 2: ("nanos", "int")},
     "MapEntry": {1: ("key", "str"), 2: ("value", "raw")},
 }  # fmt: skip

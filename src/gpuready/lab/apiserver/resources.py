@@ -66,6 +66,8 @@ RESOURCES: tuple[Resource, ...] = (
     Resource("coordination.k8s.io", "v1", "Lease", "leases", True),
     Resource("certificates.k8s.io", "v1", "CertificateSigningRequest", "certificatesigningrequests", False,
              short_names=("csr",), subresources=("status", "approval")),
+    Resource("authorization.k8s.io", "v1", "SelfSubjectAccessReview", "selfsubjectaccessreviews", False,
+             verbs=("create",)),
 )  # fmt: skip
 
 _BY_PATH = {(r.group, r.version, r.plural): r for r in RESOURCES}
