@@ -154,6 +154,9 @@ def test_server_side_apply_with_dynamic_client(api) -> None:
             "data": {"a": "1", "b": "2"}}  # fmt: skip
     first = cms.server_side_apply(body=body, field_manager="gpuready-test")
     assert first.to_dict()["data"] == {"a": "1", "b": "2"}
+    assert [(m["manager"], m["operation"]) for m in first.to_dict()["metadata"]["managedFields"]] == [
+        ("gpuready-test", "Apply")
+    ]
     # dropping a field this manager applied removes it
     body["data"] = {"a": "3"}
     second = cms.server_side_apply(body=body, field_manager="gpuready-test")

@@ -410,17 +410,10 @@ class RestApi:
         new = server_side_apply(old, applied, manager, now_rfc3339())
         new["metadata"]["name"] = t.name
         if old is None:
-            managed = new["metadata"].pop("managedFields", [])
             if res.key in _STATUS_SPLIT and t.subresource != "status":
                 new.pop("status", None)
-            created = self.create(res, t.namespace, new, call, internal=True)
-            if call.q("dryRun") != "All":
-                ident = (t.namespace if res.namespaced else "", t.name)
-                self.store.modify(
-                    res.key, ident[0], ident[1], lambda o: o["metadata"].__setitem__("managedFields", managed)
-                )
-                created = self.store.get(res.key, *ident) or created
-            return self._object_reply(call, res, created, 201)
+            # internal: the Apply entry server_side_apply wrote is the only manager, as on a real server
+            return self._object_reply(call, res, self.create(res, t.namespace, new, call, internal=True), 201)
         if res.namespaced:
             new["metadata"]["namespace"] = t.namespace
         updated = self._store_update(res, t, old, new, None, call, "Apply", record=False)
