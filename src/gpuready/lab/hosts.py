@@ -340,7 +340,6 @@ def up(
     down(paths, quiet=True)
     base, _ = ensure_base(cache)
     paths.root.mkdir(parents=True, exist_ok=True)
-    repo = _start_repo(paths)
     client_pubkey = ssh.ensure_client_key(paths).with_suffix(".pub").read_text().strip()
     port = choose_ssh_port([s.address for s in specs], ssh_ports)
     if port != 22:
@@ -355,12 +354,14 @@ def up(
             "user": "root",
             "port": port,
         },
-        "repo": repo,
+        "repo": {},
         "hosts": {},
     }
     known: list[tuple[str, int, str]] = []
     procs: dict[str, subprocess.Popen[bytes]] = {}
-    try:
+    try:  # the state is saved after each start, so that the `down` below (or a later one) finds what ran
+        state["repo"] = _start_repo(paths)
+        save_state(paths, state)
         for spec in specs:
             hw = _write_hardware(paths, spec)
             known.append((spec.address, port, _write_host_files(paths, spec, port, client_pubkey)))
