@@ -92,3 +92,23 @@ def test_up_after_a_crash_recovers(lab):
     for name in old:
         assert lab.ssh(name, "hostname").stdout == f"{name}\n"
     assert len(mounts_under(lab.paths.root)) == len(old)
+
+
+def test_a_failed_boot_names_the_host_and_cleans_up(lab, tmp_path, monkeypatch):
+    """A host whose nspawn dies during boot: `up` says which and why, and leaves nothing running or mounted."""
+    from gpuready.lab.state import LabPaths
+
+    paths = LabPaths(tmp_path / "failing-lab")
+
+    def boot_that_dies(paths_, spec, merged):
+        paths_.console_log(spec.name).write_text("Failed to frobnicate the container\n")
+        return subprocess.Popen(["sh", "-c", "exit 7"])
+
+    monkeypatch.setattr(hosts, "_boot", boot_that_dies)
+    with pytest.raises(hosts.LabError) as failure:
+        hosts.up(paths, nodes=1)
+    assert str(failure.value).startswith("gpu-node-1: systemd-nspawn exited with 7 during boot; console:\n")
+    assert str(failure.value).endswith("Failed to frobnicate the container")
+    assert mounts_under(paths.root) == []
+    assert command_lines("gpuready.lab.aptrepo", str(paths.root)) == []
+    assert not paths.state_file.exists() and not paths.hosts_dir.exists()
