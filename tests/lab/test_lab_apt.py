@@ -110,3 +110,34 @@ def test_lab_repositories_have_the_real_layout(lab):
         out = lab.ssh(NODE, f"curl -fsS '{base}/{path}/InRelease' | head -1; "
                             f"curl -fsS -o /dev/null -w '%{{http_code}}' '{base}/{path}/Packages.gz'").stdout  # fmt: skip
         assert out == "-----BEGIN PGP SIGNED MESSAGE-----\n200", path
+
+
+def test_emulated_driver_installs_from_the_lab_cuda_repository(lab):
+    """Configured as the deploy does for the real CUDA repository (URL template + keyring URL, signed-by=):
+    no nvidia-smi before, the pinned driver installs, and nvidia-smi then reports this host's GPUs."""
+    from gpuready.lab import hardware
+    from gpuready.nvidia.smi import parse_list, parse_query_xml
+
+    node = "gpu-node-1"
+    data = aptrepo.inventory_data(lab.state["repo"]["base_url"], lab.state["repo"]["keyring_url"])
+    url = data["cuda_repo_url"].format(distro="debian12", arch="x86_64")
+    assert lab.ssh(node, "command -v nvidia-smi || echo absent").stdout == "absent\n"
+    lab.ssh(node, f"curl -fsS {data['cuda_repo_keyring_url']} | gpg --dearmor --yes -o /etc/apt/keyrings/cuda-lab.gpg "
+                  f"&& echo 'deb [signed-by=/etc/apt/keyrings/cuda-lab.gpg] {url} /' > /etc/apt/sources.list.d/cuda.list")  # fmt: skip
+    apt = "apt-get -o Dir::Etc::sourcelist=/dev/null"  # the lab repository only, no Debian mirror needed
+    install = lab.ssh(node, f"{apt} update && DEBIAN_FRONTEND=noninteractive {apt} install -y "
+                            "nvidia-driver-cuda=580.95.05-1 2>&1", check=False)  # fmt: skip
+    try:
+        assert install.returncode == 0, install.stdout
+        hw = hardware.read_hardware(lab.paths.machine_dir(node) / "hardware.json")
+        listed = parse_list(lab.ssh(node, "nvidia-smi -L").stdout)
+        assert [(g.index, g.name, g.uuid) for g in listed] == [
+            (g["index"], g["name"], g["uuid"]) for g in hw["gpus"]
+        ]
+        report = parse_query_xml(lab.ssh(node, "nvidia-smi -q -x").stdout)
+        assert report.driver_version == "580.95.05"
+        assert report.attached_gpus == len(report.gpus) == 8
+        assert {g.uuid for g in report.gpus} == {g["uuid"] for g in hw["gpus"]}
+    finally:
+        lab.ssh(node, f"{apt} purge -y 'nvidia-*' 'libnvidia-*' libcuda1; rm -f /etc/apt/sources.list.d/cuda.list",
+                check=False)  # fmt: skip
