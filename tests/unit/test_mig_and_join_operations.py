@@ -130,7 +130,9 @@ def test_join_sends_the_token_on_stdin_only(node):
     config = write.connector_arguments["_stdin"]
     assert f"token: {TOKEN}" in config
     assert "name: node-1" in config
-    assert "value: nvidia.com/device-plugin.config=default,nvidia.com/gpu.present=true,pool=inference" in config
+    assert (
+        "value: nvidia.com/device-plugin.config=default,nvidia.com/gpu.present=true,pool=inference" in config
+    )
     assert "effect: NoSchedule" in config and "key: nvidia.com/gpu" in config
     assert write.get_raw_value() == (
         "sh -c 'umask 077 && mkdir -p /etc/kubernetes/gpuready && cat > /etc/kubernetes/gpuready/join.yaml'"
