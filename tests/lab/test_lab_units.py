@@ -159,3 +159,12 @@ def test_server_serves_the_repository(signed_repo, tmp_path):
         subprocess.run(["kill", str(pid)], check=True)
         hosts._wait_gone(pid, 5.0)
     assert hosts._proc_start(pid) is None
+
+
+def test_old_bases_are_pruned_unless_mounted(tmp_path):
+    current, old, in_use = (tmp_path / name for name in ("base-new", "base-old", "base-in-use"))
+    for d in (current, old, in_use):
+        (d / "etc").mkdir(parents=True)
+    mounts = f"overlay /x overlay rw,lowerdir={in_use},upperdir=/u,workdir=/w 0 0\n"
+    hosts._prune_old_bases(current, mounts)
+    assert sorted(p.name for p in tmp_path.glob("base-*")) == ["base-in-use", "base-new"]

@@ -149,7 +149,16 @@ def ensure_base(cache: Path | None = None, rebuild: bool = False) -> tuple[Path,
             shutil.rmtree(tmp, ignore_errors=True)
         seconds = time.monotonic() - started
         progress(f"base root built in {seconds:.1f}s")
+        _prune_old_bases(target, Path("/proc/mounts").read_text())
         return target, seconds
+
+
+def _prune_old_bases(current: Path, mounts: str) -> None:
+    """Remove bases of earlier recipes (each is ~300 MB) unless a running lab's overlay (in mounts) uses one."""
+    for old in current.parent.glob("base-*"):
+        if old != current and f"lowerdir={old}," not in mounts:
+            progress(f"removing {old.name}, the base of an earlier recipe")
+            shutil.rmtree(old)
 
 
 def _customise_base(root: Path) -> None:
