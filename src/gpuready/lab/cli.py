@@ -53,13 +53,15 @@ def _print_hosts(state: dict[str, Any]) -> None:
     print(f"{'HOST':<12} {'ADDRESS':<18} {'PROFILE':<12} {'GPUS':<28} {'STATE'}")
     for name, h in sorted(state["hosts"].items(), key=lambda item: item[1]["index"]):
         gpus = f"{h['gpu_count']}x {h['gpu_model']}"
-        if "running" in h:
-            status = (
-                "up" if h["running"] and h["ssh_answers"] else "running, no sshd" if h["running"] else "down"
-            )
-        else:
-            status = "up"
-        print(f"{name:<12} {h['address']}:{h['port']:<7} {h['profile']:<12} {gpus:<28} {status}")
+        print(f"{name:<12} {h['address']}:{h['port']:<7} {h['profile']:<12} {gpus:<28} {_host_state(h)}")
+
+
+def _host_state(host: dict[str, Any]) -> str:
+    if "running" not in host:  # straight from `up`, which returns only once every sshd answered
+        return "up"
+    if not host["running"]:
+        return "down"
+    return "up" if host["ssh_answers"] else "running, sshd not answering"
 
 
 def _ssh(args: argparse.Namespace) -> int:
