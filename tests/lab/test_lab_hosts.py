@@ -237,3 +237,15 @@ def test_cli_errors_are_one_clear_line(lab, argv, message):
 def status_all_up(lab) -> bool:
     status = hosts.status(lab.paths)
     return all(h["running"] and h["ssh_answers"] for h in status["hosts"].values())
+
+
+def test_lab_status_table(lab):
+    result = subprocess.run([sys.executable, "-m", "gpuready.lab", "status"],
+                            capture_output=True, text=True, env=lab.env(), timeout=30)  # fmt: skip
+    lines = result.stdout.splitlines()
+    port = lab.state["ssh"]["port"]
+    assert lines[0].split() == ["HOST", "ADDRESS", "PROFILE", "GPUS", "STATE"]
+    assert lines[1].split() == ["gpu-node-1", f"127.0.10.1:{port}", "h100-sxm-8", "8x", "NVIDIA", "H100", "80GB",
+                                "HBM3", "up"]  # fmt: skip
+    assert [line.split()[-1] for line in lines[1:4]] == ["up", "up", "up"]
+    assert lines[4].startswith(f"repositories: {lab.state['repo']['base_url']}/ (serving), keyring ")
