@@ -4,11 +4,7 @@ from __future__ import annotations
 
 import shutil
 
-# Import pyinfra (and gevent under it) here, once: pytester's in-process runs drop modules first imported
-# inside a run, and gevent cannot be imported a second time in one process.
-import pyinfra_cli.inventory  # noqa: F401
 import pytest
-from pyinfra.api import State  # noqa: F401
 from shims import REPO, fake_node
 
 

@@ -69,10 +69,11 @@ class _Server(paramiko.ServerInterface):
         self.commands.append(command.decode())
 
         def answer():
+            # EOF, not close: a close could reach the client before the reply to its exec request does
             channel.sendall(b"active\n")
             channel.sendall_stderr(b"a warning\n")
             channel.send_exit_status(3)
-            channel.close()
+            channel.shutdown_write()
 
         threading.Thread(target=answer, daemon=True).start()
         return True
@@ -87,6 +88,7 @@ def ssh_server():
     listener = socket.socket()
     listener.bind(("127.0.0.1", 0))
     listener.listen(5)
+    listener.settimeout(0.1)  # accept() wakes up to see `stop`
     transports: list[paramiko.Transport] = []
     stop = threading.Event()
 
@@ -94,8 +96,11 @@ def ssh_server():
         while not stop.is_set():
             try:
                 conn, _ = listener.accept()
+            except TimeoutError:
+                continue
             except OSError:
                 return
+            conn.settimeout(None)
             transport = paramiko.Transport(conn)
             transport.add_server_key(host_key)
             transports.append(transport)
@@ -108,10 +113,10 @@ def ssh_server():
     thread.start()
     yield listener.getsockname()[1], host_key, client_key, commands
     stop.set()
+    thread.join(timeout=5)
     listener.close()
     for transport in transports:
         transport.close()
-    thread.join(timeout=5)
 
 
 def _runner(tmp_path, port, client_key, known: paramiko.PKey | None, sudo=False):
