@@ -106,8 +106,8 @@ def ssh_server():
             transports.append(transport)
             try:
                 transport.start_server(server=_Server(client_key, commands))
-            except (paramiko.SSHException, EOFError):
-                continue
+            except (paramiko.SSHException, EOFError, OSError):
+                continue  # a client that refused our host key hangs up mid-handshake
 
     thread = threading.Thread(target=serve, daemon=True)
     thread.start()
