@@ -314,8 +314,8 @@ def load_fleet(inventory_path: str | os.PathLike[str], override_data: dict[str, 
     """
     from pyinfra.api import State
     from pyinfra.context import ctx_state
-    from pyinfra_cli.inventory import make_inventory
 
+    make_inventory = _pyinfra_make_inventory()
     path = str(inventory_path)
     if not Path(path).is_file():
         raise SpecError(path, [f"inventory file {path} does not exist"])
@@ -330,6 +330,29 @@ def load_fleet(inventory_path: str | os.PathLike[str], override_data: dict[str, 
         where = getattr(exc, "filename", path)
         raise SpecError(path, [f"cannot load {where}: {type(cause).__name__}: {cause}"]) from exc
     return fleet_from_inventory(inventory, path)
+
+
+def _pyinfra_make_inventory() -> Any:
+    """pyinfra's own inventory loader, imported without its side effect.
+
+    ``pyinfra_cli/__init__.py`` calls ``gevent.monkey.patch_all()``. Inside pytest (the conformance suite) or any
+    process that already uses ssl and threads (the Kubernetes client), patching that late breaks them (recursion in
+    ssl). Only the loader is needed here, so the patch is skipped while the package is first imported.
+    """
+    import sys
+
+    if "pyinfra_cli" not in sys.modules:
+        from gevent import monkey
+
+        patch_all = monkey.patch_all
+        monkey.patch_all = lambda *args, **kwargs: None
+        try:
+            import pyinfra_cli  # noqa: F401
+        finally:
+            monkey.patch_all = patch_all
+    from pyinfra_cli.inventory import make_inventory
+
+    return make_inventory
 
 
 def fleet_from_inventory(inventory: Any, inventory_path: str) -> Fleet:
