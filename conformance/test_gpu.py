@@ -15,6 +15,12 @@ from gpuready.conformance_plugin import judge
 pytestmark = pytest.mark.gpu
 
 
+@pytest.fixture(scope="module", autouse=True)
+def _whole_fleet_at_once(gpuready_suite):
+    """Every node still in the running runs the gpu layer's commands at once."""
+    gpuready_suite.prefetch("gpu", lambda node: [host.NVIDIA_SMI_COMMAND, *gpu.commands(node)])
+
+
 @pytest.fixture
 def facts(node, node_shell, gpuready_suite):
     """(report, performance states, lost GPUs) of the node, once per node per run."""

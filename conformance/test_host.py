@@ -10,6 +10,12 @@ from gpuready.conformance_plugin import judge
 pytestmark = pytest.mark.host
 
 
+@pytest.fixture(scope="module", autouse=True)
+def _whole_fleet_at_once(gpuready_suite):
+    """Every node's host commands run at once, before the first check reads them."""
+    gpuready_suite.prefetch("host", lambda node: ["true", *host.commands(node)])
+
+
 def test_connection(node, node_shell):
     judge(node, node_shell.connection_problems)
 

@@ -58,6 +58,7 @@ class Suite:
     report_paths: list[Any] = field(default_factory=list)
     _runners: dict[str, Any] = field(default_factory=dict)
     _facts: dict[tuple[str, str], Any] = field(default_factory=dict)
+    _prefetched: set[str] = field(default_factory=set)
 
     def cached(self, node: Any, key: str, compute: Callable[[], Any]) -> Any:
         """Facts derived from a node's outputs, computed once per node per run (checks share them)."""
@@ -72,6 +73,38 @@ class Suite:
             factory = self.runner_factory or observe.make_runner
             self._runners[node.name] = factory(node, self.connection, self.timeout)
         return self._runners[node.name]
+
+    def gated(self, node: Any, layer: str) -> str | None:
+        """The skip reason when an earlier layer failed on the node, else None."""
+        for earlier in LAYERS[: LAYERS.index(layer)]:
+            message = self.failures.get((node.name, earlier))
+            if message is not None:
+                return f"skipped: {earlier} layer failed on {node.name}: {message}"
+        return None
+
+    def prefetch(self, layer: str, commands_of: Callable[[Any], list[str]], workers: int = 32) -> None:
+        """Run a layer's commands on every node still in the running at once (each node's in order), so the
+        layer costs the slowest node's time, not the sum over the fleet; the checks then read the cache."""
+        from concurrent.futures import ThreadPoolExecutor
+
+        from gpuready.observe import ConnectionFailed
+
+        if layer in self._prefetched:
+            return
+        self._prefetched.add(layer)
+        jobs = [(self.runner(n), commands_of(n)) for n in self.nodes if self.gated(n, layer) is None]
+
+        def run_all(job: tuple[Any, list[str]]) -> None:
+            runner, commands = job
+            for command in commands:
+                try:
+                    runner.run(command)
+                except ConnectionFailed:
+                    return  # the node's connection check reports it
+
+        if jobs:
+            with ThreadPoolExecutor(max_workers=max(1, min(workers, len(jobs)))) as pool:
+                list(pool.map(run_all, jobs))
 
     def close(self) -> None:
         for runner in self._runners.values():
@@ -247,17 +280,14 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     where = _node_and_layer(item)
     if where is None:
         return
-    node, layer = where
+    _node, layer = where
     suite = item.config.stash.get(SUITE, None)
     if suite is None:
         return
-    for earlier in LAYERS[: LAYERS.index(layer)]:
-        message = suite.failures.get((node, earlier))
-        if message is not None:
-            # reported at the test's location (as a skip marker is), not at this hook's
-            raise pytest.skip.Exception(
-                f"skipped: {earlier} layer failed on {node}: {message}", _use_item_location=True
-            )
+    reason = suite.gated(item.callspec.params["node"], layer)  # type: ignore[attr-defined]
+    if reason is not None:
+        # reported at the test's location (as a skip marker is), not at this hook's
+        raise pytest.skip.Exception(reason, _use_item_location=True)
 
 
 def _message(report: pytest.TestReport, call: pytest.CallInfo[None]) -> str:
@@ -339,7 +369,7 @@ class NodeShell:
         return []
 
 
-@pytest.fixture
+@pytest.fixture(scope="session")
 def gpuready_suite(request: pytest.FixtureRequest) -> Suite:
     suite = request.config.stash.get(SUITE, None)
     if suite is None:

@@ -289,6 +289,25 @@ def test_no_xids_and_journal_problems():
         gpu.xid_errors(H100_REPORT, [Output(2, "", "No journal files were found.")] * 2)
 
 
+def test_a_repeated_xid_counts_as_often_as_it_was_logged():
+    line = "NVRM: Xid (PCI:0000:18:00): 94, pid=2201, name=trainer, Contained: SM (0x1). RST: No, D-RST: No"
+    kernel = journal(f"[ 812.1] {line}", "other", f"[ 955.4] {line}")
+    grep = journal(line, line)
+    assert gpu.xid_errors(H100_REPORT, [kernel, grep]) == [
+        "XID 94 on GPU 0 (PCI:0000:18:00) since boot (2 times): contained ECC error (the affected application was "
+        "stopped; reset the GPU when idle)"
+    ]
+
+
+def test_a_journal_that_hides_kernel_messages_is_not_a_pass():
+    hint = (
+        "Hint: You are currently not seeing messages from other users and the system.\n"
+        "      Users in groups 'adm', 'systemd-journal' can see all messages.\n"
+    )
+    with pytest.raises(CannotCheck, match="hides the kernel's messages from this user"):
+        gpu.xid_errors(H100_REPORT, [Output(0, "", hint), Output(1, "-- No entries --\n", hint)])
+
+
 def test_every_named_xid_has_a_meaning():
     assert sorted(gpu.XIDS) == [13, 31, 43, 45, 48, 61, 62, 63, 64, 74, 79, 92, 94, 95, 119, 120, 154]
 

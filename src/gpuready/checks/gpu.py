@@ -25,6 +25,16 @@ JOURNAL_COMMANDS = (
     "journalctl -b --no-pager -o cat -g 'NVRM: Xid'",
 )
 
+
+def commands(node: NodeSpec) -> list[str]:
+    """What the gpu layer runs on ``node`` besides the host layer's nvidia-smi report."""
+    return [
+        *JOURNAL_COMMANDS,
+        *([NVLINK_COMMAND] if node.nvswitch else []),
+        *([MIG_INSTANCES_COMMAND] if node.mig_enabled_gpus else []),
+    ]
+
+
 # Clock event reasons that are not a problem: an idle GPU, and clocks an administrator set on purpose.
 BENIGN_CLOCK_REASONS = frozenset({"gpu_idle", "applications_clocks_setting"})
 # nvidia-smi prints this (on stderr or between GPUs) for a GPU the driver has lost.
@@ -179,22 +189,36 @@ def pcie_link(report: SmiReport, pstates: dict[int, int]) -> list[str]:
     return problems
 
 
+# journalctl run by a user outside the adm/systemd-journal groups shows only that user's messages, and says so.
+_PARTIAL_JOURNAL = "You are currently not seeing messages from other users and the system"
+
+
 def journal_xids(journal: list[Output]) -> list[Xid]:
-    """Xid lines from the journal outputs, without repeats (the two journal queries overlap)."""
+    """Xid lines from the journal outputs. The two queries overlap, so a line is counted as often as the query
+    that shows it most often (not once per query), and a line logged twice still counts twice."""
     if journal and all(not_found(out) for out in journal):
         raise CannotCheck("journalctl not found: cannot read the kernel log")
     usable = [out for out in journal if out.rc in (0, 1) and not not_found(out)]
     if journal and not usable:
         raise CannotCheck(f"cannot read the journal: {journal[0].first_line()}")
-    seen: dict[tuple[str, str], Xid] = {}
+    if any(_PARTIAL_JOURNAL in out.stderr for out in usable) and not any(
+        _XID.search(out.stdout) for out in usable
+    ):
+        raise CannotCheck(
+            "the journal hides the kernel's messages from this user (add it to systemd-journal, or _sudo = True)"
+        )
+    most: Counter[str] = Counter()
     for out in usable:
-        for line in out.stdout.splitlines():
-            match = _XID.search(line)
-            if match:
-                seen.setdefault(
-                    (line[match.start() :]).strip(), Xid(match.group(1), int(match.group(2)), match.group(3))
-                )
-    return list(seen.values())
+        lines = Counter(
+            line[m.start() :].strip() for line in out.stdout.splitlines() if (m := _XID.search(line))
+        )
+        most |= lines  # per line, the larger of the two counts
+    xids = []
+    for line, count in most.items():
+        match = _XID.match(line)
+        assert match is not None  # every key was cut at an _XID match
+        xids.extend([Xid(match.group(1), int(match.group(2)), match.group(3))] * count)
+    return xids
 
 
 def xid_errors(report: SmiReport | None, journal: list[Output]) -> list[str]:
@@ -273,6 +297,12 @@ def mig_layout(node: NodeSpec, report: SmiReport, lgi: Output | None) -> list[st
         return problems
     if lgi is None or not_found(lgi):
         return [*problems, f"`{MIG_INSTANCES_COMMAND}` did not run"]
+    if "Insufficient Permissions" in lgi.text or "No permission" in lgi.text:
+        if problems:
+            return problems
+        raise CannotCheck(
+            f"`{MIG_INSTANCES_COMMAND}` needs root here: {lgi.first_line()} (_sudo = True over SSH)"
+        )
     if _NO_MIG_GPUS in lgi.text:
         rows = []
     else:

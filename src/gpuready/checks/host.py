@@ -30,6 +30,19 @@ CONTAINERD_COMMAND = "containerd config dump"
 KUBELET_COMMAND = "systemctl is-active kubelet"
 
 MISMATCH = "Driver/library version mismatch"
+
+
+def commands(node: NodeSpec) -> list[str]:
+    """What the host layer runs on ``node`` (run fleet-wide at once before its checks)."""
+    return [
+        NVIDIA_SMI_COMMAND,
+        *([FABRIC_MANAGER_COMMAND] if node.nvswitch else []),
+        TOOLKIT_COMMAND,
+        CONTAINERD_COMMAND,
+        *([KUBELET_COMMAND] if node.join.enabled else []),
+    ]
+
+
 _TOOLKIT_VERSION = re.compile(r"NVIDIA Container Toolkit CLI version (\S+)")
 
 
