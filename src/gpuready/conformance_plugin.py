@@ -2,7 +2,8 @@
 
 Registered under the ``pytest11`` entry point so ``pytest conformance --inventory ...`` works from any directory.
 Nothing here connects to a host or a cluster at import or ``--help`` time: the inventory is loaded (pure Python,
-no connection) when the session starts, and a node is contacted when its first check runs a command.
+no connection, in a child process: see :func:`load_fleet_isolated`) when the session starts, and a node is
+contacted when its layer's commands first run.
 
 A conformance test is a test function carrying one layer marker (``host``, ``gpu``, ``node``, ``workloads``,
 ``metrics``, usually as a module ``pytestmark``) and taking the ``node`` argument; the plugin parametrizes it
@@ -13,7 +14,9 @@ Order and gating: collected items are sorted by layer (stable, so file and node 
 globally rather than per node. A layer then runs for the whole fleet before the next one starts, which is what
 the fleet-wide layers need: the workloads layer creates one pod per node *at once* and must know, before it
 starts, which nodes are still in the running. When a check of a layer fails on a node, every later layer's
-checks on that node are skipped with "skipped: <layer> layer failed on <node>: <first failure>".
+checks on that node are skipped with "skipped: <layer> layer failed on <node>: <first failure>". Before a
+layer's first check, a layer module may have the suite run that layer's commands on every node still in the
+running at once (:meth:`Suite.prefetch`); the checks then read cached outputs.
 """
 
 from __future__ import annotations
@@ -21,13 +24,16 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from gpuready import report as fleet_report
 from gpuready.checks import CannotCheck, Output
 from gpuready.report import LAYERS, FleetResults
+
+if TYPE_CHECKING:
+    from gpuready.spec import NodeSpec
 
 LAYER_HELP = {
     "host": "host layer: driver, services, container runtime (over SSH or local)",
@@ -45,7 +51,7 @@ NO_INVENTORY = "no --inventory given: the conformance suite needs the fleet's in
 class Suite:
     """Everything one run of the suite shares: the selected nodes, options, runners, gating and results."""
 
-    nodes: list[Any]  # NodeSpec
+    nodes: list[NodeSpec]
     inventory: str
     connection: str
     timeout: float
