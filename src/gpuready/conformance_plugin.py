@@ -349,6 +349,11 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
 # --- what conformance tests use ----------------------------------------------------------------------------------
 
 
+def _skip_here(reason: str) -> None:
+    """Skip, reported at the test's location (pytest's skip marker does the same) rather than at this helper's."""
+    raise pytest.skip.Exception(reason, _use_item_location=True)
+
+
 class NodeShell:
     """A node's command runner as conformance tests see it: a node that cannot be reached turns every check but
     ``test_connection`` into a skip, so the unreachable node fails once, for the right reason."""
@@ -363,7 +368,7 @@ class NodeShell:
         try:
             return self.runner.run(command)
         except ConnectionFailed as exc:
-            pytest.skip(f"{self.node.name}: {exc}; test_connection reports it")
+            _skip_here(f"{self.node.name}: {exc}; test_connection reports it")
 
     def connection_problems(self) -> list[str]:
         from gpuready.observe import ConnectionFailed
@@ -394,6 +399,6 @@ def judge(node: Any, check: Callable[..., list[str]], *args: Any) -> None:
     try:
         problems = check(*args)
     except CannotCheck as exc:
-        pytest.skip(f"{node.name}: {exc}")
+        _skip_here(f"{node.name}: {exc}")
     if problems:
         pytest.fail(f"{node.name}: " + "; ".join(problems), pytrace=False)
