@@ -14,6 +14,10 @@ class Swap(FactBase[dict[str, list[str]]]):
         {"active": ["/swapfile"], "fstab": ["/swapfile none swap sw 0 0"]}
     """
 
+    @staticmethod
+    def default() -> dict[str, list[str]]:
+        return {"active": [], "fstab": []}
+
     def command(self) -> str:
         return (
             "tail -n +2 /proc/swaps 2>/dev/null | awk '{print \"active \" $1}'; "
@@ -28,3 +32,23 @@ class Swap(FactBase[dict[str, list[str]]]):
             if kind in out and value:
                 out[kind].append(value)
         return out
+
+
+class KernelFeature(FactBase[bool]):
+    """
+    Returns whether a kernel feature a module provides is present, by a probe of what it provides.
+
+    A module may be built into the kernel (no /proc/modules entry, no modprobe target) or loaded already: what the
+    node needs is the feature (the overlay filesystem, bridge netfilter), so that is what is checked.
+
+    .. code:: python
+
+        True
+    """
+
+    def command(self, probe: str) -> str:
+        return f"if {probe}; then echo present; else echo absent; fi"
+
+    @staticmethod
+    def process(output: list[str]) -> bool:
+        return bool(output) and output[-1].strip() == "present"

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pyinfra import host
 from pyinfra.api import operation
 
-from gpuready.facts.host import Swap
+from gpuready.facts.host import KernelFeature, Swap
 
 _FSTAB_SWAP = r"^([^#].*[[:space:]]swap[[:space:]].*)$"
 
@@ -29,3 +29,23 @@ def swap_off():
         yield "swapoff -a"
     if swap["fstab"]:
         yield f"sed -i -E 's@{_FSTAB_SWAP}@# \\1  # swap disabled by gpuready@' /etc/fstab"
+
+
+@operation()
+def kernel_module(module: str, probe: str):
+    """
+    Load a kernel module unless the feature it provides is already there (loaded or built in).
+
+    + module: the module to modprobe
+    + probe: a shell test that succeeds when the feature is present, e.g. ``grep -qw overlay /proc/filesystems``
+
+    **Example:**
+
+    .. code:: python
+
+        host.kernel_module(name="Bridge netfilter", module="br_netfilter", probe="test -d /proc/sys/net/bridge")
+    """
+    if host.get_fact(KernelFeature, probe=probe):
+        host.noop(f"{module}: present ({probe})")
+        return
+    yield f"modprobe {module}"

@@ -16,7 +16,7 @@ def nvidia_driver() -> None:
     pins = node.apt_packages["driver"]
     if node.versions.driver_source == "cuda-repo":
         repository(
-            name="cuda",
+            repo="cuda",
             url_template=node.repos["cuda_repo_url"],
             keyring_url_template=node.repos["cuda_repo_keyring_url"],
             pins=pins,

@@ -12,7 +12,11 @@ from pyinfra.operations import files, server
 from gpuready.operations import host as host_ops
 
 NOUVEAU_BLACKLIST = "blacklist nouveau\noptions nouveau modeset=0\n"
-MODULES = ("overlay", "br_netfilter")
+# module -> a probe of the feature it provides (it may be built into the kernel and never appear in lsmod)
+MODULES = {
+    "overlay": "grep -qw overlay /proc/filesystems",
+    "br_netfilter": "test -d /proc/sys/net/bridge",
+}
 SYSCTLS = {
     "net.bridge.bridge-nf-call-iptables": 1,
     "net.bridge.bridge-nf-call-ip6tables": 1,
@@ -40,8 +44,8 @@ def host_prerequisites() -> None:
         dest="/etc/modules-load.d/k8s.conf",
         mode="644",
     )
-    for module in MODULES:
-        server.modprobe(name=f"Load kernel module {module}", module=module)
+    for module, probe in MODULES.items():
+        host_ops.kernel_module(name=f"Load kernel module {module}", module=module, probe=probe)
     for key, value in SYSCTLS.items():
         server.sysctl(
             name=f"Set {key}",

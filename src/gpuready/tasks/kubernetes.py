@@ -16,7 +16,7 @@ def kubernetes_packages() -> None:
     node = current_node()
     pins = node.apt_packages["kubernetes"]
     repository(
-        name="kubernetes",
+        repo="kubernetes",
         url_template=node.repos["kubernetes_repo_url"],
         keyring_url_template=node.repos["kubernetes_repo_keyring_url"],
         pins=pins,

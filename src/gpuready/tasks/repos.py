@@ -22,23 +22,23 @@ def pins_installed(pins: list[str]) -> bool:
 
 
 @deploy("Package repository")
-def repository(name: str, url_template: str, keyring_url_template: str, pins: list[str]) -> None:
-    """Add the repository ``name`` with its keyring; refresh apt lists only when needed for ``pins``."""
+def repository(repo: str, url_template: str, keyring_url_template: str, pins: list[str]) -> None:
+    """Add the repository ``repo`` with its keyring; refresh apt lists only when needed for ``pins``."""
     values = repo_vars()
     url = url_template.format(**values)
-    keyring = f"{KEYRING_DIR}/{name}.gpg"
+    keyring = f"{KEYRING_DIR}/{repo}.gpg"
     key = apt.key(
-        name=f"Install the {name} signing key", src=keyring_url_template.format(**values), dest=keyring
+        name=f"Install the {repo} signing key", src=keyring_url_template.format(**values), dest=keyring
     )
     source = apt.repo(
-        name=f"Add the {name} repository", src=f"deb [signed-by={keyring}] {url} /", filename=name
+        name=f"Add the {repo} repository", src=f"deb [signed-by={keyring}] {url} /", filename=repo
     )
     # apt update is not idempotent (it always reports a change): run it only when a pin is missing or the
     # source changed, so a converged node reports zero changes
     if not pins_installed(pins):
-        apt.update(name=f"Update apt lists for {name}")
+        apt.update(name=f"Update apt lists for {repo}")
     else:
         apt.update(
-            name=f"Update apt lists for {name}",
+            name=f"Update apt lists for {repo}",
             _if=lambda: key.did_change() or source.did_change(),
         )

@@ -15,7 +15,7 @@ def container_toolkit() -> None:
     node = current_node()
     pins = node.apt_packages["toolkit"]
     repository(
-        name="nvidia-container-toolkit",
+        repo="nvidia-container-toolkit",
         url_template=node.repos["nvidia_container_repo_url"],
         keyring_url_template=node.repos["nvidia_container_repo_keyring_url"],
         pins=pins,
