@@ -71,6 +71,10 @@ def test_nvidia_smi_failures_are_named():
         "`nvidia-smi -q -x` failed (exit 9): NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA "
         "driver. Make sure that the latest NVIDIA driver is installed and running."
     ]
+    assert host.nvidia_smi_runs(Output(6, "No devices were found\n", "")) == [
+        "nvidia-smi finds no GPU (exit 6: No devices were found): every GPU fell off the bus or none is bound to "
+        "the nvidia driver (see the kernel log)"
+    ]
     truncated = xml("telegraf__tesla-t4.xml")[:3000]
     (problem,) = host.nvidia_smi_runs(ok(truncated))
     assert problem.startswith(

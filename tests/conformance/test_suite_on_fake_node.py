@@ -320,3 +320,13 @@ def test_unreachable_node_fails_its_connection_check_once(make_node, pytester, s
     message = verdict["host"]["checks"]["test_connection"]["message"]
     assert message.startswith(f"gpu-node-1: cannot connect over SSH to nobody@127.0.0.1:{port}")
     assert verdict["gpu"]["status"] == "skip"
+
+
+def test_single_gpu_node_whose_gpu_fell_off_fails_the_host_layer(make_node, run_suite):
+    node = make_node("l4-1")
+    node.inject("off-bus", 0)
+    node.activate()
+    _result, report_dir = run_suite(node.inventory())
+    got = failed(report_dir)
+    assert list(got) == ["test_nvidia_smi_runs"]
+    assert "nvidia-smi finds no GPU (exit 6: No devices were found)" in got["test_nvidia_smi_runs"]

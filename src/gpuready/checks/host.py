@@ -70,6 +70,11 @@ def nvidia_smi_runs(out: Output) -> list[str]:
         return ["nvidia-smi not found (is the NVIDIA driver installed?)"]
     if MISMATCH in out.text:
         raise CannotCheck(f"nvidia-smi stops at '{MISMATCH}'; test_no_driver_library_mismatch reports it")
+    if "No devices were found" in out.text:
+        return [
+            f"nvidia-smi finds no GPU (exit {out.rc}: No devices were found): every GPU fell off the bus or none is "
+            "bound to the nvidia driver (see the kernel log)"
+        ]
     try:
         parse_query_xml(out.stdout)
     except ParseError as exc:
