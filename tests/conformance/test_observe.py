@@ -4,10 +4,10 @@ an in-process paramiko server (no sshd needed)."""
 from __future__ import annotations
 
 import socket
-import threading
 
 import paramiko
 import pytest
+from sshd import SshServer
 
 from gpuready.checks import Output
 from gpuready.observe import CachedRunner, ConnectionFailed, LocalRunner, SshRunner
@@ -48,75 +48,15 @@ def test_cached_runner_runs_each_command_once():
 # --- SSH ----------------------------------------------------------------------------------------------------------
 
 
-class _Server(paramiko.ServerInterface):
-    def __init__(self, client_key: paramiko.PKey, commands: list[str]):
-        self.client_key = client_key
-        self.commands = commands
-
-    def get_allowed_auths(self, username):
-        return "publickey"
-
-    def check_auth_publickey(self, username, key):
-        ok = username == "tester" and key.get_base64() == self.client_key.get_base64()
-        return paramiko.AUTH_SUCCESSFUL if ok else paramiko.AUTH_FAILED
-
-    def check_channel_request(self, kind, chanid):
-        return (
-            paramiko.OPEN_SUCCEEDED if kind == "session" else paramiko.OPEN_FAILED_ADMINISTRATIVELY_PROHIBITED
-        )
-
-    def check_channel_exec_request(self, channel, command):
-        self.commands.append(command.decode())
-
-        def answer():
-            # EOF, not close: a close could reach the client before the reply to its exec request does
-            channel.sendall(b"active\n")
-            channel.sendall_stderr(b"a warning\n")
-            channel.send_exit_status(3)
-            channel.shutdown_write()
-
-        threading.Thread(target=answer, daemon=True).start()
-        return True
+def canned(command: str) -> tuple[int, bytes, bytes]:
+    return 3, b"active\n", b"a warning\n"
 
 
 @pytest.fixture
 def ssh_server():
-    """A one-connection-at-a-time SSH server on 127.0.0.1; yields (port, host key, client key, commands)."""
-    host_key = paramiko.ECDSAKey.generate()
-    client_key = paramiko.ECDSAKey.generate()
-    commands: list[str] = []
-    listener = socket.socket()
-    listener.bind(("127.0.0.1", 0))
-    listener.listen(5)
-    listener.settimeout(0.1)  # accept() wakes up to see `stop`
-    transports: list[paramiko.Transport] = []
-    stop = threading.Event()
-
-    def serve():
-        while not stop.is_set():
-            try:
-                conn, _ = listener.accept()
-            except TimeoutError:
-                continue
-            except OSError:
-                return
-            conn.settimeout(None)
-            transport = paramiko.Transport(conn)
-            transport.add_server_key(host_key)
-            transports.append(transport)
-            try:
-                transport.start_server(server=_Server(client_key, commands))
-            except (paramiko.SSHException, EOFError, OSError):
-                continue  # a client that refused our host key hangs up mid-handshake
-
-    thread = threading.Thread(target=serve, daemon=True)
-    thread.start()
-    yield listener.getsockname()[1], host_key, client_key, commands
-    stop.set()
-    thread.join(timeout=5)
-    listener.close()
-    for transport in transports:
-        transport.close()
+    """Yields (port, host key, client key, commands received)."""
+    with SshServer(canned) as server:
+        yield server.port, server.host_key, server.client_key, server.commands
 
 
 def _runner(tmp_path, port, client_key, known: paramiko.PKey | None, sudo=False):

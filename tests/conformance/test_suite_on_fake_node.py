@@ -6,12 +6,15 @@ are skipped with the gate reason."""
 from __future__ import annotations
 
 import json
+import os
 import socket
+import subprocess
 import textwrap
 import xml.etree.ElementTree as ET
 
 import pytest
 from shims import read_verdict
+from sshd import SshServer
 
 HOST_CHECKS = [
     "test_connection",
@@ -330,3 +333,61 @@ def test_single_gpu_node_whose_gpu_fell_off_fails_the_host_layer(make_node, run_
     got = failed(report_dir)
     assert list(got) == ["test_nvidia_smi_runs"]
     assert "nvidia-smi finds no GPU (exit 6: No devices were found)" in got["test_nvidia_smi_runs"]
+
+
+# --- over SSH: the default connection, strict host keys, against an in-process SSH server ---------------------------
+
+
+def _ssh_inventory(node, server, known_hosts_line: str):
+    key = node.root / "id_ecdsa"
+    server.client_key.write_private_key_file(str(key))
+    known = node.root / "known_hosts"
+    known.write_text(known_hosts_line)
+    return node.inventory(
+        ssh_hostname="127.0.0.1",
+        ssh_port=server.port,
+        ssh_user="tester",
+        ssh_key=str(key),
+        ssh_known_hosts_file=str(known),
+    )
+
+
+def _on_fake_node(node):
+    env = {**os.environ, **node.env()}
+
+    def execute(command: str) -> tuple[int, bytes, bytes]:
+        done = subprocess.run(["/bin/sh", "-c", command], env=env, capture_output=True, check=False)
+        return done.returncode, done.stdout, done.stderr
+
+    return execute
+
+
+def test_over_ssh_the_suite_sees_the_same_node(make_node, pytester, suite_dir):
+    node = make_node("h100-sxm-8")
+    node.inject("nvlink-down", 3)
+    node.activate()
+    with SshServer(_on_fake_node(node)) as server:
+        inventory = _ssh_inventory(node, server, server.known_hosts_line())
+        result = pytester.runpytest_inprocess(
+            "conformance", "--inventory", str(inventory), "--report-dir", str(pytester.path / "report")
+        )
+    got = failed(pytester.path / "report")
+    assert set(got) == {"test_nvlink_up", "test_no_xid_errors"}
+    assert "GPU 3: NVLink down" in got["test_nvlink_up"]
+    assert outcomes(pytester.path / "report")["test_vector_add"][0] == "skip"  # local only
+    result.assert_outcomes(passed=15, failed=2, skipped=1)
+    assert "nvidia-smi -q -x" in server.commands and server.commands.count("nvidia-smi -q -x") == 1
+
+
+def test_over_ssh_an_unknown_host_key_fails_the_connection_check(make_node, pytester, suite_dir):
+    node = make_node("l4-1")
+    node.activate()
+    with SshServer(_on_fake_node(node)) as server:
+        inventory = _ssh_inventory(node, server, "")
+        pytester.runpytest_inprocess(
+            "conformance", "--inventory", str(inventory), "--report-dir", str(pytester.path / "report")
+        )
+    got = failed(pytester.path / "report")
+    assert list(got) == ["test_connection"]
+    assert "not found in known_hosts (host keys are always checked" in got["test_connection"]
+    assert server.commands == []
