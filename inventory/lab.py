@@ -19,10 +19,25 @@ _cluster = (
         "kube_api_endpoint": _api["endpoint"],
         "kube_ca_cert_hash": _api["ca_cert_hash"],
         "kube_join_token_file": _api["join_token_file"],
+        "kubeconfig": _api["kubeconfig"],
     }
     if _api
     else {"kube_join": False}
 )
+
+# How each hardware profile's GPUs are shared in the lab: one pool per sharing mode, like example.py. Edit this
+# to try a sharing change before it touches real hosts.
+_SHARING = {
+    "h100-sxm-8": {},
+    "a100-80gb-4": {
+        "gpu_sharing": "mig",
+        "mig_strategy": "mixed",
+        "mig_layout": ["3g.40gb", "2g.20gb", "1g.10gb", "1g.10gb"],
+    },
+    "l4-1": {"gpu_sharing": "time-slicing", "sharing_replicas": 4},
+    "l40s-2": {"gpu_sharing": "time-slicing", "sharing_replicas": 2},
+    "t4-1": {},
+}
 
 gpu_nodes = (
     [
@@ -39,6 +54,7 @@ gpu_nodes = (
                 "gpu_count": host["gpu_count"],
                 "nvswitch": host["nvswitch"],
                 "lab_profile": host["profile"],
+                **_SHARING.get(host["profile"], {}),
             },
         )
         for name, host in sorted(_state["hosts"].items(), key=lambda item: item[1]["index"])

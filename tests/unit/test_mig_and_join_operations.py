@@ -49,17 +49,20 @@ def run(op, facts: dict, **kwargs):
 LAYOUT = ("3g.40gb", "2g.20gb", "1g.10gb", "1g.10gb")
 
 
-def test_enables_mig_mode_first():
+def test_enables_mig_mode_resets_and_creates_in_one_run():
     facts = {"NvidiaSmi": smi_state([("Disabled", "Disabled")]), "MigInstances": mig_state({})}
     commands, _ = run(mig.layout, facts, per_gpu=(LAYOUT,))
-    assert commands == ["nvidia-smi -i 0 -mig 1"]
+    assert commands == [
+        "nvidia-smi -i 0 -mig 1",
+        "nvidia-smi -i 0 -r",
+        "nvidia-smi mig -i 0 -cgi 3g.40gb,2g.20gb,1g.10gb,1g.10gb -C",
+    ]
 
 
-def test_pending_mode_waits_for_a_reset():
+def test_pending_mode_is_made_effective_with_a_reset():
     facts = {"NvidiaSmi": smi_state([("Disabled", "Enabled")]), "MigInstances": mig_state({})}
-    commands, noops = run(mig.layout, facts, per_gpu=(LAYOUT,))
-    assert commands == []
-    assert noops == ["GPU 0: MIG mode is pending; reset the GPU or reboot, then re-run"]
+    commands, _ = run(mig.layout, facts, per_gpu=(LAYOUT,))
+    assert commands[:1] == ["nvidia-smi -i 0 -r"]
 
 
 def test_creates_in_an_order_the_driver_can_place():

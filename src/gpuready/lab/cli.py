@@ -21,7 +21,13 @@ def _paths() -> LabPaths:
 
 
 def _up(args: argparse.Namespace) -> int:
-    state = hosts.up(_paths(), nodes=args.nodes, profiles=args.profile or None)
+    state = hosts.up(
+        _paths(),
+        nodes=args.nodes,
+        profiles=args.profile or None,
+        control_plane=args.control_plane,
+        virtual_nodes=args.virtual_nodes,
+    )
     _print_hosts(state)
     return 0
 
@@ -94,6 +100,10 @@ def add_lab_parser(subparsers: Any) -> argparse.ArgumentParser:
 def _add_lab_commands(sub: Any) -> None:
     p = sub.add_parser("up", help="boot a fresh lab (cleans up whatever a previous lab left)")
     p.add_argument("--nodes", type=int, default=3, help="number of hosts (default 3)")
+    p.add_argument("--control-plane", action=argparse.BooleanOptionalAction, default=True,
+                   help="start the Kubernetes API simulator the hosts join (default: on)")  # fmt: skip
+    p.add_argument("--virtual-nodes", type=int, default=0, metavar="N",
+                   help="add N simulated GPU nodes with no host behind them (for scale tests)")  # fmt: skip
     p.add_argument("--profile", action="append", metavar="NAME",
                    help="hardware profile; repeat to cycle over nodes (default: h100-sxm-8, a100-80gb-4, l4-1)")  # fmt: skip
     _handles(p, _up)

@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gpuready.lab import aptrepo, faults, hardware, packages, ssh
+from gpuready.lab import aptrepo, controlplane, faults, hardware, k8s_packages, packages, ssh
 from gpuready.lab.state import LabPaths, cache_dir, load_state, require_state, save_state
 
 SUITE = "bookworm"
@@ -340,6 +340,8 @@ def up(
     profiles: list[str] | None = None,
     cache: Path | None = None,
     ssh_ports: tuple[int, ...] = SSH_PORT_CANDIDATES,
+    control_plane: bool = True,
+    virtual_nodes: int = 0,
 ) -> dict[str, Any]:
     """Bring up a fresh lab (cleaning up whatever an earlier lab in this state dir left) and record its state."""
     specs = plan_hosts(nodes, profiles)
@@ -370,7 +372,13 @@ def up(
     procs: dict[str, subprocess.Popen[bytes]] = {}
     try:  # the state is saved after each start, so that the `down` below (or a later one) finds what ran
         state["repo"] = _start_repo(paths)
+        state["sysctls"] = _set_node_sysctls()
         save_state(paths, state)
+        if control_plane:
+            progress("starting the Kubernetes API simulator")
+            state["apiserver"] = controlplane.start(paths, virtual_nodes=virtual_nodes)
+            state["apiserver"]["pid_start"] = _proc_start(state["apiserver"]["pid"])
+            save_state(paths, state)
         for spec in specs:
             hw = _write_hardware(paths, spec)
             known.append((spec.address, port, _write_host_files(paths, spec, port, client_pubkey)))
@@ -394,6 +402,40 @@ def up(
         raise
     progress(f"lab up: {len(specs)} host(s) answer SSH on port {port}")
     return state
+
+
+# Kernel settings every Kubernetes node needs. The hosts share this machine's kernel and network namespace and
+# cannot write /proc/sys themselves (nspawn mounts it read-only), so the lab sets them for them, as a machine
+# image would, and puts the old values back on `down`.
+NODE_SYSCTLS = {
+    "net.ipv4.ip_forward": "1",
+    "net.bridge.bridge-nf-call-iptables": "1",
+    "net.bridge.bridge-nf-call-ip6tables": "1",
+}
+
+
+def _sysctl_path(key: str) -> Path:
+    return Path("/proc/sys", *key.split("."))
+
+
+def _set_node_sysctls() -> dict[str, str]:
+    """Set NODE_SYSCTLS where they differ; returns the previous values of what was changed."""
+    changed = {}
+    for key, value in NODE_SYSCTLS.items():
+        path = _sysctl_path(key)
+        if not path.exists():
+            continue
+        old = path.read_text().strip()
+        if old != value:
+            path.write_text(value)
+            changed[key] = old
+    return changed
+
+
+def _restore_sysctls(previous: dict[str, str]) -> None:
+    for key, value in previous.items():
+        with contextlib.suppress(OSError):
+            _sysctl_path(key).write_text(value)
 
 
 def _wait_for_hosts(
@@ -425,6 +467,7 @@ def _start_repo(paths: LabPaths) -> dict[str, Any]:
     signer = aptrepo.ensure_signing_key(paths.gnupg_home)
     progress("building the emulated NVIDIA packages and the signed repositories")
     debs = packages.build_packages(paths.packages_dir)
+    debs["kubernetes"] = k8s_packages.build_kubernetes_packages(paths.packages_dir / "kubernetes")
     aptrepo.build_repos(paths.repo_root, debs, signer)
     keyring, armored = aptrepo.export_keyring(signer, paths.keyring)
     pid, port = aptrepo.start_server(paths.repo_root, paths.repo_server_log)
@@ -499,6 +542,12 @@ def down(paths: LabPaths, quiet: bool = False) -> None:
     _kill_cgroup_trees(lab_cgroups(paths))
     _reap([h["pid"] for h in hosts.values()])
 
+    _restore_sysctls(state.get("sysctls") or {})
+    api = state.get("apiserver") or {}
+    if _alive(api.get("pid"), api.get("pid_start")):
+        controlplane.stop(api)
+    _reap([api["pid"]] if api.get("pid") else [])
+
     repo = state.get("repo") or {}
     if _alive(repo.get("pid"), repo.get("pid_start")):
         os.kill(repo["pid"], signal.SIGTERM)
@@ -517,6 +566,7 @@ def down(paths: LabPaths, quiet: bool = False) -> None:
     shutil.rmtree(paths.hosts_dir, ignore_errors=True)
     shutil.rmtree(paths.repo_root, ignore_errors=True)
     shutil.rmtree(paths.packages_dir, ignore_errors=True)
+    shutil.rmtree(paths.root / "apiserver", ignore_errors=True)
     paths.state_file.unlink(missing_ok=True)
     if hosts and not quiet:
         progress("lab down")

@@ -18,8 +18,9 @@ def layout(per_gpu: tuple[tuple[str, ...] | None, ...], destroy_existing: bool =
     + destroy_existing: allow destroying instances that differ from the spec; without it such a GPU is an error,
       since instances may be in use by pods
 
-    MIG mode that is still pending after ``-mig 1`` needs a GPU reset or a reboot; instances are created on the run
-    after it, and the operation says so.
+    A changed MIG mode takes effect on a GPU reset, which the operation does (``nvidia-smi -i N -r``); where the
+    GPU cannot be reset (VMs, a process on it) that command fails with nvidia-smi's reason and the node needs a
+    reboot before the deploy is run again.
     """
     smi = host.get_fact(NvidiaSmi)
     if not smi.installed or smi.report is None:
@@ -33,13 +34,14 @@ def layout(per_gpu: tuple[tuple[str, ...] | None, ...], destroy_existing: bool =
         if wanted is None:
             continue
         gpu = gpus[index]
-        if gpu.mig_mode_current != "Enabled":
-            if gpu.mig_mode_pending == "Enabled":
-                host.noop(f"GPU {index}: MIG mode is pending; reset the GPU or reboot, then re-run")
-            else:
-                yield f"nvidia-smi -i {index} -mig 1"
-            continue
         have = state.profiles_on(index)
+        if gpu.mig_mode_current != "Enabled":
+            # A new MIG mode takes effect on a GPU reset (bare metal, no process on the GPU) or a reboot
+            # (VMs cannot reset). Reset now, so the instances below are created in this same run.
+            if gpu.mig_mode_pending != "Enabled":
+                yield f"nvidia-smi -i {index} -mig 1"
+            yield f"nvidia-smi -i {index} -r"
+            have = []
         if have == sorted(wanted):
             done.append(index)
             continue

@@ -413,6 +413,21 @@ def cmd_mig_mode(drv: nvemu.Driver, gpus: list[dict], value: str) -> int:
     return rc
 
 
+def cmd_gpu_reset(drv: nvemu.Driver, gpus: list[dict], ids: str | None) -> int:
+    """``-r``: what a bare-metal reset does to the emulated state: pending MIG mode takes effect, instances go."""
+    if ids is None:
+        _out("-r/--gpu-reset requires -i/--id to select a GPU.\n")
+        return nvemu.EXIT_OTHER
+    for gpu in gpus:
+        st = drv.gpu_state(gpu)
+        st["mig_current"] = st["mig_pending"]
+        st["gis"] = []
+        _out(f"GPU {gpu['pci_bus_id']} was successfully reset.\n")
+    drv.save()
+    _out("All done.\n")
+    return 0
+
+
 # ---- nvlink / topo ----------------------------------------------------------------------------
 def cmd_nvlink_status(drv: nvemu.Driver, gpus: list[dict]) -> int:
     rc = 0
@@ -551,6 +566,8 @@ def _main(argv: list[str]) -> int:
         elif arg in ("-mig", "--multi-instance-gpu"):
             action, value = "mig", _take(argv, i, arg)
             i += 1
+        elif arg in ("-r", "--gpu-reset"):
+            action = "reset"
         else:
             raise UsageError(
                 f"Invalid combination of input arguments. Please run 'nvidia-smi -h' for help.\n{arg}"
@@ -581,6 +598,8 @@ def _main(argv: list[str]) -> int:
         return cmd_persistence(drv, gpus, value or "")
     if action == "mig":
         return cmd_mig_mode(drv, gpus, value or "")
+    if action == "reset":
+        return cmd_gpu_reset(drv, gpus, ids)
     return cmd_table(drv, gpus)
 
 
