@@ -189,6 +189,11 @@ def pytest_sessionstart(session: pytest.Session) -> None:
         nodes = fleet.select(names)
     except SpecError as exc:
         raise pytest.UsageError(str(exc)) from None
+    if connection == "local" and len(nodes) > 1:
+        raise pytest.UsageError(
+            f"--connection local checks this machine as one node, but {len(nodes)} nodes are selected: "
+            f"add --nodes <this machine's name> (the inventory has {', '.join(n.name for n in nodes)})"
+        )
     config.stash[SUITE] = Suite(
         nodes=nodes,
         inventory=inventory,

@@ -113,6 +113,28 @@ def test_unsupported_connection_is_a_usage_error(pytester, suite_dir, two_node_i
     result.stderr.fnmatch_lines(["*--connection docker: the conformance suite supports ssh or local*"])
 
 
+def test_local_connection_with_several_nodes_is_a_usage_error(pytester, suite_dir, two_node_inventory):
+    result = pytester.runpytest_inprocess(
+        "conformance", "--inventory", str(two_node_inventory), "--connection", "local"
+    )
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(
+        ["*--connection local checks this machine as one node, but 2 nodes are selected*"]
+    )
+    ok = pytester.runpytest_inprocess(
+        "conformance",
+        "--inventory",
+        str(two_node_inventory),
+        "--connection",
+        "local",
+        "--nodes",
+        "gpu-node-2",
+        "--collect-only",
+        "-q",
+    )
+    assert ok.ret == 0
+
+
 def test_items_run_in_layer_order_with_node_ids(pytester, two_node_inventory):
     write_suite(pytester, LAYERED_SUITE)
     result = pytester.runpytest_inprocess("--inventory", str(two_node_inventory), "--collect-only", "-q")

@@ -265,7 +265,7 @@ def pytest_sessionstart(session):
 """
 
 
-def test_two_nodes_one_broken_the_other_passes(make_node, run_suite, suite_dir):
+def test_two_nodes_one_broken_the_other_passes(make_node, pytester, suite_dir):
     good = make_node("h100-sxm-8")
     bad = make_node("l4-1")
     bad.missing.add("nvidia-smi")
@@ -283,7 +283,11 @@ def test_two_nodes_one_broken_the_other_passes(make_node, run_suite, suite_dir):
             ], {{}})
             """)
     )
-    result, report_dir = run_suite(inventory)
+    report_dir = pytester.path / "report"
+    # the conftest above runs each node's commands locally with that node's tools, whatever --connection says
+    result = pytester.runpytest_inprocess(
+        "conformance", "--inventory", str(inventory), "--report-dir", str(report_dir)
+    )
     verdict = read_verdict(report_dir)
     assert verdict["nodes"]["gpu-node-1"]["verdict"] == "pass"
     assert verdict["nodes"]["gpu-node-2"]["verdict"] == "fail"
