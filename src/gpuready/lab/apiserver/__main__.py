@@ -1,4 +1,6 @@
-"""`python -m gpuready.lab.apiserver --state-dir D [--address A] [--port P] [--virtual-nodes N]`: serve until SIGTERM."""
+"""`python -m gpuready.lab.apiserver --state-dir D [--address A] [--port P] [--virtual-nodes N] [--lab-state L]`:
+serve until SIGTERM. With `--lab-state`, each lab host's Node gets GPU behaviour read from that host's files;
+virtual nodes get the same behaviour from their hardware profile."""
 
 from __future__ import annotations
 
@@ -7,6 +9,7 @@ import logging
 import signal
 import threading
 
+from .gpu import attach, attach_virtual, lab_host_views
 from .server import ApiServer
 from .virtual import PROFILES
 
@@ -24,6 +27,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--node-monitor-period", type=float, default=5.0)
     p.add_argument("--anonymous-auth", default="true", choices=["true", "false"])
     p.add_argument("--tls-san", action="append", default=[], help="extra IP or DNS name for the serving cert")
+    p.add_argument("--lab-state", help="a lab's state directory (its state.json names the hosts)")
     p.add_argument("-v", "--verbose", action="store_true")
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING,
@@ -35,8 +39,12 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, lambda *_: done.set())
     signal.signal(signal.SIGINT, lambda *_: done.set())
     server.start()
+    if args.lab_state:
+        for view in lab_host_views(args.lab_state):
+            attach(server, view.name, view)
     if args.virtual_nodes:
-        server.add_virtual_nodes(args.virtual_nodes, args.virtual_profile)
+        names = server.add_virtual_nodes(args.virtual_nodes, args.virtual_profile)
+        attach_virtual(server, names, args.virtual_profile)
     print(f"serving {server.url} kubeconfig={server.kubeconfig_path}", flush=True)
     done.wait()
     server.stop()

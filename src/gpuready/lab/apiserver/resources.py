@@ -68,6 +68,11 @@ RESOURCES: tuple[Resource, ...] = (
              short_names=("csr",), subresources=("status", "approval")),
     Resource("authorization.k8s.io", "v1", "SelfSubjectAccessReview", "selfsubjectaccessreviews", False,
              verbs=("create",)),
+    # Stored, not enforced: the add-ons deploy applies them (authorization here is by token, see auth.py).
+    Resource("rbac.authorization.k8s.io", "v1", "ClusterRole", "clusterroles", False),
+    Resource("rbac.authorization.k8s.io", "v1", "ClusterRoleBinding", "clusterrolebindings", False),
+    Resource("rbac.authorization.k8s.io", "v1", "Role", "roles", True),
+    Resource("rbac.authorization.k8s.io", "v1", "RoleBinding", "rolebindings", True),
 )  # fmt: skip
 
 _BY_PATH = {(r.group, r.version, r.plural): r for r in RESOURCES}
