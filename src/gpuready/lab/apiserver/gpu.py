@@ -14,7 +14,7 @@ One `LabGpuBackend` per node (``ApiServer.set_backend``), reading a `HostView` (
 * GFD's labels are replaced as a set whenever they change; when GFD stops they stay, as NFD keeps publishing
   the features file GFD left on the host. (A real cluster needs node-feature-discovery for GFD labels to reach
   the Node at all; the lab applies them as if NFD ran.)
-* Allocation: kubelet picks devices at admission; time-sliced replicas spread over GPUs (``distributed``) and
+* Allocation: kubelet picks devices at admission (a resource no plugin here ever advertised gets no devices); time-sliced replicas spread over GPUs (``distributed``) and
   share their GPU's UUID; allocations are released when the pod finishes or goes away.
 """
 
@@ -299,6 +299,8 @@ class LabGpuBackend(NodeBackend):
             chosen: list[Device] = []
             for resource, count in sorted(wants.items()):
                 found = self._advertising(resource)
+                if found is None and resource not in self._managed:
+                    continue  # capacity the node registered with (a virtual profile), not a plugin's: no devices
                 devices = found[1] if found else []
                 shared = any("::" in d.id for d in devices)
                 if found and shared and count > 1 and found[0].config.sharing.fail_requests_greater_than_one:

@@ -1,0 +1,151 @@
+"""The GPU rules without a server: config selection, devices, GFD labels, containerd merging, scrape, CUDA images."""
+
+from __future__ import annotations
+
+import pytest
+
+from gpuready.lab.apiserver.gpu import virtual_hardware
+from gpuready.lab.apiserver.gpu_host import VirtualGpuView, containerd_runtimes
+from gpuready.lab.apiserver.gpu_images import Exposure, smi_list, vector_add
+from gpuready.lab.apiserver.gpu_metrics import dcgm_scrape, hostname_label
+from gpuready.lab.apiserver.gpu_plugin import (
+    PluginError,
+    gfd_labels,
+    parse_config,
+    plugin_devices,
+    select_config,
+)
+from gpuready.lab.hardware import make_hardware
+from gpuready.nvidia.dcgm import parse_dcgm_metrics
+
+PLUGIN = {"name": "nvidia-device-plugin", "image": "nvcr.io/nvidia/k8s-device-plugin:v0.18.0"}
+
+
+def host(profile: str = "l40s-2", faults: list | None = None, mig: dict | None = None):
+    hw = make_hardware(profile, 0)
+    hw["faults"] = faults or []
+    return VirtualGpuView("n", hw, mig_state={"gpus": mig or {}}).snapshot()
+
+
+def mig_state(hw: dict, layout: dict[int, list[str]]) -> dict:
+    out = {}
+    for g in hw["gpus"]:
+        by_name = {p["name"]: p for p in g["mig_profiles"]}
+        gis = [{"id": i + 1, "profile_id": by_name[n]["profile_id"],
+                "cis": [{"id": 0, "size": by_name[n]["compute_slices"]}]}
+               for i, n in enumerate(layout.get(g["index"], []))]  # fmt: skip
+        out[g["uuid"]] = {"mig_current": g["index"] in layout, "gis": gis}
+    return out
+
+
+@pytest.mark.parametrize(
+    ("keys", "label", "default", "expected"),
+    [
+        (["a", "default"], "a", "default", ("a", None)),
+        (["a", "default"], "zzz", "default", (None, "specified config zzz does not exist")),
+        (["a", "default"], None, None, ("default", None)),  # named fallback
+        (["only"], None, None, ("only", None)),  # single fallback
+        (
+            ["a", "b"],
+            None,
+            None,
+            (None, "no config was set, no default was provided, and all fallbacks failed"),
+        ),
+    ],
+)
+def test_config_manager_selection(keys, label, default, expected) -> None:
+    assert select_config(keys, label, default, ["named", "single"]) == expected
+
+
+def test_time_slicing_replicas_rename_and_cli_precedence() -> None:
+    text = ("version: v1\nflags: {migStrategy: single}\nsharing:\n  timeSlicing:\n    renameByDefault: true\n"
+            "    resources: [{name: nvidia.com/gpu, replicas: 3}]\n")  # fmt: skip
+    config = parse_config(text, "k", {**PLUGIN, "env": [{"name": "MIG_STRATEGY", "value": "none"}]})
+    assert config.mig_strategy == "none"  # env beats the file
+    devices = plugin_devices(config, host())
+    assert list(devices) == ["nvidia.com/gpu.shared"]
+    ids = [d.id for d in devices["nvidia.com/gpu.shared"]]
+    uuids = [g["uuid"] for g in make_hardware("l40s-2", 0)["gpus"]]
+    assert ids == [f"{u}::{i}" for u in uuids for i in range(3)]
+    labels = gfd_labels(config, host(), 1700000000)
+    assert labels["nvidia.com/gpu.product"] == "NVIDIA-L40S"  # renamed: no -SHARED suffix
+    assert labels["nvidia.com/gpu.replicas"] == "3" and labels["nvidia.com/gfd.timestamp"] == "1700000000"
+    with pytest.raises(PluginError, match="number of replicas must be >= 2"):
+        parse_config(
+            "sharing:\n  timeSlicing:\n    resources: [{name: nvidia.com/gpu, replicas: 1}]\n", "", PLUGIN
+        )
+    with pytest.raises(PluginError, match="unknown version: v2"):
+        parse_config("version: v2\n", "", PLUGIN)
+
+
+def test_off_bus_gpu_not_advertised_and_invalid_single_layout() -> None:
+    state = host(faults=[{"fault": "off-bus", "gpu": 0}])
+    assert [d.gpu.index for d in plugin_devices(parse_config(None, "", PLUGIN), state)["nvidia.com/gpu"]] == [
+        1
+    ]
+    hw = make_hardware("a100-80gb-4", 0)
+    mixed_layout = VirtualGpuView("n", hw, mig_state={"gpus": mig_state(hw, {0: ["1g.10gb"], 1: ["2g.20gb"],
+                                                                             2: ["1g.10gb"], 3: ["1g.10gb"]})})  # fmt: skip
+    single = parse_config("flags: {migStrategy: single}\n", "", PLUGIN)
+    with pytest.raises(PluginError, match="More than one MIG device type"):
+        plugin_devices(single, mixed_layout.snapshot())
+    labels = gfd_labels(single, mixed_layout.snapshot(), 0)
+    assert labels["nvidia.com/gpu.product"] == "NVIDIA-A100-SXM4-80GB-MIG-INVALID"
+    assert (labels["nvidia.com/gpu.count"], labels["nvidia.com/gpu.memory"]) == ("0", "0")
+
+
+def test_containerd_drop_in_replaces_cri_table_per_plugin_key(tmp_path) -> None:
+    (tmp_path / "etc/containerd/conf.d").mkdir(parents=True)
+    (tmp_path / "etc/containerd/config.toml").write_text(
+        'version = 2\nimports = ["/etc/containerd/conf.d/*.toml"]\n'
+        '[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.kata]\nruntime_type = "io.containerd.kata.v2"\n'
+    )
+    (tmp_path / "etc/containerd/conf.d/99-nvidia.toml").write_text(
+        'version = 2\n[plugins."io.containerd.grpc.v1.cri".containerd]\ndefault_runtime_name = "nvidia"\n'
+        '[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.nvidia.options]\n'
+        'BinaryName = "/usr/bin/nvidia-container-runtime"\n'
+    )
+    runtimes, default = containerd_runtimes(tmp_path)
+    assert sorted(runtimes) == [
+        "nvidia",
+        "runc",
+    ]  # kata lost: the drop-in's CRI table replaced the main file's
+    assert default == "nvidia" and runtimes["nvidia"].nvidia and not runtimes["runc"].nvidia
+
+
+def test_vector_add_errors_and_smi_list() -> None:
+    state = host(faults=[{"fault": "xid-48", "gpu": 1}])
+    g0, g1 = state.gpus
+    assert vector_add(Exposure(False, []), state).logs.endswith(
+        "(error code CUDA driver version is insufficient for CUDA runtime version)!\n"
+    )
+    assert vector_add(Exposure(True, []), state).exit_code == 1
+    assert "uncorrectable ECC error encountered" in vector_add(Exposure(True, [(g1, None)]), state).logs
+    assert vector_add(Exposure(True, [(g0, None)]), state).exit_code == 0
+    out, code = smi_list(Exposure(True, [(g1, None)]))
+    assert (out, code) == (f"GPU 0: NVIDIA L40S (UUID: {g1.uuid})\n", 0)
+
+
+def test_dcgm_scrape_parses_with_kubernetes_labels() -> None:
+    state = host("h100-sxm-8", faults=[{"fault": "xid-79", "gpu": 7}])
+    pod = {"metadata": {"name": "dcgm-x"}, "spec": {"containers": [
+        {"name": "e", "env": [{"name": "DCGM_EXPORTER_KUBERNETES", "value": "true"}]}]}}  # fmt: skip
+    owners = {state.gpus[2].uuid: ("ml", "train-0", "worker")}
+    samples = parse_dcgm_metrics(
+        dcgm_scrape(state, pod, owners, 0.0, "x/dcgm-exporter:4.4.1-4.6.0-ubuntu22.04")
+    )
+    temp = {s.gpu: s for s in samples if s.metric == "DCGM_FI_DEV_GPU_TEMP"}
+    assert sorted(temp) == list(range(7))  # GPU 7 fell off the bus: only its XID remains
+    assert (temp[2].pod, temp[2].namespace, temp[2].container) == ("train-0", "ml", "worker")
+    assert temp[2].labels["pci_bus_id"] == "00000000:3A:00.0" and temp[3].pod is None
+    assert [s.value for s in samples if s.metric == "DCGM_FI_DEV_XID_ERRORS" and s.gpu == 7] == [79.0]
+    assert hostname_label("nvcr.io/nvidia/k8s/dcgm-exporter:4.5.3-4.8.2-ubuntu22.04") == "Hostname"
+    assert hostname_label("nvcr.io/nvidia/k8s/dcgm-exporter:4.5.4-4.9.0-ubuntu22.04") == "hostname"
+
+
+def test_virtual_hardware_matches_virtual_profiles() -> None:
+    hw = virtual_hardware("a100-pcie-4", 2)
+    assert [g["name"] for g in hw["gpus"]] == ["NVIDIA A100-PCIE-40GB"] * 4
+    assert hw["gpus"][0]["memory_mib"] == 40960
+    assert virtual_hardware("cpu", 0) is None
+    assert len(virtual_hardware("dgx-h100", 0)["gpus"]) == 8
