@@ -487,8 +487,17 @@ def container_runtime_version() -> str:
     return f"containerd://{out[2].lstrip('v')}" if len(out) >= 3 else ""
 
 
-def _node_ip(server: str) -> str:
-    """The address this host reaches the API server from (what the kubelet's node IP detection ends up with)."""
+def _node_ip(hostname: str, server: str) -> str:
+    """The node's InternalIP: the hostname's address (lab hosts map their name to their own 127.0.10.N address in
+    /etc/hosts, which a real kubelet would skip as loopback), else the address this host reaches the API server
+    from (the real kubelet's fallback, the default-route interface, comes to the same on a one-NIC host)."""
+    try:
+        for info in socket.getaddrinfo(hostname, None, socket.AF_INET, socket.SOCK_STREAM):
+            addr = str(info[4][0])
+            if addr not in ("127.0.0.1", "127.0.1.1"):
+                return addr
+    except OSError:
+        pass
     host = urllib.parse.urlsplit(server).hostname or "127.0.0.1"
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     try:
@@ -617,6 +626,9 @@ class Kubelet:
         self.node_uid = ""
         self.lease: dict[str, Any] | None = None
         self.conditions: dict[str, dict[str, Any]] = {}
+        self.node_ip = flags.get("node-ip") or _node_ip(
+            self.labels()["kubernetes.io/hostname"], client.server
+        )
 
     # node object and status --------------------------------------------------------------------------------
 
@@ -648,12 +660,12 @@ class Kubelet:
             conditions.append({"type": type_, "status": status, "lastHeartbeatTime": now,
                                "lastTransitionTime": since or now, "reason": reason, "message": message})  # fmt: skip
         machine_id = _read("/etc/machine-id")
+        hostname = self.labels()["kubernetes.io/hostname"]
         return {
             "capacity": capacity,
             "allocatable": allocatable,
             "conditions": conditions,
-            "addresses": [{"type": "InternalIP", "address": self.flags.get("node-ip") or _node_ip(self.client.server)},
-                          {"type": "Hostname", "address": self.labels()["kubernetes.io/hostname"]}],
+            "addresses": [{"type": "InternalIP", "address": self.node_ip}, {"type": "Hostname", "address": hostname}],
             "daemonEndpoints": {"kubeletEndpoint": {"Port": int(self.config.get("port") or 10250)}},
             "nodeInfo": {
                 "machineID": machine_id,
