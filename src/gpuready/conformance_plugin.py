@@ -65,6 +65,28 @@ class Suite:
     _runners: dict[str, Any] = field(default_factory=dict)
     _facts: dict[tuple[str, str], Any] = field(default_factory=dict)
     _prefetched: set[str] = field(default_factory=set)
+    cluster: Any = None  # gpuready.kube.Cluster, connected on first use by the Kubernetes layers
+    workloads: Any = None  # gpuready.workloads.Workloads: the run's namespace and pods
+    restore_signal: Callable[[], None] | None = None
+
+    def connect(self) -> Any:
+        """The cluster of --kubeconfig/--kube-context (else the inventory's ``kubeconfig`` data, else the
+        client's defaults), connected once per run with a fast failure."""
+        if self.cluster is None:
+            from gpuready import kube
+
+            kubeconfig = self.kubeconfig or next(
+                (n.data.get("kubeconfig") for n in self.nodes if n.data.get("kubeconfig")), None
+            )
+            self.cluster = kube.connect(kubeconfig, self.kube_context, timeout=min(self.timeout, 10.0))
+        return self.cluster
+
+    def cleanup(self) -> None:
+        """Delete the run's namespace (idempotent): after success, failure, timeout and Ctrl-C alike."""
+        if self.workloads is not None:
+            workloads, self.workloads = self.workloads, None
+            with contextlib.suppress(Exception):  # an unreachable cluster must not hide the run's outcome
+                workloads.delete()
 
     def cached(self, node: Any, key: str, compute: Callable[[], Any]) -> Any:
         """Facts derived from a node's outputs, computed once per node per run (checks share them)."""
@@ -113,6 +135,10 @@ class Suite:
                 list(pool.map(run_all, jobs))
 
     def close(self) -> None:
+        self.cleanup()
+        if self.restore_signal is not None:
+            self.restore_signal()
+            self.restore_signal = None
         for runner in self._runners.values():
             runner.close()
         self._runners.clear()
@@ -204,6 +230,26 @@ def pytest_sessionstart(session: pytest.Session) -> None:
         report_dir=config.getoption("report_dir"),
         results=FleetResults([n.name for n in nodes], inventory),
     )
+    config.stash[SUITE].restore_signal = _interrupt_on_sigterm()
+
+
+def _interrupt_on_sigterm() -> Callable[[], None] | None:
+    """A CI job that is cancelled gets SIGTERM: turn it into Ctrl-C, so pytest tears the session down (and the
+    run's namespace is deleted) instead of dying with pods left behind."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        return None
+    previous = signal.getsignal(signal.SIGTERM)
+    if previous not in (signal.SIG_DFL, None):
+        return None  # someone else handles it
+
+    def interrupt(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    signal.signal(signal.SIGTERM, interrupt)
+    return lambda: signal.signal(signal.SIGTERM, previous)
 
 
 # Runs in a child process: prints the pickled Fleet, or the SpecError's parts.
@@ -397,6 +443,29 @@ def gpuready_suite(request: pytest.FixtureRequest) -> Suite:
 def node_shell(node: Any, gpuready_suite: Suite) -> NodeShell:
     """Run commands on the node under test (``node_shell.run(cmd) -> Output``), each once per run."""
     return NodeShell(node, gpuready_suite.runner(node))
+
+
+@pytest.fixture(scope="session")
+def cluster(gpuready_suite: Suite) -> Any:
+    """The cluster the Kubernetes layers look at (a :class:`gpuready.kube.Cluster`); an unreachable one fails
+    every check that needs it with the URL and the reason."""
+    from gpuready.kube import KubeError
+
+    try:
+        return gpuready_suite.connect()
+    except KubeError as exc:
+        pytest.fail(str(exc), pytrace=False)
+
+
+@pytest.fixture(scope="session")
+def gpuready_workloads(gpuready_suite: Suite, cluster: Any) -> Iterator[Any]:
+    """The run's namespace and pods (:class:`gpuready.workloads.Workloads`), deleted when the session ends."""
+    from gpuready.workloads import Workloads
+
+    if gpuready_suite.workloads is None:
+        gpuready_suite.workloads = Workloads(cluster)
+    yield gpuready_suite.workloads
+    gpuready_suite.cleanup()
 
 
 def judge(node: Any, check: Callable[..., list[str]], *args: Any) -> None:

@@ -1,0 +1,78 @@
+"""Node layer: the Kubernetes Node object of every GPU node says what the inventory says.
+
+One list of nodes, one list of pods and one GET of the RuntimeClass for the whole fleet per run (not one request
+per node per check): on a 1000-node fleet this layer costs three requests. The judging is in
+:mod:`gpuready.checks.node`.
+"""
+
+import json
+
+import pytest
+
+from gpuready.checks import node as checks
+from gpuready.conformance_plugin import judge
+
+pytestmark = pytest.mark.node
+
+
+@pytest.fixture(scope="module")
+def fleet(cluster):
+    """(nodes by name, pods by node name, RuntimeClass nvidia or None), read once for the whole fleet."""
+    from kubernetes import client
+    from kubernetes.client.exceptions import ApiException
+
+    core = cluster.core
+    nodes = json.loads(core.list_node(_preload_content=False).data)["items"]
+    pods = json.loads(core.list_pod_for_all_namespaces(_preload_content=False).data)["items"]
+    by_node = {}
+    for pod in pods:
+        by_node.setdefault((pod.get("spec") or {}).get("nodeName"), []).append(pod)
+    try:
+        raw = client.NodeV1Api(cluster.api).read_runtime_class("nvidia", _preload_content=False)
+        runtime_class = json.loads(raw.data)
+    except ApiException as exc:
+        if exc.status != 404:
+            raise
+        runtime_class = None
+    return {n["metadata"]["name"]: n for n in nodes}, by_node, runtime_class
+
+
+@pytest.fixture
+def node_object(node, fleet):
+    return fleet[0].get(node.name)
+
+
+def test_ready(node, node_object):
+    judge(node, checks.ready, node, node_object)
+
+
+def test_allocatable(node, node_object):
+    judge(node, checks.gpu_resources, node, node_object, "allocatable")
+
+
+def test_capacity(node, node_object):
+    judge(node, checks.gpu_resources, node, node_object, "capacity")
+
+
+def test_gfd_labels(node, node_object):
+    judge(node, checks.gfd_labels, node, node_object)
+
+
+def test_inventory_labels(node, node_object):
+    judge(node, checks.inventory_labels, node, node_object)
+
+
+def test_taints(node, node_object):
+    judge(node, checks.taints, node, node_object)
+
+
+def test_runtime_class(node, fleet):
+    judge(node, checks.runtime_class, fleet[2])
+
+
+def test_device_plugin_ready(node, fleet):
+    judge(node, checks.addon_pod_ready, node, fleet[1].get(node.name, []), "device plugin")
+
+
+def test_dcgm_exporter_ready(node, fleet):
+    judge(node, checks.addon_pod_ready, node, fleet[1].get(node.name, []), "dcgm-exporter")

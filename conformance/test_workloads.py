@@ -1,0 +1,101 @@
+"""Workloads layer: GPU pods on every node, created for the whole fleet at once and followed with one watch.
+
+Two rounds, each one create-all + one watch: first a vectorAdd pod per node (short-lived, so its GPU is free
+again afterwards), then the sharing checks, whose pods keep running (they hold their GPUs for the metrics
+layer, which looks for them in dcgm-exporter's pod labels): time-slicing nodes get ``replicas`` pods per GPU
+plus one that must stay Unschedulable; MIG nodes one pod per MIG profile. The judging is in
+:mod:`gpuready.checks.workloads`; pods and namespace in :mod:`gpuready.workloads`.
+"""
+
+import pytest
+
+from gpuready import workloads as wl
+from gpuready.checks import CannotCheck
+from gpuready.checks import workloads as checks
+from gpuready.conformance_plugin import judge
+from gpuready.nvidia import catalogue
+
+pytestmark = pytest.mark.workloads
+
+LIST_AND_HOLD = ["sh", "-c", "nvidia-smi -L; sleep infinity"]
+
+
+def _mig_resources(node):
+    """MIG profile -> the resource a pod asks for to get one device of it."""
+    if node.sharing.mode != "mig":
+        return {}
+    if node.sharing.mig_strategy == "single":
+        return {profile: checks.GPU_RESOURCE for profile in node.mig_device_counts()}
+    profiles = catalogue.mig_profiles(node.gpu_model)
+    return {p: profiles[p].resource_name for p in sorted(node.mig_device_counts())}
+
+
+def _pod_resource(node):
+    try:
+        return checks.pod_resource(node)
+    except CannotCheck:
+        return None
+
+
+@pytest.fixture(scope="module")
+def pods(gpuready_suite, gpuready_workloads):
+    """Every pod of this layer, for every node still in the running: {(node, check, item): PodResult}."""
+    nodes = [n for n in gpuready_suite.nodes if gpuready_suite.gated(n, "workloads") is None]
+    timeout = gpuready_suite.timeout
+    found = {}
+    first = [
+        (wl.gpu_pod(f"vectoradd-{n.name}", n, wl.VECTOR_ADD_IMAGE, res, check="vectoradd"), "finished")
+        for n in nodes
+        if (res := _pod_resource(n))
+    ]
+    results = gpuready_workloads.run(first, timeout) if first else {}
+    for n in nodes:
+        found[(n.name, "vectoradd", "")] = results.get(f"vectoradd-{n.name}")
+    second = []
+    for n in nodes:
+        if n.sharing.mode == "time-slicing":
+            total = n.expected_allocatable.get(checks.GPU_RESOURCE, 0) or sum(n.expected_allocatable.values())
+            res = checks.pod_resource(n)
+            for i in range(total + 1):
+                name = f"timeslice-{n.name}-{i}"
+                second.append((wl.gpu_pod(name, n, wl.CUDA_BASE_IMAGE, res, command=LIST_AND_HOLD,
+                                          check="time-slicing"), "settled"))  # fmt: skip
+        for profile, res in _mig_resources(n).items():
+            name = f"mig-{n.name}-{profile.replace('.', '-')}"
+            pod = wl.gpu_pod(name, n, wl.CUDA_BASE_IMAGE, res, command=LIST_AND_HOLD, check="mig")
+            second.append((pod, "running"))
+    results = gpuready_workloads.run(second, timeout) if second else {}
+    for name, result in results.items():
+        if name.startswith("timeslice-"):
+            found.setdefault((result.node, "time-slicing", ""), []).append(result)
+        else:
+            found[(result.node, "mig", name)] = result
+    return found
+
+
+def test_vector_add(node, pods):
+    judge(node, checks.vector_add, node, pods.get((node.name, "vectoradd", "")))
+
+
+def test_time_slicing(node, pods):
+    if node.sharing.mode != "time-slicing":
+        pytest.skip(f"{node.name}: not applicable: sharing mode is {node.sharing.mode!r}")
+    results = pods.get((node.name, "time-slicing", ""), [])
+    # every pod asks for the same thing: whichever the scheduler left out is "the one more"
+    extra = next((r for r in results if r.unschedulable is not None and not r.running), None)
+    shared = [r for r in results if r is not extra]
+    judge(node, checks.time_slicing, node, shared, extra)
+
+
+def test_mig_devices(node, pods):
+    if node.sharing.mode != "mig":
+        pytest.skip(f"{node.name}: not applicable: sharing mode is {node.sharing.mode!r}")
+
+    def all_profiles():
+        problems = []
+        for profile in _mig_resources(node):
+            name = f"mig-{node.name}-{profile.replace('.', '-')}"
+            problems += checks.mig_device(node, profile, pods.get((node.name, "mig", name)))
+        return problems
+
+    judge(node, all_profiles)
