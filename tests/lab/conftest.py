@@ -97,3 +97,29 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Any:
     finally:
         with contextlib.suppress(Exception):
             hosts.down(paths, quiet=True)
+
+
+# --- deploys on the session lab ----------------------------------------------------------------------------------
+
+from pyinfra_runs import PyinfraRun, run_pyinfra  # noqa: E402
+
+
+@dataclass
+class DeployedLab:
+    lab: Lab
+    first: PyinfraRun
+    second: PyinfraRun
+    addons_first: PyinfraRun
+    addons_second: PyinfraRun
+
+
+@pytest.fixture(scope="session")
+def deployed_lab(lab: Lab) -> DeployedLab:
+    """The session lab converged by both deploys, each run twice (the second runs must change nothing)."""
+    first = run_pyinfra(lab)
+    assert first.returncode == 0, first.output[-4000:]
+    second = run_pyinfra(lab)
+    addons_first = run_pyinfra(lab, deploy="deploys/cluster_addons.py")
+    assert addons_first.returncode == 0, addons_first.output[-4000:]
+    addons_second = run_pyinfra(lab, deploy="deploys/cluster_addons.py")
+    return DeployedLab(lab, first, second, addons_first, addons_second)

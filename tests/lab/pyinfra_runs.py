@@ -1,0 +1,52 @@
+"""Running the real pyinfra CLI against the lab, and reading its results table."""
+
+from __future__ import annotations
+
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[2]
+PYINFRA = REPO / ".venv" / "bin" / "pyinfra"
+
+
+@dataclass
+class PyinfraRun:
+    """One real `pyinfra` CLI run: exit status, output, and its results table (operation -> success/error/no change)."""
+
+    returncode: int
+    output: str
+    table: dict[str, tuple[int, int, int]]
+
+    @property
+    def total(self) -> tuple[int, int, int]:
+        return self.table["Grand total"]
+
+    def changed_operations(self) -> set[str]:
+        return {op for op, (success, _, _) in self.table.items() if success and op != "Grand total"}
+
+
+def _count(cell: str) -> int:
+    return 0 if cell == "-" else int(cell)
+
+
+def run_pyinfra(lab: Any, *args: str, inventory: str = "inventory/lab.py", deploy: str = "deploys/gpu_node.py",
+                env: dict[str, str] | None = None) -> PyinfraRun:  # fmt: skip
+    """Run the pyinfra CLI as a user does, from the repository root (where its config.py lives)."""
+    result = subprocess.run(
+        [str(PYINFRA if PYINFRA.exists() else "pyinfra"), "-y", *args, inventory, deploy],
+        cwd=REPO, env={**lab.env(), **(env or {})}, capture_output=True, text=True, timeout=900,
+    )  # fmt: skip
+    output = result.stdout + result.stderr
+    table: dict[str, tuple[int, int, int]] = {}
+    in_results = False
+    for line in output.splitlines():
+        if line.startswith("--> Results:"):
+            in_results = True
+            continue
+        if in_results:
+            cells = line.split()
+            if len(cells) >= 5 and cells[-4].isdigit():
+                table[" ".join(cells[:-4])] = (_count(cells[-3]), _count(cells[-2]), _count(cells[-1]))
+    return PyinfraRun(result.returncode, output, table)

@@ -1,0 +1,177 @@
+"""The node and add-on deploys on real lab hosts, with the real pyinfra CLI: converge, re-run with no change,
+upgrade exactly the driver, keep the join secret out of output and process lists, survive an unreachable host."""
+
+from __future__ import annotations
+
+import shutil
+import threading
+import time
+
+import pytest
+from kubernetes import client, config
+from pyinfra_runs import REPO, run_pyinfra
+
+from gpuready.containerd_config import nvidia_runtime_of
+from gpuready.nvidia import smi
+from gpuready.spec import load_fleet
+
+pytestmark = pytest.mark.lab
+
+
+@pytest.fixture(scope="module")
+def core(deployed_lab):
+    kubeconfig = deployed_lab.lab.state["apiserver"]["kubeconfig"]
+    return client.CoreV1Api(config.new_client_from_config(config_file=kubeconfig))
+
+
+@pytest.fixture(scope="module")
+def fleet(deployed_lab, monkeypatch_module):
+    monkeypatch_module.setenv("GPUREADY_LAB_DIR", str(deployed_lab.lab.paths.root))
+    return load_fleet(REPO / "inventory" / "lab.py")
+
+
+@pytest.fixture(scope="module")
+def monkeypatch_module():
+    with pytest.MonkeyPatch.context() as mp:
+        yield mp
+
+
+def test_first_run_converges_every_node(deployed_lab):
+    success, errors, _ = deployed_lab.first.total
+    assert errors == 0 and success > 0, deployed_lab.first.output[-3000:]
+
+
+def test_second_run_changes_nothing(deployed_lab):
+    assert deployed_lab.second.returncode == 0
+    success, errors, unchanged = deployed_lab.second.total
+    assert (success, errors) == (0, 0), deployed_lab.second.changed_operations()
+    assert unchanged == deployed_lab.first.total[0] + deployed_lab.first.total[2]
+
+
+def test_addons_second_run_changes_nothing(deployed_lab):
+    assert deployed_lab.addons_first.total[0] > 0
+    assert deployed_lab.addons_second.total[:2] == (0, 0), deployed_lab.addons_second.changed_operations()
+
+
+def test_real_containerd_runs_with_the_nvidia_handler_and_runc_options(deployed_lab):
+    for node in deployed_lab.lab.state["hosts"]:
+        dump = deployed_lab.lab.ssh(node, "containerd config dump").stdout
+        nvidia = nvidia_runtime_of(dump)
+        assert nvidia is not None, f"{node}: no nvidia runtime in containerd config dump"
+        assert nvidia["options"]["BinaryName"] == "/usr/bin/nvidia-container-runtime"
+        assert nvidia["options"]["SystemdCgroup"] is True
+        assert nvidia_runtime_of(dump, "runc")["options"]["SystemdCgroup"] is True
+        assert deployed_lab.lab.ssh(node, "systemctl is-active containerd").stdout.strip() == "active"
+
+
+def test_driver_installed_pinned_and_held(deployed_lab, fleet):
+    for name, node in fleet.nodes.items():
+        report = smi.parse_query_xml(deployed_lab.lab.ssh(name, "nvidia-smi -q -x").stdout)
+        assert report.driver_version == node.versions.driver
+        assert len(report.gpus) == node.gpu_count
+        held = set(deployed_lab.lab.ssh(name, "apt-mark showhold").stdout.split())
+        assert {"nvidia-driver", "nvidia-container-toolkit", "kubelet", "kubeadm"} <= held
+        if node.nvswitch:
+            assert (
+                deployed_lab.lab.ssh(name, "systemctl is-active nvidia-fabricmanager").stdout.strip()
+                == "active"
+            )
+
+
+def test_nodes_registered_with_their_labels_and_taints(deployed_lab, fleet, core):
+    nodes = {n.metadata.name: n for n in core.list_node().items}
+    for name, spec in fleet.nodes.items():
+        node = nodes[name]
+        for key, value in spec.node_labels.items():
+            assert node.metadata.labels.get(key) == value, (name, key)
+        taints = {(t.key, t.value, t.effect) for t in node.spec.taints or []}
+        assert {(t.key, t.value or None, t.effect) for t in spec.taints} <= taints
+        ready = next(c for c in node.status.conditions if c.type == "Ready")
+        assert ready.status == "True", (name, ready.message)
+
+
+def test_mig_layout_is_the_specs(deployed_lab, fleet):
+    for name, spec in fleet.nodes.items():
+        if spec.sharing.mode != "mig":
+            continue
+        listed = smi.parse_list(deployed_lab.lab.ssh(name, "nvidia-smi -L").stdout)
+        for gpu, layout in zip(listed, spec.sharing.mig_layout, strict=True):
+            assert sorted(m.profile for m in gpu.mig_devices) == sorted(layout or ())
+
+
+def _changed_steps(run) -> set[str]:
+    return {op.rsplit(" | ", 1)[-1] for op in run.changed_operations()}
+
+
+def test_driver_version_change_upgrades_exactly_the_driver(deployed_lab):
+    lab, node = deployed_lab.lab, "gpu-node-3"
+    old = "nvidia_driver_version=580.95.05"
+    try:
+        run = run_pyinfra(lab, "--limit", node, "--data", "nvidia_driver_version=570.195.03",
+                          "--data", "nvidia_driver_branch=570")  # fmt: skip
+        assert run.returncode == 0, run.output[-3000:]
+        assert "reboot the node (drained) to load it" in run.output
+        # only driver steps change: pin, lists, install (and re-holding the new packages)
+        changed = _changed_steps(run)
+        assert {"Pin the NVIDIA driver version", "Install NVIDIA driver 570.195.03"} <= changed
+        assert changed <= {
+            "Pin the NVIDIA driver version",
+            "Update apt lists for cuda",
+            "Install NVIDIA driver 570.195.03",
+            "Hold the NVIDIA driver packages",
+        }
+        version = lab.ssh(node, "dpkg-query -W -f '${Version}' nvidia-driver").stdout
+        assert version == "570.195.03-1"
+        assert lab.ssh(node, "dpkg-query -W -f '${Version}' libnvidia-ml1").stdout == "570.195.03-1"
+        assert "nvidia-driver" in lab.ssh(node, "apt-mark showhold").stdout.split()
+    finally:
+        back = run_pyinfra(lab, "--limit", node)
+        assert back.returncode == 0, back.output[-3000:]
+        assert lab.ssh(node, "dpkg-query -W -f '${Version}' nvidia-driver").stdout == "580.95.05-1", old
+        # the loaded (emulated) module never changed: the 580 userspace matches it again
+        lab.ssh(node, "systemctl restart nvidia-persistenced")
+
+
+def test_join_secret_is_in_no_output_and_no_process_list(deployed_lab, core):
+    lab, node = deployed_lab.lab, "gpu-node-3"
+    token = (lab.paths.root / "apiserver" / "join-token").read_text().strip()
+    lab.ssh(node, "kubeadm reset -f >/dev/null 2>&1; systemctl stop kubelet || true")
+    core.delete_node(node)  # what an admin does after `kubeadm reset`, so the node can join again
+    seen: list[str] = []
+    stop = threading.Event()
+
+    def watch_ps() -> None:
+        while not stop.is_set():
+            seen.append(lab.ssh(node, "ps -eo args", check=False).stdout)
+            time.sleep(0.05)
+
+    watcher = threading.Thread(target=watch_ps)
+    watcher.start()
+    try:
+        run = run_pyinfra(lab, "-vvv", "--limit", node)
+    finally:
+        stop.set()
+        watcher.join()
+    assert run.returncode == 0, run.output[-3000:]
+    assert "kubeadm join" in " ".join(_changed_steps(run))
+    assert len(seen) > 3
+    assert token not in run.output
+    assert token.split(".")[1] not in run.output
+    assert not any(token in snapshot for snapshot in seen)
+    assert lab.ssh(node, "test -e /etc/kubernetes/gpuready/join.yaml || echo gone").stdout.strip() == "gone"
+
+
+def test_an_unreachable_host_fails_alone(deployed_lab, tmp_path):
+    (tmp_path / "group_data").mkdir()
+    shutil.copy(REPO / "inventory" / "group_data" / "all.py", tmp_path / "group_data" / "all.py")
+    (tmp_path / "inv.py").write_text(
+        f"exec(open({str(REPO / 'inventory' / 'lab.py')!r}).read())\n"
+        "gpu_nodes[0].append(('ghost-node', {**gpu_nodes[0][0][1], 'ssh_hostname': '127.0.10.250',"
+        " 'ssh_connect_retries': 0}))\n"
+    )
+    run = run_pyinfra(deployed_lab.lab, inventory=str(tmp_path / "inv.py"))
+    assert run.returncode != 0
+    assert "ghost-node" in run.output and "Could not connect" in run.output
+    assert run.total[1] == 0  # the hosts that answered ran every operation without error
+    for node in deployed_lab.lab.state["hosts"]:
+        assert f"[{node}] Connected" in run.output
