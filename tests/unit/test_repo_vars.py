@@ -1,0 +1,37 @@
+"""Repository URL templates filled from host facts: the Ubuntu and Arm paths the lab (Debian 12, x86_64) never boots."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+from pyinfra.context import ctx_host
+from pyinfra.facts.server import Arch, LinuxDistribution
+
+from gpuready import deploy_context
+
+
+@pytest.mark.parametrize(
+    ("distro", "arch", "expected"),
+    [
+        ({"name": "Ubuntu", "major": 22, "release_meta": {"VERSION_ID": "22.04"}}, "x86_64",
+         {"distro": "ubuntu2204", "arch": "x86_64", "deb_arch": "amd64"}),
+        ({"name": "Ubuntu", "major": 24, "release_meta": {"VERSION_ID": "24.04"}}, "aarch64",
+         {"distro": "ubuntu2404", "arch": "sbsa", "deb_arch": "arm64"}),
+        ({"name": "Debian", "major": 12, "release_meta": {"VERSION_ID": "12"}}, "x86_64",
+         {"distro": "debian12", "arch": "x86_64", "deb_arch": "amd64"}),
+    ],
+)  # fmt: skip
+def test_repo_vars(monkeypatch, distro, arch, expected):
+    facts = {LinuxDistribution: distro, Arch: arch}
+    fake = SimpleNamespace(get_fact=lambda cls, **kw: facts[cls])
+    monkeypatch.setattr(
+        deploy_context,
+        "current_node",
+        lambda: SimpleNamespace(versions=SimpleNamespace(kubernetes_minor="1.34")),
+    )
+    with ctx_host.use(fake):
+        values = deploy_context.repo_vars()
+    assert values == {**expected, "minor": "1.34"}
+    url = "https://developer.download.nvidia.com/compute/cuda/repos/{distro}/{arch}/".format(**values)
+    assert url.endswith(f"/{expected['distro']}/{expected['arch']}/")
