@@ -20,7 +20,7 @@ plan: setup
 	$(BIN)/gpuready plan inventory/example.py
 
 demo: setup system-deps
-	$(BIN)/gpuready plan inventory/example.py
+	./scripts/demo.sh
 
 lint: setup
 	$(BIN)/ruff check .

@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# The main job on the local lab: boot 3 GPU hosts (8x H100 NVSwitch, 4x A100 with MIG, 1x L4 time-sliced), deploy
+# them into GPU nodes, install the cluster add-ons, prove them with the conformance suite, print the fleet table, and
+# take the lab down again (also on failure or Ctrl-C).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BIN=.venv/bin
+if [ "$(id -u)" -ne 0 ]; then
+  echo "gpuready demo: the lab boots hosts with systemd-nspawn and needs root; showing the plan instead." >&2
+  exec "$BIN/gpuready" plan inventory/example.py
+fi
+export GPUREADY_LAB_DIR="${GPUREADY_LAB_DIR:-/var/lib/gpuready-lab}"
+REPORTS="${REPORTS:-reports/demo}"
+trap '"$BIN/gpuready" lab down' EXIT
+
+step() { printf '\n==> %s\n' "$*" >&2; }
+
+step "gpuready lab up: 3 hosts"
+"$BIN/gpuready" lab up --nodes 3 --profile h100-sxm-8 --profile a100-80gb-4 --profile l4-1
+step "gpuready plan inventory/lab.py: what the deploy installs and the suite expects"
+"$BIN/gpuready" plan inventory/lab.py
+step "pyinfra inventory/lab.py deploys/gpu_node.py"
+"$BIN/pyinfra" -y inventory/lab.py deploys/gpu_node.py
+step "pyinfra inventory/lab.py deploys/cluster_addons.py"
+"$BIN/pyinfra" -y inventory/lab.py deploys/cluster_addons.py
+step "pytest conformance (reports in $REPORTS)"
+"$BIN/pytest" conformance -p no:cacheprovider --inventory inventory/lab.py \
+  --kubeconfig "$GPUREADY_LAB_DIR/apiserver/kubeconfig" --report-dir "$REPORTS" \
+  --junitxml "$REPORTS/pytest.xml" -q
