@@ -8,7 +8,6 @@ add-ons are gpuready.addons' manifests, with ``runtimeClassName: nvidia`` where 
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -199,7 +198,7 @@ def test_time_slicing_follows_label_and_configmap_restart(sim, api, add_host, ku
     cm = client.CoreV1Api(api).read_namespaced_config_map(addons.DEVICE_PLUGIN_CONFIGMAP, NS)
     cm.data["ts4"] = cm.data["ts4"].replace("replicas: 4", "replicas: 8")
     client.CoreV1Api(api).replace_namespaced_config_map(addons.DEVICE_PLUGIN_CONFIGMAP, NS, cm)
-    time.sleep(1.5)  # two GpuSync polls: proves nothing re-reads the ConfigMap behind the plugin's back
+    sim.backend(host.name).sync_node(sim, host.name)  # a sync now: nothing re-reads the ConfigMap behind it
     assert resources(sim, host.name) == ("8", "8")
     # ... a restart does (what a deploy must do after changing the ConfigMap).
     old = plugin_pod(sim, host.name)["metadata"]["uid"]
@@ -410,3 +409,25 @@ def test_rbac_objects_are_stored(kubectl, tmp_path) -> None:
     out = kubectl("get", "clusterrole", "nvidia-device-plugin", "-o", "json").stdout
     assert json.loads(out)["rules"] == manifests[1]["rules"]
     assert "nvidia-device-plugin" in kubectl("get", "clusterrolebindings").stdout
+
+
+def test_host_without_driver_fails_in_the_nvidia_hook(sim, api, add_host) -> None:
+    host = add_host("l4-1", config_key="none", driver=None)
+    deploy_addons(api)
+
+    def failed_start() -> dict[str, Any] | None:
+        pod = plugin_pod(sim, host.name)
+        for cs in (pod or {}).get("status", {}).get("containerStatuses") or []:
+            if cs["name"] == "nvidia-device-plugin" and cs["restartCount"] >= 1:
+                return cs
+        return None
+
+    status = wait_for(failed_start, what="plugin container failed to start")
+    term = status["lastState"]["terminated"]
+    assert (term["reason"], term["exitCode"]) == ("StartError", 128)
+    assert term["message"].endswith(
+        "nvidia-container-cli: initialization error: load library failed: libnvidia-ml.so.1: cannot open shared "
+        "object file: no such file or directory: unknown"
+    )
+    assert resources(sim, host.name) == (None, None)
+    assert "nvidia.com/gpu.product" not in node_of(sim, host.name)["metadata"]["labels"]
