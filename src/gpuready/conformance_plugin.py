@@ -68,6 +68,7 @@ class Suite:
     cluster: Any = None  # gpuready.kube.Cluster, connected on first use by the Kubernetes layers
     workloads: Any = None  # gpuready.workloads.Workloads: the run's namespace and pods
     restore_signal: Callable[[], None] | None = None
+    notes: list[str] = field(default_factory=list)
 
     def connect(self) -> Any:
         """The cluster of --kubeconfig/--kube-context (else the inventory's ``kubeconfig`` data, else the
@@ -310,8 +311,32 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     metafunc.parametrize("node", suite.nodes, ids=[n.name for n in suite.nodes])
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Layer order, globally (see the module docstring); items without a layer keep their place at the front."""
+NO_CLUSTER = (
+    "node, workloads and metrics layers not run: no cluster given (--kubeconfig, --kube-context, $KUBECONFIG "
+    "or `kubeconfig` in the inventory's data)"
+)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Layer order, globally (see the module docstring); items without a layer keep their place at the front.
+
+    Without any cluster to look at (a host-only run, e.g. a GPU runner before it joins), the checks that need
+    the ``cluster`` fixture are deselected, and the terminal summary says so, rather than failing every node on a connection error.
+    """
+    import os
+
+    suite = config.stash.get(SUITE, None)
+    if suite is not None and not (
+        suite.kubeconfig
+        or suite.kube_context
+        or os.environ.get("KUBECONFIG")
+        or any(n.data.get("kubeconfig") for n in suite.nodes)
+    ):
+        kube = [item for item in items if "cluster" in getattr(item, "fixturenames", ())]
+        if kube:
+            config.hook.pytest_deselected(items=kube)
+            items[:] = [item for item in items if "cluster" not in getattr(item, "fixturenames", ())]
+            suite.notes.append(NO_CLUSTER)
     rank = {layer: i for i, layer in enumerate(LAYERS)}
     order = {id(item): i for i, item in enumerate(items)}
     items.sort(key=lambda item: (rank.get(layer_of(item) or "", -1), order[id(item)]))
@@ -393,6 +418,8 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
     terminalreporter.write_line(f"inventory: {suite.inventory}")
     for line in fleet_report.render_table(suite.results).splitlines():
         terminalreporter.write_line(line)
+    for note in suite.notes:
+        terminalreporter.write_line(note)
     for path in suite.report_paths:
         terminalreporter.write_line(f"wrote {path}")
 

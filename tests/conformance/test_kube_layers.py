@@ -40,11 +40,11 @@ def fleets(tmp_path):
         fleet.sim.stop()
 
 
-def run(pytester, fleet, *args):
+def run(pytester, fleet, *args, **kw):
     report = pytester.path / "report"
     result = pytester.runpytest_inprocess(
         "conformance", "--inventory", str(fleet.inventory), "--kubeconfig", str(fleet.sim.kubeconfig_path),
-        "--timeout", "20", "--report-dir", str(report), "-p", "no:cacheprovider", "-rs", *args,
+        "--timeout", "20", "--report-dir", str(report), "-p", "no:cacheprovider", "-rs", *args, **kw,
     )  # fmt: skip
     return result, read_verdict(report)
 
@@ -95,3 +95,178 @@ def test_healthy_fleet_passes_every_check(pytester, kube_suite, fleets):
         assert statuses["metrics/test_running_pod_in_labels"] == "pass"
         assert statuses["node/test_allocatable"] == "pass"
     assert_cleaned_up(fleet)
+
+
+def only_failing_node(verdict, node):
+    """Every failure is on ``node``; the other nodes pass all their node/workloads/metrics checks."""
+    bad = failures(verdict)
+    assert bad and all(key.startswith(f"{node}:") for key in bad), bad
+    for other in verdict["nodes"]:
+        if other != node:
+            assert {s for s, _m in checks(verdict, other).values()} <= {"pass", "skip"}, other
+    return {key.removeprefix(f"{node}:"): message for key, message in bad.items()}
+
+
+def test_wrong_time_slicing_replicas_fail_allocatable(pytester, kube_suite, fleets):
+    config = "version: v1\nflags:\n  migStrategy: none\nsharing:\n  timeSlicing:\n    resources:\n" \
+             "    - name: nvidia.com/gpu\n      replicas: 2\n"  # fmt: skip
+    fleet = make_fleet_unconverged(fleets, configs={"time-slicing-4": config})
+    l4 = list(fleet.nodes)[2]
+    wait_for(lambda: fleet.node(l4)["status"]["allocatable"].get("nvidia.com/gpu") == "2", what="2 replicas")
+    _result, verdict = run(pytester, fleet)
+    bad = only_failing_node(verdict, l4)
+    assert bad["node/test_allocatable"] == (
+        f"{l4}: allocatable nvidia.com/gpu = 2, expected 4 (time-slicing replicas 4 x 1 GPU)"
+    )
+    assert bad["node/test_capacity"].endswith(
+        "capacity nvidia.com/gpu = 2, expected 4 (time-slicing replicas 4 x 1 GPU)"
+    )
+    assert "GFD label nvidia.com/gpu.replicas = '2', expected '4'" in bad["node/test_gfd_labels"]
+    assert checks(verdict, l4)["workloads/test_vector_add"][1].startswith(
+        f"skipped: node layer failed on {l4}"
+    )
+
+
+def make_fleet_unconverged(fleets_factory, **kw):
+    """A fleet whose fault keeps it from converging to its spec (fleets() waits for convergence)."""
+    import kube_fleet
+
+    original = kube_fleet.KubeFleet.converged
+    kube_fleet.KubeFleet.converged = lambda self: None
+    try:
+        return fleets_factory(**kw)
+    finally:
+        kube_fleet.KubeFleet.converged = original
+
+
+def test_missing_mig_instance_fails_allocatable(pytester, kube_suite, fleets):
+    fleet = make_fleet_unconverged(fleets, mig_override={1: {0: ["3g.40gb", "2g.20gb", "1g.10gb"]}})
+    a100 = list(fleet.nodes)[1]
+    wait_for(
+        lambda: fleet.node(a100)["status"]["allocatable"].get("nvidia.com/mig-1g.10gb") == "1", what="1 x 1g"
+    )
+    wait_for(lambda: fleet.node(a100)["metadata"]["labels"].get("nvidia.com/mig-1g.10gb.count") == "1")
+    _result, verdict = run(pytester, fleet)
+    bad = only_failing_node(verdict, a100)
+    assert bad["node/test_allocatable"] == (
+        f"{a100}: allocatable nvidia.com/mig-1g.10gb = 1, expected 2 (MIG mixed: 2 x 1g.10gb in mig_layout)"
+    )
+    assert "GFD label nvidia.com/mig-1g.10gb.count = '1', expected '2'" in bad["node/test_gfd_labels"]
+
+
+def test_missing_nvidia_handler_fails_vector_add(pytester, kube_suite, fleets):
+    fleet = fleets()
+    h100 = next(iter(fleet.nodes))
+    fleet.remove_nvidia_dropin(h100)  # the plugin keeps running; new pods on the nvidia runtime cannot start
+    _result, verdict = run(pytester, fleet)
+    bad = only_failing_node(verdict, h100)
+    message = bad["workloads/test_vector_add"]
+    assert message.startswith(f"{h100}: vectorAdd did not pass: pod vectoradd-{h100}: phase ")
+    assert (
+        'reason RunContainerError: rpc error: code = Unknown desc = failed to get sandbox runtime: no runtime for "nvidia" is configured'
+        in message
+    )
+    assert "events: Warning FailedCreatePodSandBox" in message
+    assert checks(verdict, h100)["metrics/test_series_per_gpu"][1].startswith(
+        f"skipped: workloads layer failed on {h100}"
+    )
+    assert_cleaned_up(fleet)
+
+
+def test_kubelet_stopped_fails_ready(pytester, kube_suite, fleets):
+    fleet = fleets()
+    l4 = list(fleet.nodes)[2]
+    fleet.sim.virtual.stop(l4)
+    ready = lambda: next(c for c in fleet.node(l4)["status"]["conditions"] if c["type"] == "Ready")  # noqa: E731
+    wait_for(lambda: ready()["status"] == "Unknown", what="NotReady")
+    _result, verdict = run(pytester, fleet)
+    bad = only_failing_node(verdict, l4)
+    assert bad["node/test_ready"] == (
+        f"{l4}: NotReady (Ready = Unknown, NodeStatusUnknown: Kubelet stopped posting node status.)"
+    )
+
+
+def test_dcgm_exporter_absent_fails_its_check(pytester, kube_suite, fleets):
+    fleet = fleets()
+    fleet.delete_daemonset("nvidia-dcgm-exporter")
+    _result, verdict = run(pytester, fleet)
+    for node in fleet.nodes:
+        assert checks(verdict, node)["node/test_dcgm_exporter_ready"] == (
+            "fail",
+            f"{node}: no dcgm-exporter pod on the node (is its DaemonSet deployed and does it select this node?)",
+        )
+        assert checks(verdict, node)["node/test_device_plugin_ready"][0] == "pass"
+
+
+def test_device_plugin_absent_fails_resources_and_its_check(pytester, kube_suite, fleets):
+    fleet = fleets()
+    fleet.delete_daemonset("nvidia-device-plugin")
+    l4 = list(fleet.nodes)[2]
+    wait_for(
+        lambda: fleet.node(l4)["status"]["allocatable"].get("nvidia.com/gpu") == "0", what="allocatable 0"
+    )
+    _result, verdict = run(pytester, fleet, "--nodes", l4)
+    bad = failures(verdict)
+    assert bad[f"{l4}:node/test_allocatable"] == (
+        f"{l4}: allocatable nvidia.com/gpu = absent, expected 4 (time-slicing replicas 4 x 1 GPU)"
+    )
+    assert bad[f"{l4}:node/test_device_plugin_ready"].startswith(f"{l4}: no device plugin pod on the node")
+
+
+def test_namespace_deleted_after_a_timeout(pytester, kube_suite, fleets):
+    fleet = fleets()
+    l4 = list(fleet.nodes)[2]
+    fleet.remove_nvidia_dropin(l4)
+    result, verdict = run(pytester, fleet, "--nodes", l4, "--timeout", "0.01")
+    message = checks(verdict, l4)["workloads/test_vector_add"][1]
+    assert "(timed out waiting)" in message or "RunContainerError" in message
+    assert result.ret == 1
+    assert_cleaned_up(fleet)
+
+
+def test_namespace_deleted_after_ctrl_c(pytester, kube_suite, fleets):
+    fleet = fleets()
+    (pytester.path / "conftest.py").write_text(
+        "import pytest\n"
+        "@pytest.hookimpl(tryfirst=True)\n"
+        "def pytest_runtest_call(item):\n"
+        "    if item.name.startswith('test_time_slicing'):\n"
+        "        suite = item.session.config.stash[__import__('gpuready.conformance_plugin').conformance_plugin.SUITE]\n"
+        "        open('namespace', 'w').write(suite.workloads.namespace if suite.workloads.created else '')\n"
+        "        raise KeyboardInterrupt\n"
+    )
+    result, _verdict = run(pytester, fleet, "--nodes", list(fleet.nodes)[2], no_reraise_ctrlc=True)
+    assert result.ret == pytest.ExitCode.INTERRUPTED
+    assert (
+        (pytester.path / "namespace").read_text().startswith(wl.NAMESPACE_PREFIX)
+    )  # it existed at the interrupt
+    assert_cleaned_up(fleet)
+
+
+def test_pods_are_hardened_and_labelled(pytester, kube_suite, fleets):
+    fleet = fleets()
+    (pytester.path / "conftest.py").write_text(
+        "import json, pytest\n"
+        "@pytest.hookimpl(tryfirst=True)\n"
+        "def pytest_runtest_call(item):\n"
+        "    if item.name.startswith('test_vector_add'):\n"
+        "        w = item.session.config.stash[__import__('gpuready.conformance_plugin').conformance_plugin.SUITE].workloads\n"
+        "        core = w.cluster.core\n"
+        "        ns = core.read_namespace(w.namespace)\n"
+        "        pods = [w.cluster.api.sanitize_for_serialization(p) for p in core.list_namespaced_pod(w.namespace).items]\n"
+        "        open('seen.json', 'w').write(json.dumps({'labels': ns.metadata.labels, 'pods': pods}))\n"
+    )
+    run(pytester, fleet, "--nodes", list(fleet.nodes)[1])
+    seen = json.loads((pytester.path / "seen.json").read_text())
+    assert seen["labels"]["app.kubernetes.io/managed-by"] == "gpuready"
+    assert seen["pods"]
+    for pod in seen["pods"]:
+        spec = pod["spec"]
+        assert pod["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "gpuready"
+        assert spec["runtimeClassName"] == "nvidia"
+        assert not any("hostPath" in v for v in spec.get("volumes") or [])
+        for c in spec["containers"]:
+            assert (
+                c["securityContext"]["runAsNonRoot"] is True and c["securityContext"]["privileged"] is False
+            )
+            assert c["securityContext"]["allowPrivilegeEscalation"] is False

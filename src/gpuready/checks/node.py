@@ -16,11 +16,13 @@ from gpuready.spec import NodeSpec
 Obj = dict[str, Any]
 NVIDIA_PREFIX = "nvidia.com/"
 # How the add-on pods are recognised, whoever deployed them (gpuready's add-ons deploy or the GPU Operator):
-# by the image they run, which both use.
+# by the image they run, which both use. GPU feature discovery ships in the device plugin's image since v0.15:
+# a pod running it is not a device plugin.
 ADDON_IMAGES = {
     "device plugin": "k8s-device-plugin",
     "dcgm-exporter": "dcgm-exporter",
 }
+NOT_THE_ADDON = {"device plugin": "feature-discovery", "dcgm-exporter": "\0"}
 
 
 def _need(node: NodeSpec, obj: Obj | None) -> Obj:
@@ -156,12 +158,17 @@ def pod_ready(pod: Obj) -> bool:
 
 def addon_pod_ready(node: NodeSpec, pods: list[Obj], component: str) -> list[str]:
     """A pod of ``component`` (a key of ADDON_IMAGES) runs on the node and is Ready."""
-    image = ADDON_IMAGES[component]
-    mine = [
-        p
-        for p in pods
-        if any(image in (c.get("image") or "") for c in (p.get("spec") or {}).get("containers") or [])
-    ]
+    image, other = ADDON_IMAGES[component], NOT_THE_ADDON[component]
+
+    def runs(pod: Obj) -> bool:
+        containers = (pod.get("spec") or {}).get("containers") or []
+        words = " ".join(" ".join([*(c.get("command") or []), *(c.get("args") or [])]) for c in containers)
+        name = pod["metadata"].get("name", "")
+        if other in words or other in name:
+            return False
+        return any(image in (c.get("image") or "") for c in containers)
+
+    mine = [p for p in pods if runs(p)]
     if not mine:
         return [f"no {component} pod on the node (is its DaemonSet deployed and does it select this node?)"]
     if any(pod_ready(p) for p in mine):
