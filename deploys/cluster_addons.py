@@ -11,6 +11,7 @@ from pathlib import Path
 
 import yaml
 from pyinfra import host
+from pyinfra.api import OperationError
 
 from gpuready.addons import AddonSettings, prometheus_rules, render_all
 from gpuready.deploy_context import current_node, fleet_for
@@ -20,6 +21,12 @@ from gpuready.operations import kubernetes
 node = current_node()
 kubeconfig = node.data.get("kubeconfig")
 settings = AddonSettings.from_data(node.data)
+try:  # fail in seconds, before any operation, when the cluster cannot be reached
+    kubernetes.cluster(kubeconfig, None)
+except OperationError as exc:
+    raise SystemExit(
+        f"gpuready: {exc} (kubeconfig: {kubeconfig or '$KUBECONFIG or ~/.kube/config'})"
+    ) from None
 
 for manifest in render_all(fleet_for(host.inventory), settings):
     kubernetes.applied(
