@@ -175,3 +175,22 @@ def test_an_unreachable_host_fails_alone(deployed_lab, tmp_path):
     assert run.total[1] == 0  # the hosts that answered ran every operation without error
     for node in deployed_lab.lab.state["hosts"]:
         assert f"[{node}] Connected" in run.output
+
+
+def test_sharing_change_updates_only_the_configmap_and_the_label(deployed_lab, core):
+    lab = deployed_lab.lab
+    try:
+        run = run_pyinfra(lab, "--limit", "gpu-node-3", "--data", "sharing_replicas=8",
+                          deploy="deploys/cluster_addons.py")  # fmt: skip
+        assert run.returncode == 0, run.output[-3000:]
+        assert run.changed_operations() == {
+            "Apply ConfigMap gpu-system/nvidia-device-plugin-configs",
+            "Label the node with its device-plugin config",
+        }
+        node = core.read_node("gpu-node-3")
+        assert node.metadata.labels["nvidia.com/device-plugin.config"] == "time-slicing-8"
+        cm = core.read_namespaced_config_map("nvidia-device-plugin-configs", "gpu-system")
+        assert "replicas: 8" in cm.data["time-slicing-8"]
+    finally:
+        back = run_pyinfra(lab, deploy="deploys/cluster_addons.py")
+        assert back.returncode == 0, back.output[-3000:]
