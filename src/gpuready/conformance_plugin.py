@@ -79,7 +79,9 @@ class Suite:
             kubeconfig = self.kubeconfig or next(
                 (n.data.get("kubeconfig") for n in self.nodes if n.data.get("kubeconfig")), None
             )
-            self.cluster = kube.connect(kubeconfig, self.kube_context, timeout=min(self.timeout, 10.0))
+            self.cluster = kube.connect(
+                kubeconfig, self.kube_context, timeout=max(5.0, min(self.timeout, 10.0))
+            )
         return self.cluster
 
     def cleanup(self) -> None:
