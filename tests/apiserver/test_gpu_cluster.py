@@ -7,6 +7,7 @@ add-ons are gpuready.addons' manifests, with ``runtimeClassName: nvidia`` where 
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -26,6 +27,8 @@ from gpuready.lab.hardware import make_hardware, write_hardware
 from gpuready.nvidia.dcgm import parse_dcgm_metrics
 
 from .conftest import wait_for
+
+wait = functools.partial(wait_for, timeout=30.0)  # generous: the suite shares a small machine
 
 NS = "gpu-system"
 CONTAINERD_MAIN = """\
@@ -186,9 +189,9 @@ def terminated(pod: dict[str, Any]) -> dict[str, Any]:
 def test_time_slicing_follows_label_and_configmap_restart(sim, api, add_host, kubectl) -> None:
     host = add_host("l40s-2", config_key="ts4")
     deploy_addons(api)
-    wait_for(lambda: resources(sim, host.name) == ("8", "8"), what="2 GPUs x 4 replicas")
+    wait(lambda: resources(sim, host.name) == ("8", "8"), what="2 GPUs x 4 replicas")
     labels = node_of(sim, host.name)["metadata"]["labels"]
-    wait_for(lambda: node_of(sim, host.name)["metadata"]["labels"].get("nvidia.com/gpu.replicas") == "4")
+    wait(lambda: node_of(sim, host.name)["metadata"]["labels"].get("nvidia.com/gpu.replicas") == "4")
     labels = node_of(sim, host.name)["metadata"]["labels"]
     assert labels["nvidia.com/gpu.product"] == "NVIDIA-L40S-SHARED"
     assert labels["nvidia.com/gpu.sharing-strategy"] == "time-slicing"
@@ -203,15 +206,13 @@ def test_time_slicing_follows_label_and_configmap_restart(sim, api, add_host, ku
     # ... a restart does (what a deploy must do after changing the ConfigMap).
     old = plugin_pod(sim, host.name)["metadata"]["uid"]
     kubectl("delete", "pod", "-n", NS, plugin_pod(sim, host.name)["metadata"]["name"])
-    wait_for(lambda: (plugin_pod(sim, host.name) or {"metadata": {"uid": old}})["metadata"]["uid"] != old)
-    wait_for(lambda: resources(sim, host.name) == ("16", "16"), what="2 GPUs x 8 replicas after restart")
+    wait(lambda: (plugin_pod(sim, host.name) or {"metadata": {"uid": old}})["metadata"]["uid"] != old)
+    wait(lambda: resources(sim, host.name) == ("16", "16"), what="2 GPUs x 8 replicas after restart")
 
     # The node label selects another config and the config manager makes the plugin reload at once.
     kubectl("label", "node", host.name, "--overwrite", f"{addons.DEVICE_PLUGIN_CONFIG_LABEL}=none")
-    wait_for(lambda: resources(sim, host.name) == ("2", "2"), what="whole GPUs after the label change")
-    wait_for(
-        lambda: node_of(sim, host.name)["metadata"]["labels"].get("nvidia.com/gpu.product") == "NVIDIA-L40S"
-    )
+    wait(lambda: resources(sim, host.name) == ("2", "2"), what="whole GPUs after the label change")
+    wait(lambda: node_of(sim, host.name)["metadata"]["labels"].get("nvidia.com/gpu.product") == "NVIDIA-L40S")
     out = kubectl("get", "node", host.name, "-o", "jsonpath={.status.allocatable.nvidia\\.com/gpu}").stdout
     assert out == "2"
 
@@ -219,12 +220,12 @@ def test_time_slicing_follows_label_and_configmap_restart(sim, api, add_host, ku
 def test_plugin_gone_drops_allocatable_then_capacity(sim, api, add_host, kubectl) -> None:
     host = add_host("l4-1", config_key="none")
     deploy_addons(api)
-    wait_for(lambda: resources(sim, host.name) == ("1", "1"), what="1 GPU")
+    wait(lambda: resources(sim, host.name) == ("1", "1"), what="1 GPU")
     kubectl("delete", "daemonset", "-n", NS, "nvidia-device-plugin")
-    wait_for(lambda: plugin_pod(sim, host.name) is None, what="plugin pod gone")
-    wait_for(lambda: resources(sim, host.name) == ("1", "0"), what="allocatable 0, capacity kept")
+    wait(lambda: plugin_pod(sim, host.name) is None, what="plugin pod gone")
+    wait(lambda: resources(sim, host.name) == ("1", "0"), what="allocatable 0, capacity kept")
     # grace_s=1.0 in this fixture (the kubelet's is 5 minutes): then capacity 0, the key kept
-    wait_for(lambda: resources(sim, host.name) == ("0", "0"), what="capacity 0 after the grace period")
+    wait(lambda: resources(sim, host.name) == ("0", "0"), what="capacity 0 after the grace period")
 
 
 def test_mig_mixed_and_single_from_host_state(sim, api, add_host) -> None:
@@ -234,19 +235,17 @@ def test_mig_mixed_and_single_from_host_state(sim, api, add_host) -> None:
     single = add_host("a100-80gb-4", config_key="mig-single", index=1,
                       mig={i: ["3g.40gb", "3g.40gb"] for i in range(4)})  # fmt: skip
     deploy_addons(api)
-    wait_for(lambda: resources(sim, mixed.name, "nvidia.com/mig-1g.10gb") == ("2", "2"), what="mixed 1g.10gb")
+    wait(lambda: resources(sim, mixed.name, "nvidia.com/mig-1g.10gb") == ("2", "2"), what="mixed 1g.10gb")
     assert resources(sim, mixed.name, "nvidia.com/mig-3g.40gb") == ("1", "1")
     assert resources(sim, mixed.name, "nvidia.com/mig-2g.20gb") == ("1", "1")
     assert resources(sim, mixed.name, "nvidia.com/gpu") == ("2", "2")  # GPUs 2 and 3 have MIG disabled
-    wait_for(
-        lambda: resources(sim, single.name) == ("8", "8"), what="single: 8 MIG devices as nvidia.com/gpu"
-    )
-    wait_for(lambda: "nvidia.com/gpu.product" in node_of(sim, single.name)["metadata"]["labels"])
+    wait(lambda: resources(sim, single.name) == ("8", "8"), what="single: 8 MIG devices as nvidia.com/gpu")
+    wait(lambda: "nvidia.com/gpu.product" in node_of(sim, single.name)["metadata"]["labels"])
     labels = node_of(sim, single.name)["metadata"]["labels"]
     assert labels["nvidia.com/gpu.product"] == "NVIDIA-A100-SXM4-80GB-MIG-3g.40gb"
     assert (labels["nvidia.com/gpu.count"], labels["nvidia.com/gpu.memory"]) == ("8", "40192")
     assert labels["nvidia.com/mig.strategy"] == "single"
-    mixed_labels = wait_for(
+    mixed_labels = wait(
         lambda: node_of(sim, mixed.name)["metadata"]["labels"].get("nvidia.com/mig-1g.10gb.count")
     )
     assert mixed_labels == "2"
@@ -267,7 +266,7 @@ def test_plugin_without_nvidia_runtime_crashes_with_nvml_error(sim, api, add_hos
                 return pod
         return None
 
-    pod = wait_for(crashed, what="plugin container restarted")
+    pod = wait(crashed, what="plugin container restarted")
     status = next(cs for cs in pod["status"]["containerStatuses"] if cs["name"] == "nvidia-device-plugin")
     assert status["state"]["waiting"]["reason"] == "CrashLoopBackOff"
     assert status["lastState"]["terminated"]["exitCode"] == 1
@@ -289,24 +288,24 @@ def test_vector_add_ready_host_missing_handler_and_faulty_gpu(sim, api, add_host
     faulty = add_host("l4-1", config_key="none", index=2, faults=[{"fault": "ecc-uncorrectable", "gpu": 0}])
     deploy_addons(api)
     v1 = client.CoreV1Api(api)
-    wait_for(lambda: resources(sim, ready.name) == ("1", "1") and resources(sim, faulty.name) == ("1", "1"))
+    wait(lambda: resources(sim, ready.name) == ("1", "1") and resources(sim, faulty.name) == ("1", "1"))
     for name, host in (("va-ready", ready), ("va-faulty", faulty)):
         v1.create_namespaced_pod("default", gpu_pod(name, VECTOR_ADD, host.name))
     # Without the drop-in the host has no `nvidia` handler: its plugin cannot start either, so schedule no GPU.
     v1.create_namespaced_pod("default", gpu_pod("va-nohandler", VECTOR_ADD, no_dropin.name, gpus=0))
 
-    ok = wait_for(lambda: finished(sim, "va-ready"), what="va-ready done")
+    ok = wait(lambda: finished(sim, "va-ready"), what="va-ready done")
     assert ok["status"]["phase"] == "Succeeded"
     assert kubectl("logs", "va-ready").stdout == VECTOR_ADD_OK
 
-    bad = wait_for(lambda: finished(sim, "va-faulty"), what="va-faulty done")
+    bad = wait(lambda: finished(sim, "va-faulty"), what="va-faulty done")
     assert bad["status"]["phase"] == "Failed" and terminated(bad)["exitCode"] == 1
     assert v1.read_namespaced_pod_log("va-faulty", "default") == (
         "[Vector addition of 50000 elements]\n"
         "Failed to allocate device vector A (error code uncorrectable ECC error encountered)!\n"
     )
 
-    nohandler = wait_for(lambda: finished(sim, "va-nohandler"), what="va-nohandler done")
+    nohandler = wait(lambda: finished(sim, "va-nohandler"), what="va-nohandler done")
     term = terminated(nohandler)
     assert term["reason"] == "RunContainerError"
     assert term["message"] == ('rpc error: code = Unknown desc = failed to get sandbox runtime: no runtime for '
@@ -322,8 +321,8 @@ def test_time_sliced_pods_share_a_uuid_and_mig_pods_see_their_device(sim, api, a
     a100 = add_host("a100-80gb-4", config_key="mig-mixed", index=3, mig={0: ["1g.10gb", "1g.10gb"]})
     deploy_addons(api)
     v1 = client.CoreV1Api(api)
-    wait_for(lambda: resources(sim, l4.name) == ("4", "4"), what="L4 x 4 replicas")
-    wait_for(lambda: resources(sim, a100.name, "nvidia.com/mig-1g.10gb") == ("2", "2"), what="2 MIG devices")
+    wait(lambda: resources(sim, l4.name) == ("4", "4"), what="L4 x 4 replicas")
+    wait(lambda: resources(sim, a100.name, "nvidia.com/mig-1g.10gb") == ("2", "2"), what="2 MIG devices")
     smi = ["nvidia-smi", "-L"]
     for name in ("ts-a", "ts-b"):
         v1.create_namespaced_pod("default", gpu_pod(name, CUDA_BASE, l4.name, command=smi))
@@ -331,7 +330,7 @@ def test_time_sliced_pods_share_a_uuid_and_mig_pods_see_their_device(sim, api, a
                                                 resource="nvidia.com/mig-1g.10gb"))  # fmt: skip
     logs = {}
     for name in ("ts-a", "ts-b", "mig-a"):
-        assert wait_for(lambda n=name: finished(sim, n), what=name)["status"]["phase"] == "Succeeded"
+        assert wait(lambda n=name: finished(sim, n), what=name)["status"]["phase"] == "Succeeded"
         logs[name] = v1.read_namespaced_pod_log(name, "default")
     l4_uuid = make_hardware("l4-1", 0)["gpus"][0]["uuid"]
     assert logs["ts-a"] == logs["ts-b"] == f"GPU 0: NVIDIA L4 (UUID: {l4_uuid})\n"
@@ -351,7 +350,7 @@ def test_unknown_nvidia_image_cannot_be_pulled(sim, api, add_host) -> None:
         cs = (pod.get("status") or {}).get("containerStatuses") or []
         return (cs[0]["state"].get("waiting") or {}).get("reason") if cs else None
 
-    assert wait_for(waiting, what="waiting reason") in ("ErrImagePull", "ImagePullBackOff")
+    assert wait(waiting, what="waiting reason") in ("ErrImagePull", "ImagePullBackOff")
 
 
 # dcgm-exporter -------------------------------------------------------------------------------------------------
@@ -362,12 +361,12 @@ def test_dcgm_scrape_through_proxy_carries_pod_labels(sim, api, add_host, kubect
     deploy_addons(api)
     v1 = client.CoreV1Api(api)
     # GPU 1 has an XID 48: the plugin's health check leaves one allocatable of two.
-    wait_for(lambda: resources(sim, host.name) == ("2", "1"), what="one healthy GPU")
+    wait(lambda: resources(sim, host.name) == ("2", "1"), what="one healthy GPU")
     v1.create_namespaced_pod(
         "default", gpu_pod("sleeper", CUDA_BASE, host.name, command=["sleep", "infinity"])
     )
-    wait_for(lambda: sim.store.get("pods", "default", "sleeper")["status"].get("phase") == "Running")
-    exporter = wait_for(lambda: (p := plugin_pod(sim, host.name, "nvidia-dcgm-exporter")) and
+    wait(lambda: sim.store.get("pods", "default", "sleeper")["status"].get("phase") == "Running")
+    exporter = wait(lambda: (p := plugin_pod(sim, host.name, "nvidia-dcgm-exporter")) and
                         p["status"].get("phase") == "Running" and p)  # fmt: skip
     name = exporter["metadata"]["name"]
     text = v1.connect_get_namespaced_pod_proxy_with_path(f"{name}:9400", NS, "metrics")
@@ -390,7 +389,7 @@ def test_dcgm_scrape_through_proxy_carries_pod_labels(sim, api, add_host, kubect
 def test_dcgm_mig_instances(sim, api, add_host) -> None:
     host = add_host("a100-80gb-4", config_key="mig-mixed", mig={0: ["3g.40gb", "1g.10gb"]})
     deploy_addons(api)
-    exporter = wait_for(lambda: (p := plugin_pod(sim, host.name, "nvidia-dcgm-exporter")) and
+    exporter = wait(lambda: (p := plugin_pod(sim, host.name, "nvidia-dcgm-exporter")) and
                         p["status"].get("phase") == "Running" and p)  # fmt: skip
     text = client.CoreV1Api(api).connect_get_namespaced_pod_proxy_with_path(
         f"{exporter['metadata']['name']}:9400", NS, "metrics"
@@ -422,7 +421,7 @@ def test_host_without_driver_fails_in_the_nvidia_hook(sim, api, add_host) -> Non
                 return cs
         return None
 
-    status = wait_for(failed_start, what="plugin container failed to start")
+    status = wait(failed_start, what="plugin container failed to start")
     term = status["lastState"]["terminated"]
     assert (term["reason"], term["exitCode"]) == ("StartError", 128)
     assert term["message"].endswith(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import signal
 import subprocess
@@ -17,6 +18,8 @@ from gpuready.lab.apiserver.virtual import node_object
 from .conftest import wait_for
 from .test_gpu_cluster import CONFIGS, deploy_addons, make_host
 
+wait = functools.partial(wait_for, timeout=30.0)  # generous: the suite shares a small machine
+
 
 def test_lab_state_hosts_and_virtual_nodes(tmp_path: Path) -> None:
     lab = tmp_path / "lab"
@@ -30,7 +33,7 @@ def test_lab_state_hosts_and_virtual_nodes(tmp_path: Path) -> None:
                              "--lab-state", str(lab), "--virtual-nodes", "1", "--node-grace-period", "120"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
     try:
-        wait_for(lambda: (state / "apiserver.json").exists() and proc.stdout.readline(), what="serving line")
+        wait(lambda: (state / "apiserver.json").exists() and proc.stdout.readline(), what="serving line")
         cfg = client.Configuration()
         config.load_kube_config(config_file=str(state / "kubeconfig"), client_configuration=cfg)
         with client.ApiClient(cfg) as api:
@@ -43,17 +46,12 @@ def test_lab_state_hosts_and_virtual_nodes(tmp_path: Path) -> None:
             def allocatable(name: str) -> str | None:
                 return v1.read_node(name).status.allocatable.get("nvidia.com/gpu")
 
-            wait_for(
-                lambda: allocatable("gpu-host-a") == "4", timeout=20, what="L4 x 4 replicas on the lab host"
-            )
-            wait_for(lambda: allocatable("virt-node-0000") == "8", timeout=20, what="virtual H100 node")
-            count = wait_for(
-                lambda: v1.read_node("virt-node-0000").metadata.labels.get("nvidia.com/gpu.count")
-            )
+            wait(lambda: allocatable("gpu-host-a") == "4", timeout=20, what="L4 x 4 replicas on the lab host")
+            wait(lambda: allocatable("virt-node-0000") == "8", timeout=20, what="virtual H100 node")
+            count = wait(lambda: v1.read_node("virt-node-0000").metadata.labels.get("nvidia.com/gpu.count"))
             assert count == "8"
-            assert (
-                v1.read_node("gpu-host-a").metadata.labels.get("nvidia.com/gpu.product") == "NVIDIA-L4-SHARED"
-            )
+            product = wait(lambda: v1.read_node("gpu-host-a").metadata.labels.get("nvidia.com/gpu.product"))
+            assert product == "NVIDIA-L4-SHARED"
     finally:
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=15) == 0
