@@ -328,16 +328,17 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     import os
 
     suite = config.stash.get(SUITE, None)
-    if suite is not None and not (
-        suite.kubeconfig
-        or suite.kube_context
+    given = (
+        config.getoption("kubeconfig")
+        or config.getoption("kube_context")
         or os.environ.get("KUBECONFIG")
-        or any(n.data.get("kubeconfig") for n in suite.nodes)
-    ):
-        kube = [item for item in items if "cluster" in getattr(item, "fixturenames", ())]
-        if kube:
-            config.hook.pytest_deselected(items=kube)
-            items[:] = [item for item in items if "cluster" not in getattr(item, "fixturenames", ())]
+        or (suite is not None and any(n.data.get("kubeconfig") for n in suite.nodes))
+    )
+    kube = [item for item in items if "cluster" in getattr(item, "fixturenames", ())]
+    if kube and not given:
+        config.hook.pytest_deselected(items=kube)
+        items[:] = [item for item in items if "cluster" not in getattr(item, "fixturenames", ())]
+        if suite is not None:
             suite.notes.append(NO_CLUSTER)
     rank = {layer: i for i, layer in enumerate(LAYERS)}
     order = {id(item): i for i, item in enumerate(items)}

@@ -270,3 +270,26 @@ def test_pods_are_hardened_and_labelled(pytester, kube_suite, fleets):
                 c["securityContext"]["runAsNonRoot"] is True and c["securityContext"]["privileged"] is False
             )
             assert c["securityContext"]["allowPrivilegeEscalation"] is False
+
+
+def test_without_a_cluster_the_kubernetes_layers_are_deselected_and_said_so(
+    pytester, kube_suite, tmp_path, monkeypatch
+):
+    monkeypatch.delenv("KUBECONFIG", raising=False)
+    from kube_fleet import HEALTHY
+    from shims import GROUP_DATA, JOIN, PROFILE_INVENTORY
+
+    (tmp_path / "group_data").mkdir()
+    shutil.copy(GROUP_DATA, tmp_path / "group_data" / "all.py")
+    inventory = tmp_path / "inventory.py"
+    profile, data = HEALTHY[2]
+    inventory.write_text(
+        f"gpu_nodes = ([('gpu-node-1', { ({**PROFILE_INVENTORY[profile], **JOIN, **data})!r})], {{}})\n"
+    )
+    result = pytester.runpytest_inprocess(
+        "conformance", "--inventory", str(inventory), "-p", "no:cacheprovider"
+    )
+    result.assert_outcomes(deselected=15)
+    result.stdout.fnmatch_lines(
+        ["node, workloads and metrics layers not run: no cluster given (--kubeconfig,*"]
+    )
