@@ -215,7 +215,12 @@ def test_inventory_data(lab, monkeypatch):
     assert group["nvidia_container_repo_url"] == f"{base}/libnvidia-container/stable/deb/{{deb_arch}}/"
     assert group["kubernetes_repo_url"] == f"{base}/kubernetes/core:/stable:/v{{minor}}/deb/"
     assert group["cuda_repo_keyring_url"] == f"{base}/keys/gpuready-lab-archive-keyring.asc"
-    assert group["kube_join"] is False  # no API server recorded in this lab's state
+    api = lab.state["apiserver"]  # the lab's control plane: the hosts join it
+    assert group["kube_api_endpoint"] == api["endpoint"]
+    assert group["kube_ca_cert_hash"] == api["ca_cert_hash"]
+    assert group["kube_join_token_file"] == api["join_token_file"]
+    assert group["kubeconfig"] == api["kubeconfig"]
+    assert "kube_join" not in group
 
 
 @pytest.mark.parametrize(
