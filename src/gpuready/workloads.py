@@ -208,6 +208,7 @@ class Workloads:
         (``finished``, ``running`` or ``settled``: running, finished or Unschedulable) or ``timeout`` passed;
         then read the logs of pods that ran and, for pods that failed or timed out, their events."""
         from kubernetes import watch
+        from kubernetes.client.exceptions import ApiException
 
         self.ensure_namespace()
         core = self.cluster.core
@@ -241,18 +242,26 @@ class Workloads:
             stream = watch.Watch()
             self.requests += 1
             try:
-                for event in stream.stream(
+                events = stream.stream(
                     core.list_namespaced_pod,
                     self.namespace,
                     resource_version=version,
                     timeout_seconds=remaining,
                     _request_timeout=remaining + 5,
-                ):
+                )
+                for event in events:
                     obj = self.cluster.api.sanitize_for_serialization(event["object"])
                     version = obj["metadata"].get("resourceVersion") or version
                     seen(obj)
                     if done() or time.monotonic() >= deadline:
                         break
+            except ApiException as exc:
+                if exc.status != 410:  # 410 Gone: our version is too old; list again and watch from there
+                    raise
+                listed = self._list_pods()
+                for obj in listed["items"]:
+                    seen(obj)
+                version = listed["metadata"].get("resourceVersion")
             finally:
                 stream.stop()
         for name in goals:
