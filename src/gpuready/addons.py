@@ -2,7 +2,9 @@
 
 The device-plugin ConfigMap holds one config per distinct node configuration (``Fleet.device_plugin_configs``);
 each node selects its own with the ``nvidia.com/device-plugin.config`` label it joined with, so the expectations
-the conformance suite checks and the configs the plugin runs are the same objects. Workload shapes follow what
+the conformance suite checks and the configs the plugin runs are the same objects. The keys are derived from the
+config's content, so a sharing change is a new key and a label change, which the plugin's config manager reloads
+on (it does not watch the content of a key it already uses). Workload shapes follow what
 NVIDIA ships upstream (least privilege: no privileged containers where upstream needs none).
 """
 
@@ -53,6 +55,9 @@ def _daemonset(name: str, namespace: str, pod_spec: dict[str, Any]) -> Manifest:
         "nodeSelector": GPU_NODE_SELECTOR,
         "tolerations": GPU_TOLERATIONS,
         "priorityClassName": "system-node-critical",
+        # containerd's default runtime stays runc (nvidia-ctk's default too): without the nvidia handler these
+        # pods get no driver libraries and cannot load NVML
+        "runtimeClassName": "nvidia",
         **pod_spec,
     }
     return {

@@ -57,8 +57,9 @@ def test_runtime_class_schedules_onto_gpu_nodes(manifests):
     assert rc["scheduling"]["tolerations"][0]["key"] == "nvidia.com/gpu"
 
 
-def test_workloads_are_least_privilege(manifests):
+def test_workloads_are_least_privilege_and_use_the_nvidia_runtime(manifests):
     for ds in (m for m in manifests if m["kind"] == "DaemonSet"):
+        assert ds["spec"]["template"]["spec"]["runtimeClassName"] == "nvidia"
         for container in ds["spec"]["template"]["spec"]["containers"]:
             security = container.get("securityContext", {})
             assert not security.get("privileged", False), ds["metadata"]["name"]
