@@ -649,7 +649,7 @@ def inject_fault(paths: LabPaths, node: str, fault: str | None, gpu: int | None 
             hardware.write_hardware(path, faults.clear_faults(hw))
             # On real hardware a fault is cleared by replacing or resetting the GPU and rebooting, after which
             # its XIDs are no longer "since boot": drop the journal's kernel lines the same way.
-            run_on_host(paths, node, ["sh", "-c", "journalctl --rotate >/dev/null 2>&1; "
+            run_on_host(paths, node, ["sh", "-c", "journalctl --rotate >/dev/null 2>&1; sleep 1; "
                                       "journalctl --vacuum-time=1s >/dev/null 2>&1; true"])  # fmt: skip
             return []
         hw = faults.apply_fault(hw, fault, gpu)
