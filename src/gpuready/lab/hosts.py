@@ -374,11 +374,6 @@ def up(
         state["repo"] = _start_repo(paths)
         state["sysctls"] = _set_node_sysctls()
         save_state(paths, state)
-        if control_plane:
-            progress("starting the Kubernetes API simulator")
-            state["apiserver"] = controlplane.start(paths, virtual_nodes=virtual_nodes)
-            state["apiserver"]["pid_start"] = _proc_start(state["apiserver"]["pid"])
-            save_state(paths, state)
         for spec in specs:
             hw = _write_hardware(paths, spec)
             known.append((spec.address, port, _write_host_files(paths, spec, port, client_pubkey)))
@@ -397,6 +392,12 @@ def up(
         ssh.write_known_hosts(paths.known_hosts, known)
         progress(f"booting {len(specs)} host(s) with systemd-nspawn")
         _wait_for_hosts(paths, specs, port, procs)
+        # after the hosts are in the state: the simulator reads them at start to give their Nodes GPU behaviour
+        if control_plane:
+            progress("starting the Kubernetes API simulator")
+            state["apiserver"] = controlplane.start(paths, virtual_nodes=virtual_nodes)
+            state["apiserver"]["pid_start"] = _proc_start(state["apiserver"]["pid"])
+            save_state(paths, state)
     except BaseException:
         down(paths, quiet=True)
         raise
