@@ -7,11 +7,10 @@ from io import StringIO
 from pyinfra import host, logger
 from pyinfra.api import deploy
 from pyinfra.facts.deb import DebPackages
-from pyinfra.operations import apt, files, systemd
+from pyinfra.operations import files, systemd
 
 from gpuready.deploy_context import current_node
-from gpuready.operations import apt as gpu_apt
-from gpuready.tasks.repos import repository
+from gpuready.tasks.repos import install_pinned, repository
 
 # Every package of the driver, not only the ones installed by name: their exact-version dependencies
 # (nvidia-driver -> nvidia-driver-cuda (= v) -> libnvidia-ml1 (= v) ...) must move together, up or down.
@@ -55,15 +54,7 @@ def nvidia_driver() -> None:
         dest="/etc/apt/preferences.d/gpuready-nvidia-driver",
         mode="644",
     )
-    apt.packages(
-        name=f"Install NVIDIA driver {node.versions.driver}",
-        packages=pins,
-        no_recommends=True,
-        # the pins are held: changing the version on purpose needs this flag, unattended upgrades do not get it
-        extra_install_args="--allow-change-held-packages",
-        allow_downgrades=True,
-    )
-    gpu_apt.held(name="Hold the NVIDIA driver packages", packages=pins)
+    install_pinned(f"NVIDIA driver {node.versions.driver}", pins, "Hold the NVIDIA driver packages")
     running = None if changing else True  # after a change the services start with the new module, at boot
     systemd.service(
         name="Enable nvidia-persistenced", service="nvidia-persistenced", running=running, enabled=True

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 from pyinfra.api import deploy
-from pyinfra.operations import apt, systemd
+from pyinfra.operations import systemd
 
 from gpuready.deploy_context import current_node
-from gpuready.operations import apt as gpu_apt
 from gpuready.operations import kube
-from gpuready.tasks.repos import repository
+from gpuready.tasks.repos import install_pinned, repository
 
 
 @deploy("Kubernetes node packages")
@@ -21,14 +20,9 @@ def kubernetes_packages() -> None:
         keyring_url_template=node.repos["kubernetes_repo_keyring_url"],
         pins=pins,
     )
-    apt.packages(
-        name=f"Install kubelet, kubeadm, kubectl {node.versions.kubernetes}",
-        packages=pins,
-        no_recommends=True,
-        extra_install_args="--allow-change-held-packages",
-        allow_downgrades=True,
+    install_pinned(
+        f"kubelet, kubeadm, kubectl {node.versions.kubernetes}", pins, "Hold the Kubernetes packages"
     )
-    gpu_apt.held(name="Hold the Kubernetes packages", packages=pins)
     systemd.service(name="Enable kubelet", service="kubelet", enabled=True)
 
 

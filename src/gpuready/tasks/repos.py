@@ -11,6 +11,7 @@ from pyinfra.facts.deb import DebPackages
 from pyinfra.operations import apt
 
 from gpuready.deploy_context import repo_vars
+from gpuready.operations import apt as gpu_apt
 
 KEYRING_DIR = "/etc/apt/keyrings"
 
@@ -42,3 +43,16 @@ def repository(repo: str, url_template: str, keyring_url_template: str, pins: li
             name=f"Update apt lists for {repo}",
             _if=lambda: key.did_change() or source.did_change(),
         )
+
+
+def install_pinned(what: str, pins: list[str], hold_name: str) -> None:
+    """Install ``name=version`` pins and hold them: held packages move only when the inventory moves them."""
+    apt.packages(
+        name=f"Install {what}",
+        packages=pins,
+        no_recommends=True,
+        # the pins are held: changing the version on purpose needs this flag, unattended upgrades do not get it
+        extra_install_args="--allow-change-held-packages",
+        allow_downgrades=True,
+    )
+    gpu_apt.held(name=hold_name, packages=pins)

@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 from pyinfra.api import deploy
-from pyinfra.operations import apt
 
 from gpuready.deploy_context import current_node
-from gpuready.operations import apt as gpu_apt
-from gpuready.tasks.repos import repository
+from gpuready.tasks.repos import install_pinned, repository
 
 
 @deploy("NVIDIA container toolkit")
@@ -20,11 +18,6 @@ def container_toolkit() -> None:
         keyring_url_template=node.repos["nvidia_container_repo_keyring_url"],
         pins=pins,
     )
-    apt.packages(
-        name=f"Install NVIDIA container toolkit {node.versions.toolkit}",
-        packages=pins,
-        no_recommends=True,
-        extra_install_args="--allow-change-held-packages",
-        allow_downgrades=True,
+    install_pinned(
+        f"NVIDIA container toolkit {node.versions.toolkit}", pins, "Hold the container toolkit packages"
     )
-    gpu_apt.held(name="Hold the container toolkit packages", packages=pins)
