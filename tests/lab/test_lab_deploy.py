@@ -3,7 +3,9 @@ upgrade exactly the driver, keep the join secret out of output and process lists
 
 from __future__ import annotations
 
+import json
 import shutil
+import subprocess
 import threading
 import time
 
@@ -194,3 +196,28 @@ def test_sharing_change_updates_only_the_configmap_and_the_label(deployed_lab, c
     finally:
         back = run_pyinfra(lab, deploy="deploys/cluster_addons.py")
         assert back.returncode == 0, back.output[-3000:]
+
+
+def test_real_kubectl_shows_the_specs_allocatable_and_gfd_labels(deployed_lab, fleet):
+    """After both deploys, `kubectl get nodes -o json` (the real binary) shows every node as its spec says."""
+    kubeconfig = deployed_lab.lab.state["apiserver"]["kubeconfig"]
+    kubectl = REPO / ".venv" / "bin" / "kubectl"
+    deadline = time.monotonic() + 60
+    while True:  # the device plugin and GFD pods start after the add-ons deploy returns
+        out = subprocess.run([str(kubectl), "--kubeconfig", kubeconfig, "get", "nodes", "-o", "json"],
+                             capture_output=True, text=True, check=True).stdout  # fmt: skip
+        nodes = {n["metadata"]["name"]: n for n in json.loads(out)["items"]}
+        problems = []
+        for name, spec in fleet.nodes.items():
+            allocatable = {k: int(v) for k, v in nodes[name]["status"]["allocatable"].items()
+                           if k.startswith("nvidia.com/") and v != "0"}  # fmt: skip
+            if allocatable != spec.expected_allocatable:
+                problems.append(f"{name}: allocatable {allocatable} != {spec.expected_allocatable}")
+            labels = nodes[name]["metadata"]["labels"]
+            missing = {k: v for k, v in spec.expected_labels.items() if labels.get(k) != v}
+            if missing:
+                problems.append(f"{name}: labels differ from {missing}")
+        if not problems or time.monotonic() > deadline:
+            break
+        time.sleep(1)
+    assert not problems, problems
