@@ -87,6 +87,8 @@ device_plugin_image = "nvcr.io/nvidia/k8s-device-plugin:v0.18.0"  # also runs GP
 dcgm_exporter_image = "nvcr.io/nvidia/k8s/dcgm-exporter:4.4.1-4.6.0-ubuntu22.04"
 gpu_resource_quotas = {}  # {"namespace": max GPUs} -> ResourceQuota on requests.nvidia.com/gpu
 priority_classes = {}  # {"name": value} -> PriorityClasses for GPU workloads
+# delete gpuready's objects the spec no longer renders (a removed pool's config, quota); off: they are only named
+addons_prune = False
 
 # --- Timeouts (seconds) -------------------------------------------------------------------------------------------
 node_ready_timeout = 300  # wait for a node to become Ready after join or reboot

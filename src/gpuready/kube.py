@@ -16,6 +16,7 @@ from kubernetes import client, config
 from kubernetes.dynamic import DynamicClient
 
 FIELD_MANAGER = "gpuready"
+MANAGED_BY_SELECTOR = "app.kubernetes.io/managed-by=gpuready"
 
 
 class KubeError(RuntimeError):
@@ -99,6 +100,11 @@ def apply(cluster: Cluster, manifest: dict[str, Any]) -> None:
         field_manager=FIELD_MANAGER,
         force_conflicts=True,
     )
+
+
+def delete(cluster: Cluster, manifest: dict[str, Any]) -> None:
+    meta = manifest["metadata"]
+    _resource(cluster, manifest).delete(name=meta["name"], namespace=meta.get("namespace"))
 
 
 def describe(manifest: dict[str, Any]) -> str:

@@ -221,3 +221,18 @@ def test_real_kubectl_shows_the_specs_allocatable_and_gfd_labels(deployed_lab, f
             break
         time.sleep(1)
     assert not problems, problems
+
+
+def test_objects_no_longer_rendered_are_pruned_only_when_asked(deployed_lab, core):
+    lab = deployed_lab.lab
+    stale = {"metadata": {"name": "gpuready-stale-pool", "namespace": "gpu-system",
+                          "labels": {"app.kubernetes.io/managed-by": "gpuready"}}, "data": {"k": "v"}}  # fmt: skip
+    core.create_namespaced_config_map("gpu-system", stale)
+    kept = run_pyinfra(lab, "-v", deploy="deploys/cluster_addons.py")
+    assert kept.returncode == 0 and kept.total[0] == 0, kept.output[-3000:]
+    assert "not pruning ConfigMap gpu-system/gpuready-stale-pool (set addons_prune = True)" in kept.output
+    assert core.read_namespaced_config_map("gpuready-stale-pool", "gpu-system")
+    pruned = run_pyinfra(lab, "--data", "addons_prune=True", deploy="deploys/cluster_addons.py")
+    assert pruned.changed_operations() == {"Prune objects the spec no longer renders"}
+    names = [c.metadata.name for c in core.list_namespaced_config_map("gpu-system").items]
+    assert "gpuready-stale-pool" not in names and "nvidia-device-plugin-configs" in names

@@ -63,3 +63,41 @@ def node_labels(node: str, labels: dict[str, str], kubeconfig: str | None = None
         host.noop(f"node {node} has its labels")
         return
     yield FunctionCommand(_patch_labels, (c, node, changes), {})
+
+
+def _stale(c: kube.Cluster, rendered: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Objects labelled as gpuready's, of the kinds it renders, that the spec no longer renders."""
+    wanted = {
+        (m["apiVersion"], m["kind"], m["metadata"].get("namespace"), m["metadata"]["name"]) for m in rendered
+    }
+    kinds = sorted({(m["apiVersion"], m["kind"]) for m in rendered})
+    stale = []
+    for api_version, kind in kinds:
+        resource = c.dynamic.resources.get(api_version=api_version, kind=kind)
+        items = resource.get(label_selector=kube.MANAGED_BY_SELECTOR).to_dict().get("items") or []
+        for item in items:
+            meta = item["metadata"]
+            if (api_version, kind, meta.get("namespace"), meta["name"]) not in wanted:
+                stale.append({"apiVersion": api_version, "kind": kind, "metadata": meta})
+    return stale
+
+
+@operation()
+def pruned(rendered: list[dict[str, Any]], prune: bool = False, kubeconfig: str | None = None,
+           context: str | None = None):  # fmt: skip
+    """
+    Delete gpuready's objects the spec no longer renders (a removed pool's config, quota, priority class).
+
+    + rendered: every object the add-ons deploy renders now
+    + prune: really delete; without it the stale objects are only named, since deleting is not undoable
+    """
+    c = cluster(kubeconfig, context)
+    stale = _stale(c, rendered)
+    if not stale:
+        host.noop("no stale gpuready objects")
+        return
+    if not prune:
+        host.noop(f"not pruning {', '.join(kube.describe(m) for m in stale)} (set addons_prune = True)")
+        return
+    for manifest in stale:
+        yield FunctionCommand(kube.delete, (c, manifest), {})
