@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -24,7 +25,11 @@ def run_suite(deployed_lab, report_dir: Path, *args: str) -> dict:
     assert kubeconfig, "the lab records no API server kubeconfig"
     cmd = [sys.executable, "-m", "pytest", "conformance", "--inventory", "inventory/lab.py", "--kubeconfig",
            kubeconfig, "--report-dir", str(report_dir), "-p", "no:cacheprovider", "-q", *args]  # fmt: skip
+    started = time.monotonic()
     done = subprocess.run(cmd, cwd=REPO, env=lab.env(), capture_output=True, text=True, timeout=600)
+    print(
+        f"conformance suite on the lab: {time.monotonic() - started:.1f} s"
+    )  # a number for the closing note
     verdict_path = report_dir / "verdict.json"
     assert verdict_path.exists(), done.stdout[-4000:] + done.stderr[-2000:]
     return json.loads(verdict_path.read_text())
@@ -95,8 +100,6 @@ def test_kubelet_stopped_fails_ready_on_that_node_only(deployed_lab, tmp_path):
 
 def wait_not_ready(deployed_lab, node: str, timeout: float = 180.0) -> None:
     """The node lifecycle controller marks the node after its grace period (40 s by default)."""
-    import time
-
     from gpuready import kube
 
     state = load_state(deployed_lab.lab.paths) or {}
