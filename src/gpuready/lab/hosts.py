@@ -407,7 +407,8 @@ def up(
 
 # Kernel settings every Kubernetes node needs. The hosts share this machine's kernel and network namespace and
 # cannot write /proc/sys themselves (nspawn mounts it read-only), so the lab sets them for them, as a machine
-# image would, and puts the old values back on `down`.
+# image would. `down` leaves them set: another lab on the same machine (they share the kernel) may still need
+# them, and they change no file. The previous values are recorded in the state for whoever wants them back.
 NODE_SYSCTLS = {
     "net.ipv4.ip_forward": "1",
     "net.bridge.bridge-nf-call-iptables": "1",
@@ -431,12 +432,6 @@ def _set_node_sysctls() -> dict[str, str]:
             path.write_text(value)
             changed[key] = old
     return changed
-
-
-def _restore_sysctls(previous: dict[str, str]) -> None:
-    for key, value in previous.items():
-        with contextlib.suppress(OSError):
-            _sysctl_path(key).write_text(value)
 
 
 def _wait_for_hosts(
@@ -543,7 +538,6 @@ def down(paths: LabPaths, quiet: bool = False) -> None:
     _kill_cgroup_trees(lab_cgroups(paths))
     _reap([h["pid"] for h in hosts.values()])
 
-    _restore_sysctls(state.get("sysctls") or {})
     api = state.get("apiserver") or {}
     if _alive(api.get("pid"), api.get("pid_start")):
         controlplane.stop(api)
