@@ -2,7 +2,7 @@
 
 Each host is what a deploy leaves on a real lab host (driver files, containerd config and the nvidia drop-in
 rendered by gpuready's own containerd_config, the emulated driver's MIG state) plus a hardware file; the
-add-ons are gpuready.addons' manifests, with ``runtimeClassName: nvidia`` where noted.
+add-ons are gpuready.addons' manifests (which run with ``runtimeClassName: nvidia``; one test removes it).
 """
 
 from __future__ import annotations
@@ -141,8 +141,8 @@ def deploy_addons(
     v1.create_namespaced_service_account(NS, {"metadata": {"name": "nvidia-device-plugin"}})
     dcgm, service = addons.dcgm_exporter(settings)
     for ds in (addons.device_plugin(settings), addons.gpu_feature_discovery(settings), dcgm):
-        if runtime_class:
-            ds["spec"]["template"]["spec"]["runtimeClassName"] = "nvidia"
+        if not runtime_class:  # gpuready's add-ons set it; without it the pods run under containerd's runc
+            ds["spec"]["template"]["spec"].pop("runtimeClassName", None)
         apps.create_namespaced_daemon_set(NS, ds)
     v1.create_namespaced_service(NS, service)
 
@@ -255,7 +255,7 @@ def test_mig_mixed_and_single_from_host_state(sim, api, add_host) -> None:
 
 
 def test_plugin_without_nvidia_runtime_crashes_with_nvml_error(sim, api, add_host) -> None:
-    """gpuready.addons as-is (no runtimeClassName) on a host whose default runtime is runc: no NVML inside."""
+    """The add-ons without ``runtimeClassName`` on a host whose default runtime is runc: no NVML inside."""
     host = add_host("l4-1", config_key="none")
     deploy_addons(api, runtime_class=False)
 
