@@ -3,7 +3,8 @@
 Applied from the machine running pyinfra with the official Kubernetes client and server-side apply, to the
 cluster named by ``kubeconfig`` in group data: RuntimeClass ``nvidia``, the device plugin with one config per node
 configuration, GPU feature discovery, dcgm-exporter, optional quotas and priority classes. Each node is labelled
-with the device-plugin config it must run. The alert rule for idle GPUs is written to ``reports/gpu-alerts.yaml``
+with the device-plugin config it must run. Objects gpuready applied earlier that the spec no longer renders are
+named, and deleted only with ``addons_prune = True``. The alert rule for idle GPUs is written to ``reports/gpu-alerts.yaml``
 for your Prometheus.
 """
 
@@ -28,10 +29,18 @@ except OperationError as exc:
         f"gpuready: {exc} (kubeconfig: {kubeconfig or '$KUBECONFIG or ~/.kube/config'})"
     ) from None
 
-for manifest in render_all(fleet_for(host.inventory), settings):
+manifests = render_all(fleet_for(host.inventory), settings)
+for manifest in manifests:
     kubernetes.applied(
         name=f"Apply {describe(manifest)}", manifest=manifest, kubeconfig=kubeconfig, _run_once=True
     )
+kubernetes.pruned(
+    name="Prune objects the spec no longer renders",
+    rendered=manifests,
+    prune=bool(node.data.get("addons_prune", False)),
+    kubeconfig=kubeconfig,
+    _run_once=True,
+)
 
 kubernetes.node_labels(
     name="Label the node with its device-plugin config",
