@@ -2,7 +2,8 @@
 
 Registered under the ``pytest11`` entry point so ``pytest conformance --inventory ...`` works from any directory.
 Nothing here connects to a host or a cluster at import or ``--help`` time: the inventory is loaded (pure Python,
-no connection, in a child process: see :func:`load_fleet_isolated`) when the session starts, and a node is
+no connection; ``load_fleet`` keeps pyinfra's gevent patching out of this process) when the session starts, and a
+node is
 contacted when its layer's commands first run.
 
 A conformance test is a test function carrying one layer marker (``host``, ``gpu``, ``node``, ``workloads``,
@@ -205,7 +206,7 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     inventory = config.getoption("inventory")
     if not inventory:
         return
-    from gpuready.spec import SpecError
+    from gpuready.spec import SpecError, load_fleet
 
     names = [n.strip() for n in (config.getoption("nodes") or "").split(",") if n.strip()]
     connection = config.getoption("connection") or "ssh"
@@ -214,7 +215,7 @@ def pytest_sessionstart(session: pytest.Session) -> None:
             f"--connection {connection}: the conformance suite supports {' or '.join(CONNECTIONS)}"
         )
     try:
-        fleet = load_fleet_isolated(inventory)
+        fleet = load_fleet(inventory)
         nodes = fleet.select(names)
     except SpecError as exc:
         raise pytest.UsageError(str(exc)) from None
@@ -253,43 +254,6 @@ def _interrupt_on_sigterm() -> Callable[[], None] | None:
 
     signal.signal(signal.SIGTERM, interrupt)
     return lambda: signal.signal(signal.SIGTERM, previous)
-
-
-# Runs in a child process: prints the pickled Fleet, or the SpecError's parts.
-_LOAD_FLEET = """
-import pickle, sys
-from gpuready.spec import SpecError, load_fleet
-try:
-    result = ("fleet", load_fleet(sys.argv[1]))
-except SpecError as exc:
-    result = ("error", exc.inventory, exc.problems)
-sys.stdout.buffer.write(pickle.dumps(result))
-"""
-
-
-def load_fleet_isolated(inventory: str) -> Any:
-    """The fleet, loaded in a child process when this one has not imported pyinfra's CLI yet.
-
-    Why: loading an inventory the way the pyinfra CLI does imports ``pyinfra_cli``, which monkey-patches the
-    whole process with gevent (threads, sockets, subprocess). The suite's own clients (paramiko, the Kubernetes
-    client, fleet-wide watches) should run on real threads, so the patching stays in a short-lived child.
-    """
-    import pickle
-    import subprocess
-    import sys
-
-    from gpuready.spec import SpecError, load_fleet
-
-    if "pyinfra_cli" in sys.modules:
-        return load_fleet(inventory)  # already patched: nothing left to protect
-    done = subprocess.run([sys.executable, "-c", _LOAD_FLEET, inventory], capture_output=True, check=False)
-    if done.returncode != 0:
-        tail = done.stderr.decode(errors="replace").strip().splitlines()[-1:] or ["no output"]
-        raise SpecError(inventory, [f"cannot load the inventory: {tail[0]}"])
-    result = pickle.loads(done.stdout)
-    if result[0] == "error":
-        raise SpecError(result[1], result[2])
-    return result[1]
 
 
 def layer_of(item: pytest.Item) -> str | None:

@@ -10,9 +10,9 @@ import pytest
 from shims import DATA
 
 from gpuready.checks import CannotCheck, Output, gpu, host
-from gpuready.conformance_plugin import load_fleet_isolated
 from gpuready.lab import faults, hardware
 from gpuready.nvidia.smi import RemappedRows, SmiReport, parse_query_xml
+from gpuready.spec import load_fleet
 
 REPO = Path(__file__).resolve().parents[2]
 FIXTURES = REPO / "tests" / "fixtures"
@@ -29,7 +29,7 @@ def ok(stdout: str) -> Output:
 
 @pytest.fixture(scope="module")
 def fleet():
-    return load_fleet_isolated(str(REPO / "inventory" / "example.py"))  # keeps gevent out of this process
+    return load_fleet(str(REPO / "inventory" / "example.py"))
 
 
 @pytest.fixture
