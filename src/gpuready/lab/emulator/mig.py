@@ -198,14 +198,20 @@ def list_gi(drv: nvemu.Driver, gpus: list[dict], gi_ids: set[int] | None) -> int
     return 0
 
 
+def _selected_gis(drv: nvemu.Driver, gpu: dict, gi_ids: set[int] | None) -> list[tuple[dict, dict]]:
+    """The GPU's instances (with their profile), in id order, limited to ``-gi`` ids when given."""
+    by_id = {p["profile_id"]: p for p in profiles(gpu)}
+    return [
+        (gi, by_id[gi["profile_id"]])
+        for gi in sorted(drv.gpu_state(gpu)["gis"], key=lambda g: g["id"])
+        if gi_ids is None or gi["id"] in gi_ids
+    ]
+
+
 def list_ci(drv: nvemu.Driver, gpus: list[dict], gi_ids: set[int] | None) -> int:
     rows = []
     for gpu in gpus:
-        by_id = {p["profile_id"]: p for p in profiles(gpu)}
-        for gi in sorted(drv.gpu_state(gpu)["gis"], key=lambda g: g["id"]):
-            if gi_ids is not None and gi["id"] not in gi_ids:
-                continue
-            p = by_id[gi["profile_id"]]
+        for gi, p in _selected_gis(drv, gpu, gi_ids):
             for ci in sorted(gi["cis"], key=lambda c: c["id"]):
                 name = ci_name(p, ci["size"])
                 pl = f"{ci['start']}:{ci['size']}"
@@ -223,11 +229,7 @@ def list_ci(drv: nvemu.Driver, gpus: list[dict], gi_ids: set[int] | None) -> int
 def list_cip(drv: nvemu.Driver, gpus: list[dict], gi_ids: set[int] | None) -> int:
     rows = []
     for gpu in gpus:
-        by_id = {p["profile_id"]: p for p in profiles(gpu)}
-        for gi in sorted(drv.gpu_state(gpu)["gis"], key=lambda g: g["id"]):
-            if gi_ids is not None and gi["id"] not in gi_ids:
-                continue
-            p = by_id[gi["profile_id"]]
+        for gi, p in _selected_gis(drv, gpu, gi_ids):
             used: set[int] = set()
             for ci in gi["cis"]:
                 used.update(range(ci["start"], ci["start"] + ci["size"]))
