@@ -73,12 +73,15 @@ node_taints = ["nvidia.com/gpu=present:NoSchedule"]
 containerd_nvidia_default_runtime = False
 containerd_enable_cdi = False  # enable_cdi in the CRI plugin (containerd >= 2.0 has it on by default)
 
-# --- Reboots and upgrades --------------------------------------------------------------------------------------------
-# the deploy may reboot a node when the change needs it (nouveau was loaded, driver upgrade)
-allow_reboot = False
-upgrade_batch_size = 1  # nodes upgraded at once by deploys/upgrade_driver.py
-upgrade_max_unavailable = 1  # nodes allowed cordoned at the same time
-drain_gpu_pods_only = True  # evict only pods that request GPUs; False drains everything but DaemonSets
+# --- Driver and toolkit upgrades (deploys/upgrade_driver.py) --------------------------------------------------------
+# deploys/gpu_node.py never reboots: after a driver change it warns and leaves the node to this deploy, which
+# cordons, drains, upgrades, reboots (only when the driver changes), validates and uncordons, batch by batch.
+# These knobs are fleet-wide: set them here, not per host.
+upgrade_batch_size = 1  # nodes upgraded at the same time
+upgrade_max_unavailable = 1  # nodes allowed out of service (cordoned or NotReady) at once, batch included
+drain_gpu_pods_only = True  # evict only pods that request GPUs; False evicts everything but DaemonSet pods
+drain_force = False  # also evict pods no controller recreates (kubectl drain --force): they are lost
+# (drain_timeout and node_ready_timeout: see Timeouts below)
 
 # --- Cluster add-ons (deploys/cluster_addons.py) -----------------------------------------------------------------
 kubeconfig = None  # kubeconfig the add-ons are applied with; None = $KUBECONFIG or ~/.kube/config

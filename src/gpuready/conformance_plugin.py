@@ -164,6 +164,14 @@ def pytest_addoption(parser: pytest.Parser, pluginmanager: pytest.PytestPluginMa
     group.addoption("--kubeconfig", default=None, help="kubeconfig for the node/workloads/metrics layers")
     group.addoption("--kube-context", default=None, help="kubeconfig context (default: the current one)")
     group.addoption(
+        "--data",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override inventory data as pyinfra's --data does (e.g. nvidia_driver_version=580.95.05), to check "
+        "the fleet against a change before or while it is deployed; repeatable",
+    )
+    group.addoption(
         "--nodes",
         default=None,
         help="comma-separated node names to check (default: every node of the inventory)",
@@ -206,7 +214,7 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     inventory = config.getoption("inventory")
     if not inventory:
         return
-    from gpuready.spec import SpecError, load_fleet
+    from gpuready.spec import SpecError, load_fleet, parse_data_overrides
 
     names = [n.strip() for n in (config.getoption("nodes") or "").split(",") if n.strip()]
     connection = config.getoption("connection") or "ssh"
@@ -215,7 +223,11 @@ def pytest_sessionstart(session: pytest.Session) -> None:
             f"--connection {connection}: the conformance suite supports {' or '.join(CONNECTIONS)}"
         )
     try:
-        fleet = load_fleet(inventory)
+        overrides = parse_data_overrides(config.getoption("data"))
+    except ValueError as exc:
+        raise pytest.UsageError(str(exc)) from None
+    try:
+        fleet = load_fleet(inventory, overrides)
         nodes = fleet.select(names)
     except SpecError as exc:
         raise pytest.UsageError(str(exc)) from None
@@ -298,10 +310,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         or os.environ.get("KUBECONFIG")
         or (suite is not None and any(n.data.get("kubeconfig") for n in suite.nodes))
     )
-    kube = [item for item in items if "cluster" in getattr(item, "fixturenames", ())]
+    # only the suite's own checks: another test suite in the same run may have a fixture of that name
+    kube = [item for item in items if layer_of(item) and "cluster" in getattr(item, "fixturenames", ())]
     if kube and not given:
         config.hook.pytest_deselected(items=kube)
-        items[:] = [item for item in items if "cluster" not in getattr(item, "fixturenames", ())]
+        dropped = {id(item) for item in kube}
+        items[:] = [item for item in items if id(item) not in dropped]
         if suite is not None:
             suite.notes.append(NO_CLUSTER)
     rank = {layer: i for i, layer in enumerate(LAYERS)}

@@ -74,6 +74,23 @@ class Versions:
 
 
 @dataclass(frozen=True)
+class UpgradePolicy:
+    """How deploys/upgrade_driver.py takes nodes out of service (fleet-wide knobs: set them in group_data/all.py)."""
+
+    batch_size: int = 1
+    max_unavailable: int = 1
+    drain_gpu_pods_only: bool = True
+    drain_force: bool = False
+    drain_timeout: int = 600
+    node_ready_timeout: int = 300
+
+    @property
+    def effective_batch_size(self) -> int:
+        """A batch never takes more nodes out than max_unavailable allows."""
+        return min(self.batch_size, self.max_unavailable)
+
+
+@dataclass(frozen=True)
 class Join:
     enabled: bool
     api_endpoint: str | None
@@ -113,6 +130,7 @@ class NodeSpec:
     labels: Mapping[str, str]
     taints: tuple[kubesyntax.Taint, ...]
     repos: Mapping[str, str]
+    upgrade: UpgradePolicy = UpgradePolicy()
     data: Mapping[str, Any] = field(repr=False, compare=False, default_factory=dict)
 
     @property
@@ -315,7 +333,7 @@ def load_fleet(inventory_path: str | os.PathLike[str], override_data: dict[str, 
     from pyinfra.api import State
     from pyinfra.context import ctx_state
 
-    make_inventory = _pyinfra_make_inventory()
+    make_inventory = _pyinfra_cli("inventory").make_inventory
     path = str(inventory_path)
     if not Path(path).is_file():
         raise SpecError(path, [f"inventory file {path} does not exist"])
@@ -332,13 +350,15 @@ def load_fleet(inventory_path: str | os.PathLike[str], override_data: dict[str, 
     return fleet_from_inventory(inventory, path)
 
 
-def _pyinfra_make_inventory() -> Any:
-    """pyinfra's own inventory loader, imported without its side effect.
+def _pyinfra_cli(module: str) -> Any:
+    """A module of pyinfra's CLI package, imported without its side effect.
 
     ``pyinfra_cli/__init__.py`` calls ``gevent.monkey.patch_all()``. Inside pytest (the conformance suite) or any
     process that already uses ssl and threads (the Kubernetes client), patching that late breaks them (recursion in
-    ssl). Only the loader is needed here, so the patch is skipped while the package is first imported.
+    ssl). Only the loader and the argument parser are needed here, so the patch is skipped while the package is
+    first imported.
     """
+    import importlib
     import sys
 
     if "pyinfra_cli" not in sys.modules:
@@ -350,9 +370,19 @@ def _pyinfra_make_inventory() -> Any:
             import pyinfra_cli  # noqa: F401
         finally:
             monkey.patch_all = patch_all
-    from pyinfra_cli.inventory import make_inventory
+    return importlib.import_module(f"pyinfra_cli.{module}")
 
-    return make_inventory
+
+def parse_data_overrides(pairs: list[str]) -> dict[str, Any]:
+    """``KEY=VALUE`` pairs parsed exactly as pyinfra's ``--data`` parses them, so both see the same values."""
+    parse = _pyinfra_cli("util").parse_cli_arg
+    out: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise ValueError(f"--data {pair!r}: expected KEY=VALUE")
+        out[key] = parse(value)
+    return out
 
 
 def fleet_from_inventory(inventory: Any, inventory_path: str) -> Fleet:
@@ -461,6 +491,7 @@ class _HostReader:
             if not isinstance(url, str) or not url.startswith(("https://", "http://", "file://")):
                 self.bad(key, url, "must be an http(s):// or file:// URL")
         nvswitch = self.boolean("nvswitch", False)
+        upgrade = self.upgrade_policy()
         if self.problems or count is None or sharing is None or versions is None or join is None:
             return None
         return NodeSpec(
@@ -475,7 +506,21 @@ class _HostReader:
             labels=labels,
             taints=taints,
             repos=repos,
+            upgrade=upgrade,
             data=self.data,
+        )
+
+    def upgrade_policy(self) -> UpgradePolicy:
+        d = UpgradePolicy()
+        return UpgradePolicy(
+            batch_size=self.integer("upgrade_batch_size", d.batch_size, 1) or d.batch_size,
+            max_unavailable=self.integer("upgrade_max_unavailable", d.max_unavailable, 1)
+            or d.max_unavailable,
+            drain_gpu_pods_only=self.boolean("drain_gpu_pods_only", d.drain_gpu_pods_only),
+            drain_force=self.boolean("drain_force", d.drain_force),
+            drain_timeout=self.integer("drain_timeout", d.drain_timeout, 1) or d.drain_timeout,
+            node_ready_timeout=self.integer("node_ready_timeout", d.node_ready_timeout, 1)
+            or d.node_ready_timeout,
         )
 
     def sharing(self, model: catalogue.GpuModel | None, count: int) -> Sharing | None:

@@ -84,8 +84,12 @@ class PodResult:
 
 
 def tolerations(node: NodeSpec) -> list[Obj]:
-    """Tolerate the node's own taints (from the inventory) and the usual GPU taint."""
-    out: list[Obj] = [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
+    """Tolerate the node's own taints (from the inventory), the usual GPU taint, and a cordon: a node is validated
+    while cordoned (the rolling upgrade uncordons it only when it passes), as the GPU Operator's validator is."""
+    out: list[Obj] = [
+        {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
+        {"key": "node.kubernetes.io/unschedulable", "operator": "Exists", "effect": "NoSchedule"},
+    ]
     for t in node.taints:
         tol: Obj = {"key": t.key, "effect": t.effect}
         tol.update({"operator": "Equal", "value": t.value} if t.value else {"operator": "Exists"})

@@ -52,3 +52,23 @@ class KernelFeature(FactBase[bool]):
     @staticmethod
     def process(output: list[str]) -> bool:
         return bool(output) and output[-1].strip() == "present"
+
+
+class BootId(FactBase[str]):
+    """
+    Returns the kernel's boot id, which changes on every boot.
+
+    Uptime cannot prove a reboot everywhere: containers and some VMs report the host's uptime; a new boot id
+    (the same value kubelet reports as the Node's ``nodeInfo.bootID``) can.
+
+    .. code:: python
+
+        "5a8e2c1e-7f43-4c1f-9d5e-0b9c0d7e4a11"
+    """
+
+    def command(self) -> str:
+        return "cat /proc/sys/kernel/random/boot_id"
+
+    @staticmethod
+    def process(output: list[str]) -> str:
+        return output[0].strip() if output else ""

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
-from pyinfra import host
-from pyinfra.api import operation
+import time
 
-from gpuready.facts.host import KernelFeature, Swap
+from pyinfra import host, logger
+from pyinfra.api import FunctionCommand, OperationError, StringCommand, operation
+from pyinfra.connectors.util import clear_askpass_cache
+
+from gpuready.facts.host import BootId, KernelFeature, Swap
 
 _FSTAB_SWAP = r"^([^#].*[[:space:]]swap[[:space:]].*)$"
 
@@ -49,3 +52,47 @@ def kernel_module(module: str, probe: str):
         host.noop(f"{module}: present ({probe})")
         return
     yield f"modprobe {module}"
+
+
+@operation(is_idempotent=False)
+def rebooted(reboot_timeout: int = 600, interval: float = 2.0):
+    """
+    Reboot the host and wait until it is back in a new boot.
+
+    Unlike ``server.reboot``, the new boot is recognised by the kernel's boot id, not by uptime, which containers
+    and some VMs share with their host (so the wait would never end there).
+
+    + reboot_timeout: seconds to wait for the host to answer in a new boot
+    + interval: seconds between reconnection attempts
+
+    **Example:**
+
+    .. code:: python
+
+        host.rebooted(name="Reboot to load the new driver", reboot_timeout=600)
+    """
+    before: list[str] = []
+
+    def note_boot(state, host) -> None:
+        before.append(host.get_fact(BootId))
+
+    yield FunctionCommand(note_boot, (), {})
+    # Detached, so the SSH channel closes before the connection drops (pyinfra's server.reboot does the same).
+    yield StringCommand("( sleep 1 && systemctl reboot ) </dev/null >/dev/null 2>&1 &")
+
+    def wait_for_new_boot(state, host) -> None:
+        clear_askpass_cache(host)
+        host.disconnect()
+        deadline = time.monotonic() + reboot_timeout
+        while time.monotonic() < deadline:
+            time.sleep(interval)
+            host.connect(show_errors=False)
+            if host.connected:
+                current = host.get_fact(BootId)
+                if current and current != before[0]:
+                    logger.info(f"{host.print_prefix}back in a new boot ({current})")
+                    return
+                host.disconnect()  # still the old boot: shutting down
+        raise OperationError(f"{host.name} did not come back in a new boot within {reboot_timeout}s")
+
+    yield FunctionCommand(wait_for_new_boot, (), {})

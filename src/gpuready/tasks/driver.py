@@ -29,7 +29,8 @@ def driver_preferences(package_version: str) -> str:
 
 
 @deploy("NVIDIA driver")
-def nvidia_driver() -> None:
+def nvidia_driver(reboot_follows: bool = False) -> None:
+    """``reboot_follows``: the caller reboots the node next (the rolling upgrade), so its services wait for the boot."""
     node = current_node()
     pins = node.apt_packages["driver"]
     if node.versions.driver_source == "cuda-repo":
@@ -43,7 +44,7 @@ def nvidia_driver() -> None:
     # A driver that changes under a loaded kernel module gives "Driver/library version mismatch" until the node
     # reboots: its services cannot start before that, and the node must not be used.
     changing = bool(installed) and node.versions.driver_package not in installed
-    if changing:
+    if changing and not reboot_follows:
         logger.warning(
             f"{host.name}: NVIDIA driver {', '.join(installed)} -> {node.versions.driver_package}: "
             "reboot the node (drained) to load it; deploys/upgrade_driver.py does that for a fleet"
@@ -55,7 +56,8 @@ def nvidia_driver() -> None:
         mode="644",
     )
     install_pinned(f"NVIDIA driver {node.versions.driver}", pins, "Hold the NVIDIA driver packages")
-    running = None if changing else True  # after a change the services start with the new module, at boot
+    # after a change the services start with the new module, at boot
+    running = None if changing or reboot_follows else True
     systemd.service(
         name="Enable nvidia-persistenced", service="nvidia-persistenced", running=running, enabled=True
     )

@@ -1,0 +1,161 @@
+"""The rolling upgrade's decisions: which node needs what, reboots, batches, the unavailability budget, the spec knobs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+from test_spec import EXAMPLE, problems_of, write_inventory
+
+from gpuready import upgrade
+from gpuready.facts.nvidia import NvidiaSmiState
+from gpuready.maintenance import STATE_ANNOTATION, NodeView
+from gpuready.spec import load_fleet
+
+H100 = "gpu-train-01.prod.example.com"
+
+
+@pytest.fixture(scope="module")
+def spec():
+    return load_fleet(EXAMPLE).nodes[H100]  # NVSwitch node: the driver includes Fabric Manager
+
+
+def installed(spec, **changed: str) -> dict[str, list[str]]:
+    """What an up-to-date node has installed, with some packages at other versions."""
+    pins = dict(pin.split("=", 1) for step in ("driver", "toolkit") for pin in spec.apt_packages[step])
+    pins.update(changed)
+    return {name: [version] for name, version in pins.items()}
+
+
+def smi(version: str | None = None, error: str | None = None) -> NvidiaSmiState:
+    report = SimpleNamespace(driver_version=version) if version else None
+    return NvidiaSmiState(installed=True, report=report, error=error)  # type: ignore[arg-type]
+
+
+def view(name: str = H100, state: str | None = None, **kw) -> NodeView:
+    return NodeView(
+        name, exists=True, ready=True, annotations={STATE_ANNOTATION: state} if state else {}, **kw
+    )
+
+
+def test_up_to_date_node_is_skipped(spec) -> None:
+    work = upgrade.node_work(spec, installed(spec), smi(spec.versions.driver), view())
+    assert (work.needed, work.reboot, work.resume) == (False, False, None)
+
+
+def test_a_finished_earlier_upgrade_is_not_resumed(spec) -> None:
+    work = upgrade.node_work(spec, installed(spec), smi(spec.versions.driver), view(state=upgrade.DONE))
+    assert not work.needed
+
+
+def test_driver_change_needs_reboot_and_names_every_package(spec) -> None:
+    old = "570.195.03-1"
+    have = installed(spec, **{"nvidia-driver": old, "nvidia-persistenced": old, "nvidia-fabricmanager": old})
+    work = upgrade.node_work(spec, have, smi("570.195.03"), view())
+    assert work.reboot
+    assert work.reasons == (
+        f"nvidia-driver 570.195.03-1 -> {spec.versions.driver_package}",
+        f"nvidia-persistenced 570.195.03-1 -> {spec.versions.driver_package}",
+        f"nvidia-fabricmanager 570.195.03-1 -> {spec.versions.driver_package}",
+    )
+
+
+def test_toolkit_change_alone_does_not_reboot(spec) -> None:
+    work = upgrade.node_work(
+        spec, installed(spec, **{"libnvidia-container1": "1.17.8-1"}), smi(spec.versions.driver), view()
+    )
+    assert (work.needed, work.reboot) == (True, False)
+    assert work.reasons == (f"libnvidia-container1 1.17.8-1 -> {spec.versions.toolkit_package}",)
+
+
+def test_installed_but_not_loaded_driver_needs_a_reboot(spec) -> None:
+    mismatch = smi(
+        error="Failed to initialize NVML: Driver/library version mismatch\nNVML library version: 580.95"
+    )
+    work = upgrade.node_work(spec, installed(spec), mismatch, view())
+    assert work.reboot
+    assert work.reasons == (
+        f"loaded driver is not {spec.versions.driver} (NVML library version: 580.95): a reboot loads it",
+    )
+
+
+def test_node_left_part_way_is_resumed_even_at_the_pinned_versions(spec) -> None:
+    work = upgrade.node_work(spec, installed(spec), smi(spec.versions.driver), view(state=upgrade.VALIDATING))
+    assert (work.needed, work.reboot, work.resume) == (True, False, upgrade.VALIDATING)
+    assert work.reasons == (f"an earlier run stopped at {STATE_ANNOTATION}=validating: finishing it",)
+
+
+def test_batches_put_resumed_nodes_first_then_inventory_order() -> None:
+    def w(name: str, needed: bool = True, resume: str | None = None) -> upgrade.NodeWork:
+        return upgrade.NodeWork(name, ("x",) if needed else (), False, resume)
+
+    order = ["a", "b", "c", "d", "e"]
+    work = {"a": w("a"), "b": w("b", needed=False), "c": w("c"), "d": w("d", resume="drained"), "e": w("e")}
+    assert upgrade.batches(order, work, 2) == [["d", "a"], ["c", "e"]]
+    assert upgrade.batches(order, work, 10) == [["d", "a", "c", "e"]]
+    assert upgrade.batches(order, {n: w(n, needed=False) for n in order}, 2) == []
+
+
+def test_unavailability_budget_counts_nodes_outside_the_batch() -> None:
+    views = {
+        "a": view("a"),
+        "b": view("b", unschedulable=True),  # cordoned by someone else
+        "c": NodeView("c", exists=True, ready=False),  # NotReady
+        "d": view("d"),
+    }
+    assert upgrade.over_budget(["a"], views, max_unavailable=3) == []
+    assert upgrade.over_budget(["a"], views, max_unavailable=2) == ["b", "c"]
+    assert upgrade.over_budget(["b", "c"], views, max_unavailable=2) == []  # the batch's own nodes
+
+
+def test_preflight_refuses_driverless_and_unjoined_nodes(spec) -> None:
+    with pytest.raises(upgrade.PlanError) as info:
+        upgrade.preflight(
+            [spec], {H100: NvidiaSmiState(installed=False)}, {H100: NodeView(H100, exists=False)}
+        )
+    assert str(info.value).splitlines()[1:] == [
+        f"  - {H100}: no NVIDIA driver installed: run deploys/gpu_node.py first",
+        f"  - {H100}: no Node of that name in the cluster: join it with deploys/gpu_node.py",
+    ]
+
+
+def test_failed_checks_from_a_verdict() -> None:
+    verdict = {"nodes": {"n1": {"layers": {
+        "gpu": {"checks": {"test_no_xid_errors[n1]": {"status": "fail", "message": "GPU 0: Xid 79\n  fallen off"},
+                           "test_gpu_count[n1]": {"status": "pass", "message": ""}}},
+        "host": {"checks": {"test_driver_version[n1]": {"status": "pass", "message": ""}}},
+    }}}}  # fmt: skip
+    assert upgrade.failed_checks(verdict, "n1") == ["gpu::test_no_xid_errors[n1]: GPU 0: Xid 79 fallen off"]
+    assert upgrade.failed_checks(verdict, "n2") == []
+
+
+def test_policy_defaults_and_batch_capped_by_max_unavailable(tmp_path: Path) -> None:
+    node = load_fleet(write_inventory(tmp_path, upgrade_batch_size=4, upgrade_max_unavailable=2)).nodes[
+        "node-1"
+    ]
+    assert (node.upgrade.batch_size, node.upgrade.max_unavailable, node.upgrade.effective_batch_size) == (
+        4,
+        2,
+        2,
+    )
+    assert (node.upgrade.drain_gpu_pods_only, node.upgrade.drain_force, node.upgrade.drain_timeout) == (
+        True,
+        False,
+        600,
+    )
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "allowed"),
+    [
+        ("upgrade_batch_size", 0, "must be an integer >= 1"),
+        ("upgrade_max_unavailable", "2", "must be an integer >= 1"),
+        ("drain_gpu_pods_only", "yes", "must be True or False"),
+        ("drain_timeout", -1, "must be an integer >= 1"),
+    ],
+)
+def test_bad_upgrade_knobs_are_refused(tmp_path: Path, key: str, value, allowed: str) -> None:
+    assert problems_of(write_inventory(tmp_path, **{key: value})) == [
+        f"{tmp_path / 'inv.py'}: host node-1: {key} = {value!r}: {allowed}"
+    ]
