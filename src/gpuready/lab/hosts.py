@@ -11,6 +11,10 @@ Design choices, and why:
   host gets its own cgroup in the lab's cgroup subtree. That keeps hosts' systemd instances from sharing a cgroup
   (on cgroup v1 nspawn would otherwise put every container at /payload) and lets `lab down` find and kill every
   process of a host even when the nspawn process itself was killed.
+- nspawn runs under a small supervisor (gpuready.lab.supervisor) that starts it again when the container reboots
+  (exit status 133), as systemd-nspawn@.service does; the state's host "pid" is the supervisor's, and SIGTERM to it
+  powers the host off. Each boot gets a fresh random boot id from nspawn and, where the kernel has time namespaces,
+  clocks that start at zero (a reboot is visible in /proc/uptime, which is how pyinfra's server.reboot confirms it).
 """
 
 from __future__ import annotations
@@ -36,7 +40,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gpuready.lab import aptrepo, controlplane, faults, hardware, k8s_packages, packages, ssh
+from gpuready.lab import aptrepo, controlplane, faults, hardware, k8s_packages, packages, ssh, supervisor
 from gpuready.lab.state import LabPaths, cache_dir, load_state, require_state, save_state
 
 SUITE = "bookworm"
@@ -194,14 +198,21 @@ class HostSpec:
     profile: str
 
 
-def plan_hosts(nodes: int, profiles: list[str] | None) -> list[HostSpec]:
-    """gpu-node-1..N on 127.0.10.1..N; profiles cycle over the nodes."""
+def plan_hosts(nodes: int, profiles: list[str] | None, first_index: int = 1) -> list[HostSpec]:
+    """gpu-node-F..F+N-1 on 127.0.10.F..F+N-1 (F = first_index, 1 by default); profiles cycle over the nodes.
+
+    Two labs on one machine share the loopback addresses and nspawn's per-machine-name paths, so a second lab that
+    must run beside the default one starts its numbering elsewhere (first_index).
+    """
+    last = first_index + nodes - 1
     if not 1 <= nodes <= 250:
         raise LabError(f"--nodes must be between 1 and 250, got {nodes}")
+    if first_index < 1 or last > 250:
+        raise LabError(f"host numbers must be between 1 and 250, got {first_index}..{last}")
     cycle = list(profiles or DEFAULT_PROFILES)
     return [
-        HostSpec(f"gpu-node-{i}", i, f"{ADDRESS_PREFIX}{i}", cycle[(i - 1) % len(cycle)])
-        for i in range(1, nodes + 1)
+        HostSpec(f"gpu-node-{i}", i, f"{ADDRESS_PREFIX}{i}", cycle[(i - first_index) % len(cycle)])
+        for i in range(first_index, last + 1)
     ]
 
 
@@ -295,6 +306,7 @@ def lab_cgroups(paths: LabPaths) -> list[Path]:
 
 
 def _boot(paths: LabPaths, spec: HostSpec, merged: Path) -> subprocess.Popen[bytes]:
+    """Start the host's supervisor (which runs nspawn, and runs it again after each reboot) in the host's cgroups."""
     cgroups = [lab / spec.name for lab in lab_cgroups(paths)]
     for cgroup in cgroups:
         cgroup.mkdir(parents=True, exist_ok=True)
@@ -314,9 +326,11 @@ def _boot(paths: LabPaths, spec: HostSpec, merged: Path) -> subprocess.Popen[byt
         "--console=read-only",
         f"--bind-ro={paths.machine_dir(spec.name)}:{hardware.HOST_MACHINE_DIR}",
     ]
+    fresh_clocks = ["--fresh-clocks"] if supervisor.time_namespaces_supported() else []
+    argv = [sys.executable, "-m", "gpuready.lab.supervisor", f"--name={spec.name}", *fresh_clocks, "--", *cmd]
     with open(paths.console_log(spec.name), "ab") as log:
         return subprocess.Popen(
-            cmd,
+            argv,
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=subprocess.STDOUT,
@@ -342,9 +356,13 @@ def up(
     ssh_ports: tuple[int, ...] = SSH_PORT_CANDIDATES,
     control_plane: bool = True,
     virtual_nodes: int = 0,
+    first_index: int = 1,
 ) -> dict[str, Any]:
-    """Bring up a fresh lab (cleaning up whatever an earlier lab in this state dir left) and record its state."""
-    specs = plan_hosts(nodes, profiles)
+    """Bring up a fresh lab (cleaning up whatever an earlier lab in this state dir left) and record its state.
+
+    first_index numbers the hosts (and their addresses) from elsewhere than 1, for a lab beside another one.
+    """
+    specs = plan_hosts(nodes, profiles, first_index)
     unknown = sorted({s.profile for s in specs} - set(hardware.PROFILES))
     if unknown:
         raise LabError(f"unknown profile(s) {unknown}; known: {sorted(hardware.PROFILES)}")
@@ -526,15 +544,17 @@ def down(paths: LabPaths, quiet: bool = False) -> None:
     """Stop everything this lab started and remove it; safe after a crash and when nothing is running."""
     state = load_state(paths) or {}
     hosts = state.get("hosts", {})
-    nspawns = {n: h["pid"] for n, h in hosts.items() if _alive(h.get("pid"), h.get("pid_start"))}
-    if nspawns and not quiet:
-        progress(f"stopping {len(nspawns)} host(s)")
-    for pid in nspawns.values():
+    supervisors = {n: h["pid"] for n, h in hosts.items() if _alive(h.get("pid"), h.get("pid_start"))}
+    if supervisors and not quiet:
+        progress(f"stopping {len(supervisors)} host(s)")
+    for pid in supervisors.values():
         with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGTERM)  # nspawn turns this into an orderly poweroff of the container
+            # the supervisor passes it to nspawn, which powers the container off in order; no restart follows
+            os.kill(pid, signal.SIGTERM)
     deadline = time.monotonic() + STOP_TIMEOUT_S
-    while time.monotonic() < deadline and any(_proc_start(pid) is not None for pid in nspawns.values()):
+    while time.monotonic() < deadline and any(_proc_start(pid) is not None for pid in supervisors.values()):
         time.sleep(0.1)
+    # whatever is left (a host whose supervisor was killed, one that ignored the poweroff) dies with its cgroup
     _kill_cgroup_trees(lab_cgroups(paths))
     _reap([h["pid"] for h in hosts.values()])
 
