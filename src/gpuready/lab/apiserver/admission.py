@@ -227,6 +227,22 @@ def _default_daemonset(obj: Obj, _: Any) -> None:
                               "numberReady": 0})  # fmt: skip
 
 
+def _default_replicaset(obj: Obj, _: Any) -> None:
+    spec = obj.setdefault("spec", {})
+    spec.setdefault("replicas", 1)
+    template = spec.setdefault("template", {})
+    template.setdefault("metadata", {})
+    default_pod_spec(template.setdefault("spec", {}))
+    if not obj.get("status"):
+        obj["status"] = {"replicas": 0}
+
+
+def _default_pdb(obj: Obj, _: Any) -> None:
+    obj.setdefault("spec", {})
+    if not obj.get("status"):
+        obj["status"] = {"disruptionsAllowed": 0, "currentHealthy": 0, "desiredHealthy": 0, "expectedPods": 0}
+
+
 def _default_service(obj: Obj, _: Any) -> None:
     spec = obj.setdefault("spec", {})
     spec.setdefault("type", "ClusterIP")
@@ -264,6 +280,8 @@ _DEFAULTERS = {
     "namespaces": _default_namespace,
     "pods": _default_pod,
     "daemonsets.apps": _default_daemonset,
+    "replicasets.apps": _default_replicaset,
+    "poddisruptionbudgets.policy": _default_pdb,
     "services": _default_service,
     "secrets": _default_secret,
     "nodes": _default_node,
@@ -366,6 +384,68 @@ def _validate_daemonset(obj: Obj, old: Obj | None, causes: list[Cause]) -> None:
                        f'Unsupported value: "{policy}": supported values: "Always"'))  # fmt: skip
 
 
+def _validate_replicaset(obj: Obj, old: Obj | None, causes: list[Cause]) -> None:
+    """ValidateReplicaSetSpec (apps/v1): selector required, non-empty, matching the template labels, immutable."""
+    from .selectors import match_label_selector_object
+
+    spec = obj.get("spec") or {}
+    replicas = spec.get("replicas", 1)
+    if not isinstance(replicas, int) or replicas < 0:
+        causes.append(("spec.replicas", "FieldValueInvalid",
+                       f"Invalid value: {replicas}: must be greater than or equal to 0"))  # fmt: skip
+    selector = spec.get("selector")
+    template = spec.get("template") or {}
+    labels = (template.get("metadata") or {}).get("labels") or {}
+    if selector is None:
+        causes.append(("spec.selector", "FieldValueRequired", "Required value"))
+    elif not (selector.get("matchLabels") or selector.get("matchExpressions")):
+        causes.append(("spec.selector", "FieldValueInvalid",
+                       f"Invalid value: {_go_selector(selector)}: empty selector is invalid for deployment"))  # fmt: skip
+    elif not match_label_selector_object(selector, labels):
+        causes.append(("spec.template.metadata.labels", "FieldValueInvalid",
+                       f"Invalid value: {_go_map(labels)}: `selector` does not match template `labels`"))  # fmt: skip
+    if old is not None and selector != (old.get("spec") or {}).get("selector"):
+        causes.append(("spec.selector", "FieldValueInvalid",
+                       f"Invalid value: {_go_selector(selector)}: field is immutable"))  # fmt: skip
+    _validate_pod_spec(template.get("spec") or {}, "spec.template.spec", causes)
+    policy = (template.get("spec") or {}).get("restartPolicy", "Always")
+    if policy != "Always":
+        causes.append(("spec.template.spec.restartPolicy", "FieldValueNotSupported",
+                       f'Unsupported value: "{policy}": supported values: "Always"'))  # fmt: skip
+
+
+def _validate_pdb(obj: Obj, old: Obj | None, causes: list[Cause]) -> None:
+    """ValidatePodDisruptionBudgetSpec: each budget a non-negative int or a percentage up to 100%."""
+    spec = obj.get("spec") or {}
+    for name in ("minAvailable", "maxUnavailable"):
+        value = spec.get(name)
+        path = f"spec.{name}"
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, (int, str)):
+            causes.append((path, "FieldValueInvalid", f"Invalid value: {value}: must be an integer or percentage "
+                           "(e.g '5%%')"))  # fmt: skip
+        elif isinstance(value, int):
+            if value < 0:
+                causes.append((path, "FieldValueInvalid",
+                               f"Invalid value: {value}: must be greater than or equal to 0"))  # fmt: skip
+        elif not re.match(r"^[0-9]+%$", value):
+            causes.append((path, "FieldValueInvalid",
+                           f"Invalid value: {value}: must be an integer or percentage (e.g '5%%')"))  # fmt: skip
+        elif int(value[:-1]) > 100:
+            causes.append(
+                (path, "FieldValueInvalid", f"Invalid value: {value}: must not be greater than 100%")
+            )
+    if spec.get("minAvailable") is not None and spec.get("maxUnavailable") is not None:
+        causes.append(("spec", "FieldValueInvalid",
+                       "Invalid value: policy.PodDisruptionBudgetSpec: minAvailable and maxUnavailable cannot be "
+                       "both set"))  # fmt: skip
+    policy = spec.get("unhealthyPodEvictionPolicy")
+    if policy is not None and policy not in ("AlwaysAllow", "IfHealthyBudget"):
+        causes.append(("spec.unhealthyPodEvictionPolicy", "FieldValueNotSupported",
+                       f'Unsupported value: "{policy}": supported values: "AlwaysAllow", "IfHealthyBudget"'))  # fmt: skip
+
+
 def _go_map(labels: dict[str, str]) -> str:
     return "map[string]string{" + ", ".join(f'"{k}":"{v}"' for k, v in sorted(labels.items())) + "}"
 
@@ -425,6 +505,8 @@ def _validate_runtimeclass(obj: Obj, old: Obj | None, causes: list[Cause]) -> No
 _VALIDATORS = {
     "pods": _validate_pod,
     "daemonsets.apps": _validate_daemonset,
+    "replicasets.apps": _validate_replicaset,
+    "poddisruptionbudgets.policy": _validate_pdb,
     "configmaps": _validate_configmap,
     "nodes": _validate_node,
     "priorityclasses.scheduling.k8s.io": _validate_priorityclass,

@@ -20,8 +20,10 @@ import yaml
 
 from . import admission, discovery, errors, tables
 from .auth import Request, User, allowed, forbidden
+from .disruption import evict
 from .patch import json_patch, merge_patch, record_update_manager, server_side_apply, strategic_merge
 from .protobuf import decode_object
+from .replicaset import scale_of
 from .resources import RESOURCES, Resource, lookup
 from .scheduler import bind_pod
 from .selectors import exact_field, parse_field_selector, parse_label_selector
@@ -34,8 +36,13 @@ Obj = dict[str, Any]
 WATCH_DEFAULT_TIMEOUT = 1800
 # Resources whose main endpoint ignores status changes (status has its own subresource).
 _STATUS_SPLIT = {"pods", "nodes", "daemonsets.apps", "services", "namespaces", "resourcequotas",
-                 "certificatesigningrequests.certificates.k8s.io"}  # fmt: skip
-_GENERATION = {"daemonsets.apps", "pods"}
+                 "certificatesigningrequests.certificates.k8s.io", "replicasets.apps",
+                 "poddisruptionbudgets.policy"}  # fmt: skip
+_GENERATION = {"daemonsets.apps", "pods", "replicasets.apps", "poddisruptionbudgets.policy"}
+# Resources whose create strategy drops a status sent by the client.
+_STATUS_RESET = {"pods", "replicasets.apps", "poddisruptionbudgets.policy"}
+_PATCHERS = {"application/merge-patch+json": merge_patch, "application/strategic-merge-patch+json": strategic_merge,
+             "application/json-patch+json": json_patch}  # fmt: skip
 
 
 @dataclass
@@ -198,6 +205,8 @@ class RestApi:
             return self._binding(call, t.namespace, t.name)
         if t.subresource == "eviction":
             return self._evict(call, t)
+        if t.subresource == "scale":
+            return self._scale(call, t, verb)
         if verb == "list":
             return self._list(call, t)
         if verb == "watch":
@@ -288,7 +297,7 @@ class RestApi:
         for k in ("resourceVersion", "uid", "creationTimestamp", "deletionTimestamp", "selfLink"):
             meta.pop(k, None)
         obj["apiVersion"], obj["kind"] = res.group_version, res.kind
-        if res.key == "pods":
+        if res.key in _STATUS_RESET:
             obj["status"] = {}
         if res.key == "certificatesigningrequests.certificates.k8s.io" and call is not None:
             # the requester's identity is recorded by the server, never taken from the body
@@ -705,11 +714,46 @@ class RestApi:
         return Reply(201, body=body)
 
     def _evict(self, call: Call, t: Target) -> Reply:
-        """policy/v1 Eviction; no PodDisruptionBudgets are served, so an eviction is a delete."""
-        self.delete(t.resource, t.namespace, t.name, self._delete_options(call).get("deleteOptions"))
-        return Reply(
-            201, body={"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}
-        )
+        """policy/v1 Eviction: a delete that PodDisruptionBudgets may refuse (disruption.py)."""
+        body = self._delete_options(call)
+        code, status, headers = evict(self.server, t.namespace, t.name, body, call.q("dryRun") == "All")
+        return Reply(code, body=status, headers=headers)
+
+    def _scale(self, call: Call, t: Target, verb: str) -> Reply:
+        """autoscaling/v1 Scale of a ReplicaSet: spec.replicas read and written through a view object."""
+        res = t.resource
+        with self.store.lock:
+            rs = self._get_or_404(res, t.namespace, t.name)
+            current = scale_of(rs)
+            if verb == "get":
+                return Reply(body=current)
+            if verb == "update":
+                wanted = self._decode(call, res)
+            else:
+                ctype = call.headers.get("content-type", "").split(";")[0].strip()
+                patcher = _PATCHERS.get(ctype)
+                if patcher is None:
+                    raise errors.ApiError(415, "UnsupportedMediaType", "the body of the request was in an unknown "
+                                          "format - accepted media types include: application/json-patch+json, "
+                                          "application/merge-patch+json", {})  # fmt: skip
+                try:
+                    wanted = patcher(current, json.loads(call.body or b"null"))
+                except ValueError as exc:
+                    raise errors.bad_request(f"error decoding patch: {exc}") from None
+            if not isinstance(wanted, dict):
+                raise errors.bad_request("the object provided is unrecognized (must be of type Scale)")
+            expected = (wanted.get("metadata") or {}).get("resourceVersion")
+            if verb == "update" and expected and expected != rs["metadata"]["resourceVersion"]:
+                raise errors.conflict(res.group, res.plural, t.name, "the object has been modified; please apply "
+                                      "your changes to the latest version and try again")  # fmt: skip
+            replicas = (wanted.get("spec") or {}).get("replicas", 0)
+            if not isinstance(replicas, int) or isinstance(replicas, bool) or replicas < 0:
+                raise errors.invalid("Scale", "autoscaling", t.name, [("spec.replicas", "FieldValueInvalid",
+                                     f"Invalid value: {replicas}: must be greater than or equal to 0")])  # fmt: skip
+            new = json.loads(json.dumps(rs))
+            new["spec"]["replicas"] = replicas
+            stored = self._store_update(res, t, rs, new, None, call, "Update")
+            return Reply(body=scale_of(stored))
 
     def _log(self, call: Call, t: Target) -> Reply:
         pod = self._get_or_404(t.resource, t.namespace, t.name)

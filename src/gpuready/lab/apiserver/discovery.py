@@ -17,10 +17,10 @@ KUBE_VERSION = "v1.37.1"
 _MAJOR, _MINOR = KUBE_VERSION[1:].split(".")[:2]
 
 _SUB_KIND = {"binding": "Binding", "eviction": "Eviction", "log": "Pod", "proxy": "PodProxyOptions",
-             "approval": "CertificateSigningRequest", "finalize": "Namespace"}  # fmt: skip
+             "approval": "CertificateSigningRequest", "finalize": "Namespace", "scale": "Scale"}  # fmt: skip
 _SUB_VERBS = {"status": ["get", "patch", "update"], "binding": ["create"], "eviction": ["create"], "log": ["get"],
               "proxy": ["create", "delete", "get", "patch", "update"], "approval": ["get", "patch", "update"],
-              "finalize": ["update"]}  # fmt: skip
+              "finalize": ["update"], "scale": ["get", "patch", "update"]}  # fmt: skip
 
 
 def version() -> dict[str, Any]:
@@ -77,6 +77,8 @@ def resource_list(group: str, version: str) -> dict[str, Any] | None:
                                  "kind": _SUB_KIND.get(sub, r.kind), "verbs": _SUB_VERBS.get(sub, ["get"])}  # fmt: skip
             if sub == "eviction":
                 s.update({"group": "policy", "version": "v1"})
+            elif sub == "scale":
+                s.update({"group": "autoscaling", "version": "v1"})
             out.append(s)
     gv = f"{group}/{version}" if group else version
     return {"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": gv, "resources": out}

@@ -28,8 +28,10 @@ from .controllers import (
     NodeLifecycleController,
     TaintEvictionController,
 )
+from .disruption import DisruptionController
 from .http import make_http_server
 from .kubelet import Kubelet
+from .replicaset import ReplicaSetController
 from .resources import RESOURCES, Resource
 from .runtime import NodeBackend, ProxyResponse
 from .scheduler import Scheduler
@@ -73,7 +75,8 @@ class ApiServer:
         self.scheduler = Scheduler(self)
         self.controllers = [DaemonSetController(self), NamespaceController(self),
                             NodeLifecycleController(self, node_grace_period, node_monitor_period),
-                            TaintEvictionController(self, node_monitor_period), CsrController(self)]  # fmt: skip
+                            TaintEvictionController(self, node_monitor_period), CsrController(self),
+                            ReplicaSetController(self), DisruptionController(self)]  # fmt: skip
         # Like a kubelet's lease renewals (10 s for the default 40 s grace), scaled down when tests shorten the grace.
         self.virtual = VirtualNodes(self, heartbeat_interval or min(10.0, node_grace_period / 4))
         self._httpd: Any = None
