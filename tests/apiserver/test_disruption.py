@@ -158,6 +158,31 @@ def test_eviction_spends_the_budget_before_the_controller_catches_up(api, sim) -
         "The disruption budget train is still being processed by the server."}], "retryAfterSeconds": 10}  # fmt: skip
 
 
+def test_unready_pod_is_evictable_only_while_the_budget_holds_or_always_allow(api, sim) -> None:
+    apps, v1, policy = client.AppsV1Api(api), client.CoreV1Api(api), client.PolicyV1Api(api)
+    rs = apps.create_namespaced_replica_set("default", rs_body("flaky", 3))
+    ready_status(apps, "flaky", 3)
+    policy.create_namespaced_pod_disruption_budget("default", pdb_body("flaky", "flaky", minAvailable=3))
+    assert numbers(settled(sim, "flaky")) == (3, 3, 3, 0)
+    sick = owned_pods(sim, rs.metadata.uid)[0]["metadata"]["name"]
+    sim.store.modify("pods", "default", sick, lambda p: [c.update(status="False") for c in p["status"]["conditions"]
+                                                         if c["type"] == "Ready"])  # fmt: skip
+    wait_for(lambda: numbers(settled(sim, "flaky")) == (3, 2, 3, 0), what="2 healthy")
+    # the budget is already broken (2 < 3): the default IfHealthyBudget policy keeps even the unready pod
+    code, body = refusal(v1, sick)
+    assert (code, body["details"]["causes"][0]["message"]) == (
+        429,
+        "The disruption budget flaky needs 3 healthy pods and has 2 currently",
+    )
+    policy.patch_namespaced_pod_disruption_budget("flaky", "default", {"spec": {"unhealthyPodEvictionPolicy":
+                                                                                "AlwaysAllow"}})  # fmt: skip
+    wait_for(lambda: settled(sim, "flaky")["observedGeneration"] == 2, what="generation 2 observed")
+    evict(v1, sick)
+    assert sim.store.get("pods", "default", sick) is None
+    healthy = next(p for p in owned_pods(sim, rs.metadata.uid) if p["metadata"]["name"] != sick)
+    assert refusal(v1, healthy["metadata"]["name"])[0] == 429
+
+
 def test_eviction_deletes_with_disruption_target_and_refuses_two_budgets(api, sim) -> None:
     apps, v1, policy = client.AppsV1Api(api), client.CoreV1Api(api), client.PolicyV1Api(api)
     rs = apps.create_namespaced_replica_set("default", rs_body("inf", 2))
