@@ -10,6 +10,9 @@ from kubernetes import client
 from gpuready import kube, maintenance
 from gpuready.lab.apiserver import ApiServer
 
+from .conftest import wait_for
+from .test_replicaset import PAUSE
+
 NODE = "virt-node-0000"
 
 
@@ -91,6 +94,31 @@ def test_unmanaged_gpu_pod_stops_the_drain_before_any_eviction(cluster: kube.Clu
     )
     assert names_on(cluster) == {"notebook", "train"}  # nothing evicted
     assert maintenance.drain(cluster, NODE, force=True, timeout=10) == ["default/notebook", "default/train"]
+    assert names_on(cluster) == set()
+
+
+def test_drain_honours_a_disruption_budget_and_names_it_when_it_times_out(cluster: kube.Cluster) -> None:
+    body = pod("train-a", gpus=1, owner="ReplicaSet/train")
+    body["metadata"]["labels"] = {"app": "train"}
+    body["spec"]["containers"][0]["image"] = PAUSE  # an image the simulated nodes have
+    cluster.core.create_namespaced_pod("default", body)
+    # a Pending pod is evicted whatever its budget says (canIgnorePDB): wait until it runs
+    wait_for(lambda: cluster.core.read_namespaced_pod("train-a", "default").status.phase == "Running",
+             what="train-a Running")  # fmt: skip
+    budget = {
+        "metadata": {"name": "train"},
+        "spec": {"selector": {"matchLabels": {"app": "train"}}, "maxUnavailable": 0},
+    }
+    client.PolicyV1Api(cluster.api).create_namespaced_pod_disruption_budget("default", budget)
+    ticks = iter(range(100))
+    with pytest.raises(maintenance.MaintenanceError) as info:
+        maintenance.drain(cluster, NODE, timeout=3, clock=lambda: next(ticks), sleep=lambda _s: None)
+    message = str(info.value)
+    assert message.startswith(f"{NODE}: drain timed out after 3s with 1 pod(s) left: default/train-a: ")
+    assert "disruption budget" in message
+    assert names_on(cluster) == {"train-a"}  # the budget held: nothing was deleted
+    client.PolicyV1Api(cluster.api).delete_namespaced_pod_disruption_budget("train", "default")
+    assert maintenance.drain(cluster, NODE, timeout=10) == ["default/train-a"]
     assert names_on(cluster) == set()
 
 
