@@ -10,10 +10,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-from pyinfra import host, state
-from pyinfra.api import deploy
-from pyinfra.api.facts import get_facts
+import gevent
+from gevent.lock import Semaphore
+from pyinfra import host
+from pyinfra.api import OperationError, State, deploy
+from pyinfra.api.facts import get_fact
+from pyinfra.context import ctx_config, ctx_host, ctx_state
 from pyinfra.facts.deb import DebPackages
 from pyinfra.operations import systemd
 
@@ -28,6 +32,9 @@ from gpuready.tasks.driver import nvidia_driver
 from gpuready.tasks.toolkit import container_toolkit
 
 _CACHE_ATTR = "_gpuready_upgrade_plan"
+# pyinfra loads the deploy file for all hosts at once (one greenlet each): the first computes the plan, the
+# others wait for it instead of gathering the same facts again
+_PLAN_LOCK = Semaphore()
 REPORTS = Path("reports") / "upgrade"
 
 
@@ -43,29 +50,59 @@ class UpgradePlan:
 def upgrade_plan() -> UpgradePlan:
     """Decided once per run, from every host's packages and nvidia-smi (gathered in parallel) and one node list."""
     inventory = host.inventory
-    cached = getattr(inventory, _CACHE_ATTR, None)
-    if cached is not None:
-        return cached
+    with _PLAN_LOCK:
+        cached = getattr(inventory, _CACHE_ATTR, None)
+        if cached is None:
+            cached = _make_plan(inventory)
+            setattr(inventory, _CACHE_ATTR, cached)
+    if isinstance(cached, Exception):  # reported once per host would be noise; the deploy file stops on it
+        raise cached
+    return cached
+
+
+def _make_plan(inventory) -> UpgradePlan | Exception:
     fleet = fleet_for(inventory)
-    active = [h.name for h in inventory.iter_active_hosts()]
+    active = {h.name for h in inventory.get_active_hosts()}
     specs = [spec for name, spec in fleet.nodes.items() if name in active]
     first = specs[0]
     kubeconfig = first.data.get("kubeconfig")
-    views = maintenance.read_nodes(cluster(kubeconfig, None))
-    smi = {h.name: fact for h, fact in get_facts(state, NvidiaSmi).items()}
-    packages = {h.name: fact for h, fact in get_facts(state, DebPackages).items()}
+    try:
+        views = maintenance.read_nodes(cluster(kubeconfig, None))
+    except OperationError as exc:
+        return exc
+    facts = _gather_facts(ctx_state.get(), (NvidiaSmi, DebPackages))
+    smi = {name: got[0] for name, got in facts.items()}
+    packages = {name: got[1] for name, got in facts.items()}
     fleet_views = {s.name: views.get(s.name) or maintenance.NodeView(s.name, exists=False) for s in specs}
-    upgrade.preflight(specs, smi, fleet_views)
+    try:
+        upgrade.preflight(specs, smi, fleet_views)
+    except upgrade.PlanError as exc:
+        return exc
     work = {s.name: upgrade.node_work(s, packages[s.name], smi[s.name], fleet_views[s.name]) for s in specs}
-    plan = UpgradePlan(
+    return UpgradePlan(
         nodes=[s.name for s in specs],
         work=work,
         batches=upgrade.batches([s.name for s in specs], work, first.upgrade.effective_batch_size),
         policy=first.upgrade,
         kubeconfig=kubeconfig,
     )
-    setattr(inventory, _CACHE_ATTR, plan)
-    return plan
+
+
+def _gather_facts(state: State, kinds: tuple[type, ...]) -> dict[str, list[Any]]:
+    """Each active host's facts of ``kinds``, the hosts in parallel.
+
+    Not pyinfra's ``get_facts``: that spawns into ``state.pool``, whose every slot holds a greenlet loading this
+    deploy file (one per host, pool size = host count), so it would wait forever for a free one. ``fact_pool`` is
+    pyinfra's pool of the same size that nothing else uses while deploy files load.
+    """
+
+    def one(target: Any) -> list[Any]:
+        with ctx_config.use(state.config.copy()), ctx_host.use(target):
+            return [get_fact(state, target, kind) for kind in kinds]
+
+    greenlets = {h.name: state.fact_pool.spawn(one, h) for h in state.inventory.get_active_hosts()}
+    gevent.joinall(list(greenlets.values()), raise_error=True)
+    return {name: g.get() for name, g in greenlets.items()}
 
 
 @deploy("Upgrade the node")
