@@ -8,7 +8,8 @@ the driver changes, wait for the node to be Ready in its new boot, run the confo
 workloads layers for it, and uncordon only if they pass. A node that fails stays cordoned with its failed checks
 in the ``gpuready.io/upgrade-failure`` annotation, and no later batch starts. Each step is recorded in
 ``gpuready.io/upgrade-state``: run the deploy again after an interruption or a fix and it finishes what was left.
-Conformance reports per node: ``reports/upgrade/<node>/``.
+Conformance reports per node: ``reports/upgrade/<node>/``. The run ends with what became of every node (upgraded,
+skipped, failed and why, not started, stopped at a step), also written to ``reports/upgrade/summary.json``.
 """
 
 from pathlib import Path

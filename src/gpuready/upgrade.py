@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from gpuready.facts.nvidia import NvidiaSmiState
-from gpuready.maintenance import STATE_ANNOTATION, NodeView
+from gpuready.maintenance import FAILURE_ANNOTATION, STATE_ANNOTATION, NodeView
 from gpuready.spec import NodeSpec
 
 # The steps recorded in the annotation, in order; "done" once uncordoned, "failed" when validation failed.
@@ -73,12 +73,21 @@ def node_work(
 
 
 def preflight(
-    specs: list[NodeSpec], smi: Mapping[str, NvidiaSmiState], views: Mapping[str, NodeView]
+    specs: list[NodeSpec], smi: Mapping[str, NvidiaSmiState | None], views: Mapping[str, NodeView]
 ) -> None:
-    """Refuse, before anything changes, nodes this deploy cannot upgrade (the node deploy has to run first)."""
+    """Refuse, before anything changes, nodes this deploy cannot upgrade (the node deploy has to run first) or
+    cannot see (a fact that pyinfra could not read is None: the host stopped answering after it connected)."""
     problems = []
     for spec in specs:
-        if not smi[spec.name].installed:
+        state = smi[spec.name]
+        if state is None:
+            step = views[spec.name].upgrade_state
+            problems.append(
+                f"{spec.name}: stopped answering over SSH while its state was read"
+                + (f" ({STATE_ANNOTATION}={step}: an earlier run may have left it rebooting)" if step else "")
+                + ": run again once it answers, or leave it out with --limit"
+            )
+        elif not state.installed:
             problems.append(f"{spec.name}: no NVIDIA driver installed: run deploys/gpu_node.py first")
         if not views[spec.name].exists:
             problems.append(
@@ -110,3 +119,32 @@ def failed_checks(verdict: Mapping, node: str) -> list[str]:
                 message = " ".join((outcome.get("message") or "").split())
                 out.append(f"{layer}::{check}: {message[:300]}")
     return out
+
+
+# What became of each node in a run, for the end-of-run summary.
+UPGRADED, SKIPPED, FAILED_NODE, STOPPED, NOT_STARTED = (
+    "upgraded",
+    "skipped",
+    "failed",
+    "stopped",
+    "not-started",
+)
+
+
+def outcome(work: NodeWork, after: NodeView, validated: bool) -> tuple[str, str]:
+    """(status, detail) of one node once the run is over, from its plan, its Node afterwards, and whether this run
+    validated it (the annotation alone cannot tell "upgraded now" from "done by an earlier run, not reached now")."""
+    if not work.needed:
+        return SKIPPED, "at the pinned driver and toolkit: skipped, not cordoned"
+    if validated:
+        return UPGRADED, f"validated and uncordoned ({'; '.join(work.reasons)})"
+    state = after.upgrade_state
+    if state == FAILED:
+        return (
+            FAILED_NODE,
+            f"stays cordoned: {after.annotations.get(FAILURE_ANNOTATION) or 'see the error above'}",
+        )
+    if state in (None, DONE) and not work.resume:
+        return NOT_STARTED, "not started: the run stopped before its batch"
+    cordoned = ", cordoned" if after.unschedulable else ""
+    return STOPPED, f"stopped at {STATE_ANNOTATION}={state}{cordoned}: run the deploy again to finish"

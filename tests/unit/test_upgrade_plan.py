@@ -10,7 +10,7 @@ from test_spec import EXAMPLE, problems_of, write_inventory
 
 from gpuready import upgrade
 from gpuready.facts.nvidia import NvidiaSmiState
-from gpuready.maintenance import STATE_ANNOTATION, NodeView
+from gpuready.maintenance import FAILURE_ANNOTATION, STATE_ANNOTATION, NodeView
 from gpuready.spec import load_fleet
 
 H100 = "gpu-train-01.prod.example.com"
@@ -120,6 +120,15 @@ def test_preflight_refuses_driverless_and_unjoined_nodes(spec) -> None:
     ]
 
 
+def test_preflight_refuses_a_node_that_stopped_answering(spec) -> None:
+    with pytest.raises(upgrade.PlanError) as info:
+        upgrade.preflight([spec], {H100: None}, {H100: view(state=upgrade.REBOOTING)})
+    assert str(info.value).splitlines()[1:] == [
+        f"  - {H100}: stopped answering over SSH while its state was read ({STATE_ANNOTATION}=rebooting: an "
+        "earlier run may have left it rebooting): run again once it answers, or leave it out with --limit"
+    ]
+
+
 def test_failed_checks_from_a_verdict() -> None:
     verdict = {"nodes": {"n1": {"layers": {
         "gpu": {"checks": {"test_no_xid_errors[n1]": {"status": "fail", "message": "GPU 0: Xid 79\n  fallen off"},
@@ -159,3 +168,48 @@ def test_bad_upgrade_knobs_are_refused(tmp_path: Path, key: str, value, allowed:
     assert problems_of(write_inventory(tmp_path, **{key: value})) == [
         f"{tmp_path / 'inv.py'}: host node-1: {key} = {value!r}: {allowed}"
     ]
+
+
+@pytest.mark.parametrize(
+    ("needed", "validated", "annotations", "unschedulable", "status", "detail"),
+    [
+        (False, False, {}, False, "skipped", "at the pinned driver and toolkit: skipped, not cordoned"),
+        (True, True, {STATE_ANNOTATION: "done"}, False, "upgraded", "validated and uncordoned (a -> b)"),
+        (True, False, {STATE_ANNOTATION: "failed", FAILURE_ANNOTATION: "gpu::test_xid: Xid 79"}, True,
+         "failed", "stays cordoned: gpu::test_xid: Xid 79"),
+        # done by an earlier run, not reached by this one: not "upgraded"
+        (True, False, {STATE_ANNOTATION: "done"}, False, "not-started", "not started: the run stopped before its batch"),
+        (True, False, {}, False, "not-started", "not started: the run stopped before its batch"),
+        (True, False, {STATE_ANNOTATION: "rebooting"}, True, "stopped",
+         f"stopped at {STATE_ANNOTATION}=rebooting, cordoned: run the deploy again to finish"),
+    ],
+)  # fmt: skip
+def test_run_outcome_per_node(needed, validated, annotations, unschedulable, status, detail) -> None:
+    work = upgrade.NodeWork(H100, ("a -> b",) if needed else (), reboot=needed, resume=None)
+    after = NodeView(H100, exists=True, ready=True, unschedulable=unschedulable, annotations=annotations)
+    assert upgrade.outcome(work, after, validated) == (status, detail)
+
+
+def test_run_summary_is_reported_once_when_the_run_ends_not_at_a_reboot(monkeypatch) -> None:
+    from pyinfra.api.state import StateStage
+
+    from gpuready.tasks.upgrade import RunSummary
+
+    summary = RunSummary(plan=None)  # type: ignore[arg-type]
+    reports: list[str] = []
+    monkeypatch.setattr(summary, "report", lambda: reports.append("report"))
+    node = SimpleNamespace(name="n1")
+    running = SimpleNamespace(current_stage=StateStage.Execute, active_hosts=[node])
+    summary.host_disconnect(running, node)  # a reboot mid-run
+    assert reports == []
+    all_failed = SimpleNamespace(
+        current_stage=StateStage.Execute, active_hosts=set()
+    )  # "No hosts remaining!"
+    summary.host_disconnect(all_failed, node)
+    summary.host_disconnect(all_failed, node)
+    assert reports == ["report"]
+    finished = RunSummary(plan=None)  # type: ignore[arg-type]
+    monkeypatch.setattr(finished, "report", lambda: reports.append("finished"))
+    for stage in (StateStage.Prepare, StateStage.Disconnect, StateStage.Disconnect):  # --dry reports nothing
+        finished.host_disconnect(SimpleNamespace(current_stage=stage, active_hosts=[node]), node)
+    assert reports == ["report", "finished"]

@@ -8,15 +8,18 @@ the later batches' gates see it and do not start.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import click
 import gevent
 from gevent.lock import Semaphore
-from pyinfra import host
+from pyinfra import host, logger
 from pyinfra.api import OperationError, State, deploy
 from pyinfra.api.facts import get_fact
+from pyinfra.api.state import BaseStateCallback, StateStage
 from pyinfra.context import ctx_config, ctx_host, ctx_state
 from pyinfra.facts.deb import DebPackages
 from pyinfra.operations import systemd
@@ -36,6 +39,7 @@ _CACHE_ATTR = "_gpuready_upgrade_plan"
 # others wait for it instead of gathering the same facts again
 _PLAN_LOCK = Semaphore()
 REPORTS = Path("reports") / "upgrade"
+VALIDATE = "Validate and uncordon"  # the operation whose success means the node is upgraded and back
 
 
 @dataclass(frozen=True)
@@ -55,6 +59,8 @@ def upgrade_plan() -> UpgradePlan:
         if cached is None:
             cached = _make_plan(inventory)
             setattr(inventory, _CACHE_ATTR, cached)
+            if isinstance(cached, UpgradePlan):
+                ctx_state.get().add_callback_handler(RunSummary(cached))
     if isinstance(cached, Exception):  # reported once per host would be noise; the deploy file stops on it
         raise cached
     return cached
@@ -71,7 +77,9 @@ def _make_plan(inventory) -> UpgradePlan | Exception:
     except OperationError as exc:
         return exc
     facts = _gather_facts(ctx_state.get(), (NvidiaSmi, DebPackages))
-    smi = {name: got[0] for name, got in facts.items()}
+    smi = {
+        name: None if None in got else got[0] for name, got in facts.items()
+    }  # None: no answer (preflight)
     packages = {name: got[1] for name, got in facts.items()}
     fleet_views = {s.name: views.get(s.name) or maintenance.NodeView(s.name, exists=False) for s in specs}
     try:
@@ -86,6 +94,52 @@ def _make_plan(inventory) -> UpgradePlan | Exception:
         policy=first.upgrade,
         kubeconfig=kubeconfig,
     )
+
+
+class RunSummary(BaseStateCallback):
+    """At the end of the run, what became of every node, printed and written to ``reports/upgrade/summary.json``.
+
+    pyinfra has no end-of-run hook, but it disconnects every host when the run ends, also when it ends because
+    every host failed ("No hosts remaining!", e.g. the first batch failing with batches of one). A reboot
+    disconnects its host mid-run too: that one happens while the run is executing and some host is still active.
+    Not after --dry, a declined prompt or Ctrl-C: nothing ran, or the annotations say where it stopped.
+    """
+
+    def __init__(self, plan: UpgradePlan) -> None:
+        self.plan = plan
+        self.validated: set[str] = set()
+        self.reported = False
+
+    def operation_host_success(self, state: State, host: Any, op_hash: str, retry_count: int = 0) -> None:  # type: ignore[override]
+        if any(name.endswith(VALIDATE) for name in state.get_op_meta(op_hash).names):
+            self.validated.add(host.name)
+
+    def host_disconnect(self, state: State, host: Any) -> None:  # type: ignore[override]
+        stage = state.current_stage
+        ended = stage == StateStage.Disconnect or (stage == StateStage.Execute and not state.active_hosts)
+        if ended and not self.reported:
+            self.reported = True
+            self.report()
+
+    def report(self) -> None:
+        try:
+            after = maintenance.read_nodes(cluster(self.plan.kubeconfig, None))
+        except Exception as exc:  # the run is over: a summary that cannot be made must not hide its errors
+            logger.warning(f"--> Upgrade summary: cannot read the nodes: {exc}")
+            return
+        rows = {}
+        for name in self.plan.nodes:
+            view = after.get(name) or maintenance.NodeView(name, exists=False)
+            status, detail = upgrade.outcome(self.plan.work[name], view, name in self.validated)
+            rows[name] = {"status": status, "detail": detail, "cordoned": view.unschedulable}
+        REPORTS.mkdir(parents=True, exist_ok=True)
+        (REPORTS / "summary.json").write_text(json.dumps({"nodes": rows}, indent=2) + "\n")
+        width = max(len(n) for n in rows)
+        logger.info("--> Upgrade summary:")
+        for name, row in rows.items():
+            colour = {upgrade.UPGRADED: "green", upgrade.SKIPPED: None}.get(row["status"], "red")
+            status = click.style(f"{row['status']:<11}", fg=colour) if colour else f"{row['status']:<11}"
+            logger.info(f"    {name:<{width}}  {status} {row['detail']}")
 
 
 def _gather_facts(state: State, kinds: tuple[type, ...]) -> dict[str, list[Any]]:
@@ -127,7 +181,7 @@ def upgrade_node(plan: UpgradePlan, conformance_dir: Path) -> None:
         conformance_dir, inventory_path(), node.name, report_dir, kc, host.inventory.get_override_data()
     )
     upgrade_ops.validated(
-        name="Validate and uncordon",
+        name=VALIDATE,
         node=node.name,
         policy=plan.policy,
         conformance=command,
@@ -136,18 +190,24 @@ def upgrade_node(plan: UpgradePlan, conformance_dir: Path) -> None:
     )
 
 
+def _say(message: str) -> None:
+    logger.info(f"{host.print_prefix}{message}")
+
+
 @deploy("Rolling upgrade")
 def rolling_upgrade(conformance_dir: Path) -> None:
     plan = upgrade_plan()
     work = plan.work[host.name]
+    # The plan is printed without -v (unlike host.noop): which nodes go out of service, and why, is what the
+    # user must see before anything is cordoned.
     if not plan.batches:
-        host.noop("driver and toolkit at the pinned versions on every node: nothing to upgrade")
+        _say("driver and toolkit at the pinned versions on every node: nothing to upgrade")
         return
     if work.needed:
         number = next(i for i, batch in enumerate(plan.batches, start=1) if host.name in batch)
-        host.noop(f"batch {number}/{len(plan.batches)}: {'; '.join(work.reasons)}")
+        _say(f"batch {number}/{len(plan.batches)}: {'; '.join(work.reasons)}")
     else:
-        host.noop("at the pinned driver and toolkit: skipped, not cordoned")
+        _say("at the pinned driver and toolkit: skipped, not cordoned")
     earlier: list[str] = []
     for number, batch in enumerate(host.loop(plan.batches), start=1):
         upgrade_ops.batch_started(
