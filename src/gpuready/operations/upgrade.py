@@ -36,6 +36,12 @@ def _fail(host: Any, message: str) -> bool:
     return False
 
 
+def _stays_cordoned(c: Any, host: Any, node: str, failure: str, message: str | None = None) -> bool:
+    """Record the failure on the Node (the next run resumes it) and fail the host with the reason."""
+    maintenance.set_state(c, node, upgrade.FAILED, failure=failure[:1000])
+    return _fail(host, message or f"{failure}; the node stays cordoned")
+
+
 @operation(is_idempotent=False)
 def batch_started(
     batch: list[str],
@@ -121,7 +127,7 @@ def drained(node: str, policy: UpgradePolicy, kubeconfig: str | None = None):
                 progress=lambda msg: logger.info(f"{host.print_prefix}{msg}"),
             )
         except maintenance.MaintenanceError as exc:
-            return _fail(host, f"{exc}; the node stays cordoned")
+            return _stays_cordoned(c, host, node, str(exc))
         maintenance.set_state(c, node, upgrade.DRAINED)
         logger.info(f"{host.print_prefix}drained: {len(evicted)} pod(s) evicted")
         return True
@@ -174,11 +180,11 @@ def validated(
         try:
             maintenance.wait_ready(c, node, policy.node_ready_timeout, boot_id=host.get_fact(BootId))
         except maintenance.MaintenanceError as exc:
-            maintenance.set_state(c, node, upgrade.FAILED, failure=str(exc))
-            return _fail(host, f"{exc}; the node stays cordoned")
+            return _stays_cordoned(c, host, node, str(exc))
         logger.info(f"{host.print_prefix}Ready; running conformance ({', '.join(CONFORMANCE_LAYERS)})")
-        run = subprocess.run(conformance, capture_output=True, text=True, check=False)
         verdict_path = Path(report_dir) / "verdict.json"
+        verdict_path.unlink(missing_ok=True)  # an earlier run's verdict must not stand in for this one
+        run = subprocess.run(conformance, capture_output=True, text=True, check=False)
         try:
             verdict = json.loads(verdict_path.read_text())
         except (OSError, ValueError):
@@ -188,9 +194,11 @@ def validated(
             tail = " / ".join((run.stdout + run.stderr).strip().splitlines()[-5:])
             failures = [f"conformance exited {run.returncode} without a verdict for {node}: {tail}"]
         if failures:
-            maintenance.set_state(c, node, upgrade.FAILED, failure="; ".join(failures)[:1000])
-            return _fail(
+            return _stays_cordoned(
+                c,
                 host,
+                node,
+                "; ".join(failures),
                 f"conformance failed after the upgrade; {node} stays cordoned "
                 f"({maintenance.STATE_ANNOTATION}={upgrade.FAILED}, report: {verdict_path}):\n  "
                 + "\n  ".join(failures),
