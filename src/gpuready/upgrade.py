@@ -16,7 +16,8 @@ from gpuready.facts.nvidia import NvidiaSmiState
 from gpuready.maintenance import FAILURE_ANNOTATION, STATE_ANNOTATION, NodeView
 from gpuready.spec import NodeSpec
 
-# The steps recorded in the annotation, in order; "done" once uncordoned, "failed" when validation failed.
+# The steps recorded in the annotation, in order; "done" once uncordoned, "failed" when the drain, the wait for
+# Ready or the validation failed (the failure annotation says which and why).
 CORDONED, DRAINED, UPGRADING, REBOOTING, VALIDATING = (
     "cordoned",
     "drained",
