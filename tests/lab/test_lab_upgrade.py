@@ -143,15 +143,19 @@ def driver_on(lab: Lab, node: str) -> tuple[str, str]:
     return package, (smi.stdout.splitlines() or [smi.stdout])[0].strip()
 
 
+def uncoloured(output: str) -> str:
+    return re.sub(r"\x1b\[[0-9;]*m", "", output)
+
+
 def says(output: str, node: str, text: str) -> bool:
     """Whether pyinfra printed ``text`` on a line of ``node`` (colours stripped)."""
-    plain = re.sub(r"\x1b\[[0-9;]*m", "", output)
+    plain = uncoloured(output)
     return any(f"[{node}]" in line and text in line for line in plain.splitlines())
 
 
 def summary(output: str) -> dict[str, str]:
     """node -> status from the summary the deploy prints at the end of the run."""
-    plain = re.sub(r"\x1b\[[0-9;]*m", "", output)
+    plain = uncoloured(output)
     assert plain.count("--> Upgrade summary:") <= 1, "the summary is printed once, at the end"
     rows = (
         plain.split("--> Upgrade summary:", 1)[1].split("-->", 1)[0]

@@ -77,9 +77,8 @@ def _make_plan(inventory) -> UpgradePlan | Exception:
     except OperationError as exc:
         return exc
     facts = _gather_facts(ctx_state.get(), (NvidiaSmi, DebPackages))
-    smi = {
-        name: None if None in got else got[0] for name, got in facts.items()
-    }  # None: no answer (preflight)
+    # None: the host stopped answering (preflight refuses it)
+    smi = {name: None if None in got else got[0] for name, got in facts.items()}
     packages = {name: got[1] for name, got in facts.items()}
     fleet_views = {s.name: views.get(s.name) or maintenance.NodeView(s.name, exists=False) for s in specs}
     try:
@@ -138,7 +137,7 @@ class RunSummary(BaseStateCallback):
         logger.info("--> Upgrade summary:")
         for name, row in rows.items():
             colour = {upgrade.UPGRADED: "green", upgrade.SKIPPED: None}.get(row["status"], "red")
-            status = click.style(f"{row['status']:<11}", fg=colour) if colour else f"{row['status']:<11}"
+            status = click.style(f"{row['status']:<11}", fg=colour)
             logger.info(f"    {name:<{width}}  {status} {row['detail']}")
 
 
