@@ -46,10 +46,12 @@ def current_node() -> NodeSpec:
 
 def repo_vars() -> dict[str, str]:
     """What the repository URL templates in group data are filled with, from the host's facts."""
-    distro = host.get_fact(LinuxDistribution)
+    from gpuready.node_facts import node_fact
+
+    distro = node_fact(LinuxDistribution)
     name = (distro.get("name") or "").lower()
     version = str(distro.get("release_meta", {}).get("VERSION_ID") or distro.get("major") or "")
-    arch = host.get_fact(Arch)
+    arch = node_fact(Arch)
     return {
         "distro": f"{name}{version.replace('.', '')}",
         "arch": {"aarch64": "sbsa"}.get(arch, arch),

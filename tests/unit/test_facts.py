@@ -7,7 +7,8 @@ import subprocess
 from pathlib import Path
 
 from gpuready.facts.apt import HeldPackages
-from gpuready.facts.containerd import MISSING, ContainerdConfigText
+from gpuready.facts.containerd import ContainerdConfigText
+from gpuready.facts.host import MISSING
 from gpuready.facts.kube import KubeletJoined
 from gpuready.facts.nvidia import MigInstances, NvidiaSmi
 

@@ -15,11 +15,12 @@ class HeldPackages(FactBase[set[str]]):
     """
 
     default = set
-    requires_command = "apt-mark"
+    requires_command = "dpkg-query"
 
     def command(self) -> str:
-        return "apt-mark showhold"
+        # apt-mark keeps holds as dpkg selections; reading them from dpkg does not load apt's cache
+        return "dpkg-query -W -f='${Package} ${Status}\\n' | awk '$2 == \"hold\" {print $1}'"
 
     @staticmethod
     def process(output: list[str]) -> set[str]:
-        return {line.strip() for line in output if line.strip()}
+        return {line.strip().split(":")[0] for line in output if line.strip()}

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from pyinfra.api import FactBase
 
-MISSING = "__gpuready_missing__"
+from gpuready.facts.host import FileText
 
 
-class ContainerdConfigText(FactBase[str | None]):
+class ContainerdConfigText(FileText):
     """
     Returns the text of a containerd config file, or ``None`` if it does not exist.
 
@@ -17,13 +17,7 @@ class ContainerdConfigText(FactBase[str | None]):
     """
 
     def command(self, path: str = "/etc/containerd/config.toml") -> str:
-        return f"test -f {path} && cat {path} || echo {MISSING}"
-
-    @staticmethod
-    def process(output: list[str]) -> str | None:
-        if output and output[0] == MISSING:
-            return None
-        return "".join(line + "\n" for line in output)
+        return super().command(path)
 
 
 class ContainerdConfigDump(FactBase[str | None]):

@@ -1,8 +1,10 @@
-"""Swap: kubelet refuses to run with swap on by default, and a reboot must not bring it back."""
+"""Host state the node deploy decides on: swap, kernel features, boot id, managed files, systemd units."""
 
 from __future__ import annotations
 
 from pyinfra.api import FactBase
+
+MISSING = "__gpuready_missing__"
 
 
 class Swap(FactBase[dict[str, list[str]]]):
@@ -72,3 +74,69 @@ class BootId(FactBase[str]):
     @staticmethod
     def process(output: list[str]) -> str:
         return output[0].strip() if output else ""
+
+
+class FileText(FactBase[str | None]):
+    """
+    Returns the text of a file, or ``None`` if it does not exist.
+
+    .. code:: python
+
+        'deb [signed-by=/etc/apt/keyrings/cuda.gpg] https://developer.download.nvidia.com/... /\\n'
+    """
+
+    def command(self, path: str) -> str:
+        return f"test -f {path} && cat {path} || echo {MISSING}"
+
+    @staticmethod
+    def process(output: list[str]) -> str | None:
+        if output and output[0] == MISSING:
+            return None
+        return "".join(line + "\n" for line in output)
+
+
+class FileDigest(FactBase[dict[str, str] | None]):
+    """
+    Returns a file's SHA-1, mode and owner, or ``None`` if it does not exist: what decides whether to upload it.
+
+    .. code:: python
+
+        {"sha1": "0beec7b5ea3f0fdbc95d0dd47f3c5bc275da8a33", "mode": "644", "user": "root", "group": "root"}
+    """
+
+    def command(self, path: str) -> str:
+        return f"test -f {path} && sha1sum {path} && stat -c '%a %U %G' {path} || true"
+
+    @staticmethod
+    def process(output: list[str]) -> dict[str, str] | None:
+        if len(output) < 2:
+            return None
+        mode, user, group = output[1].split()
+        return {"sha1": output[0].split()[0], "mode": mode, "user": user, "group": group}
+
+
+class UnitState(FactBase[dict[str, str]]):
+    """
+    Returns a systemd unit's active and unit-file state (``inactive``/``not-found`` when it does not exist).
+
+    .. code:: python
+
+        {"active": "active", "enabled": "enabled"}
+    """
+
+    requires_command = "systemctl"
+
+    @staticmethod
+    def default() -> dict[str, str]:
+        return {"active": "inactive", "enabled": "not-found"}
+
+    def command(self, unit: str) -> str:
+        return f"systemctl show --property ActiveState --property UnitFileState {unit}"
+
+    @staticmethod
+    def process(output: list[str]) -> dict[str, str]:
+        values = dict(line.partition("=")[::2] for line in output if "=" in line)
+        return {
+            "active": values.get("ActiveState") or "inactive",
+            "enabled": values.get("UnitFileState") or "not-found",
+        }

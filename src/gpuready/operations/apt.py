@@ -1,11 +1,17 @@
-"""Holding pinned packages, so unattended upgrades cannot move the driver, toolkit or kubelet behind the spec."""
+"""apt sources, pinned installs and holds, decided from facts the node deploy reads in one round trip."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from pyinfra import host
 from pyinfra.api import StringCommand, operation
+from pyinfra.facts.deb import DebPackages
+from pyinfra.operations import apt as pyinfra_apt
 
 from gpuready.facts.apt import HeldPackages
+from gpuready.facts.host import FileDigest, FileText
+from gpuready.node_facts import node_fact
 
 
 def package_names(pins: list[str]) -> list[str]:
@@ -28,9 +34,71 @@ def held(packages: list[str], held: bool = True):
         apt.held(name="Hold the NVIDIA driver", packages=["nvidia-driver=580.95.05-1"])
     """
     names = package_names(packages)
-    current = host.get_fact(HeldPackages)
+    current = node_fact(HeldPackages)
     todo = [name for name in names if (name in current) != held]
     if not todo:
         host.noop(f"{', '.join(names)} {'already' if held else 'not'} held")
         return
     yield StringCommand("apt-mark", "hold" if held else "unhold", *todo)
+
+
+@operation()
+def repository(repo: str, source: str, keyring: str, keyring_url: str):
+    """
+    An apt source ``/etc/apt/sources.list.d/<repo>.list`` with its ``signed-by`` keyring.
+
+    Decided from two facts the node deploy batches (pyinfra's ``apt.key`` and ``apt.repo`` read three); a change
+    is made by those operations.
+
+    + repo: the list file's base name
+    + source: the ``deb [signed-by=...] URL /`` line
+    + keyring: where the dearmored keyring lives
+    + keyring_url: where the signing key is downloaded from
+
+    **Example:**
+
+    .. code:: python
+
+        apt.repository(name="CUDA repository", repo="cuda", keyring="/etc/apt/keyrings/cuda.gpg",
+                       keyring_url="https://.../3bf863cc.pub",
+                       source="deb [signed-by=/etc/apt/keyrings/cuda.gpg] https://.../debian12/x86_64/ /")
+    """
+    list_file = f"/etc/apt/sources.list.d/{repo}.list"
+    has_key = node_fact(FileDigest, path=keyring) is not None
+    has_source = source in (node_fact(FileText, path=list_file) or "").splitlines()
+    if has_key and has_source:
+        host.noop(f"{repo}: {list_file} and {keyring} in place")
+        return
+    if not has_key:
+        yield from pyinfra_apt.key._inner(src=keyring_url, dest=keyring)
+    if not has_source:
+        yield from pyinfra_apt.repo._inner(src=source, filename=repo)
+
+
+@operation()
+def installed(packages: list[str], **install_args: Any):
+    """
+    Packages installed at the pinned version (``name=version``) or at all (a bare name).
+
+    Decided from the installed packages the node deploy batches; the install itself is pyinfra's ``apt.packages``
+    with ``install_args`` (``no_recommends``, ``allow_downgrades``, ``extra_install_args``).
+
+    **Example:**
+
+    .. code:: python
+
+        apt.installed(name="Install the driver", packages=["nvidia-driver=580.95.05-1"], no_recommends=True)
+    """
+    current = node_fact(DebPackages)
+    missing = [pin for pin in packages if not pin_satisfied(pin, current)]
+    if not missing:
+        host.noop(f"{', '.join(packages)} installed")
+        return
+    yield from pyinfra_apt.packages._inner(packages=packages, **install_args)
+
+
+def pin_satisfied(pin: str, installed: dict[str, list[str]]) -> bool:
+    """Whether ``name=version`` is installed at exactly that version (a bare ``name``: at any version)."""
+    name, has_version, version = pin.partition("=")
+    versions = installed.get(name) or []
+    return version in versions if has_version else bool(versions)

@@ -18,6 +18,7 @@ from gpuready.containerd_config import (
     render_main,
 )
 from gpuready.facts.containerd import ContainerdConfigText
+from gpuready.node_facts import node_fact
 
 
 @operation()
@@ -58,13 +59,13 @@ def nvidia_runtime(
         drop_in_dir=drop_in_dir,
         drop_in_name=drop_in_name,
     )
-    current_main = host.get_fact(ContainerdConfigText, path=config_path)
+    current_main = node_fact(ContainerdConfigText, path=config_path)
     try:
         main = render_main(current_main or "", settings)
         drop_in = render_drop_in(main, settings)
     except ContainerdConfigError as exc:
         raise OperationError(f"{config_path}: {exc}") from exc
-    current_drop_in = host.get_fact(ContainerdConfigText, path=settings.drop_in_path)
+    current_drop_in = node_fact(ContainerdConfigText, path=settings.drop_in_path)
     if main == current_main and drop_in == current_drop_in:
         host.noop(f"containerd has the {runtime_name} runtime ({settings.drop_in_path})")
         return

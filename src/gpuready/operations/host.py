@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import hashlib
 import time
+from io import StringIO
 
 from pyinfra import host, logger
 from pyinfra.api import FunctionCommand, OperationError, StringCommand, operation
 from pyinfra.connectors.util import clear_askpass_cache
+from pyinfra.facts.server import Sysctl
+from pyinfra.operations import files, server, systemd
 
-from gpuready.facts.host import BootId, KernelFeature, Swap
+from gpuready.facts.host import BootId, FileDigest, FileText, KernelFeature, Swap, UnitState
+from gpuready.node_facts import node_fact
 
 _FSTAB_SWAP = r"^([^#].*[[:space:]]swap[[:space:]].*)$"
 
@@ -24,7 +29,7 @@ def swap_off():
 
         host.swap_off(name="Turn swap off")
     """
-    swap = host.get_fact(Swap)
+    swap = node_fact(Swap)
     if not swap["active"] and not swap["fstab"]:
         host.noop("swap is off")
         return
@@ -48,7 +53,7 @@ def kernel_module(module: str, probe: str):
 
         host.kernel_module(name="Bridge netfilter", module="br_netfilter", probe="test -d /proc/sys/net/bridge")
     """
-    if host.get_fact(KernelFeature, probe=probe):
+    if node_fact(KernelFeature, probe=probe):
         host.noop(f"{module}: present ({probe})")
         return
     yield f"modprobe {module}"
@@ -96,3 +101,85 @@ def rebooted(reboot_timeout: int = 600, interval: float = 2.0):
         raise OperationError(f"{host.name} did not come back in a new boot within {reboot_timeout}s")
 
     yield FunctionCommand(wait_for_new_boot, (), {})
+
+
+@operation()
+def file_content(path: str, content: str, mode: str = "644"):
+    """
+    A file with exactly ``content``, owned by root with ``mode``; uploaded only when its SHA-1 or mode differs.
+
+    pyinfra's ``files.put`` reads three facts per file; this reads one, which the node deploy batches.
+
+    + path: the file
+    + content: its text
+    + mode: octal permissions as ``stat -c %a`` prints them
+
+    **Example:**
+
+    .. code:: python
+
+        host.file_content(name="Blacklist nouveau", path="/etc/modprobe.d/blacklist-nouveau.conf", content="...")
+    """
+    digest = node_fact(FileDigest, path=path)
+    wanted = hashlib.sha1(content.encode()).hexdigest()
+    if digest and (digest["sha1"], digest["mode"], digest["user"], digest["group"]) == (
+        wanted,
+        mode,
+        "root",
+        "root",
+    ):
+        host.noop(f"{path} is up to date")
+        return
+    yield from files.put._inner(src=StringIO(content), dest=path, mode=mode, user="root", group="root")
+
+
+@operation()
+def sysctls(values: dict[str, int], persist_file: str):
+    """
+    Kernel parameters set now and in ``persist_file`` for every boot.
+
+    + values: parameter -> value
+    + persist_file: a sysctl.d file holding ``key = value`` lines
+
+    **Example:**
+
+    .. code:: python
+
+        host.sysctls(name="Kubernetes sysctls", values={"net.ipv4.ip_forward": 1},
+                     persist_file="/etc/sysctl.d/99-kubernetes.conf")
+    """
+    running = node_fact(Sysctl, keys=sorted(values))
+    persisted = (node_fact(FileText, path=persist_file) or "").splitlines()
+    todo = [
+        key
+        for key, value in values.items()
+        if running.get(key) != value or f"{key} = {value}" not in persisted
+    ]
+    if not todo:
+        host.noop(f"{', '.join(values)} set and persisted")
+        return
+    for key in todo:
+        yield from server.sysctl._inner(key=key, value=values[key], persist=True, persist_file=persist_file)
+
+
+@operation()
+def service(unit: str, running: bool | None = None, enabled: bool | None = None):
+    """
+    A systemd unit running (or not) and enabled (or not); ``None`` leaves that side alone.
+
+    + unit: the unit name without ``.service``
+    + running, enabled: the wanted states
+
+    **Example:**
+
+    .. code:: python
+
+        host.service(name="Enable containerd", unit="containerd", running=True, enabled=True)
+    """
+    state = node_fact(UnitState, unit=unit)
+    is_running = state["active"] == "active"
+    is_enabled = state["enabled"] in ("enabled", "enabled-runtime", "static", "alias")
+    if (running is None or running == is_running) and (enabled is None or enabled == is_enabled):
+        host.noop(f"{unit}: {state['active']}, {state['enabled']}")
+        return
+    yield from systemd.service._inner(service=unit, running=running, enabled=enabled)

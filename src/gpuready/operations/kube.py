@@ -7,6 +7,7 @@ from pyinfra import host
 from pyinfra.api import QuoteString, StringCommand, operation
 
 from gpuready.facts.kube import KubeletJoined
+from gpuready.node_facts import node_fact
 from gpuready.spec import NodeSpec
 
 JOIN_DIR = "/etc/kubernetes/gpuready"
@@ -47,7 +48,7 @@ def join(node: NodeSpec):
 
     + node: the node's spec (name, endpoint, CA hash, labels, taints)
     """
-    joined = host.get_fact(KubeletJoined)
+    joined = node_fact(KubeletJoined)
     if joined:
         host.noop(f"node has joined {joined}")
         return

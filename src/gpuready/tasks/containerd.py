@@ -3,25 +3,37 @@
 from __future__ import annotations
 
 from pyinfra.api import deploy
-from pyinfra.operations import apt, systemd
+from pyinfra.operations import systemd
 
+from gpuready.containerd_config import DEFAULT_DROP_IN_DIR, DEFAULT_DROP_IN_NAME
 from gpuready.deploy_context import current_node
+from gpuready.operations import apt as gpu_apt
 from gpuready.operations import containerd as containerd_ops
+from gpuready.operations import host as host_ops
+
+UNIT = "containerd"
+CONFIG = "/etc/containerd/config.toml"
+
+
+def config_paths() -> tuple[str, str]:
+    """The files the runtime step reads: the main config and the nvidia drop-in."""
+    return CONFIG, f"{DEFAULT_DROP_IN_DIR}/{DEFAULT_DROP_IN_NAME}"
 
 
 @deploy("containerd with the nvidia runtime")
 def containerd() -> None:
     node = current_node()
-    apt.packages(name="Install containerd", packages=node.apt_packages["containerd"], no_recommends=True)
+    gpu_apt.installed(name="Install containerd", packages=node.apt_packages["containerd"], no_recommends=True)
     config = containerd_ops.nvidia_runtime(
         name="Add the nvidia runtime to containerd (drop-in)",
+        config_path=CONFIG,
         set_as_default=bool(node.data.get("containerd_nvidia_default_runtime", False)),
         enable_cdi=bool(node.data.get("containerd_enable_cdi", False)),
     )
-    systemd.service(name="Enable containerd", service="containerd", running=True, enabled=True)
+    host_ops.service(name="Enable containerd", unit=UNIT, running=True, enabled=True)
     systemd.service(
         name="Restart containerd for the new config",
-        service="containerd",
+        service=UNIT,
         restarted=True,
         _if=config.did_change,
     )

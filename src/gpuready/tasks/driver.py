@@ -2,30 +2,42 @@
 
 from __future__ import annotations
 
-from io import StringIO
-
 from pyinfra import host, logger
 from pyinfra.api import deploy
 from pyinfra.facts.deb import DebPackages
-from pyinfra.operations import files, systemd
 
 from gpuready.deploy_context import current_node
+from gpuready.node_facts import node_fact
+from gpuready.nvidia.driver_packages import driver_package_names
+from gpuready.operations import host as host_ops
+from gpuready.spec import NodeSpec
 from gpuready.tasks.repos import install_pinned, repository
 
-# Every package of the driver, not only the ones installed by name: their exact-version dependencies
-# (nvidia-driver -> nvidia-driver-cuda (= v) -> libnvidia-ml1 (= v) ...) must move together, up or down.
-DRIVER_PACKAGES = (
-    r"/^(nvidia-(driver|kernel|smi|persistenced|fabricmanager|modprobe|settings|xconfig|opencl)"
-    r"|libnvidia-(ml|cfg|gl|compute|encode|decode|fbc|nscq|ptxjitcompiler|nvvm)|libcuda|libnvidia-egl)/"
-)
+PREFERENCES_FILE = "/etc/apt/preferences.d/gpuready-nvidia-driver"
 
 
-def driver_preferences(package_version: str) -> str:
-    """An apt pin (priority > 1000 allows downgrades) holding all driver packages at one version."""
+def driver_preferences(package_version: str, branch: str, source: str = "cuda-repo") -> str:
+    """An apt pin (priority > 1000 allows downgrades) holding every driver package, by name, at one version.
+
+    Every package of the driver, not only the ones installed by name: their exact-version dependencies
+    (nvidia-driver -> nvidia-driver-cuda (= v) -> libnvidia-ml1 (= v) ...) must move together, up or down.
+    """
+    names = driver_package_names(branch, source)
+    lines = [names[0]]
+    for name in names[1:]:
+        if len(lines[-1]) + len(name) + 1 > 100:
+            lines.append(name)
+        else:
+            lines[-1] += " " + name
     return (
         "# Written by gpuready: the NVIDIA driver packages stay at the inventory's version.\n"
-        f"Package: {DRIVER_PACKAGES}\nPin: version {package_version}\nPin-Priority: 1001\n"
+        "Package: " + "\n ".join(lines) + f"\nPin: version {package_version}\nPin-Priority: 1001\n"
     )
+
+
+def units(node: NodeSpec) -> tuple[str, ...]:
+    """The driver's systemd units on this node."""
+    return ("nvidia-persistenced", "nvidia-fabricmanager") if node.nvswitch else ("nvidia-persistenced",)
 
 
 @deploy("NVIDIA driver")
@@ -40,7 +52,7 @@ def nvidia_driver(reboot_follows: bool = False) -> None:
             keyring_url_template=node.repos["cuda_repo_keyring_url"],
             pins=pins,
         )
-    installed = host.get_fact(DebPackages).get("nvidia-driver") or []
+    installed = node_fact(DebPackages).get("nvidia-driver") or []
     # A driver that changes under a loaded kernel module gives "Driver/library version mismatch" until the node
     # reboots: its services cannot start before that, and the node must not be used.
     changing = bool(installed) and node.versions.driver_package not in installed
@@ -49,19 +61,15 @@ def nvidia_driver(reboot_follows: bool = False) -> None:
             f"{host.name}: NVIDIA driver {', '.join(installed)} -> {node.versions.driver_package}: "
             "reboot the node (drained) to load it; deploys/upgrade_driver.py does that for a fleet"
         )
-    files.put(
+    host_ops.file_content(
         name="Pin the NVIDIA driver version",
-        src=StringIO(driver_preferences(node.versions.driver_package)),
-        dest="/etc/apt/preferences.d/gpuready-nvidia-driver",
-        mode="644",
+        path=PREFERENCES_FILE,
+        content=driver_preferences(
+            node.versions.driver_package, node.versions.driver_branch, node.versions.driver_source
+        ),
     )
     install_pinned(f"NVIDIA driver {node.versions.driver}", pins, "Hold the NVIDIA driver packages")
     # after a change the services start with the new module, at boot
     running = None if changing or reboot_follows else True
-    systemd.service(
-        name="Enable nvidia-persistenced", service="nvidia-persistenced", running=running, enabled=True
-    )
-    if node.nvswitch:
-        systemd.service(
-            name="Enable NVIDIA Fabric Manager", service="nvidia-fabricmanager", running=running, enabled=True
-        )
+    for unit in units(node):
+        host_ops.service(name=f"Enable {unit}", unit=unit, running=running, enabled=True)

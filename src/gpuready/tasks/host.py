@@ -2,21 +2,23 @@
 
 from __future__ import annotations
 
-from io import StringIO
-
-from pyinfra import host
 from pyinfra.api import deploy
 from pyinfra.facts.server import Which
-from pyinfra.operations import files, server
+from pyinfra.operations import server
 
+from gpuready.node_facts import node_fact
 from gpuready.operations import host as host_ops
 
+NOUVEAU_FILE = "/etc/modprobe.d/blacklist-nouveau.conf"
 NOUVEAU_BLACKLIST = "blacklist nouveau\noptions nouveau modeset=0\n"
+MODULES_FILE = "/etc/modules-load.d/k8s.conf"
 # module -> a probe of the feature it provides (it may be built into the kernel and never appear in lsmod)
 MODULES = {
     "overlay": "grep -qw overlay /proc/filesystems",
     "br_netfilter": "test -d /proc/sys/net/bridge",
 }
+FILES = (NOUVEAU_FILE, MODULES_FILE)
+SYSCTL_FILE = "/etc/sysctl.d/99-kubernetes.conf"
 SYSCTLS = {
     "net.bridge.bridge-nf-call-iptables": 1,
     "net.bridge.bridge-nf-call-ip6tables": 1,
@@ -26,32 +28,19 @@ SYSCTLS = {
 
 @deploy("Host prerequisites")
 def host_prerequisites() -> None:
-    blacklist = files.put(
-        name="Blacklist nouveau",
-        src=StringIO(NOUVEAU_BLACKLIST),
-        dest="/etc/modprobe.d/blacklist-nouveau.conf",
-        mode="644",
-    )
-    if host.get_fact(Which, command="update-initramfs"):
+    blacklist = host_ops.file_content(name="Blacklist nouveau", path=NOUVEAU_FILE, content=NOUVEAU_BLACKLIST)
+    if node_fact(Which, command="update-initramfs"):
         server.shell(
             name="Rebuild the initramfs without nouveau",
             commands=["update-initramfs -u"],
             _if=blacklist.did_change,
         )
-    files.put(
+    host_ops.file_content(
         name="Load the Kubernetes kernel modules at boot",
-        src=StringIO("".join(f"{m}\n" for m in MODULES)),
-        dest="/etc/modules-load.d/k8s.conf",
-        mode="644",
+        path=MODULES_FILE,
+        content="".join(f"{m}\n" for m in MODULES),
     )
     for module, probe in MODULES.items():
         host_ops.kernel_module(name=f"Load kernel module {module}", module=module, probe=probe)
-    for key, value in SYSCTLS.items():
-        server.sysctl(
-            name=f"Set {key}",
-            key=key,
-            value=value,
-            persist=True,
-            persist_file="/etc/sysctl.d/99-kubernetes.conf",
-        )
+    host_ops.sysctls(name="Set the Kubernetes sysctls", values=SYSCTLS, persist_file=SYSCTL_FILE)
     host_ops.swap_off(name="Turn swap off, now and at boot")

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from pyinfra.api import deploy
-from pyinfra.operations import systemd
 
 from gpuready.deploy_context import current_node
+from gpuready.operations import host as host_ops
 from gpuready.operations import kube
 from gpuready.tasks.repos import install_pinned, repository
+
+UNIT = "kubelet"
 
 
 @deploy("Kubernetes node packages")
@@ -23,7 +25,7 @@ def kubernetes_packages() -> None:
     install_pinned(
         f"kubelet, kubeadm, kubectl {node.versions.kubernetes}", pins, "Hold the Kubernetes packages"
     )
-    systemd.service(name="Enable kubelet", service="kubelet", enabled=True)
+    host_ops.service(name="Enable kubelet", unit=UNIT, enabled=True)
 
 
 @deploy("Join the cluster")

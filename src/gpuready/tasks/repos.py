@@ -5,21 +5,30 @@ Keyrings go to /etc/apt/keyrings and sources reference them with ``signed-by=``:
 
 from __future__ import annotations
 
-from pyinfra import host
 from pyinfra.api import deploy
 from pyinfra.facts.deb import DebPackages
 from pyinfra.operations import apt
 
 from gpuready.deploy_context import repo_vars
+from gpuready.node_facts import node_fact
 from gpuready.operations import apt as gpu_apt
 
 KEYRING_DIR = "/etc/apt/keyrings"
+REPOSITORIES = ("cuda", "nvidia-container-toolkit", "kubernetes")
+
+
+def keyring_path(repo: str) -> str:
+    return f"{KEYRING_DIR}/{repo}.gpg"
+
+
+def list_path(repo: str) -> str:
+    return f"/etc/apt/sources.list.d/{repo}.list"
 
 
 def pins_installed(pins: list[str]) -> bool:
     """Whether every ``name=version`` pin is installed at exactly that version."""
-    installed = host.get_fact(DebPackages)
-    return all(version in installed.get(name, []) for name, _, version in (p.partition("=") for p in pins))
+    installed = node_fact(DebPackages)
+    return all(gpu_apt.pin_satisfied(pin, installed) for pin in pins)
 
 
 @deploy("Package repository")
@@ -27,27 +36,25 @@ def repository(repo: str, url_template: str, keyring_url_template: str, pins: li
     """Add the repository ``repo`` with its keyring; refresh apt lists only when needed for ``pins``."""
     values = repo_vars()
     url = url_template.format(**values)
-    keyring = f"{KEYRING_DIR}/{repo}.gpg"
-    key = apt.key(
-        name=f"Install the {repo} signing key", src=keyring_url_template.format(**values), dest=keyring
-    )
-    source = apt.repo(
-        name=f"Add the {repo} repository", src=f"deb [signed-by={keyring}] {url} /", filename=repo
+    keyring = keyring_path(repo)
+    source = gpu_apt.repository(
+        name=f"Add the {repo} repository and its signing key",
+        repo=repo,
+        source=f"deb [signed-by={keyring}] {url} /",
+        keyring=keyring,
+        keyring_url=keyring_url_template.format(**values),
     )
     # apt update is not idempotent (it always reports a change): run it only when a pin is missing or the
     # source changed, so a converged node reports zero changes
     if not pins_installed(pins):
         apt.update(name=f"Update apt lists for {repo}")
     else:
-        apt.update(
-            name=f"Update apt lists for {repo}",
-            _if=lambda: key.did_change() or source.did_change(),
-        )
+        apt.update(name=f"Update apt lists for {repo}", _if=source.did_change)
 
 
 def install_pinned(what: str, pins: list[str], hold_name: str) -> None:
     """Install ``name=version`` pins and hold them: held packages move only when the inventory moves them."""
-    apt.packages(
+    gpu_apt.installed(
         name=f"Install {what}",
         packages=pins,
         no_recommends=True,
