@@ -107,6 +107,7 @@ def node_fact_specs() -> list[FactSpec]:
     from gpuready.facts.containerd import ContainerdConfigText
     from gpuready.facts.host import FileDigest, FileText, KernelFeature, Swap, UnitState
     from gpuready.facts.kube import KubeletJoined
+    from gpuready.facts.nvidia import MigInstances, NvidiaSmi
     from gpuready.tasks import containerd, driver, repos
     from gpuready.tasks import host as host_task
     from gpuready.tasks import kubernetes as kube_task
@@ -132,6 +133,8 @@ def node_fact_specs() -> list[FactSpec]:
         ]
     specs += [(UnitState, {"unit": unit}) for unit in (*driver.units(node), containerd.UNIT, kube_task.UNIT)]
     specs += [(ContainerdConfigText, {"path": path}) for path in containerd.config_paths()]
+    if node.sharing.mode == "mig":
+        specs += [(NvidiaSmi, {}), (MigInstances, {})]
     return specs
 
 

@@ -4,6 +4,7 @@ upgrade exactly the driver, keep the join secret out of output and process lists
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 import threading
@@ -14,6 +15,7 @@ from kubernetes import client, config
 from pyinfra_runs import REPO, run_pyinfra
 
 from gpuready.containerd_config import nvidia_runtime_of
+from gpuready.lab.packages import driver_debs
 from gpuready.nvidia import smi
 from gpuready.spec import load_fleet
 
@@ -48,6 +50,16 @@ def test_second_run_changes_nothing(deployed_lab):
     success, errors, unchanged = deployed_lab.second.total
     assert (success, errors) == (0, 0), deployed_lab.second.changed_operations()
     assert unchanged == deployed_lab.first.total[0] + deployed_lab.first.total[2]
+
+
+def test_no_change_run_reads_each_host_in_one_round_trip(deployed_lab, fleet):
+    """Every fact the node deploy decides on comes from one batched command per host while nothing changes."""
+    output = deployed_lab.second.output
+    for name in fleet.nodes:
+        commands = re.findall(rf"^\s*\[{re.escape(name)}\] >>> (.*)$", output, flags=re.M)
+        assert len(commands) == 1, f"{name}: {len(commands)} commands in a no-change run:\n" + "\n".join(
+            c[:160] for c in commands
+        )
 
 
 def test_addons_second_run_changes_nothing(deployed_lab):
@@ -105,6 +117,21 @@ def _changed_steps(run) -> set[str]:
     return {op.rsplit(" | ", 1)[-1] for op in run.changed_operations()}
 
 
+def driver_package_versions(lab, node: str) -> set[str]:
+    """The versions of every installed package the lab's CUDA repository builds for a driver (all must agree)."""
+    names = sorted({deb.name for deb in driver_debs("580.95.05")})
+    query = "dpkg-query -W -f '${Package} ${Version} ${db:Status-Abbrev}\\n' " + " ".join(names)
+    out = lab.ssh(node, query, check=False).stdout  # exits 1 for the names dpkg never saw (Fabric Manager)
+    # status "ii" or "hi" (held): installed
+    installed = [
+        line.split() for line in out.splitlines() if len(line.split()) > 2 and line.split()[2][1:2] == "i"
+    ]
+    assert {name for name, *_ in installed} >= {"nvidia-driver", "libnvidia-ml1", "libcuda1", "nvidia-smi"}, (
+        out
+    )
+    return {version for _, version, *_ in installed}
+
+
 def test_driver_version_change_upgrades_exactly_the_driver(deployed_lab):
     lab, node = deployed_lab.lab, "gpu-node-3"
     old = "nvidia_driver_version=580.95.05"
@@ -122,14 +149,12 @@ def test_driver_version_change_upgrades_exactly_the_driver(deployed_lab):
             "Install NVIDIA driver 570.195.03",
             "Hold the NVIDIA driver packages",
         }
-        version = lab.ssh(node, "dpkg-query -W -f '${Version}' nvidia-driver").stdout
-        assert version == "570.195.03-1"
-        assert lab.ssh(node, "dpkg-query -W -f '${Version}' libnvidia-ml1").stdout == "570.195.03-1"
+        assert driver_package_versions(lab, node) == {"570.195.03-1"}
         assert "nvidia-driver" in lab.ssh(node, "apt-mark showhold").stdout.split()
     finally:
         back = run_pyinfra(lab, "--limit", node)
         assert back.returncode == 0, back.output[-3000:]
-        assert lab.ssh(node, "dpkg-query -W -f '${Version}' nvidia-driver").stdout == "580.95.05-1", old
+        assert driver_package_versions(lab, node) == {"580.95.05-1"}, old
         # the loaded (emulated) module never changed: the 580 userspace matches it again
         lab.ssh(node, "systemctl restart nvidia-persistenced")
 

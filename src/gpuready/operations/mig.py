@@ -6,6 +6,7 @@ from pyinfra import host
 from pyinfra.api import OperationError, operation
 
 from gpuready.facts.nvidia import MigInstances, NvidiaSmi
+from gpuready.node_facts import node_fact
 from gpuready.nvidia import catalogue
 
 
@@ -22,13 +23,13 @@ def layout(per_gpu: tuple[tuple[str, ...] | None, ...], destroy_existing: bool =
     GPU cannot be reset (VMs, a process on it) that command fails with nvidia-smi's reason and the node needs a
     reboot before the deploy is run again.
     """
-    smi = host.get_fact(NvidiaSmi)
+    smi = node_fact(NvidiaSmi)
     if not smi.installed or smi.report is None:
         raise OperationError(f"cannot read the MIG state: {smi.error or 'nvidia-smi is not installed'}")
     gpus = smi.report.gpus
     if len(gpus) < len(per_gpu):
         raise OperationError(f"the spec has {len(per_gpu)} GPUs, nvidia-smi sees {len(gpus)}")
-    state = host.get_fact(MigInstances)
+    state = node_fact(MigInstances)
     done = []
     for index, wanted in enumerate(per_gpu):
         if wanted is None:

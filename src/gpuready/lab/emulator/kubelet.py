@@ -622,7 +622,8 @@ class Kubelet:
         lease_seconds = int(config.get("nodeLeaseDurationSeconds") or 40)
         self.lease_seconds = lease_seconds
         self.renew_interval = lease_seconds * 0.25
-        self.status_interval = parse_duration(config.get("nodeStatusUpdateFrequency"), 10.0)
+        # a real kubelet defaults a zero (kubeadm writes "0s") or unset frequency to 10s
+        self.status_interval = parse_duration(config.get("nodeStatusUpdateFrequency"), 10.0) or 10.0
         self.node_uid = ""
         self.lease: dict[str, Any] | None = None
         self.conditions: dict[str, dict[str, Any]] = {}
