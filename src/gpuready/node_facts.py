@@ -78,7 +78,9 @@ class Batch(FactBase[dict[str, Any]]):
                 command = (
                     f"if command -v {required} >/dev/null 2>&1; then {command}; else echo {_MISSING}; fi"
                 )
-            parts.append(f'( {command} ) 2>/dev/null; echo "{_MARK} {index} $?"')
+            # the marker starts a line of its own even after output with no final newline; process() drops the
+            # empty line this adds after output that had one
+            parts.append(f"( {command} ) 2>/dev/null; s=$?; printf '\\n{_MARK} {index} %s\\n' \"$s\"")
         return "\n".join([*parts, "true"])
 
     def process(self, output: list[str]) -> dict[str, Any]:  # type: ignore[override]
@@ -90,6 +92,8 @@ class Batch(FactBase[dict[str, Any]]):
                 section.append(line)
                 continue
             _, index, status = line.split()
+            if section and section[-1] == "":
+                section.pop()
             cls, kwargs = specs[int(index)]
             fact = cls()
             value = fact.default()
