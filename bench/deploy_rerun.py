@@ -50,7 +50,7 @@ def deploy(env: dict[str, str], *args: str) -> tuple[float, str]:
 
 
 def on_host(paths: LabPaths, node: str, command: str) -> str:
-    result = hosts.run_on_host(paths, node, ["sh", "-c", command])
+    result = hosts.run_on_host(paths, node, ["sh", "-c", command], timeout=600)
     if result.returncode != 0:
         sys.exit(f"{node}: {command!r} exited {result.returncode}: {result.stderr}")
     return result.stdout

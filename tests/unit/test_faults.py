@@ -47,7 +47,8 @@ class Host:
 def test_fault_names_and_descriptions() -> None:
     assert set(faults.FAULTS) == {
         "off-bus", "xid-79", "xid-48", "ecc-uncorrectable", "row-remap-pending", "retired-pages-pending",
-        "pcie-downgrade", "nvlink-down", "fabricmanager-failed", "driver-mismatch",
+        "pcie-downgrade", "nvlink-down", "fabricmanager-failed", "driver-mismatch", "slow-gpu",
+        "dcgm-memory",
     }  # fmt: skip
     assert all(f.description and "\n" not in f.description for f in faults.FAULTS.values())
 

@@ -36,6 +36,10 @@ FAULTS: dict[str, Fault] = {
               "page_retirement"),
         Fault("pcie-downgrade", "PCIe link trained below its maximum (generation and width)", True),
         Fault("nvlink-down", "all NVLinks of the GPU inactive", True, "nvlink"),
+        Fault("slow-gpu", "the GPU moves data at 40% of its normal rate, link trained at its maximum (a degraded "
+              "board or a throttled path only a bandwidth test sees)", True),
+        Fault("dcgm-memory", "DCGM's memory test fails on the GPU (a bad HBM/GDDR cell nvidia-smi does not show)",
+              True),
         Fault("fabricmanager-failed", "NVIDIA Fabric Manager fails to start; GPU fabric state stays In Progress",
               False, "nvswitch"),
         Fault("driver-mismatch", "NVML reports 'Driver/library version mismatch' (exit 18), as after a driver "

@@ -641,12 +641,12 @@ def host_entry(state: dict[str, Any], node: str) -> dict[str, Any]:
 
 
 def run_on_host(
-    paths: LabPaths, node: str, command: list[str], input_text: str | None = None
+    paths: LabPaths, node: str, command: list[str], input_text: str | None = None, timeout: float = 60
 ) -> subprocess.CompletedProcess[str]:
     """Run an argv on a host over lab SSH (quoted here: ssh itself would join the words with spaces)."""
     host = host_entry(require_state(paths), node)
     argv = ssh.ssh_argv(paths, host["address"], host["port"], [shlex.join(command)])
-    return subprocess.run(argv, input=input_text, capture_output=True, text=True, timeout=60)
+    return subprocess.run(argv, input=input_text, capture_output=True, text=True, timeout=timeout)
 
 
 def inject_fault(paths: LabPaths, node: str, fault: str | None, gpu: int | None = None) -> list[str]:

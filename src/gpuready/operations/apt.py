@@ -43,7 +43,7 @@ def held(packages: list[str], held: bool = True):
 
 
 @operation()
-def repository(repo: str, source: str, keyring: str, keyring_url: str):
+def repository(repo: str, source: str, keyring: str, keyring_url: str, refresh: bool = False):
     """
     An apt source ``/etc/apt/sources.list.d/<repo>.list`` with its ``signed-by`` keyring.
 
@@ -54,6 +54,8 @@ def repository(repo: str, source: str, keyring: str, keyring_url: str):
     + source: the ``deb [signed-by=...] URL /`` line
     + keyring: where the dearmored keyring lives
     + keyring_url: where the signing key is downloaded from
+    + refresh: run ``apt-get update`` even if the source is in place (a pinned package is missing); it runs
+      anyway when the key or the source changed. Never otherwise: apt update always reports a change
 
     **Example:**
 
@@ -66,13 +68,14 @@ def repository(repo: str, source: str, keyring: str, keyring_url: str):
     list_file = f"/etc/apt/sources.list.d/{repo}.list"
     has_key = node_fact(FileDigest, path=keyring) is not None
     has_source = source in (node_fact(FileText, path=list_file) or "").splitlines()
-    if has_key and has_source:
+    if has_key and has_source and not refresh:
         host.noop(f"{repo}: {list_file} and {keyring} in place")
         return
     if not has_key:
         yield from pyinfra_apt.key._inner(src=keyring_url, dest=keyring)
     if not has_source:
         yield from pyinfra_apt.repo._inner(src=source, filename=repo)
+    yield from pyinfra_apt.update._inner()
 
 
 @operation()
@@ -95,6 +98,33 @@ def installed(packages: list[str], **install_args: Any):
         host.noop(f"{', '.join(packages)} installed")
         return
     yield from pyinfra_apt.packages._inner(packages=packages, **install_args)
+
+
+@operation()
+def pinned(packages: list[str], **install_args: Any):
+    """
+    ``name=version`` pins installed and held: held packages move only when the inventory moves them.
+
+    The install is pyinfra's ``apt.packages`` with ``install_args``, and only when a pin is missing; the hold is
+    ``apt-mark hold`` of the names not held yet.
+
+    **Example:**
+
+    .. code:: python
+
+        apt.pinned(name="Install and hold the driver", packages=["nvidia-driver=580.95.05-1"], no_recommends=True)
+    """
+    current = node_fact(DebPackages)
+    install = not all(pin_satisfied(pin, current) for pin in packages)
+    holds = node_fact(HeldPackages)
+    todo = [name for name in package_names(packages) if name not in holds]
+    if not install and not todo:
+        host.noop(f"{', '.join(packages)} installed and held")
+        return
+    if install:
+        yield from pyinfra_apt.packages._inner(packages=packages, **install_args)
+    if todo:
+        yield StringCommand("apt-mark", "hold", *todo)
 
 
 def pin_satisfied(pin: str, installed: dict[str, list[str]]) -> bool:

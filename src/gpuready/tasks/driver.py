@@ -68,7 +68,7 @@ def nvidia_driver(reboot_follows: bool = False) -> None:
             node.versions.driver_package, node.versions.driver_branch, node.versions.driver_source
         ),
     )
-    install_pinned(f"NVIDIA driver {node.versions.driver}", pins, "Hold the NVIDIA driver packages")
+    install_pinned(f"NVIDIA driver {node.versions.driver}", pins)
     # after a change the services start with the new module, at boot
     running = None if changing or reboot_follows else True
     for unit in units(node):

@@ -22,9 +22,7 @@ def kubernetes_packages() -> None:
         keyring_url_template=node.repos["kubernetes_repo_keyring_url"],
         pins=pins,
     )
-    install_pinned(
-        f"kubelet, kubeadm, kubectl {node.versions.kubernetes}", pins, "Hold the Kubernetes packages"
-    )
+    install_pinned(f"kubelet, kubeadm, kubectl {node.versions.kubernetes}", pins)
     host_ops.service(name="Enable kubelet", unit=UNIT, enabled=True)
 
 

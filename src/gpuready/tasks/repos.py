@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from pyinfra.api import deploy
 from pyinfra.facts.deb import DebPackages
-from pyinfra.operations import apt
 
 from gpuready.deploy_context import repo_vars
 from gpuready.node_facts import node_fact
@@ -37,29 +36,25 @@ def repository(repo: str, url_template: str, keyring_url_template: str, pins: li
     values = repo_vars()
     url = url_template.format(**values)
     keyring = keyring_path(repo)
-    source = gpu_apt.repository(
+    gpu_apt.repository(
         name=f"Add the {repo} repository and its signing key",
         repo=repo,
         source=f"deb [signed-by={keyring}] {url} /",
         keyring=keyring,
         keyring_url=keyring_url_template.format(**values),
+        # apt lists are refreshed when a pin is missing (or the source changed), so a converged node reports
+        # zero changes
+        refresh=not pins_installed(pins),
     )
-    # apt update is not idempotent (it always reports a change): run it only when a pin is missing or the
-    # source changed, so a converged node reports zero changes
-    if not pins_installed(pins):
-        apt.update(name=f"Update apt lists for {repo}")
-    else:
-        apt.update(name=f"Update apt lists for {repo}", _if=source.did_change)
 
 
-def install_pinned(what: str, pins: list[str], hold_name: str) -> None:
+def install_pinned(what: str, pins: list[str]) -> None:
     """Install ``name=version`` pins and hold them: held packages move only when the inventory moves them."""
-    gpu_apt.installed(
-        name=f"Install {what}",
+    gpu_apt.pinned(
+        name=f"Install and hold {what}",
         packages=pins,
         no_recommends=True,
         # the pins are held: changing the version on purpose needs this flag, unattended upgrades do not get it
         extra_install_args="--allow-change-held-packages",
         allow_downgrades=True,
     )
-    gpu_apt.held(name=hold_name, packages=pins)

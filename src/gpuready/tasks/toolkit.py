@@ -18,6 +18,4 @@ def container_toolkit() -> None:
         keyring_url_template=node.repos["nvidia_container_repo_keyring_url"],
         pins=pins,
     )
-    install_pinned(
-        f"NVIDIA container toolkit {node.versions.toolkit}", pins, "Hold the container toolkit packages"
-    )
+    install_pinned(f"NVIDIA container toolkit {node.versions.toolkit}", pins)

@@ -34,6 +34,8 @@ GPU_FAULTS = {
     "retired-pages-pending",
     "pcie-downgrade",
     "nvlink-down",
+    "slow-gpu",
+    "dcgm-memory",
 }
 
 # nvidia-smi exit codes (nvidia-smi(1), RETURN VALUE).
