@@ -25,7 +25,8 @@ from pathlib import Path
 
 from gpuready.lab import hosts
 from gpuready.lab.state import LabPaths
-from gpuready.tasks.driver import PREFERENCES_FILE
+
+PREFERENCES_FILE = "/etc/apt/preferences.d/gpuready-nvidia-driver"  # where the deploy writes the driver pin
 
 REPO = Path(__file__).resolve().parents[1]
 PYINFRA = str(Path(sys.executable).with_name("pyinfra"))
