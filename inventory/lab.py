@@ -66,5 +66,7 @@ gpu_nodes = (
         **_cluster,
         # The binary keyring on this machine, for a deploy that uploads it instead of fetching it.
         "lab_repo_keyring_path": _repo["keyring_path"],
+        # DCGM's level 2 (PCIe and memory tests) where a lab host has dcgmi: emulated, it takes no minutes
+        "diag_dcgm_level": 2,
     },
 )

@@ -93,6 +93,15 @@ priority_classes = {}  # {"name": value} -> PriorityClasses for GPU workloads
 # delete gpuready's objects the spec no longer renders (a removed pool's config, quota); off: they are only named
 addons_prune = False
 
+# --- Node acceptance: the conformance suite's diag layer (pytest conformance -m diag) ----------------------------
+# dcgmi diag run level where DCGM is installed: 1 (seconds, software and deployment checks), 2 (about two minutes:
+# adds PCIe and memory tests), 3 (tens of minutes). 2 and 3 load the GPUs: run them on drained nodes.
+diag_dcgm_level = 1
+# Bandwidth floors in GB/s replacing the catalogue's (gpuready/nvidia/bandwidth.py: a fraction of the link's
+# theoretical rate, by PCIe generation and width and NVLink generation), for a pool whose platform measures lower
+# or higher: {"h2d_gbps": host->device, "d2h_gbps": device->host, "peer_gbps": GPU->GPU}; {} = the catalogue's.
+diag_bandwidth_floors = {}
+
 # --- Timeouts (seconds) -------------------------------------------------------------------------------------------
 node_ready_timeout = 300  # wait for a node to become Ready after join or reboot
 pod_timeout = 300  # conformance workload pods: from creation to completion

@@ -31,7 +31,7 @@ import pytest
 
 from gpuready import report as fleet_report
 from gpuready.checks import CannotCheck, Output
-from gpuready.report import LAYERS, FleetResults
+from gpuready.report import LAYERS, FleetResults, Measurement
 
 if TYPE_CHECKING:
     from gpuready.spec import NodeSpec
@@ -42,6 +42,7 @@ LAYER_HELP = {
     "node": "node layer: the Kubernetes Node object (allocatable, labels, taints)",
     "workloads": "workloads layer: GPU pods on every node",
     "metrics": "metrics layer: dcgm-exporter series per GPU",
+    "diag": "diag layer: copy bandwidth against per-model floors and DCGM diagnostics",
 }
 CONNECTIONS = ("ssh", "local")
 DEFAULT_TIMEOUT = 60.0
@@ -378,7 +379,8 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
             first = message.removeprefix(f"{node}: ").splitlines()[0] if message else f"{item.name} failed"
             suite.failures.setdefault((node, layer), first)
         if status != "pass" or report.when == "call":
-            suite.results.record(node, layer, _check_name(item), status, message, report.duration)
+            figures = tuple(v for k, v in item.user_properties if k == MEASUREMENT)
+            suite.results.record(node, layer, _check_name(item), status, message, report.duration, figures)
     return report
 
 
@@ -474,6 +476,27 @@ def gpuready_workloads(gpuready_suite: Suite, cluster: Any) -> Iterator[Any]:
         gpuready_suite.workloads = Workloads(cluster)
     yield gpuready_suite.workloads
     gpuready_suite.cleanup()
+
+
+MEASUREMENT = "gpuready.measurement"
+
+
+def judge_measured(
+    node: Any,
+    record_property: Callable[[str, object], None],
+    check: Callable[..., tuple[list[str], list[Measurement]]],
+    *args: Any,
+) -> None:
+    """``judge`` for a check that measures: its figures (measured, floor, unit) go to the test's JUnit
+    properties, verdict.json and the fleet table whether it passes or fails."""
+    try:
+        problems, figures = check(*args)
+    except CannotCheck as exc:
+        _skip_here(f"{node.name}: {exc}")
+    for figure in figures:
+        record_property(MEASUREMENT, figure)
+    if problems:
+        pytest.fail(f"{node.name}: " + "; ".join(problems), pytrace=False)
 
 
 def judge(node: Any, check: Callable[..., list[str]], *args: Any) -> None:

@@ -14,7 +14,7 @@ from typing import Any
 
 import junit_xml
 
-LAYERS = ("host", "gpu", "node", "workloads", "metrics")
+LAYERS = ("host", "gpu", "node", "workloads", "metrics", "diag")
 
 # pytest's exit statuses, as a CI job reading verdict.json needs them explained.
 EXIT_CODES = {
@@ -28,12 +28,30 @@ EXIT_CODES = {
 
 
 @dataclass(frozen=True)
+class Measurement:
+    """A figure a check measured and judged: a diag check's bandwidth against its floor."""
+
+    name: str  # what was measured, e.g. "GPU 3 host->device"
+    measured: float
+    floor: float | None
+    unit: str
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "measured": self.measured, "floor": self.floor, "unit": self.unit}
+
+    def __str__(self) -> str:
+        floor = f" (floor {self.floor:g})" if self.floor is not None else ""
+        return f"{self.name} {self.measured:g} {self.unit}{floor}"
+
+
+@dataclass(frozen=True)
 class CheckResult:
     layer: str
     check: str
     status: str  # pass | fail | skip
     message: str
     seconds: float
+    measurements: tuple[Measurement, ...] = ()
 
 
 class FleetResults:
@@ -45,7 +63,14 @@ class FleetResults:
         self._checks: dict[str, dict[tuple[str, str], CheckResult]] = {n: {} for n in nodes}
 
     def record(
-        self, node: str, layer: str, check: str, status: str, message: str = "", seconds: float = 0.0
+        self,
+        node: str,
+        layer: str,
+        check: str,
+        status: str,
+        message: str = "",
+        seconds: float = 0.0,
+        measurements: tuple[Measurement, ...] = (),
     ) -> None:
         if status not in ("pass", "fail", "skip"):
             raise ValueError(f"status must be pass, fail or skip, not {status!r}")
@@ -56,7 +81,8 @@ class FleetResults:
         if previous is not None and previous.status == "fail":
             return
         total = seconds + (previous.seconds if previous else 0.0)
-        checks[(layer, check)] = CheckResult(layer, check, status, message, total)
+        figures = measurements or (previous.measurements if previous else ())
+        checks[(layer, check)] = CheckResult(layer, check, status, message, total, figures)
 
     def checks(self, node: str, layer: str | None = None) -> list[CheckResult]:
         return [r for r in self._checks.get(node, {}).values() if layer is None or r.layer == layer]
@@ -86,7 +112,7 @@ class FleetResults:
                     continue
                 layers[layer] = {
                     "status": self.layer_status(node, layer).lower(),
-                    "checks": {r.check: {"status": r.status, "message": r.message} for r in checks},
+                    "checks": {r.check: _check_entry(r) for r in checks},
                 }
             nodes[node] = {"verdict": self.node_verdict(node), "layers": layers}
         failed = any(n["verdict"] == "fail" for n in nodes.values())
@@ -103,6 +129,12 @@ class FleetResults:
         suites = []
         for node in self.nodes:
             cases = []
+            # junit-xml has properties per testsuite only: "<layer>/<check>/<name>" -> "measured unit floor"
+            properties = {
+                f"{r.layer}/{r.check}/{m.name}": f"measured={m.measured:g} floor={m.floor} unit={m.unit}"
+                for r in self.checks(node)
+                for m in r.measurements
+            }
             for r in self.checks(node):
                 case = junit_xml.TestCase(
                     name=f"{r.layer} / {r.check}",
@@ -114,8 +146,15 @@ class FleetResults:
                 elif r.status == "skip":
                     case.add_skipped_info(message=r.message)
                 cases.append(case)
-            suites.append(junit_xml.TestSuite(node, cases, hostname=node))
+            suites.append(junit_xml.TestSuite(node, cases, hostname=node, properties=properties or None))
         return suites
+
+
+def _check_entry(r: CheckResult) -> dict[str, Any]:
+    entry: dict[str, Any] = {"status": r.status, "message": r.message}
+    if r.measurements:
+        entry["measurements"] = [m.as_dict() for m in r.measurements]
+    return entry
 
 
 def write_reports(results: FleetResults, directory: str | Path, exit_code: int) -> list[Path]:
@@ -143,4 +182,8 @@ def render_table(results: FleetResults) -> str:
         failed = [r for r in results.checks(node) if r.status == "fail"]
         if failed:
             lines.append(f"{node}: {failed[0].layer}/{failed[0].check}: {failed[0].message}")
+    for node in results.nodes:
+        figures = [m for r in results.checks(node) for m in r.measurements if m.name.startswith("lowest ")]
+        if figures:
+            lines.append(f"{node} figures: " + "; ".join(str(m) for m in figures))
     return "\n".join(lines)

@@ -90,6 +90,17 @@ class UpgradePolicy:
         return min(self.batch_size, self.max_unavailable)
 
 
+DIAG_FLOOR_KEYS = ("h2d_gbps", "d2h_gbps", "peer_gbps")
+
+
+@dataclass(frozen=True)
+class Diag:
+    """How the diag layer judges a node: the DCGM run level and floors that replace the catalogue's."""
+
+    dcgm_level: int = 1
+    floors: Mapping[str, float] = field(default_factory=dict)
+
+
 @dataclass(frozen=True)
 class Join:
     enabled: bool
@@ -131,6 +142,7 @@ class NodeSpec:
     taints: tuple[kubesyntax.Taint, ...]
     repos: Mapping[str, str]
     upgrade: UpgradePolicy = UpgradePolicy()
+    diag: Diag = Diag()
     data: Mapping[str, Any] = field(repr=False, compare=False, default_factory=dict)
 
     @property
@@ -492,6 +504,7 @@ class _HostReader:
                 self.bad(key, url, "must be an http(s):// or file:// URL")
         nvswitch = self.boolean("nvswitch", False)
         upgrade = self.upgrade_policy()
+        diag = self.diag_settings()
         if self.problems or count is None or sharing is None or versions is None or join is None:
             return None
         return NodeSpec(
@@ -507,8 +520,39 @@ class _HostReader:
             taints=taints,
             repos=repos,
             upgrade=upgrade,
+            diag=diag,
             data=self.data,
         )
+
+    def diag_settings(self) -> Diag:
+        level = self.get("diag_dcgm_level", 1)
+        if level not in (1, 2, 3) or isinstance(level, bool):
+            self.bad(
+                "diag_dcgm_level",
+                level,
+                "must be 1, 2 or 3 (dcgmi diag -r: 1 seconds, 2 minutes, 3 tens of minutes)",
+            )
+            level = 1
+        floors = self.get("diag_bandwidth_floors", {})
+        if not isinstance(floors, dict):
+            self.bad(
+                "diag_bandwidth_floors",
+                floors,
+                f"must be a dict with keys among {', '.join(DIAG_FLOOR_KEYS)}",
+            )
+            floors = {}
+        for key, value in floors.items():
+            if key not in DIAG_FLOOR_KEYS:
+                self.bad(
+                    "diag_bandwidth_floors",
+                    floors,
+                    f"unknown key {key!r}: allowed {', '.join(DIAG_FLOOR_KEYS)}",
+                )
+            elif isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+                self.bad(
+                    "diag_bandwidth_floors", floors, f"{key} must be a number of GB/s > 0, not {value!r}"
+                )
+        return Diag(dcgm_level=level, floors={k: float(v) for k, v in floors.items() if k in DIAG_FLOOR_KEYS})
 
     def upgrade_policy(self) -> UpgradePolicy:
         d = UpgradePolicy()

@@ -1,4 +1,4 @@
-"""A one-node GPU host on this machine: the lab's emulated nvidia-smi and stand-in tools on PATH.
+"""A one-node GPU host on this machine: the lab's emulated nvidia-smi and dcgmi, and stand-in tools on PATH.
 
 The conformance suite with ``--connection local`` then looks at "this machine" and sees the lab hardware file.
 Each stand-in answers like the real tool does: ``systemctl is-active`` prints the state and exits 3 for a unit
@@ -94,6 +94,7 @@ class FakeNode:
         log = 'echo "$(basename "$0") $*" >> "$GPUREADY_FAKE_NODE/calls"\n'
         tools = {
             "nvidia-smi": f'#!/bin/sh\nexec "{sys.executable}" "{EMULATOR}" "$@"\n',
+            "dcgmi": f'#!/bin/sh\nexec "{sys.executable}" "{EMULATOR.with_name("dcgmi.py")}" "$@"\n',
             "nvidia-ctk": textwrap.dedent(f"""\
                 #!/bin/sh
                 [ "$1" = --version ] || {{ echo "nvidia-ctk: unsupported here: $*" >&2; exit 2; }}

@@ -11,7 +11,7 @@ import xml.etree.ElementTree as ET
 import pytest
 
 from gpuready import cuda_vector_add, local_gpu
-from gpuready.report import FleetResults, render_table, write_reports
+from gpuready.report import FleetResults, Measurement, render_table, write_reports
 
 
 def sample() -> FleetResults:
@@ -29,10 +29,10 @@ def sample() -> FleetResults:
 
 def test_layer_statuses_and_table():
     table = render_table(sample()).splitlines()
-    assert re.split(r"\s+", table[0]) == ["node", "host", "gpu", "node", "workloads", "metrics"]
-    assert re.split(r"\s+", table[1]) == ["gpu-node-1", "PASS", "SKIP", "-", "-", "-"]
-    assert re.split(r"\s+", table[2]) == ["gpu-node-2", "FAIL", "SKIP", "-", "-", "-"]
-    assert re.split(r"\s+", table[3]) == ["gpu-node-3", "-", "-", "-", "-", "-"]
+    assert re.split(r"\s+", table[0]) == ["node", "host", "gpu", "node", "workloads", "metrics", "diag"]
+    assert re.split(r"\s+", table[1]) == ["gpu-node-1", "PASS", "SKIP", "-", "-", "-", "-"]
+    assert re.split(r"\s+", table[2]) == ["gpu-node-2", "FAIL", "SKIP", "-", "-", "-", "-"]
+    assert re.split(r"\s+", table[3]) == ["gpu-node-3", "-", "-", "-", "-", "-", "-"]
     assert table[4] == "gpu-node-2: host/test_driver_version: gpu-node-2: driver version is 575.57.08"
 
 
@@ -59,6 +59,30 @@ def test_verdict_json_and_fleet_xml(tmp_path):
     failure = suites["gpu-node-2"].find("testcase[@name='host / test_driver_version']/failure")
     assert failure.get("message") == "gpu-node-2: driver version is 575.57.08"
     assert suites["gpu-node-1"].get("failures") == "0" and suites["gpu-node-2"].get("failures") == "1"
+
+
+def test_measurements_reach_verdict_json_fleet_xml_and_the_table(tmp_path):
+    results = FleetResults(["gpu-node-1"])
+    figures = (
+        Measurement("GPU 0 host->device", 12.5, 44.11, "GB/s"),
+        Measurement("lowest host->device", 12.5, 44.11, "GB/s"),
+    )
+    message = "gpu-node-1: GPU 0: host->device 12.5 GB/s < floor 44.11 GB/s"
+    results.record("gpu-node-1", "diag", "test_host_to_device_bandwidth", "fail", message, 1.0, figures)
+    write_reports(results, tmp_path, exit_code=1)
+    check = json.loads((tmp_path / "verdict.json").read_text())["nodes"]["gpu-node-1"]["layers"]["diag"]
+    assert check["checks"]["test_host_to_device_bandwidth"]["measurements"][0] == {
+        "name": "GPU 0 host->device", "measured": 12.5, "floor": 44.11, "unit": "GB/s"
+    }  # fmt: skip
+    suite = ET.parse(tmp_path / "fleet.xml").getroot().find("testsuite")
+    props = {p.get("name"): p.get("value") for p in suite.iter("property")}
+    assert (
+        props["diag/test_host_to_device_bandwidth/GPU 0 host->device"]
+        == "measured=12.5 floor=44.11 unit=GB/s"
+    )
+    assert render_table(results).splitlines()[-1] == (
+        "gpu-node-1 figures: lowest host->device 12.5 GB/s (floor 44.11)"
+    )
 
 
 def test_a_failure_is_not_overwritten_by_a_later_phase():

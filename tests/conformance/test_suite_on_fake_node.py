@@ -39,6 +39,10 @@ GPU_CHECKS = [
     "test_vector_add",
 ]
 NO_LIBCUDA = "cannot run vectorAdd here: no libcuda.so.1"
+# the diag layer on "this machine" (--connection local): no libcuda here, so the copies are not measured; the
+# fake node has the lab's emulated dcgmi on PATH
+BANDWIDTH_CHECKS = ["test_host_to_device_bandwidth", "test_device_to_host_bandwidth", "test_peer_bandwidth"]
+DIAG_CHECKS = [*BANDWIDTH_CHECKS, "test_dcgm_diagnostics"]
 
 
 def outcomes(report_dir) -> dict[str, tuple[str, str]]:
@@ -59,16 +63,22 @@ def test_healthy_h100_node_passes_host_and_gpu_layers(make_node, run_suite):
     node = make_node("h100-sxm-8")
     node.activate()
     result, report_dir = run_suite(node.inventory())
-    result.assert_outcomes(passed=17, skipped=1)
+    result.assert_outcomes(passed=18, skipped=4)
     assert result.ret == 0
     got = outcomes(report_dir)
-    assert set(got) == set(HOST_CHECKS) | set(GPU_CHECKS)
+    assert set(got) == set(HOST_CHECKS) | set(GPU_CHECKS) | set(DIAG_CHECKS)
     assert got["test_vector_add"][0] == "skip" and NO_LIBCUDA in got["test_vector_add"][1]
+    for check in BANDWIDTH_CHECKS:
+        assert got[check][0] == "skip" and "cannot measure bandwidth here" in got[check][1], got[check]
+    assert got["test_dcgm_diagnostics"][0] == "pass"
     verdict = read_verdict(report_dir)
     assert verdict["verdict"] == "pass" and verdict["exit_code"] == 0
     assert verdict["nodes"]["gpu-node-1"]["layers"]["host"]["status"] == "pass"
     result.stdout.re_match_lines(
-        [r"node\s+host\s+gpu\s+node\s+workloads\s+metrics", r"gpu-node-1\s+PASS\s+PASS\s+-\s+-\s+-"]
+        [
+            r"node\s+host\s+gpu\s+node\s+workloads\s+metrics\s+diag",
+            r"gpu-node-1\s+PASS\s+PASS\s+-\s+-\s+-\s+PASS",
+        ]
     )
 
 
@@ -229,7 +239,7 @@ def test_fleet_xml_has_one_testsuite_per_node_with_failure_messages(make_node, r
     suites = root.findall("testsuite")
     assert [s.get("name") for s in suites] == ["gpu-node-1"]
     cases = {c.get("name"): c for c in suites[0].findall("testcase")}
-    assert len(cases) == 18
+    assert len(cases) == 22
     failure = cases["gpu / test_pcie_link_at_max"].find("failure")
     assert failure is not None and "Gen3 (max Gen5)" in failure.get("message")
     assert cases["gpu / test_vector_add"].find("skipped") is not None
@@ -242,7 +252,7 @@ def test_pytest_junitxml_keeps_working(make_node, run_suite, pytester):
     _result, _report_dir = run_suite(node.inventory(), f"--junitxml={junit}")
     root = ET.parse(junit).getroot()
     suite = root if root.tag == "testsuite" else root.find("testsuite")
-    assert int(suite.get("tests")) == 18
+    assert int(suite.get("tests")) == 22
     assert any(c.get("name") == "test_driver_version[gpu-node-1]" for c in suite.iter("testcase"))
 
 
@@ -379,7 +389,7 @@ def test_over_ssh_the_suite_sees_the_same_node(make_node, pytester, suite_dir):
     assert set(got) == {"test_nvlink_up", "test_no_xid_errors"}
     assert "GPU 3: NVLink down" in got["test_nvlink_up"]
     assert outcomes(pytester.path / "report")["test_vector_add"][0] == "skip"  # local only
-    result.assert_outcomes(passed=15, failed=2, skipped=1)
+    result.assert_outcomes(passed=15, failed=2, skipped=5)  # vectorAdd (local only), the diag layer (gated)
     assert "nvidia-smi -q -x" in server.commands and server.commands.count("nvidia-smi -q -x") == 1
 
 

@@ -18,44 +18,22 @@ from pathlib import Path
 
 import pytest
 import yaml
+from emulated import EMULATOR, PYTHON, Machine
 
 from gpuready.lab import hardware
 from gpuready.nvidia import catalogue, smi
 
-EMULATOR = Path(hardware.__file__).parent / "emulator"
 FIXTURES = Path(__file__).parents[1] / "fixtures"
-PYTHON = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else shutil.which("python3")
 
 
-class Host:
-    """One emulated machine: a hardware file, a driver state file and a boot id, as a lab host has."""
+class Host(Machine):
+    """A lab host whose tool is nvidia-smi: ``smi``/``ok`` run it, ``reboot`` gives the host a new boot id."""
 
-    def __init__(self, tmp: Path, profile: str, node: int = 0, driver: str = "580.95.05"):
-        self.tmp = tmp
-        self.hw_path = tmp / "hardware.json"
-        self.hw = hardware.make_hardware(profile, node)
-        hardware.write_hardware(self.hw_path, self.hw)
-        self.env = {
-            "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
-            "GPUREADY_LAB_HARDWARE": str(self.hw_path),
-            "GPUREADY_LAB_STATE": str(tmp / "state" / "state.json"),
-            "GPUREADY_LAB_BOOT_ID": "boot-1",
-            "GPUREADY_LAB_DRIVER_VERSION": driver,
-            "GPUREADY_LAB_PERSISTENCED_PID": str(tmp / "persistenced.pid"),
-            "GPUREADY_LAB_FABRICMANAGER_PID": str(tmp / "fm.pid"),
-        }
+    def smi(self, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
+        return self.run("nvidia_smi", *args, **env)
 
-    def run(self, *args: str, tool: str = "nvidia_smi.py", **env: str) -> subprocess.CompletedProcess:
-        return subprocess.run(
-            [PYTHON, "-E", "-s", str(EMULATOR / tool), *args],
-            env={**self.env, **env},
-            capture_output=True,
-            text=True,
-            timeout=30,
-        )
-
-    def ok(self, *args: str, **kw: str) -> str:
-        result = self.run(*args, **kw)
+    def ok(self, *args: str, **env: str) -> str:
+        result = self.smi(*args, **env)
         assert result.returncode == 0, f"{args}: rc={result.returncode}\n{result.stdout}\n{result.stderr}"
         return result.stdout
 
@@ -217,7 +195,7 @@ def test_csv_header_and_units_are_spelled_like_real_nvidia_smi(tmp_path: Path) -
 
 
 def test_unknown_csv_field_is_refused_like_the_real_tool(tmp_path: Path) -> None:
-    result = Host(tmp_path, "t4-1").run("--query-gpu=index,bogus", "--format=csv")
+    result = Host(tmp_path, "t4-1").smi("--query-gpu=index,bogus", "--format=csv")
     assert result.returncode == 2
     assert result.stdout.startswith('Field "bogus" is not a valid field to query.')
 
@@ -291,20 +269,20 @@ def test_mig_mode_is_pending_until_reboot(tmp_path: Path) -> None:
     assert [(r["mig.mode.current"], r["mig.mode.pending"]) for r in rows[:2]] == [
         ("Disabled", "Enabled"), ("Disabled", "Disabled")
     ]  # fmt: skip
-    listing = host.run("mig", "-lgi")
+    listing = host.smi("mig", "-lgi")
     assert (listing.returncode, listing.stdout) == (6, "No MIG-enabled devices found.\n")
     host.reboot("boot-2")
     rows = smi.parse_query_gpu_csv(host.ok("--query-gpu=" + ",".join(fields), "--format=csv"), fields)
     assert (rows[0]["mig.mode.current"], rows[1]["mig.mode.current"]) == ("Enabled", "Disabled")
-    assert host.run("mig", "-lgi").stdout == "No GPU instances found: Not Found\n"
+    assert host.smi("mig", "-lgi").stdout == "No GPU instances found: Not Found\n"
 
 
 def test_mig_on_a_gpu_without_mig(tmp_path: Path) -> None:
     host = Host(tmp_path, "l4-1")
-    result = host.run("-mig", "1")
+    result = host.smi("-mig", "1")
     assert result.returncode == 3
     assert result.stdout.startswith("Unable to enable MIG Mode for GPU 00000000:00:03.0: Not Supported\n")
-    assert host.run("mig", "-lgip").stdout == "No MIG-enabled devices found.\n"
+    assert host.smi("mig", "-lgip").stdout == "No MIG-enabled devices found.\n"
 
 
 @pytest.fixture
@@ -340,19 +318,19 @@ def test_mig_layout_created_with_cgi_is_listed_by_lgi_lci_and_L(a100_mig: Host) 
     assert all(d.uuid.startswith("MIG-") for d in listed[0].mig_devices)
     # A reboot destroys the instances (they are not persistent), MIG mode stays.
     host.reboot("boot-3")
-    assert host.run("mig", "-lgi").stdout == "No GPU instances found: Not Found\n"
+    assert host.smi("mig", "-lgi").stdout == "No GPU instances found: Not Found\n"
 
 
 def test_mig_no_room_and_destroy(a100_mig: Host) -> None:
     host = a100_mig
     host.ok("mig", "-i", "0", "-cgi", "0", "-C")
-    full = host.run("mig", "-i", "0", "-cgi", "19")
+    full = host.smi("mig", "-i", "0", "-cgi", "19")
     assert full.returncode != 0
     assert full.stdout == (
         "Unable to create a GPU instance on GPU  0 using profile 19: Insufficient Resources\n"
         "Failed to create GPU instances: Insufficient Resources\n"
     )
-    busy = host.run("mig", "-dgi")
+    busy = host.smi("mig", "-dgi")
     assert busy.returncode != 0 and "In use by another client" in busy.stdout
     assert (
         host.ok("mig", "-dci")
@@ -452,13 +430,13 @@ def test_persistenced_daemon_turns_persistence_mode_on(tmp_path: Path) -> None:
 def test_driver_upgrade_without_reboot_is_a_version_mismatch(tmp_path: Path) -> None:
     host = Host(tmp_path, "t4-1", driver="570.195.03")
     host.ok("-L")  # the 570 module is loaded in this boot
-    result = host.run("-L", GPUREADY_LAB_DRIVER_VERSION="580.95.05")
+    result = host.smi("-L", GPUREADY_LAB_DRIVER_VERSION="580.95.05")
     assert (result.returncode, result.stdout) == (
         18,
         "Failed to initialize NVML: Driver/library version mismatch\n",
     )
     host.reboot("boot-2")
-    assert host.run("-L", GPUREADY_LAB_DRIVER_VERSION="580.95.05").returncode == 0
+    assert host.smi("-L", GPUREADY_LAB_DRIVER_VERSION="580.95.05").returncode == 0
 
 
 # ---- toolkit ---------------------------------------------------------------------------------------------
@@ -578,7 +556,7 @@ def test_every_layout_the_catalogue_fits_can_be_created_in_its_order(model: str)
 def test_no_machine_file_means_no_driver(tmp_path: Path) -> None:
     host = Host(tmp_path, "t4-1")
     host.hw_path.unlink()
-    result = host.run("-L")
+    result = host.smi("-L")
     assert result.returncode == 9
     assert result.stdout.startswith(
         "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver."
@@ -587,7 +565,7 @@ def test_no_machine_file_means_no_driver(tmp_path: Path) -> None:
 
 def test_persistenced_forks_and_writes_its_pid_file_before_the_starter_exits(tmp_path: Path) -> None:
     host = Host(tmp_path, "t4-1")
-    started = host.run("--verbose", tool="nvidia_persistenced.py")
+    started = host.run("nvidia_persistenced", "--verbose")
     assert started.returncode == 0, started.stderr
     pid = int(Path(host.env["GPUREADY_LAB_PERSISTENCED_PID"]).read_text())
     try:

@@ -46,17 +46,21 @@ def test_repositories_and_package_names(built: dict[str, list[Path]]) -> None:
     assert set(built) == {"cuda", "libnvidia-container"}
     names = {key: sorted({field(p, "Package") for p in paths}) for key, paths in built.items()}
     assert names["cuda"] == [
-        "libcuda1", "libnvidia-ml1", "nvidia-driver", "nvidia-driver-cuda", "nvidia-fabricmanager",
-        "nvidia-kernel-open-dkms", "nvidia-persistenced", "nvidia-smi",
+        "datacenter-gpu-manager-4-core", "libcuda1", "libnvidia-ml1", "nvbandwidth", "nvidia-driver",
+        "nvidia-driver-cuda", "nvidia-fabricmanager", "nvidia-kernel-open-dkms", "nvidia-persistenced", "nvidia-smi",
     ]  # fmt: skip
     assert names["libnvidia-container"] == [
         "libnvidia-container-tools", "libnvidia-container1", "nvidia-container-toolkit",
         "nvidia-container-toolkit-base",
     ]  # fmt: skip
     versions = {field(p, "Version") for p in built["cuda"]}
-    assert versions == {"580.95.05-1", "570.195.03-1"}
+    assert versions == {"580.95.05-1", "570.195.03-1", "1:4.5.2-1", "0.8-1"}
     assert {field(p, "Version") for p in built["libnvidia-container"]} == {"1.18.0-1"}
-    assert all(p.name == f"{field(p, 'Package')}_{field(p, 'Version')}_amd64.deb" for p in built["cuda"])
+    # pool file names drop the epoch (1:4.5.2-1 -> 4.5.2-1), as Debian's do
+    assert all(
+        p.name == f"{field(p, 'Package')}_{field(p, 'Version').split(':')[-1]}_amd64.deb"
+        for p in built["cuda"]
+    )
     assert {field(p, "Architecture") for paths in built.values() for p in paths} == {"amd64"}
 
 

@@ -357,3 +357,31 @@ def test_mig_media_extension_profile_label_follows_gfd_sanitising(tmp_path):
     node = load_fleet(inv).nodes["node-1"]
     assert node.expected_allocatable == {"nvidia.com/mig-1g.10gb.me": 1}
     assert node.expected_labels["nvidia.com/mig-1g.10gb.me.product"] == "NVIDIA-H100-80GB-HBM3-MIG-1g.10gbme"
+
+
+def test_diag_knobs_default(tmp_path):
+    node = load_fleet(write_inventory(tmp_path)).nodes["node-1"]
+    assert (node.diag.dcgm_level, dict(node.diag.floors)) == (1, {})
+
+
+def test_diag_knobs_override(tmp_path):
+    inventory = write_inventory(
+        tmp_path, diag_dcgm_level=2, diag_bandwidth_floors={"h2d_gbps": 20, "peer_gbps": 300.5}
+    )
+    node = load_fleet(inventory).nodes["node-1"]
+    assert (node.diag.dcgm_level, dict(node.diag.floors)) == (2, {"h2d_gbps": 20.0, "peer_gbps": 300.5})
+
+
+@pytest.mark.parametrize(
+    ("data", "words"),
+    [
+        ({"diag_dcgm_level": 4}, "diag_dcgm_level = 4: must be 1, 2 or 3"),
+        ({"diag_dcgm_level": True}, "diag_dcgm_level = True: must be 1, 2 or 3"),
+        ({"diag_bandwidth_floors": {"h2d": 20}}, "unknown key 'h2d': allowed h2d_gbps, d2h_gbps, peer_gbps"),
+        ({"diag_bandwidth_floors": {"d2h_gbps": -1}}, "d2h_gbps must be a number of GB/s > 0, not -1"),
+        ({"diag_bandwidth_floors": [20]}, "diag_bandwidth_floors = [20]: must be a dict"),
+    ],
+)
+def test_bad_diag_knobs_are_refused_naming_host_key_and_value(tmp_path, data, words):
+    problems = problems_of(write_inventory(tmp_path, **data))
+    assert len(problems) == 1 and "host node-1:" in problems[0] and words in problems[0], problems

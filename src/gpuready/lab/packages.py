@@ -65,7 +65,7 @@ class Deb:
 
     @property
     def filename(self) -> str:
-        return f"{self.name}_{self.version}_amd64.deb"
+        return f"{self.name}_{self.version.split(':', 1)[-1]}_amd64.deb"  # pool file names carry no epoch
 
     def control(self) -> str:
         size_kib = max(1, sum(len(c) for c, _m in self.files.values()) // 1024)
@@ -231,6 +231,29 @@ def toolkit_debs(toolkit: str) -> list[Deb]:
     return [lib, tools, base, tk]
 
 
+DCGM_VERSION = "1:4.5.2-1"  # the emulated dcgmi reports DCGM 4.5.2 (gpuready/lab/emulator/dcgmi.py)
+NVBANDWIDTH_VERSION = "0.8-1"
+
+
+def diag_debs() -> list[Deb]:
+    """What the diag layer runs on a node: DCGM's ``dcgmi`` and ``nvbandwidth``, for lab hosts that install them.
+
+    ``datacenter-gpu-manager-4-core`` is the real name of DCGM 4's package in NVIDIA's CUDA repository.
+    nvbandwidth has no NVIDIA package (users build it from github.com/NVIDIA/nvbandwidth); the lab packages its
+    emulation under the tool's name so a test host gets it with apt like the rest.
+    """
+    drv_path = [DRIVER_LIB]
+    dcgm = Deb("datacenter-gpu-manager-4-core", DCGM_VERSION, CUDA_MAINTAINER, "utils",
+               "NVIDIA Data Center GPU Manager (DCGM) 4: core libraries and dcgmi", ["libnvidia-ml1"])  # fmt: skip
+    dcgm.add_module(DRIVER_LIB, "dcgmi.py")
+    dcgm.add_wrapper("dcgmi", drv_path, "dcgmi", "main")
+    nvbw = Deb("nvbandwidth", NVBANDWIDTH_VERSION, CUDA_MAINTAINER, "utils",
+               "NVIDIA nvbandwidth: copy bandwidth between host and GPUs and between GPUs", ["libcuda1"])  # fmt: skip
+    nvbw.add_module(DRIVER_LIB, "nvbandwidth.py")
+    nvbw.add_wrapper("nvbandwidth", drv_path, "nvbandwidth", "main")
+    return [dcgm, nvbw]
+
+
 def _fingerprint(driver_versions: tuple[str, ...], toolkit_versions: tuple[str, ...]) -> str:
     h = hashlib.sha256(json.dumps([driver_versions, toolkit_versions]).encode())
     h.update(Path(__file__).read_bytes())
@@ -250,7 +273,7 @@ def build_packages(
     outdir = Path(outdir)
     outdir.mkdir(parents=True, exist_ok=True)
     by_repo = {
-        "cuda": [d for ver in driver_versions for d in driver_debs(ver)],
+        "cuda": [*(d for ver in driver_versions for d in driver_debs(ver)), *diag_debs()],
         "libnvidia-container": [d for ver in toolkit_versions for d in toolkit_debs(ver)],
     }
     result = {key: [outdir / d.filename for d in debs] for key, debs in by_repo.items()}

@@ -1,0 +1,54 @@
+"""One emulated lab machine for unit tests: a hardware file (with faults), driver state, daemons up or down.
+
+The emulated NVIDIA tools run as on a lab host: the system's python3 (stdlib only, ``-E -s``) on the module's
+source file, with the hardware file, driver state, boot id and the daemons' pid files named by environment.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+from gpuready.lab import faults, hardware
+
+EMULATOR = Path(hardware.__file__).parent / "emulator"
+PYTHON = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else shutil.which("python3")
+
+
+class Machine:
+    """``Machine(tmp, "h100-sxm-8", ("slow-gpu", 1))``; ``persistence``/``fabric_up``: those daemons' pid files
+    name a live process (this one) so the tools see them running."""
+
+    def __init__(self, tmp: Path, profile: str, *fault: tuple[str, int | None], node: int = 0,
+                 driver: str = "580.95.05", persistence: bool = False, fabric_up: bool = False) -> None:  # fmt: skip
+        self.tmp = tmp
+        self.hw_path = tmp / "hardware.json"
+        self.hw = hardware.make_hardware(profile, node)
+        for name, gpu in fault:
+            self.hw = faults.apply_fault(self.hw, name, gpu)
+        hardware.write_hardware(self.hw_path, self.hw)
+        pids = {"persistenced": (tmp / "persistenced.pid", persistence), "fm": (tmp / "fm.pid", fabric_up)}
+        for path, up in pids.values():
+            if up:
+                path.write_text(f"{os.getpid()}\n")
+        self.env = {
+            "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+            "GPUREADY_LAB_HARDWARE": str(self.hw_path),
+            "GPUREADY_LAB_STATE": str(tmp / "state" / "state.json"),
+            "GPUREADY_LAB_BOOT_ID": "boot-1",
+            "GPUREADY_LAB_DRIVER_VERSION": driver,
+            "GPUREADY_LAB_PERSISTENCED_PID": str(pids["persistenced"][0]),
+            "GPUREADY_LAB_FABRICMANAGER_PID": str(pids["fm"][0]),
+        }
+
+    def run(self, tool: str, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
+        """Run ``gpuready/lab/emulator/<tool>.py`` with ``args``."""
+        return subprocess.run(
+            [PYTHON, "-E", "-s", str(EMULATOR / f"{tool}.py"), *args],
+            env={**self.env, **env},
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
