@@ -32,7 +32,8 @@ import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-NO_LIBCUDA = 3
+from gpuready.cuda_driver import NO_LIBCUDA, CudaDriver, CudaError, load_libcuda
+
 BUFFER_MIB = 256
 COPIES = 8  # copies per timed sample
 SAMPLES = 3  # timed samples per figure; the median is reported
@@ -55,10 +56,6 @@ CU_DEVICE_ATTRIBUTE_PCI_BUS_ID = 33
 CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID = 34
 CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID = 50
 CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED = 704
-
-
-class CudaError(RuntimeError):
-    pass
 
 
 # ---- pure: timings to GB/s, measurements to the document ------------------------------------------
@@ -142,33 +139,6 @@ def render(document: Mapping) -> str:
     return json.dumps(document, indent="\t", sort_keys=True) + "\n"
 
 
-# ---- the CUDA driver API ------------------------------------------------------------------------
-def load_libcuda() -> ctypes.CDLL | None:
-    try:
-        return ctypes.CDLL("libcuda.so.1")
-    except OSError:
-        return None
-
-
-class _Cuda:
-    """Calls into libcuda; a non-zero CUresult raises CudaError naming the call and the result's name."""
-
-    def __init__(self, lib: ctypes.CDLL) -> None:
-        self.lib = lib
-
-    def describe(self, status: int) -> str:
-        name, text = ctypes.c_char_p(), ctypes.c_char_p()
-        self.lib.cuGetErrorName(status, ctypes.byref(name))
-        self.lib.cuGetErrorString(status, ctypes.byref(text))
-        return f"{(name.value or b'CUDA_ERROR_' + str(status).encode()).decode()} ({(text.value or b'?').decode()})"
-
-    def __call__(self, name: str, *args: object, allow: tuple[int, ...] = ()) -> int:
-        status = getattr(self.lib, name)(*args)
-        if status != 0 and status not in allow:
-            raise CudaError(f"{name} failed: {self.describe(status)}")
-        return status
-
-
 def _driver_version() -> str | None:
     """The driver's version as NVML reports it (what nvbandwidth prints); None where NVML is not there."""
     try:
@@ -199,7 +169,7 @@ class _Device:
 
 
 class _Bench:
-    def __init__(self, cuda: _Cuda, nbytes: int) -> None:
+    def __init__(self, cuda: CudaDriver, nbytes: int) -> None:
         self.cuda = cuda
         self.nbytes = nbytes
         self.devices: list[_Device] = []
@@ -327,7 +297,7 @@ def _set_argtypes(lib: ctypes.CDLL) -> None:
     lib.cuStreamDestroy_v2.argtypes = [ptr]
 
 
-def measure(cuda: _Cuda, count: int, nbytes: int) -> Measurements:
+def measure(cuda: CudaDriver, count: int, nbytes: int) -> Measurements:
     """Every figure this module reports, for ``count`` devices; CUDA errors end up in ``errors``."""
     bench = _Bench(cuda, nbytes)
     devices: list[_Device] = []
@@ -377,7 +347,7 @@ def main() -> int:
         )
         return NO_LIBCUDA
     _set_argtypes(lib)
-    cuda = _Cuda(lib)
+    cuda = CudaDriver(lib)
     hostname = socket.gethostname()
     driver = _driver_version()
     version = ctypes.c_int()

@@ -16,7 +16,8 @@ import sys
 from array import array
 from collections.abc import Sequence
 
-NO_LIBCUDA = 3
+from gpuready.cuda_driver import NO_LIBCUDA, CudaDriver, CudaError, load_libcuda
+
 ELEMENTS = 50_000
 BLOCK = 256
 PASSED = "Test PASSED"
@@ -68,10 +69,6 @@ DONE:
 KERNEL = b"vectorAdd"
 
 
-class CudaError(RuntimeError):
-    pass
-
-
 def grid_for(elements: int, block: int = BLOCK) -> int:
     """Blocks needed so that ``grid * block >= elements`` (the kernel masks the excess threads)."""
     if elements <= 0 or block <= 0:
@@ -99,26 +96,7 @@ def inputs(elements: int) -> tuple[array, array, array]:
     return a, b, expected
 
 
-def load_libcuda() -> ctypes.CDLL | None:
-    try:
-        return ctypes.CDLL("libcuda.so.1")
-    except OSError:
-        return None
-
-
-class _Cuda:
-    def __init__(self, lib: ctypes.CDLL) -> None:
-        self.lib = lib
-
-    def __call__(self, name: str, *args: object) -> None:
-        status = getattr(self.lib, name)(*args)
-        if status != 0:
-            text = ctypes.c_char_p()
-            self.lib.cuGetErrorString(status, ctypes.byref(text))
-            raise CudaError(f"{name}: CUDA error {status} ({(text.value or b'?').decode()})")
-
-
-def run_on_device(cuda: _Cuda, ordinal: int, elements: int = ELEMENTS) -> str:
+def run_on_device(cuda: CudaDriver, ordinal: int, elements: int = ELEMENTS) -> str:
     """vectorAdd on one device; the device's name and the verdict line."""
     device = ctypes.c_int()
     cuda("cuDeviceGet", ctypes.byref(device), ordinal)
@@ -177,7 +155,7 @@ def main() -> int:
     if lib is None:
         print("no libcuda.so.1 on this machine (no NVIDIA driver): vectorAdd cannot run", file=sys.stderr)
         return NO_LIBCUDA
-    cuda = _Cuda(lib)
+    cuda = CudaDriver(lib)
     try:
         cuda("cuInit", 0)
         count = ctypes.c_int()

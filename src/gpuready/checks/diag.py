@@ -15,13 +15,14 @@ import sys
 from collections.abc import Callable
 
 from gpuready.checks import CannotCheck, Output
+from gpuready.cuda_driver import NO_LIBCUDA
 from gpuready.nvidia import bandwidth, dcgm_diag, nvbandwidth
 from gpuready.report import Measurement
 from gpuready.spec import NodeSpec
 
 NO_TOOL = "__gpuready_no_tool__"
 UNIT = "GB/s"
-NO_LIBCUDA = 3  # gpuready.cuda_bandwidth's exit status where the machine has no libcuda.so.1
+
 
 # GPU feature discovery's family names -> the architecture names the floors are kept under
 _ARCHITECTURE = {
