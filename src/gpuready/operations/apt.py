@@ -117,14 +117,18 @@ def pinned(packages: list[str], **install_args: Any):
     current = node_fact(DebPackages)
     install = not all(pin_satisfied(pin, current) for pin in packages)
     holds = node_fact(HeldPackages)
-    todo = [name for name in package_names(packages) if name not in holds]
-    if not install and not todo:
+    # dpkg drops the hold of a package whose version changes: after an install every name is held again
+    todo = (
+        package_names(packages)
+        if install
+        else [name for name in package_names(packages) if name not in holds]
+    )
+    if not todo:
         host.noop(f"{', '.join(packages)} installed and held")
         return
     if install:
         yield from pyinfra_apt.packages._inner(packages=packages, **install_args)
-    if todo:
-        yield StringCommand("apt-mark", "hold", *todo)
+    yield StringCommand("apt-mark", "hold", *todo)
 
 
 def pin_satisfied(pin: str, installed: dict[str, list[str]]) -> bool:
