@@ -23,6 +23,8 @@ step "pyinfra inventory/lab.py deploys/gpu_node.py"
 "$BIN/pyinfra" -y inventory/lab.py deploys/gpu_node.py
 step "pyinfra inventory/lab.py deploys/cluster_addons.py"
 "$BIN/pyinfra" -y inventory/lab.py deploys/cluster_addons.py
+step "pyinfra inventory/lab.py apt.packages: DCGM and nvbandwidth for the diag layer (lab CUDA repository)"
+"$BIN/pyinfra" -y inventory/lab.py apt.packages 'packages=["datacenter-gpu-manager-4-core", "nvbandwidth"]'
 step "pytest conformance (reports in $REPORTS)"
 "$BIN/pytest" conformance -p no:cacheprovider --inventory inventory/lab.py \
   --kubeconfig "$GPUREADY_LAB_DIR/apiserver/kubeconfig" --report-dir "$REPORTS" \
