@@ -18,6 +18,9 @@ nvswitch = False
 
 # --- Pinned versions: the deploy installs exactly these, holds them, and the conformance suite checks them --------
 nvidia_driver_branch = "580"  # the driver branch; nvidia_driver_version must belong to it
+# `gpuready plan` and every deploy name the NVIDIA security bulletins that affect the pinned driver and toolkit
+# (gpuready/nvidia/security.py, a source per row). The defaults below are what the lab's packages are built for;
+# both are affected by 2026 bulletins (plan says which CVEs, and the first fixed release of the branch).
 nvidia_driver_version = "580.95.05"  # what `nvidia-smi` reports as driver_version
 nvidia_driver_package_revision = "1"  # Debian revision in the repository: nvidia-driver=580.95.05-1
 # "cuda-repo" (NVIDIA's CUDA repository) | "distribution" (distro packages)

@@ -20,6 +20,8 @@ def _plan(args: argparse.Namespace) -> int:
         print(exc, file=sys.stderr)
         return 2
     print(plan.render_json(fleet) if args.json else plan.render_text(fleet))
+    for warning in fleet.security_warnings():
+        print(f"gpuready: WARNING: known vulnerabilities: {warning}", file=sys.stderr)
     return 0
 
 

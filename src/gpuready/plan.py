@@ -55,7 +55,7 @@ def fleet_plan(fleet: Fleet) -> dict[str, Any]:
 
 
 def render_json(fleet: Fleet) -> str:
-    return json.dumps(fleet_plan(fleet), indent=2, sort_keys=False)
+    return json.dumps({**fleet_plan(fleet), "security_warnings": fleet.security_warnings()}, indent=2)
 
 
 def render_text(fleet: Fleet) -> str:

@@ -1,4 +1,4 @@
-"""Validate the fleet spec before pyinfra opens a single connection.
+"""Validate the fleet spec before pyinfra opens a single connection, and name known-vulnerable pins.
 
 pyinfra loads the inventory and then connects to every host before any deploy file runs, so a check inside the
 deploy would come after the connections. The repository's ``config.py`` (which pyinfra executes first) installs a
@@ -22,12 +22,17 @@ class ValidateFleetBeforeConnect(BaseStateCallback):
     @classmethod
     def host_before_connect(cls, state: State, host) -> None:  # type: ignore[no-untyped-def]
         try:
-            fleet_for(state.inventory)
+            fleet = fleet_for(state.inventory)
         except SpecError as exc:
             if not cls.reported:  # every host's greenlet gets here; say it once
                 cls.reported = True
                 print(f"gpuready: the inventory is invalid, nothing was changed.\n{exc}", file=sys.stderr)
             raise SystemExit(2) from None
+        if not cls.reported:
+            cls.reported = True
+            # known-vulnerable pins are named before anything is installed, never installed silently
+            for warning in fleet.security_warnings():
+                print(f"gpuready: WARNING: known vulnerabilities: {warning}", file=sys.stderr)
 
 
 def install() -> None:

@@ -322,6 +322,34 @@ class Fleet:
             )
         return [self.nodes[n] for n in names]
 
+    def security_warnings(self) -> list[str]:
+        """Pinned driver and toolkit versions with NVIDIA security advisories, one line per version (not per node):
+        what ``gpuready plan`` and every deploy say before anything is installed."""
+        from gpuready.nvidia import security
+
+        pins: dict[tuple[str, str, str], list[str]] = {}
+        for node in self.nodes.values():
+            pins.setdefault(("NVIDIA driver", "nvidia_driver_version", node.versions.driver), []).append(
+                node.name
+            )
+            toolkit = ("NVIDIA Container Toolkit", "nvidia_container_toolkit_version", node.versions.toolkit)
+            pins.setdefault(toolkit, []).append(node.name)
+        lines = []
+        for (what, knob, version), names in pins.items():
+            found = (
+                security.driver_advisories(version)
+                if knob == "nvidia_driver_version"
+                else security.toolkit_advisories(version)
+            )
+            if found:
+                who = names[0] if len(names) == 1 else f"{len(names)} nodes ({names[0]}, ...)"
+                lines.append(
+                    f"{knob} = {version!r} ({who}): {what} {version} is affected by "
+                    f"{security.describe(found, version)}; sources: "
+                    + ", ".join(sorted({a.source for a in found}))
+                )
+        return lines
+
     def device_plugin_configs(self) -> dict[str, str]:
         """The device-plugin ConfigMap ``data``: one rendered YAML per distinct node configuration."""
         out: dict[str, str] = {}

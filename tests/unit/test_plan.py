@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 from gpuready.cli import main
@@ -35,3 +36,19 @@ def test_plan_bad_inventory_exits_2_with_the_problems(tmp_path, capsys):
     assert main(["plan", str(tmp_path / "inv.py")]) == 2
     err = capsys.readouterr().err
     assert "host n1: gpu_count = 0: must be an integer >= 1" in err
+
+
+def test_plan_names_known_vulnerabilities_of_the_pins(tmp_path, capsys):
+    data = {"gpu_model": "NVIDIA L4", "gpu_count": 1, "kube_join": False,
+            "nvidia_container_toolkit_version": "1.17.3", "nvidia_driver_version": "580.178.04"}  # fmt: skip
+    (tmp_path / "group_data").mkdir()
+    shutil.copy(Path(EXAMPLE).parent / "group_data" / "all.py", tmp_path / "group_data" / "all.py")
+    (tmp_path / "inv.py").write_text(f"pool = [('n1', {data!r})]\n")
+    assert main(["plan", str(tmp_path / "inv.py")]) == 0  # a warning: the plan is still printed
+    err = capsys.readouterr().err
+    assert "nvidia_container_toolkit_version = '1.17.3' (n1): NVIDIA Container Toolkit 1.17.3 is affected by" in err
+    assert "CVE-2025-23266" in err and "(fixed in 1." in err
+    assert "nvidia_driver_version" not in err  # 580.178.04 has no advisory in the table
+    assert main(["plan", str(tmp_path / "inv.py"), "--json"]) == 0
+    warnings = json.loads(capsys.readouterr().out)["security_warnings"]
+    assert len(warnings) == 1 and "CVE-2025-23266" in warnings[0]

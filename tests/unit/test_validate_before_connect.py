@@ -31,12 +31,12 @@ def _listener() -> tuple[socket.socket, list[int]]:
     return server, accepted
 
 
-def _run(tmp_path: Path, gpu_count: int, port: int) -> subprocess.CompletedProcess:
+def _run(tmp_path: Path, gpu_count: int, port: int, **extra: object) -> subprocess.CompletedProcess:
     shutil.copy(REPO / "config.py", tmp_path / "config.py")
     (tmp_path / "group_data").mkdir(exist_ok=True)
     shutil.copy(REPO / "inventory" / "group_data" / "all.py", tmp_path / "group_data" / "all.py")
     data = {"ssh_hostname": "127.0.0.1", "ssh_port": port, "ssh_connect_retries": 0, "gpu_model": "NVIDIA L4",
-            "gpu_count": gpu_count, "kube_join": False}  # fmt: skip
+            "gpu_count": gpu_count, "kube_join": False, **extra}  # fmt: skip
     (tmp_path / "inv.py").write_text(f"pool = [('node-a', {data!r})]\n")
     (tmp_path / "deploy.py").write_text(
         "from pyinfra.operations import server\nserver.shell(commands=['true'])\n"
@@ -67,3 +67,15 @@ def test_good_inventory_does_connect(tmp_path):
         server.close()
     assert "the inventory is invalid" not in result.stderr
     assert accepted, result.stderr
+
+
+def test_a_vulnerable_pin_is_named_before_connecting(tmp_path):
+    server, _accepted = _listener()
+    try:
+        result = _run(tmp_path, 1, server.getsockname()[1], nvidia_container_toolkit_version="1.17.3")
+    finally:
+        server.close()
+    warnings = [line for line in result.stderr.splitlines() if "known vulnerabilities" in line]
+    toolkit = [line for line in warnings if "nvidia_container_toolkit_version = '1.17.3' (node-a)" in line]
+    assert len(toolkit) == 1, result.stderr  # once per run, not once per host
+    assert "CVE-2025-23266" in toolkit[0] and "(fixed in " in toolkit[0] and "a_id/5659" in toolkit[0]
