@@ -46,7 +46,10 @@ def test_plan_names_known_vulnerabilities_of_the_pins(tmp_path, capsys):
     (tmp_path / "inv.py").write_text(f"pool = [('n1', {data!r})]\n")
     assert main(["plan", str(tmp_path / "inv.py")]) == 0  # a warning: the plan is still printed
     err = capsys.readouterr().err
-    assert "nvidia_container_toolkit_version = '1.17.3' (n1): NVIDIA Container Toolkit 1.17.3 is affected by" in err
+    assert (
+        "nvidia_container_toolkit_version = '1.17.3' (n1): NVIDIA Container Toolkit 1.17.3 is affected by"
+        in err
+    )
     assert "CVE-2025-23266" in err and "(fixed in 1." in err
     assert "nvidia_driver_version" not in err  # 580.178.04 has no advisory in the table
     assert main(["plan", str(tmp_path / "inv.py"), "--json"]) == 0
