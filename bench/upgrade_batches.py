@@ -21,7 +21,7 @@ from gpuready.lab.state import LabPaths
 
 REPO = Path(__file__).resolve().parents[1]
 PYINFRA = str(Path(sys.executable).with_name("pyinfra"))
-DRIVERS = (("570.195.03", "570"), ("580.95.05", "580"))
+DRIVERS = (("570.195.03", "570"), ("580.178.04", "580"))
 
 
 def pyinfra(env: dict[str, str], deploy: str, driver: tuple[str, str], *args: str) -> float:

@@ -19,14 +19,14 @@ nvswitch = False
 # --- Pinned versions: the deploy installs exactly these, holds them, and the conformance suite checks them --------
 nvidia_driver_branch = "580"  # the driver branch; nvidia_driver_version must belong to it
 # `gpuready plan` and every deploy name the NVIDIA security bulletins that affect the pinned driver and toolkit
-# (gpuready/nvidia/security.py, a source per row). The defaults below are what the lab's packages are built for;
-# both are affected by 2026 bulletins (plan says which CVEs, and the first fixed release of the branch).
-nvidia_driver_version = "580.95.05"  # what `nvidia-smi` reports as driver_version
-nvidia_driver_package_revision = "1"  # Debian revision in the repository: nvidia-driver=580.95.05-1
+# (gpuready/nvidia/security.py, a source per row). Defaults: the first R580 release that clears NVIDIA's driver
+# bulletins up to 2026-09 (a_id 5747, 5821, 5861), and toolkit 1.20.0 (2026-08, past CVE-2026-24260's fix in 1.19.1).
+nvidia_driver_version = "580.178.04"  # what `nvidia-smi` reports as driver_version
+nvidia_driver_package_revision = "1"  # Debian revision in the repository: nvidia-driver=580.178.04-1
 # "cuda-repo" (NVIDIA's CUDA repository) | "distribution" (distro packages)
 nvidia_driver_source = "cuda-repo"
-nvidia_container_toolkit_version = "1.18.0"  # what `nvidia-ctk --version` reports
-nvidia_container_toolkit_package_revision = "1"  # nvidia-container-toolkit=1.18.0-1
+nvidia_container_toolkit_version = "1.20.0"  # what `nvidia-ctk --version` reports
+nvidia_container_toolkit_package_revision = "1"  # nvidia-container-toolkit=1.20.0-1
 containerd_package = "containerd"  # Debian's package; "containerd.io" for Docker's repository
 kubernetes_version = "1.34.1"  # kubelet/kubeadm/kubectl; the minor (1.34) selects the Kubernetes repository
 kubernetes_package_revision = "1.1"  # pkgs.k8s.io revision: kubelet=1.34.1-1.1

@@ -169,7 +169,7 @@ def pytest_addoption(parser: pytest.Parser, pluginmanager: pytest.PytestPluginMa
         action="append",
         default=[],
         metavar="KEY=VALUE",
-        help="override inventory data as pyinfra's --data does (e.g. nvidia_driver_version=580.95.05), to check "
+        help="override inventory data as pyinfra's --data does (e.g. nvidia_driver_version=580.178.04), to check "
         "the fleet against a change before or while it is deployed; repeatable",
     )
     group.addoption(

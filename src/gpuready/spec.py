@@ -63,7 +63,7 @@ class Sharing:
 class Versions:
     driver: str
     driver_branch: str
-    driver_package: str  # apt version, e.g. 580.95.05-1
+    driver_package: str  # apt version, e.g. 580.178.04-1
     driver_source: str
     toolkit: str
     toolkit_package: str
@@ -703,7 +703,7 @@ class _HostReader:
         driver = self.get("nvidia_driver_version")
         m = _DRIVER_VERSION.match(driver) if isinstance(driver, str) else None
         if not m:
-            self.bad("nvidia_driver_version", driver, "must look like 580.95.05 (what nvidia-smi reports)")
+            self.bad("nvidia_driver_version", driver, "must look like 580.178.04 (what nvidia-smi reports)")
         elif m.group(1) != branch:
             self.bad(
                 "nvidia_driver_version",
@@ -713,7 +713,7 @@ class _HostReader:
         source = self.choice("nvidia_driver_source", DRIVER_SOURCES, "cuda-repo")
         toolkit = self.get("nvidia_container_toolkit_version")
         if not isinstance(toolkit, str) or not _SEMVER.match(toolkit):
-            self.bad("nvidia_container_toolkit_version", toolkit, "must be a version like 1.18.0")
+            self.bad("nvidia_container_toolkit_version", toolkit, "must be a version like 1.20.0")
         kube = self.get("kubernetes_version")
         if not isinstance(kube, str) or not _SEMVER.match(kube):
             self.bad("kubernetes_version", kube, "must be a full version like 1.34.1")

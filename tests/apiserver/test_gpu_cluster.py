@@ -51,7 +51,7 @@ def make_host(
     nvidia_dropin: bool = True,
     mig: dict[int, list[str]] | None = None,
     faults: list[dict[str, Any]] | None = None,
-    driver: str | None = "580.95.05",
+    driver: str | None = "580.178.04",
 ) -> HostView:
     """A host root as the gpu_node deploy leaves it; `mig` maps GPU index -> MIG profiles to create."""
     root = base / name / "merged"
@@ -375,7 +375,7 @@ def test_dcgm_scrape_through_proxy_carries_pod_labels(sim, api, add_host, kubect
     assert sorted(util) == [0, 1]
     assert (util[0].pod, util[0].namespace, util[0].container) == ("sleeper", "default", "main")
     assert util[1].pod is None and util[0].hostname == name
-    assert util[0].labels["DCGM_FI_DRIVER_VERSION"] == "580.95.05"
+    assert util[0].labels["DCGM_FI_DRIVER_VERSION"] == "580.178.04"
     xid = {s.gpu: s.value for s in samples if s.metric == "DCGM_FI_DEV_XID_ERRORS"}
     assert xid == {0: 0.0, 1: 48.0}
     via_service = kubectl(

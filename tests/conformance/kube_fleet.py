@@ -36,7 +36,7 @@ version = 2
     runtime_type = "io.containerd.runc.v2"
 """
 NS = "gpu-system"
-DRIVER = "580.95.05"
+DRIVER = "580.178.04"
 
 
 def wait_for(check: Callable[[], Any], timeout: float = 20.0, what: str = "condition") -> Any:

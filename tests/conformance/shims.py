@@ -44,7 +44,7 @@ class FakeNode:
     root: Path
     profile: str
     hw: dict
-    toolkit_version: str = "1.18.0"
+    toolkit_version: str = "1.20.0"
     containerd_dump: str = "containerd-dump-nvidia.toml"
     units: dict[str, str] = field(
         default_factory=lambda: {"kubelet": "active", "nvidia-fabricmanager": "active"}

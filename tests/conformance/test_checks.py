@@ -88,7 +88,7 @@ def test_driver_version(a100_mig):
     report = ok(xml("telegraf__a100-sxm4-v12.xml"))
     assert host.driver_version(spec_like(a100_mig, driver="535.54.03"), report) == []
     assert host.driver_version(a100_mig, report) == [
-        "driver version is 535.54.03, the inventory pins 580.95.05 (nvidia_driver_version)"
+        "driver version is 535.54.03, the inventory pins 580.178.04 (nvidia_driver_version)"
     ]
     with pytest.raises(CannotCheck, match="nvidia-smi not found"):
         host.driver_version(a100_mig, Output(127, "", "nvidia-smi: command not found"))
@@ -119,13 +119,13 @@ def test_fabric_manager(h100, a100_mig):
         host.fabric_manager(a100_mig, ok("inactive\n"))
 
 
-TOOLKIT = "NVIDIA Container Toolkit CLI version 1.18.0\ncommit: 1f8d6a1d0a0b1c2d3e4f5a6b7c8d9e0f1a2b3c4d\n"
+TOOLKIT = "NVIDIA Container Toolkit CLI version 1.20.0\ncommit: 1f8d6a1d0a0b1c2d3e4f5a6b7c8d9e0f1a2b3c4d\n"
 
 
 def test_toolkit_version(h100):
     assert host.toolkit_version(h100, ok(TOOLKIT)) == []
-    assert host.toolkit_version(h100, ok(TOOLKIT.replace("1.18.0", "1.17.8"))) == [
-        "NVIDIA Container Toolkit is 1.17.8, the inventory pins 1.18.0 (nvidia_container_toolkit_version)"
+    assert host.toolkit_version(h100, ok(TOOLKIT.replace("1.20.0", "1.17.8"))) == [
+        "NVIDIA Container Toolkit is 1.17.8, the inventory pins 1.20.0 (nvidia_container_toolkit_version)"
     ]
     assert host.toolkit_version(h100, Output(127, "", "sh: nvidia-ctk: not found")) == [
         "nvidia-ctk not found (is the NVIDIA Container Toolkit installed?)"
@@ -247,7 +247,7 @@ def test_pcie_link_on_real_reports():
 
 H100_HW = hardware.make_hardware("h100-sxm-8", 0)
 H100_REPORT = SmiReport(
-    "580.95.05",
+    "580.178.04",
     "13.0",
     8,
     tuple(

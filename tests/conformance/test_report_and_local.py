@@ -177,7 +177,7 @@ def fake_nvml(lost: set[int] = frozenset()) -> types.SimpleNamespace:
         NVML_TEMPERATURE_GPU=0,
         nvmlInit=lambda: None,
         nvmlShutdown=lambda: None,
-        nvmlSystemGetDriverVersion=lambda: "580.95.05",
+        nvmlSystemGetDriverVersion=lambda: "580.178.04",
         nvmlDeviceGetCount=lambda: 2,
         nvmlDeviceGetHandleByIndex=handle,
         nvmlDeviceGetPciInfo=lambda h: types.SimpleNamespace(busId=f"00000000:0{7 + h * 8:X}:00.0".encode()),
@@ -205,7 +205,7 @@ def fake_nvml(lost: set[int] = frozenset()) -> types.SimpleNamespace:
 
 def test_nvml_report_has_the_fields_the_checks_read():
     report, pstates = local_gpu.nvml_report(fake_nvml())
-    assert report.driver_version == "580.95.05" and report.attached_gpus == 2
+    assert report.driver_version == "580.178.04" and report.attached_gpus == 2
     g0, g1 = report.gpus
     assert g0.pci_bus_id == "00000000:07:00.0" and g1.pci_bus_id == "00000000:0F:00.0"
     assert g0.memory_total_mib == 81920 and g0.persistence_mode is True

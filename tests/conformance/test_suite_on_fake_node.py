@@ -141,9 +141,9 @@ HOST_BREAKAGE = {
         ["Failed to initialize NVML: Driver/library version mismatch"],
     ),
     "no-nvidia-smi": ("test_nvidia_smi_runs", ["nvidia-smi not found"]),
-    "wrong-driver": ("test_driver_version", ["driver version is 580.82.07, the inventory pins 580.95.05"]),
+    "wrong-driver": ("test_driver_version", ["driver version is 580.82.07, the inventory pins 580.178.04"]),
     "no-toolkit": ("test_toolkit_version", ["nvidia-ctk not found"]),
-    "wrong-toolkit": ("test_toolkit_version", ["Toolkit is 1.17.8, the inventory pins 1.18.0"]),
+    "wrong-toolkit": ("test_toolkit_version", ["Toolkit is 1.17.8, the inventory pins 1.20.0"]),
     "no-nvidia-handler": ("test_containerd_nvidia_handler", ["containerd has no 'nvidia' runtime handler"]),
     "kubelet-inactive": ("test_kubelet_active", ["kubelet is inactive (`systemctl is-active kubelet`)"]),
 }

@@ -126,7 +126,7 @@ def test_emulated_driver_installs_from_the_lab_cuda_repository(lab):
                   f"&& echo 'deb [signed-by=/etc/apt/keyrings/cuda-lab.gpg] {url} /' > /etc/apt/sources.list.d/cuda.list")  # fmt: skip
     apt = "apt-get -o Dir::Etc::sourcelist=/dev/null"  # the lab repository only, no Debian mirror needed
     install = lab.ssh(node, f"{apt} update && DEBIAN_FRONTEND=noninteractive {apt} install -y "
-                            "nvidia-driver-cuda=580.95.05-1 2>&1", check=False)  # fmt: skip
+                            "nvidia-driver-cuda=580.178.04-1 2>&1", check=False)  # fmt: skip
     try:
         assert install.returncode == 0, install.stdout
         hw = hardware.read_hardware(lab.paths.machine_dir(node) / "hardware.json")
@@ -135,7 +135,7 @@ def test_emulated_driver_installs_from_the_lab_cuda_repository(lab):
             (g["index"], g["name"], g["uuid"]) for g in hw["gpus"]
         ]
         report = parse_query_xml(lab.ssh(node, "nvidia-smi -q -x").stdout)
-        assert report.driver_version == "580.95.05"
+        assert report.driver_version == "580.178.04"
         assert report.attached_gpus == len(report.gpus) == 8
         assert {g.uuid for g in report.gpus} == {g["uuid"] for g in hw["gpus"]}
     finally:

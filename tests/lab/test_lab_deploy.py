@@ -119,7 +119,7 @@ def _changed_steps(run) -> set[str]:
 
 def driver_package_versions(lab, node: str) -> set[str]:
     """The versions of every installed package the lab's CUDA repository builds for a driver (all must agree)."""
-    names = sorted({deb.name for deb in driver_debs("580.95.05")})
+    names = sorted({deb.name for deb in driver_debs("580.178.04")})
     query = "dpkg-query -W -f '${Package} ${Version} ${db:Status-Abbrev}\\n' " + " ".join(names)
     out = lab.ssh(node, query, check=False).stdout  # exits 1 for the names dpkg never saw (Fabric Manager)
     # status "ii" or "hi" (held): installed
@@ -134,7 +134,7 @@ def driver_package_versions(lab, node: str) -> set[str]:
 
 def test_driver_version_change_upgrades_exactly_the_driver(deployed_lab):
     lab, node = deployed_lab.lab, "gpu-node-3"
-    old = "nvidia_driver_version=580.95.05"
+    old = "nvidia_driver_version=580.178.04"
     try:
         run = run_pyinfra(lab, "--limit", node, "--data", "nvidia_driver_version=570.195.03",
                           "--data", "nvidia_driver_branch=570")  # fmt: skip
@@ -152,7 +152,7 @@ def test_driver_version_change_upgrades_exactly_the_driver(deployed_lab):
     finally:
         back = run_pyinfra(lab, "--limit", node)
         assert back.returncode == 0, back.output[-3000:]
-        assert driver_package_versions(lab, node) == {"580.95.05-1"}, old
+        assert driver_package_versions(lab, node) == {"580.178.04-1"}, old
         # the loaded (emulated) module never changed: the 580 userspace matches it again
         lab.ssh(node, "systemctl restart nvidia-persistenced")
 

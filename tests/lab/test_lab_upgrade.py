@@ -196,7 +196,7 @@ def test_fault_during_upgrade_leaves_the_node_cordoned_and_stops_the_run(fleet, 
     assert says(output, "gpu-node-101", "conformance failed after the upgrade; gpu-node-101 stays cordoned")
     # its batch-mate finished; the next batch was not started and is untouched
     assert (now["gpu-node-102"].unschedulable, now["gpu-node-102"].upgrade_state) == (False, "done")
-    assert driver_on(lab, "gpu-node-102") == ("580.95.05-1", "580.95.05")
+    assert driver_on(lab, "gpu-node-102") == ("580.178.04-1", "580.178.04")
     for node in ("gpu-node-103", "gpu-node-104"):
         assert (now[node].unschedulable, now[node].upgrade_state) == (False, None)
         assert driver_on(lab, node) == ("570.195.03-1", "570.195.03")
@@ -222,7 +222,7 @@ def test_rerun_after_the_fix_finishes_the_failed_node_and_the_fleet(fleet) -> No
                                    "gpu-node-103": "upgraded", "gpu-node-104": "upgraded"}  # fmt: skip
     for node, view in views(cluster).items():
         assert (view.unschedulable, view.upgrade_state) == (False, "done"), node
-        assert driver_on(lab, node) == ("580.95.05-1", "580.95.05")
+        assert driver_on(lab, node) == ("580.178.04-1", "580.178.04")
     after = workload(cluster)
     assert after is not None and len(after) == 4
     evicted = {uid for uid, node in before.items() if node in ("gpu-node-103", "gpu-node-104")}

@@ -22,7 +22,7 @@ class Machine:
     name a live process (this one) so the tools see them running."""
 
     def __init__(self, tmp: Path, profile: str, *fault: tuple[str, int | None], node: int = 0,
-                 driver: str = "580.95.05", persistence: bool = False, fabric_up: bool = False) -> None:  # fmt: skip
+                 driver: str = "580.178.04", persistence: bool = False, fabric_up: bool = False) -> None:  # fmt: skip
         self.tmp = tmp
         self.hw_path = tmp / "hardware.json"
         self.hw = hardware.make_hardware(profile, node)

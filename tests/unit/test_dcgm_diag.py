@@ -223,7 +223,7 @@ def test_hostengine_not_running_is_a_diag_error() -> None:
         ("", "printed nothing"),
         ("Segmentation fault (core dumped)\n", "no JSON object"),
         ('{"DCGM Diagnostic": {"test_categories": [', "JSON is broken"),
-        ('{"driver": "580.95.05"}', "top-level keys: 'driver'"),
+        ('{"driver": "580.178.04"}', "top-level keys: 'driver'"),
         ('[1, 2]\n{"x": 1}', "no 'DCGM Diagnostic'"),
         ('{"DCGM Diagnostic": {"version": "4.2.3"}}', "no test_categories"),
         ('{"DCGM Diagnostic": {"test_categories": []}}', "holds no test results"),

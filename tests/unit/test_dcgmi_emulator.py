@@ -51,7 +51,7 @@ def test_healthy_host_passes_every_level(tmp_path: Path, profile: str, level: in
     assert report.names() == LEVELS[level]
     assert report.level == level
     assert report.dcgm_version == "4.5.2"
-    assert report.driver_version == "580.95.05"
+    assert report.driver_version == "580.178.04"
     assert report.gpus == tuple(range(count))
     assert [(t.name, t.gpu) for t in report.tests] == [(n, g) for n in LEVELS[level] for g in range(count)]
     assert {t.status for t in report.tests} == {"Pass"}

@@ -73,7 +73,7 @@ def test_query_xml_parses_to_profile_gpus(tmp_path: Path, profile: str) -> None:
     report = smi.parse_query_xml(host.ok("-q", "-x"))
     prof = hardware.PROFILES[profile]
     model = catalogue.lookup_model(prof.model)
-    assert report.driver_version == "580.95.05"
+    assert report.driver_version == "580.178.04"
     assert report.cuda_version == "13.0"
     assert report.attached_gpus == prof.gpu_count
     assert [g.name for g in report.gpus] == [model.name] * prof.gpu_count
@@ -230,7 +230,7 @@ def test_default_table_columns_line_up_like_the_real_table(tmp_path: Path) -> No
     lines = out.splitlines()
     assert (
         lines[2]
-        == "| NVIDIA-SMI 580.95.05              Driver Version: 580.95.05      CUDA Version: 13.0     |"
+        == "| NVIDIA-SMI 580.178.04             Driver Version: 580.178.04     CUDA Version: 13.0     |"
     )
     assert lines[8].startswith("|   0  NVIDIA H100 80GB HBM3         Off  |   00000000:18:00.0 Off |")
     assert (
@@ -430,26 +430,26 @@ def test_persistenced_daemon_turns_persistence_mode_on(tmp_path: Path) -> None:
 def test_driver_upgrade_without_reboot_is_a_version_mismatch(tmp_path: Path) -> None:
     host = Host(tmp_path, "t4-1", driver="570.195.03")
     host.ok("-L")  # the 570 module is loaded in this boot
-    result = host.smi("-L", GPUREADY_LAB_DRIVER_VERSION="580.95.05")
+    result = host.smi("-L", GPUREADY_LAB_DRIVER_VERSION="580.178.04")
     assert (result.returncode, result.stdout) == (
         18,
         "Failed to initialize NVML: Driver/library version mismatch\n",
     )
     host.reboot("boot-2")
-    assert host.smi("-L", GPUREADY_LAB_DRIVER_VERSION="580.95.05").returncode == 0
+    assert host.smi("-L", GPUREADY_LAB_DRIVER_VERSION="580.178.04").returncode == 0
 
 
 # ---- toolkit ---------------------------------------------------------------------------------------------
 def test_toolkit_versions(tmp_path: Path) -> None:
     host = Host(tmp_path, "l40s-2")
-    version = _toolkit(host, "nvidia-ctk", "--version", GPUREADY_LAB_TOOLKIT_VERSION="1.18.0").stdout
-    assert version.splitlines()[0] == "NVIDIA Container Toolkit CLI version 1.18.0"
+    version = _toolkit(host, "nvidia-ctk", "--version", GPUREADY_LAB_TOOLKIT_VERSION="1.20.0").stdout
+    assert version.splitlines()[0] == "NVIDIA Container Toolkit CLI version 1.20.0"
     assert version.splitlines()[1].startswith("commit: ")
     fake_runc = tmp_path / "runc"
     fake_runc.write_text('#!/bin/sh\necho "runc version 1.3.0"\n')
     fake_runc.chmod(0o755)
     runtime = _toolkit(host, "nvidia-container-runtime", "--version", GPUREADY_LAB_RUNC=str(fake_runc)).stdout
-    assert runtime.splitlines()[0] == "NVIDIA Container Runtime version 1.18.0"
+    assert runtime.splitlines()[0] == "NVIDIA Container Runtime version 1.20.0"
     assert runtime.splitlines()[-1] == "runc version 1.3.0"
 
 
@@ -483,7 +483,7 @@ def test_container_cli_info_and_runtime_handoff(tmp_path: Path) -> None:
     host = Host(tmp_path, "t4-1")
     info = _toolkit(host, "nvidia-container-cli", "info", PYTHONPATH=str(EMULATOR))
     assert info.returncode == 0, info.stderr
-    assert info.stdout.splitlines()[:2] == ["NVRM version:   580.95.05", "CUDA version:   13.0"]
+    assert info.stdout.splitlines()[:2] == ["NVRM version:   580.178.04", "CUDA version:   13.0"]
     assert f"GPU UUID:       {host.hw['gpus'][0]['uuid']}" in info.stdout
     assert "Bus Location:   00000000:00:1E.0" in info.stdout
     fake_runc = tmp_path / "runc"

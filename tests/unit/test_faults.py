@@ -30,7 +30,7 @@ class Host:
             "GPUREADY_LAB_HARDWARE": str(tmp / "hardware.json"),
             "GPUREADY_LAB_STATE": str(tmp / "state.json"),
             "GPUREADY_LAB_BOOT_ID": "boot-1",
-            "GPUREADY_LAB_DRIVER_VERSION": "580.95.05",
+            "GPUREADY_LAB_DRIVER_VERSION": "580.178.04",
             "GPUREADY_LAB_PERSISTENCED_PID": str(tmp / "persistenced.pid"),
             "GPUREADY_LAB_FABRICMANAGER_PID": str(tmp / "fm.pid"),
         }

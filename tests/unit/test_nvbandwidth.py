@@ -28,7 +28,7 @@ FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "nvbandwidth" / "dc
 def document(*testcases: dict, **top: object) -> str:
     body = {
         "CUDA Runtime Version": 13000,
-        "Driver Version": "580.95.05",
+        "Driver Version": "580.178.04",
         "git_version": "v0.8",
         "version": "v0.8",
     }
@@ -82,7 +82,7 @@ def test_eight_gpus_with_na_diagonal_and_an_impossible_pair() -> None:
     assert all(r != c for r, c in report.peer)
     assert report.devices == tuple(devices)
     assert report.errors == ()
-    assert report.driver_version == "580.95.05"
+    assert report.driver_version == "580.178.04"
 
 
 def test_write_testcase_is_used_when_read_is_absent_and_read_wins_when_both() -> None:
@@ -229,10 +229,10 @@ def test_cuda_bandwidth_document_reads_back_with_the_parser() -> None:
     for pair in [(0, 1), (1, 0)]:  # GPU 2 cannot reach the others
         m.peer_pairs.add(pair)
         m.peer[pair] = cuda_bandwidth.median_gbps(mib256, 8, ms["peer"])
-    doc = cuda_bandwidth.build_document(m, driver_version="580.95.05", cuda_version=13000, hostname="gpu-7")
+    doc = cuda_bandwidth.build_document(m, driver_version="580.178.04", cuda_version=13000, hostname="gpu-7")
     report = parse_nvbandwidth_json(cuda_bandwidth.render(doc))
     assert report.errors == () and report.waived == ()
-    assert report.driver_version == "580.95.05"
+    assert report.driver_version == "580.178.04"
     assert report.testcases == (H2D, D2H, READ)
     assert report.host_to_device == {d: pytest.approx(53.5532, abs=1e-4) for d in range(3)}
     assert report.device_to_host == {d: pytest.approx(54.9229, abs=1e-4) for d in range(3)}

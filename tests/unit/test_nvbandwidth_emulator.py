@@ -54,7 +54,7 @@ def tmp(tmp_path: Path) -> Path:
 def test_h100_sxm_8_healthy(tmp: Path) -> None:
     report = Machine(tmp, "h100-sxm-8").report()
     assert report.errors == () and report.waived == ()
-    assert report.driver_version == "580.95.05"
+    assert report.driver_version == "580.178.04"
     assert sorted(report.host_to_device) == sorted(report.device_to_host) == list(range(8))
     assert all(
         near(v, GEN5_X16 * 0.85) for v in [*report.host_to_device.values(), *report.device_to_host.values()]
@@ -186,7 +186,7 @@ def test_driver_mismatch_is_the_cuinit_error_and_exit_1(tmp: Path) -> None:
 
 def test_kernel_module_and_library_versions_disagreeing_is_the_same_error(tmp: Path) -> None:
     machine = Machine(tmp, "l4-1")
-    assert machine.nvbandwidth(*ARGS).returncode == 0  # first use loads the 580.95.05 module
+    assert machine.nvbandwidth(*ARGS).returncode == 0  # first use loads the 580.178.04 module
     machine.env["GPUREADY_LAB_DRIVER_VERSION"] = "580.105.08"  # library upgraded, module still the old one
     # (the variable sets both versions in nvemu; the loaded module is what the state file remembers)
     result = machine.nvbandwidth(*ARGS)

@@ -54,8 +54,8 @@ def test_repositories_and_package_names(built: dict[str, list[Path]]) -> None:
         "nvidia-container-toolkit-base",
     ]  # fmt: skip
     versions = {field(p, "Version") for p in built["cuda"]}
-    assert versions == {"580.95.05-1", "570.195.03-1", "1:4.5.2-1", "0.8-1"}
-    assert {field(p, "Version") for p in built["libnvidia-container"]} == {"1.18.0-1"}
+    assert versions == {"580.178.04-1", "570.195.03-1", "1:4.5.2-1", "0.8-1"}
+    assert {field(p, "Version") for p in built["libnvidia-container"]} == {"1.20.0-1"}
     # pool file names drop the epoch (1:4.5.2-1 -> 4.5.2-1), as Debian's do
     assert all(
         p.name == f"{field(p, 'Package')}_{field(p, 'Version').split(':')[-1]}_amd64.deb"
@@ -66,17 +66,17 @@ def test_repositories_and_package_names(built: dict[str, list[Path]]) -> None:
 
 def test_control_fields_of_the_driver_and_toolkit(built: dict[str, list[Path]]) -> None:
     debs = by_name(built)
-    cuda = debs[("nvidia-driver-cuda", "580.95.05-1")]
+    cuda = debs[("nvidia-driver-cuda", "580.178.04-1")]
     assert field(cuda, "Depends") == (
-        "nvidia-smi (= 580.95.05-1), libnvidia-ml1 (= 580.95.05-1), libcuda1 (= 580.95.05-1), "
-        "nvidia-persistenced (= 580.95.05-1), "
-        "nvidia-kernel-open-dkms (= 580.95.05-1) | nvidia-kernel-dkms-any (= 580.95.05-1)"
+        "nvidia-smi (= 580.178.04-1), libnvidia-ml1 (= 580.178.04-1), libcuda1 (= 580.178.04-1), "
+        "nvidia-persistenced (= 580.178.04-1), "
+        "nvidia-kernel-open-dkms (= 580.178.04-1) | nvidia-kernel-dkms-any (= 580.178.04-1)"
     )
     assert field(debs[("nvidia-driver", "570.195.03-1")], "Depends") == "nvidia-driver-cuda (= 570.195.03-1)"
-    assert field(debs[("nvidia-smi", "580.95.05-1")], "Maintainer") == "cudatools <cudatools@nvidia.com>"
-    toolkit = debs[("nvidia-container-toolkit", "1.18.0-1")]
+    assert field(debs[("nvidia-smi", "580.178.04-1")], "Maintainer") == "cudatools <cudatools@nvidia.com>"
+    toolkit = debs[("nvidia-container-toolkit", "1.20.0-1")]
     assert field(toolkit, "Depends") == (
-        "nvidia-container-toolkit-base (= 1.18.0-1), libnvidia-container-tools (>= 1.18.0-1), "
+        "nvidia-container-toolkit-base (= 1.20.0-1), libnvidia-container-tools (>= 1.20.0-1), "
         "libnvidia-container-tools (<< 2.0.0)"
     )
 
@@ -110,22 +110,22 @@ def test_every_dependency_is_satisfiable_from_the_same_repository(built: dict[st
 
 def test_driver_contents(built: dict[str, list[Path]]) -> None:
     debs = by_name(built)
-    smi = contents(debs[("nvidia-smi", "580.95.05-1")])
+    smi = contents(debs[("nvidia-smi", "580.178.04-1")])
     assert smi["/usr/bin/nvidia-smi"].startswith("-rwxr-xr-x")
     assert "/usr/lib/nvidia-emu/nvidia_smi.py" in smi
-    ml = contents(debs[("libnvidia-ml1", "580.95.05-1")])
+    ml = contents(debs[("libnvidia-ml1", "580.178.04-1")])
     assert {"/usr/lib/nvidia-emu/nvemu.py", "/usr/lib/nvidia-emu/gpu_tree.py", "/usr/lib/nvidia-emu/mig.py",
             "/usr/lib/nvidia-emu/driver-version", "/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1"} <= set(ml)  # fmt: skip
-    pd = contents(debs[("nvidia-persistenced", "580.95.05-1")])
+    pd = contents(debs[("nvidia-persistenced", "580.178.04-1")])
     assert "/lib/systemd/system/nvidia-persistenced.service" in pd and "/usr/bin/nvidia-persistenced" in pd
-    fm = contents(debs[("nvidia-fabricmanager", "580.95.05-1")])
+    fm = contents(debs[("nvidia-fabricmanager", "580.178.04-1")])
     assert {"/usr/bin/nv-fabricmanager", "/lib/systemd/system/nvidia-fabricmanager.service",
             "/usr/share/nvidia/nvswitch/fabricmanager.cfg"} <= set(fm)  # fmt: skip
-    assert "/usr/bin/nvidia-smi" not in contents(debs[("nvidia-driver", "580.95.05-1")])
+    assert "/usr/bin/nvidia-smi" not in contents(debs[("nvidia-driver", "580.178.04-1")])
     tk = by_name(built)
-    assert "/usr/bin/nvidia-ctk" in contents(tk[("nvidia-container-toolkit-base", "1.18.0-1")])
-    assert "/usr/bin/nvidia-container-runtime" in contents(tk[("nvidia-container-toolkit-base", "1.18.0-1")])
-    assert "/usr/bin/nvidia-container-cli" in contents(tk[("libnvidia-container-tools", "1.18.0-1")])
+    assert "/usr/bin/nvidia-ctk" in contents(tk[("nvidia-container-toolkit-base", "1.20.0-1")])
+    assert "/usr/bin/nvidia-container-runtime" in contents(tk[("nvidia-container-toolkit-base", "1.20.0-1")])
+    assert "/usr/bin/nvidia-container-cli" in contents(tk[("libnvidia-container-tools", "1.20.0-1")])
 
 
 def test_no_file_is_shipped_by_two_packages_of_one_version(built: dict[str, list[Path]]) -> None:
@@ -166,11 +166,11 @@ def test_files_are_the_emulator_sources_and_versions(built: dict[str, list[Path]
 
 
 def test_rebuild_is_skipped_when_nothing_changed(tmp_path: Path) -> None:
-    first = packages.build_packages(tmp_path, driver_versions=["580.95.05"], toolkit_versions=["1.18.0"])
+    first = packages.build_packages(tmp_path, driver_versions=["580.178.04"], toolkit_versions=["1.20.0"])
     deb = first["cuda"][0]
     stamp = deb.stat().st_mtime_ns
-    again = packages.build_packages(tmp_path, driver_versions=["580.95.05"], toolkit_versions=["1.18.0"])
+    again = packages.build_packages(tmp_path, driver_versions=["580.178.04"], toolkit_versions=["1.20.0"])
     assert again == first
     assert deb.stat().st_mtime_ns == stamp
-    other = packages.build_packages(tmp_path, driver_versions=["575.57.08"], toolkit_versions=["1.18.0"])
+    other = packages.build_packages(tmp_path, driver_versions=["575.57.08"], toolkit_versions=["1.20.0"])
     assert {p.name for p in tmp_path.glob("*.deb")} == {p.name for paths in other.values() for p in paths}

@@ -62,7 +62,7 @@ def test_h100_whole_gpus(example):
         "nvidia.com/gpu.sharing-strategy": "none",
         "nvidia.com/gpu.memory": str(node.model.memory_mib),
     }
-    assert "nvidia-fabricmanager=580.95.05-1" in node.apt_packages["driver"]
+    assert "nvidia-fabricmanager=580.178.04-1" in node.apt_packages["driver"]
     assert node.device_plugin_config == {"version": "v1", "flags": {"migStrategy": "none"}}
 
 
@@ -269,7 +269,7 @@ def test_driver_version_outside_branch(tmp_path):
 
 def test_malformed_driver_version(tmp_path):
     (problem,) = problems_of(write_inventory(tmp_path, nvidia_driver_version="latest"))
-    assert "must look like 580.95.05" in problem
+    assert "must look like 580.178.04" in problem
 
 
 @pytest.mark.parametrize(
@@ -332,7 +332,7 @@ def test_default_value_names_group_data_file(tmp_path):
     # the bad value comes from group_data/all.py, so the message must send the user there
     (tmp_path / "group_data").mkdir()
     all_py = (REPO / "inventory" / "group_data" / "all.py").read_text()
-    (tmp_path / "group_data" / "all.py").write_text(all_py.replace('"580.95.05"', '"999.1.1"'))
+    (tmp_path / "group_data" / "all.py").write_text(all_py.replace('"580.178.04"', '"999.1.1"'))
     data = {"gpu_model": "NVIDIA L4", "gpu_count": 1, **JOIN}
     (tmp_path / "inv.py").write_text(f"pool = ([('node-1', {data!r})], {{}})\n")
     (problem,) = problems_of(tmp_path / "inv.py")

@@ -26,7 +26,7 @@ class NvidiaSmi(FactBase[NvidiaSmiState]):
 
     .. code:: python
 
-        NvidiaSmiState(installed=True, report=SmiReport(driver_version="580.95.05", gpus=(...)), error=None)
+        NvidiaSmiState(installed=True, report=SmiReport(driver_version="580.178.04", gpus=(...)), error=None)
     """
 
     def command(self) -> str:

@@ -1,7 +1,7 @@
 """Build the emulated NVIDIA driver and container toolkit .deb files the lab's apt repositories serve.
 
 Package names, versions and dependencies are those of the real repositories, so a deploy that pins and
-holds ``nvidia-driver-cuda=580.95.05-1`` or ``nvidia-container-toolkit=1.18.0-1`` works unchanged against
+holds ``nvidia-driver-cuda=580.178.04-1`` or ``nvidia-container-toolkit=1.20.0-1`` works unchanged against
 the lab: the CUDA debian12 repository (since R580: ``nvidia-driver``, ``nvidia-driver-cuda``, ``nvidia-smi``,
 ``libnvidia-ml1``, ``libcuda1``, ``nvidia-kernel-open-dkms``, ``nvidia-persistenced``, ``nvidia-fabricmanager``,
 all versioned ``<driver>-1``) and libnvidia-container's stable repository (``nvidia-container-toolkit``,
@@ -26,8 +26,8 @@ from pathlib import Path
 from gpuready.lab.emulator import package_files as pf
 
 EMULATOR_DIR = Path(__file__).parent / "emulator"
-DRIVER_VERSIONS = ("580.95.05", "570.195.03")
-TOOLKIT_VERSIONS = ("1.18.0",)
+DRIVER_VERSIONS = ("580.178.04", "570.195.03")
+TOOLKIT_VERSIONS = ("1.20.0",)
 DRIVER_LIB = "/usr/lib/nvidia-emu"
 TOOLKIT_LIB = "/usr/lib/nvidia-container-emu"
 MULTIARCH_LIB = "/usr/lib/x86_64-linux-gnu"

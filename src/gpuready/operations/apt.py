@@ -31,7 +31,7 @@ def held(packages: list[str], held: bool = True):
 
     .. code:: python
 
-        apt.held(name="Hold the NVIDIA driver", packages=["nvidia-driver=580.95.05-1"])
+        apt.held(name="Hold the NVIDIA driver", packages=["nvidia-driver=580.178.04-1"])
     """
     names = package_names(packages)
     current = node_fact(HeldPackages)
@@ -90,7 +90,7 @@ def installed(packages: list[str], **install_args: Any):
 
     .. code:: python
 
-        apt.installed(name="Install the driver", packages=["nvidia-driver=580.95.05-1"], no_recommends=True)
+        apt.installed(name="Install the driver", packages=["nvidia-driver=580.178.04-1"], no_recommends=True)
     """
     current = node_fact(DebPackages)
     missing = [pin for pin in packages if not pin_satisfied(pin, current)]
@@ -112,7 +112,7 @@ def pinned(packages: list[str], **install_args: Any):
 
     .. code:: python
 
-        apt.pinned(name="Install and hold the driver", packages=["nvidia-driver=580.95.05-1"], no_recommends=True)
+        apt.pinned(name="Install and hold the driver", packages=["nvidia-driver=580.178.04-1"], no_recommends=True)
     """
     current = node_fact(DebPackages)
     install = not all(pin_satisfied(pin, current) for pin in packages)

@@ -285,7 +285,7 @@ class VirtualGpuView:
 
     name: str
     hardware: dict[str, Any]
-    driver_version: str = "580.95.05"
+    driver_version: str = "580.178.04"
     mig_state: dict[str, Any] = field(default_factory=dict)  # the emulated driver's state.json shape
 
     def snapshot(self) -> HostState:

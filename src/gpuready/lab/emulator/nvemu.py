@@ -22,7 +22,7 @@ DEFAULT_HARDWARE = HOST_MACHINE_DIR + "/hardware.json"
 DEFAULT_STATE = "/var/lib/nvidia-emu/state.json"
 DRIVER_DIR = "/usr/lib/nvidia-emu"
 # Used when the tools run outside a lab host (unit tests) and no package wrote driver-version.
-DEFAULT_DRIVER_VERSION = "580.95.05"
+DEFAULT_DRIVER_VERSION = "580.178.04"
 CUDA_BY_BRANCH = {"595": "13.2", "590": "13.1", "580": "13.0", "575": "12.9", "570": "12.8", "550": "12.4"}
 
 GPU_FAULTS = {

@@ -16,7 +16,7 @@ import sys
 
 TOOLKIT_DIR = "/usr/lib/nvidia-container-emu"
 DRIVER_DIR = "/usr/lib/nvidia-emu"
-DEFAULT_TOOLKIT_VERSION = "1.18.0"
+DEFAULT_TOOLKIT_VERSION = "1.20.0"
 CDI_VERSION = "0.5.0"
 RUNC_SPEC = "1.2.1"
 
