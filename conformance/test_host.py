@@ -48,6 +48,14 @@ def test_toolkit_version(node, node_shell):
     judge(node, host.toolkit_version, node, node_shell.run(host.TOOLKIT_COMMAND))
 
 
+def test_driver_security_floor(node, node_shell):
+    judge(node, host.driver_security, node_shell.run(host.NVIDIA_SMI_COMMAND))
+
+
+def test_toolkit_security_floor(node, node_shell):
+    judge(node, host.toolkit_security, node_shell.run(host.TOOLKIT_COMMAND))
+
+
 def test_containerd_nvidia_handler(node, node_shell):
     judge(node, host.containerd_nvidia_handler, node_shell.run(host.CONTAINERD_COMMAND))
 

@@ -382,3 +382,21 @@ def test_vector_add_outputs(h100):
         gpu.vector_add(
             h100, Output(3, "", "no libcuda.so.1 on this machine (no NVIDIA driver): vectorAdd cannot run")
         )
+
+
+def test_toolkit_security_floor():
+    assert host.toolkit_security(ok(TOOLKIT)) == []  # 1.20.0
+    (problem,) = host.toolkit_security(ok(TOOLKIT.replace("1.20.0", "1.17.3")))
+    assert problem.startswith("NVIDIA Container Toolkit 1.17.3 is affected by ")
+    assert "CVE-2025-23266" in problem and "CVE-2026-24260" in problem and "(fixed in 1.19.1)" in problem
+    assert "(nvidia_container_toolkit_version)" in problem and "a_id/5659" in problem
+    with pytest.raises(CannotCheck):
+        host.toolkit_security(Output(127, "", "sh: nvidia-ctk: not found"))
+
+
+def test_driver_security_floor_on_a_real_report():
+    report = ok(xml("telegraf__a100-sxm4-v12.xml"))  # driver 535.54.03 (2023): below every R535 fix since
+    (problem,) = host.driver_security(report)
+    assert problem.startswith("NVIDIA driver 535.54.03 is affected by ") and "CVE-2024-0074" in problem
+    fixed = ok(xml("telegraf__a100-sxm4-v12.xml").replace("535.54.03", "580.178.04"))
+    assert host.driver_security(fixed) == []

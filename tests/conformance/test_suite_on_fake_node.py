@@ -24,6 +24,8 @@ HOST_CHECKS = [
     "test_persistence_mode",
     "test_fabric_manager_active",
     "test_toolkit_version",
+    "test_driver_security_floor",
+    "test_toolkit_security_floor",
     "test_containerd_nvidia_handler",
     "test_kubelet_active",
 ]
@@ -63,7 +65,7 @@ def test_healthy_h100_node_passes_host_and_gpu_layers(make_node, run_suite):
     node = make_node("h100-sxm-8")
     node.activate()
     result, report_dir = run_suite(node.inventory())
-    result.assert_outcomes(passed=18, skipped=4)
+    result.assert_outcomes(passed=20, skipped=4)
     assert result.ret == 0
     got = outcomes(report_dir)
     assert set(got) == set(HOST_CHECKS) | set(GPU_CHECKS) | set(DIAG_CHECKS)
@@ -141,37 +143,59 @@ HOST_BREAKAGE = {
         ["Failed to initialize NVML: Driver/library version mismatch"],
     ),
     "no-nvidia-smi": ("test_nvidia_smi_runs", ["nvidia-smi not found"]),
-    "wrong-driver": ("test_driver_version", ["driver version is 580.82.07, the inventory pins 580.178.04"]),
+    "wrong-driver": ("test_driver_version", ["driver version is 595.91.07, the inventory pins 580.178.04"]),
     "no-toolkit": ("test_toolkit_version", ["nvidia-ctk not found"]),
-    "wrong-toolkit": ("test_toolkit_version", ["Toolkit is 1.17.8, the inventory pins 1.20.0"]),
+    "wrong-toolkit": ("test_toolkit_version", ["Toolkit is 1.19.1, the inventory pins 1.20.0"]),
+    # the pin itself is vulnerable: the version checks pass, the security floors name the bulletins
+    "vulnerable-driver": (
+        "test_driver_security_floor",
+        ["NVIDIA driver 580.95.05 is affected by", "CVE-2025-33219", "(fixed in 580.178.04)", "a_id/5747"],
+    ),
+    "vulnerable-toolkit": (
+        "test_toolkit_security_floor",
+        [
+            "NVIDIA Container Toolkit 1.17.3 is affected by",
+            "CVE-2025-23266",
+            "(fixed in 1.19.1)",
+            "a_id/5659",
+        ],
+    ),
     "no-nvidia-handler": ("test_containerd_nvidia_handler", ["containerd has no 'nvidia' runtime handler"]),
     "kubelet-inactive": ("test_kubelet_active", ["kubelet is inactive (`systemctl is-active kubelet`)"]),
 }
 
 
-def _break(node, breakage: str) -> None:
+def _break(node, breakage: str) -> dict[str, str]:
+    """Break the node; returns the inventory data the breakage needs (a pin of the broken version)."""
+    if breakage == "vulnerable-driver":
+        node.driver_version = "580.95.05"
+        return {"nvidia_driver_version": "580.95.05"}
+    if breakage == "vulnerable-toolkit":
+        node.toolkit_version = "1.17.3"
+        return {"nvidia_container_toolkit_version": "1.17.3"}
     if breakage in ("fabricmanager-failed", "driver-mismatch"):
         node.inject(breakage)
     elif breakage == "no-nvidia-smi":
         node.missing.add("nvidia-smi")
     elif breakage == "wrong-driver":
-        node.driver_version = "580.82.07"
+        node.driver_version = "595.91.07"
     elif breakage == "no-toolkit":
         node.missing.add("nvidia-ctk")
     elif breakage == "wrong-toolkit":
-        node.toolkit_version = "1.17.8"
+        node.toolkit_version = "1.19.1"
     elif breakage == "no-nvidia-handler":
         node.containerd_dump = "containerd-dump-debian-default.toml"
     elif breakage == "kubelet-inactive":
         node.units["kubelet"] = "inactive"
+    return {}
 
 
 @pytest.mark.parametrize("breakage", sorted(HOST_BREAKAGE))
 def test_host_breakage_fails_its_check_and_gates_the_gpu_layer(make_node, run_suite, breakage):
     node = make_node("h100-sxm-8")
-    _break(node, breakage)
+    pins = _break(node, breakage)
     node.activate()
-    result, report_dir = run_suite(node.inventory())
+    result, report_dir = run_suite(node.inventory(**pins))
     assert result.ret == 1
     check, words = HOST_BREAKAGE[breakage]
     got = failed(report_dir)
@@ -239,7 +263,7 @@ def test_fleet_xml_has_one_testsuite_per_node_with_failure_messages(make_node, r
     suites = root.findall("testsuite")
     assert [s.get("name") for s in suites] == ["gpu-node-1"]
     cases = {c.get("name"): c for c in suites[0].findall("testcase")}
-    assert len(cases) == 22
+    assert len(cases) == 24
     failure = cases["gpu / test_pcie_link_at_max"].find("failure")
     assert failure is not None and "Gen3 (max Gen5)" in failure.get("message")
     assert cases["gpu / test_vector_add"].find("skipped") is not None
@@ -252,7 +276,7 @@ def test_pytest_junitxml_keeps_working(make_node, run_suite, pytester):
     _result, _report_dir = run_suite(node.inventory(), f"--junitxml={junit}")
     root = ET.parse(junit).getroot()
     suite = root if root.tag == "testsuite" else root.find("testsuite")
-    assert int(suite.get("tests")) == 22
+    assert int(suite.get("tests")) == 24
     assert any(c.get("name") == "test_driver_version[gpu-node-1]" for c in suite.iter("testcase"))
 
 
@@ -389,7 +413,7 @@ def test_over_ssh_the_suite_sees_the_same_node(make_node, pytester, suite_dir):
     assert set(got) == {"test_nvlink_up", "test_no_xid_errors"}
     assert "GPU 3: NVLink down" in got["test_nvlink_up"]
     assert outcomes(pytester.path / "report")["test_vector_add"][0] == "skip"  # local only
-    result.assert_outcomes(passed=15, failed=2, skipped=5)  # vectorAdd (local only), the diag layer (gated)
+    result.assert_outcomes(passed=17, failed=2, skipped=5)  # vectorAdd (local only), the diag layer (gated)
     assert "nvidia-smi -q -x" in server.commands and server.commands.count("nvidia-smi -q -x") == 1
 
 

@@ -29,7 +29,7 @@ pytestmark = pytest.mark.lab
 
 FIRST_FREE_SEARCH = range(201, 251)
 PROFILE = "l4-1"
-DRIVERS = ("580.178.04", "570.195.03")  # the two driver versions the lab's CUDA repository serves
+DRIVERS = ("580.178.04", "570.195.03")  # two of the driver versions the lab's CUDA repository serves
 BOOT_ID = "/proc/sys/kernel/random/boot_id"
 REBOOT_WAIT_S = 90.0
 REBOOT_DEPLOY = """

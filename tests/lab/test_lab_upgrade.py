@@ -3,7 +3,8 @@
 The fleet is deployed at driver 570 first; the inventory's 580 is then the upgrade. In order (module-scoped, the
 tests build on each other): a fault injected while a node is being upgraded leaves it cordoned and stops the run
 before the next batch; after the fault is fixed a second run finishes that node and upgrades the rest (pods evicted
-and rescheduled, every node uncordoned on 580); a downgrade killed while a node reboots is finished by a rerun.
+and rescheduled, every node uncordoned on 580); an upgrade to the next branch (R595) killed while a node reboots is
+finished by a rerun. (A downgrade would now fail its validation: every older driver is below a security fix.)
 The lab lives on host numbers 101-104, beside the session lab.
 """
 
@@ -33,6 +34,7 @@ pytestmark = pytest.mark.lab
 NODES = ["gpu-node-101", "gpu-node-102", "gpu-node-103", "gpu-node-104"]
 PROFILES = ["h100-sxm-8", "l4-1", "l40s-2", "l4-1"]  # the H100 runs Fabric Manager, upgraded with the driver
 OLD = ("--data", "nvidia_driver_version=570.195.03", "--data", "nvidia_driver_branch=570")
+NEXT = ("--data", "nvidia_driver_version=595.91.07", "--data", "nvidia_driver_branch=595")
 BATCHES_OF_2 = ("--data", "upgrade_batch_size=2", "--data", "upgrade_max_unavailable=2")
 UPGRADE = "deploys/upgrade_driver.py"
 WORKLOAD = "gpu-work"
@@ -239,7 +241,7 @@ def test_run_killed_while_a_node_reboots_is_finished_by_the_next(fleet, tmp_path
     lab, cluster = fleet
     first_batch = ["gpu-node-101", "gpu-node-102"]
     booted = {node: boot_id(lab, node) for node in first_batch}
-    proc = start_upgrade(lab, tmp_path / "killed.log", *OLD)
+    proc = start_upgrade(lab, tmp_path / "killed.log", *NEXT)
     try:
         # killed while gpu-node-101 is down for its reboot (its batch-mate reboots at the same time)
         wait_until(lambda: views(cluster)["gpu-node-101"].upgrade_state == "rebooting"
@@ -252,10 +254,10 @@ def test_run_killed_while_a_node_reboots_is_finished_by_the_next(fleet, tmp_path
     # as an operator would, run it again once the hosts answer (a host still down is refused with the reason)
     for node in first_batch:
         wait_until(lambda n=node: boot_id(lab, n) not in (None, booted[n]), 180, f"{node} back in a new boot")
-    run = run_pyinfra(lab, *BATCHES_OF_2, *OLD, deploy=UPGRADE)
+    run = run_pyinfra(lab, *BATCHES_OF_2, *NEXT, deploy=UPGRADE)
     assert run.returncode == 0, run.output[-5000:]
     assert says(run.output, "gpu-node-101", "an earlier run stopped at gpuready.io/upgrade-state=rebooting")
     assert set(summary(run.output).values()) == {"upgraded"}
     for node, view in views(cluster).items():
         assert (view.unschedulable, view.upgrade_state) == (False, "done"), node
-        assert driver_on(lab, node) == ("570.195.03-1", "570.195.03")
+        assert driver_on(lab, node) == ("595.91.07-1", "595.91.07")

@@ -54,7 +54,7 @@ def test_repositories_and_package_names(built: dict[str, list[Path]]) -> None:
         "nvidia-container-toolkit-base",
     ]  # fmt: skip
     versions = {field(p, "Version") for p in built["cuda"]}
-    assert versions == {"580.178.04-1", "570.195.03-1", "1:4.5.2-1", "0.8-1"}
+    assert versions == {"580.178.04-1", "570.195.03-1", "595.91.07-1", "1:4.5.2-1", "0.8-1"}
     assert {field(p, "Version") for p in built["libnvidia-container"]} == {"1.20.0-1"}
     # pool file names drop the epoch (1:4.5.2-1 -> 4.5.2-1), as Debian's do
     assert all(

@@ -19,6 +19,7 @@ from gpuready.containerd_config import (
     ContainerdConfigError,
     nvidia_runtime_of,
 )
+from gpuready.nvidia import security
 from gpuready.nvidia.errors import ParseError
 from gpuready.nvidia.smi import SmiReport, parse_query_xml
 from gpuready.spec import NodeSpec
@@ -139,6 +140,30 @@ def toolkit_version(node: NodeSpec, out: Output) -> list[str]:
             "(nvidia_container_toolkit_version)"
         ]
     return []
+
+
+def _advisories(what: str, knob: str, version: str, found: list[security.Advisory]) -> list[str]:
+    if not found:
+        return []
+    sources = ", ".join(sorted({a.source for a in found}))
+    return [f"{what} {version} is affected by {security.describe(found, version)}: pin a fixed release ({knob}); "
+            f"NVIDIA's bulletins: {sources}"]  # fmt: skip
+
+
+def toolkit_security(out: Output) -> list[str]:
+    """The running Container Toolkit is not below a fix of an NVIDIA security bulletin (container escapes)."""
+    match = _TOOLKIT_VERSION.search(out.stdout)
+    if match is None:
+        raise CannotCheck("no toolkit version to judge; test_toolkit_version reports why")
+    version = match.group(1)
+    return _advisories("NVIDIA Container Toolkit", "nvidia_container_toolkit_version", version,
+                       security.toolkit_advisories(version))  # fmt: skip
+
+
+def driver_security(out: Output) -> list[str]:
+    """The loaded driver is not below its branch's fix of an NVIDIA GPU display driver security bulletin."""
+    version = smi_report(out).driver_version
+    return _advisories("NVIDIA driver", "nvidia_driver_version", version, security.driver_advisories(version))
 
 
 def containerd_nvidia_handler(out: Output) -> list[str]:

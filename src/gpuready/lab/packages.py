@@ -26,7 +26,7 @@ from pathlib import Path
 from gpuready.lab.emulator import package_files as pf
 
 EMULATOR_DIR = Path(__file__).parent / "emulator"
-DRIVER_VERSIONS = ("580.178.04", "570.195.03")
+DRIVER_VERSIONS = ("580.178.04", "570.195.03", "595.91.07")  # the default, an older branch, a newer branch
 TOOLKIT_VERSIONS = ("1.20.0",)
 DRIVER_LIB = "/usr/lib/nvidia-emu"
 TOOLKIT_LIB = "/usr/lib/nvidia-container-emu"
