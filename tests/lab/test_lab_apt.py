@@ -113,10 +113,11 @@ def test_lab_repositories_have_the_real_layout(lab):
 
 
 def test_emulated_driver_installs_from_the_lab_cuda_repository(lab):
-    """Configured as the deploy does for the real CUDA repository (URL template + keyring URL, signed-by=):
+    """Configured as the deploy does for the real CUDA repository (URL template + keyring URL, signed-by=, the pin):
     no nvidia-smi before, the pinned driver installs, and nvidia-smi then reports this host's GPUs."""
     from gpuready.lab import hardware
     from gpuready.nvidia.smi import parse_list, parse_query_xml
+    from gpuready.tasks.driver import PREFERENCES_FILE, driver_preferences
 
     node = "gpu-node-1"
     data = aptrepo.inventory_data(lab.state["repo"]["base_url"], lab.state["repo"]["keyring_url"])
@@ -124,6 +125,9 @@ def test_emulated_driver_installs_from_the_lab_cuda_repository(lab):
     assert lab.ssh(node, "command -v nvidia-smi || echo absent").stdout == "absent\n"
     lab.ssh(node, f"curl -fsS {data['cuda_repo_keyring_url']} | gpg --dearmor --yes -o /etc/apt/keyrings/cuda-lab.gpg "
                   f"&& echo 'deb [signed-by=/etc/apt/keyrings/cuda-lab.gpg] {url} /' > /etc/apt/sources.list.d/cuda.list")  # fmt: skip
+    # the deploy's pin: the repository also serves a newer branch, which apt would pick for the dependencies
+    pin = driver_preferences("580.178.04-1", "580")
+    lab.ssh(node, f"cat > {PREFERENCES_FILE} <<'EOF'\n{pin}EOF")
     apt = "apt-get -o Dir::Etc::sourcelist=/dev/null"  # the lab repository only, no Debian mirror needed
     install = lab.ssh(node, f"{apt} update && DEBIAN_FRONTEND=noninteractive {apt} install -y "
                             "nvidia-driver-cuda=580.178.04-1 2>&1", check=False)  # fmt: skip
@@ -139,5 +143,5 @@ def test_emulated_driver_installs_from_the_lab_cuda_repository(lab):
         assert report.attached_gpus == len(report.gpus) == 8
         assert {g.uuid for g in report.gpus} == {g["uuid"] for g in hw["gpus"]}
     finally:
-        lab.ssh(node, f"{apt} purge -y 'nvidia-*' 'libnvidia-*' libcuda1; rm -f /etc/apt/sources.list.d/cuda.list",
-                check=False)  # fmt: skip
+        lab.ssh(node, f"{apt} purge -y 'nvidia-*' 'libnvidia-*' libcuda1; rm -f /etc/apt/sources.list.d/cuda.list "
+                      f"{PREFERENCES_FILE}", check=False)  # fmt: skip
