@@ -489,14 +489,14 @@ def judge_measured(
 ) -> None:
     """``judge`` for a check that measures: its figures (measured, floor, unit) go to the test's JUnit
     properties, verdict.json and the fleet table whether it passes or fails."""
-    try:
-        problems, figures = check(*args)
-    except CannotCheck as exc:
-        _skip_here(f"{node.name}: {exc}")
-    for figure in figures:
-        record_property(MEASUREMENT, figure)
-    if problems:
-        pytest.fail(f"{node.name}: " + "; ".join(problems), pytrace=False)
+
+    def problems(*check_args: Any) -> list[str]:
+        found, figures = check(*check_args)
+        for figure in figures:
+            record_property(MEASUREMENT, figure)
+        return found
+
+    judge(node, problems, *args)
 
 
 def judge(node: Any, check: Callable[..., list[str]], *args: Any) -> None:

@@ -112,6 +112,7 @@ def node_fact_specs() -> list[FactSpec]:
     from gpuready.facts.host import FileDigest, FileText, KernelFeature, Swap, UnitState
     from gpuready.facts.kube import KubeletJoined
     from gpuready.facts.nvidia import MigInstances, NvidiaSmi
+    from gpuready.operations import apt as gpu_apt
     from gpuready.tasks import containerd, driver, repos
     from gpuready.tasks import host as host_task
     from gpuready.tasks import kubernetes as kube_task
@@ -133,7 +134,7 @@ def node_fact_specs() -> list[FactSpec]:
     for repo in repos.REPOSITORIES:
         specs += [
             (FileDigest, {"path": repos.keyring_path(repo)}),
-            (FileText, {"path": repos.list_path(repo)}),
+            (FileText, {"path": gpu_apt.list_path(repo)}),
         ]
     specs += [(UnitState, {"unit": unit}) for unit in (*driver.units(node), containerd.UNIT, kube_task.UNIT)]
     specs += [(ContainerdConfigText, {"path": path}) for path in containerd.config_paths()]

@@ -109,3 +109,10 @@ def test_a_failing_tool_is_a_problem_not_a_skip(tmp_path, h100):
     out = machine.run("nvbandwidth", *shlex.split(NVBANDWIDTH_COMMAND)[1:])
     problems, figures = diag.host_to_device(h100, Output(out.returncode, out.stdout, out.stderr))
     assert figures == [] and len(problems) == 1 and "CUDA_ERROR" in problems[0], problems
+
+
+def test_dcgmi_that_cannot_run_is_a_problem(h100):
+    # what dcgmi prints when nv-hostengine is not running
+    out = Output(235, "Error: unable to establish a connection to the specified host: localhost\n", "")
+    (problem,) = diag.dcgm(h100, out)
+    assert problem.startswith("dcgmi diag -r 1 did not run (exit 235): ")

@@ -1,4 +1,5 @@
-"""apt sources, pinned installs and holds, decided from facts the node deploy reads in one round trip."""
+"""apt sources, pinned installs and holds (so unattended upgrades cannot move the driver, toolkit or kubelet
+behind the spec), decided from facts the node deploy reads in one round trip."""
 
 from __future__ import annotations
 
@@ -14,32 +15,14 @@ from gpuready.facts.host import FileDigest, FileText
 from gpuready.node_facts import node_fact
 
 
+def list_path(repo: str) -> str:
+    """The sources file ``apt.repo`` writes for ``filename=repo``."""
+    return f"/etc/apt/sources.list.d/{repo}.list"
+
+
 def package_names(pins: list[str]) -> list[str]:
     """``name=version`` pins to bare names, as apt-mark wants them."""
     return [pin.split("=", 1)[0] for pin in pins]
-
-
-@operation()
-def held(packages: list[str], held: bool = True):
-    """
-    Hold (or unhold) packages with apt-mark.
-
-    + packages: package names, or ``name=version`` pins (the version is ignored)
-    + held: whether the packages should be held
-
-    **Example:**
-
-    .. code:: python
-
-        apt.held(name="Hold the NVIDIA driver", packages=["nvidia-driver=580.178.04-1"])
-    """
-    names = package_names(packages)
-    current = node_fact(HeldPackages)
-    todo = [name for name in names if (name in current) != held]
-    if not todo:
-        host.noop(f"{', '.join(names)} {'already' if held else 'not'} held")
-        return
-    yield StringCommand("apt-mark", "hold" if held else "unhold", *todo)
 
 
 @operation()
@@ -65,7 +48,7 @@ def repository(repo: str, source: str, keyring: str, keyring_url: str, refresh: 
                        keyring_url="https://.../3bf863cc.pub",
                        source="deb [signed-by=/etc/apt/keyrings/cuda.gpg] https://.../debian12/x86_64/ /")
     """
-    list_file = f"/etc/apt/sources.list.d/{repo}.list"
+    list_file = list_path(repo)
     has_key = node_fact(FileDigest, path=keyring) is not None
     has_source = source in (node_fact(FileText, path=list_file) or "").splitlines()
     if has_key and has_source and not refresh:
@@ -92,9 +75,7 @@ def installed(packages: list[str], **install_args: Any):
 
         apt.installed(name="Install the driver", packages=["nvidia-driver=580.178.04-1"], no_recommends=True)
     """
-    current = node_fact(DebPackages)
-    missing = [pin for pin in packages if not pin_satisfied(pin, current)]
-    if not missing:
+    if not missing(packages):
         host.noop(f"{', '.join(packages)} installed")
         return
     yield from pyinfra_apt.packages._inner(packages=packages, **install_args)
@@ -114,8 +95,7 @@ def pinned(packages: list[str], **install_args: Any):
 
         apt.pinned(name="Install and hold the driver", packages=["nvidia-driver=580.178.04-1"], no_recommends=True)
     """
-    current = node_fact(DebPackages)
-    install = not all(pin_satisfied(pin, current) for pin in packages)
+    install = bool(missing(packages))
     holds = node_fact(HeldPackages)
     # dpkg drops the hold of a package whose version changes: after an install every name is held again
     todo = (
@@ -129,6 +109,12 @@ def pinned(packages: list[str], **install_args: Any):
     if install:
         yield from pyinfra_apt.packages._inner(packages=packages, **install_args)
     yield StringCommand("apt-mark", "hold", *todo)
+
+
+def missing(packages: list[str]) -> list[str]:
+    """The ``name=version`` pins (or bare names) not installed, from the batched installed packages."""
+    installed = node_fact(DebPackages)
+    return [pin for pin in packages if not pin_satisfied(pin, installed)]
 
 
 def pin_satisfied(pin: str, installed: dict[str, list[str]]) -> bool:

@@ -6,10 +6,8 @@ Keyrings go to /etc/apt/keyrings and sources reference them with ``signed-by=``:
 from __future__ import annotations
 
 from pyinfra.api import deploy
-from pyinfra.facts.deb import DebPackages
 
 from gpuready.deploy_context import repo_vars
-from gpuready.node_facts import node_fact
 from gpuready.operations import apt as gpu_apt
 
 KEYRING_DIR = "/etc/apt/keyrings"
@@ -18,16 +16,6 @@ REPOSITORIES = ("cuda", "nvidia-container-toolkit", "kubernetes")
 
 def keyring_path(repo: str) -> str:
     return f"{KEYRING_DIR}/{repo}.gpg"
-
-
-def list_path(repo: str) -> str:
-    return f"/etc/apt/sources.list.d/{repo}.list"
-
-
-def pins_installed(pins: list[str]) -> bool:
-    """Whether every ``name=version`` pin is installed at exactly that version."""
-    installed = node_fact(DebPackages)
-    return all(gpu_apt.pin_satisfied(pin, installed) for pin in pins)
 
 
 @deploy("Package repository")
@@ -44,7 +32,7 @@ def repository(repo: str, url_template: str, keyring_url_template: str, pins: li
         keyring_url=keyring_url_template.format(**values),
         # apt lists are refreshed when a pin is missing (or the source changed), so a converged node reports
         # zero changes
-        refresh=not pins_installed(pins),
+        refresh=bool(gpu_apt.missing(pins)),
     )
 
 
