@@ -1,7 +1,8 @@
 """The local lab as a pyinfra inventory: `gpuready lab up`, then `pyinfra inventory/lab.py deploys/gpu_node.py`.
 
 Everything comes from the running lab's state (``$GPUREADY_LAB_DIR/state.json``, default /var/lib/gpuready-lab):
-hosts, addresses and SSH port, the lab key and known_hosts (strict host-key checking stays on), each host's
+hosts, their addresses (10.213.1.N in the lab's network namespace, reached from here through the lab's route; see
+gpuready.lab.network) and SSH port, the lab key and known_hosts (strict host-key checking stays on), each host's
 hardware profile, and the lab's signed package repositories. The repositories are given as the same knobs as for
 NVIDIA's and Kubernetes' real ones (``group_data/all.py``), so the deploy runs the same repository code against them.
 """

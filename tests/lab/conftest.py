@@ -2,7 +2,7 @@
 
 Lab tests need root, debootstrap and systemd-nspawn; without them they are skipped with the reason (shown by -ra).
 The base root cache is the machine's shared one (GPUREADY_LAB_CACHE or /var/lib/gpuready-lab/cache), so only the
-first run on a machine pays for debootstrap; the hosts live in a fresh state dir of their own.
+first run on a machine pays for debootstrap; the hosts live in a fresh state dir and a network namespace of their own.
 """
 
 from __future__ import annotations
@@ -21,7 +21,16 @@ import pytest
 from gpuready.lab import hosts
 from gpuready.lab.state import LabPaths
 
-LAB_TOOLS = ("debootstrap", "systemd-nspawn", "ssh", "ssh-keygen", "gpg", "dpkg-deb", "dpkg-scanpackages")
+LAB_TOOLS = (
+    "debootstrap",
+    "systemd-nspawn",
+    "ssh",
+    "ssh-keygen",
+    "gpg",
+    "dpkg-deb",
+    "dpkg-scanpackages",
+    "ip",
+)
 NODES = 3
 
 
@@ -30,7 +39,10 @@ def lab_skip_reason() -> str | None:
         return f"lab tests need root (running as uid {os.geteuid()})"
     missing = [tool for tool in LAB_TOOLS if shutil.which(tool) is None]
     if missing:
-        return f"lab tests need {', '.join(missing)} (apt-get install debootstrap systemd-container openssh-client)"
+        return (
+            f"lab tests need {', '.join(missing)} "
+            "(apt-get install debootstrap systemd-container openssh-client gnupg dpkg-dev iproute2)"
+        )
     return None
 
 
@@ -46,9 +58,6 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
 class Lab:
     paths: LabPaths
     state: dict[str, Any]
-    port22_blocked: (
-        bool  # 127.0.10.1:22 could not be bound when the lab came up (a wildcard listener held it)
-    )
 
     def ssh(self, node: str, command: str, check: bool = True) -> subprocess.CompletedProcess[str]:
         result = hosts.run_on_host(self.paths, node, ["sh", "-c", command])
@@ -64,7 +73,11 @@ class Lab:
 
 
 def hold_wildcard_port(port: int = 22) -> socket.socket | None:
-    """Stand in for a machine sshd on 0.0.0.0:22 (which would make 127.0.10.N:22 unbindable), if 22 is free."""
+    """Stand in for a machine sshd on 0.0.0.0:22 in this machine's namespace, if 22 is free here.
+
+    When the hosts shared this machine's namespace such a listener took their port 22. Now they listen in the lab's
+    own namespace, where it cannot: the session lab comes up with it held to prove that (test_lab_hosts).
+    """
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
@@ -88,12 +101,11 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Any:
     listener = hold_wildcard_port()
     try:
         try:
-            blocked = not hosts._bindable("127.0.10.1", 22)
             state = hosts.up(paths, nodes=NODES)
         finally:
             if listener is not None:
                 listener.close()
-        yield Lab(paths, state, port22_blocked=blocked)
+        yield Lab(paths, state)
     finally:
         with contextlib.suppress(Exception):
             hosts.down(paths, quiet=True)

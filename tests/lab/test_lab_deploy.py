@@ -15,6 +15,7 @@ from kubernetes import client, config
 from pyinfra_runs import REPO, run_pyinfra
 
 from gpuready.containerd_config import nvidia_runtime_of
+from gpuready.lab import network
 from gpuready.lab.packages import driver_debs
 from gpuready.nvidia import smi
 from gpuready.spec import load_fleet
@@ -187,11 +188,13 @@ def test_join_secret_is_in_no_output_and_no_process_list(deployed_lab, core):
 
 
 def test_an_unreachable_host_fails_alone(deployed_lab, tmp_path):
+    """A host address in the lab's subnet that no host holds: routed to the lab, answered by nobody."""
+    ghost = network.LabNetwork.from_state(deployed_lab.lab.state["network"]).host_address(250)
     (tmp_path / "group_data").mkdir()
     shutil.copy(REPO / "inventory" / "group_data" / "all.py", tmp_path / "group_data" / "all.py")
     (tmp_path / "inv.py").write_text(
         f"exec(open({str(REPO / 'inventory' / 'lab.py')!r}).read())\n"
-        "gpu_nodes[0].append(('ghost-node', {**gpu_nodes[0][0][1], 'ssh_hostname': '127.0.10.250',"
+        f"gpu_nodes[0].append(('ghost-node', {{**gpu_nodes[0][0][1], 'ssh_hostname': {ghost!r},"
         " 'ssh_connect_retries': 0}))\n"
     )
     run = run_pyinfra(deployed_lab.lab, inventory=str(tmp_path / "inv.py"))

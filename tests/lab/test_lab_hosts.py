@@ -1,4 +1,5 @@
-"""Booted lab hosts: systemd as PID 1, sshd on each host's own address, strict host-key checking, the inventory."""
+"""Booted lab hosts: systemd as PID 1, sshd on each host's own address in the lab's network namespace, strict host-key
+checking, the inventory."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from pathlib import Path
 import paramiko
 import pytest
 
-from gpuready.lab import hosts
+from gpuready.lab import hosts, network
 
 pytestmark = pytest.mark.lab
 NAMES = ["gpu-node-1", "gpu-node-2", "gpu-node-3"]
@@ -38,23 +39,55 @@ def _connect(lab, client: paramiko.SSHClient, node: str) -> None:
     )
 
 
+def lab_network(lab) -> network.LabNetwork:
+    return network.LabNetwork.from_state(lab.state["network"])
+
+
 def test_three_hosts_with_their_own_address_and_profile(lab):
     hosts_ = lab.state["hosts"]
     assert sorted(hosts_) == NAMES
-    assert [hosts_[n]["address"] for n in NAMES] == ["127.0.10.1", "127.0.10.2", "127.0.10.3"]
+    subnet = lab.state["network"]["subnet"]  # 10.213.0.0/16 unless another lab was up on this machine
+    second = subnet.split(".")[1]
+    assert [hosts_[n]["address"] for n in NAMES] == [
+        f"10.{second}.1.1",
+        f"10.{second}.1.2",
+        f"10.{second}.1.3",
+    ]
     assert [hosts_[n]["profile"] for n in NAMES] == ["h100-sxm-8", "a100-80gb-4", "l4-1"]
     assert [hosts_[n]["gpu_count"] for n in NAMES] == [8, 4, 1]
     assert [hosts_[n]["nvswitch"] for n in NAMES] == [True, False, False]
     assert hosts_["gpu-node-3"]["gpu_model"] == "NVIDIA L4"
 
 
-def test_ssh_port_avoids_a_wildcard_listener_on_22(lab):
-    port = lab.state["ssh"]["port"]
-    assert all(h["port"] == port for h in lab.state["hosts"].values())
-    if lab.port22_blocked:  # the next candidate that is free (2222 unless another lab on this machine has it)
-        assert port in hosts.SSH_PORT_CANDIDATES[1:]
-    else:
-        assert port == 22
+def test_ssh_port_is_22_despite_a_wildcard_listener_here(lab):
+    """The session lab came up while 0.0.0.0:22 was held in this machine's namespace (conftest): that used to take
+    the hosts' port when they listened here; in the lab's own namespace it cannot, so every host has port 22."""
+    assert lab.state["ssh"]["port"] == 22
+    assert {h["port"] for h in lab.state["hosts"].values()} == {22}
+
+
+def test_the_lab_network_is_a_namespace_of_its_own(lab):
+    """The lab's addresses exist only in its namespace; here there is just the veth end and the route to them."""
+    net = lab_network(lab)
+    assert net.netns == network.netns_name(lab.paths.root) and network.exists(net.netns)
+    assert set(network.addresses(net.netns)) >= {net.control_plane, net.repo, *(h["address"] for h in
+                                                                               lab.state["hosts"].values())}  # fmt: skip
+    here = json.loads(subprocess.run(["ip", "-4", "-j", "addr", "show"], capture_output=True, text=True,
+                                     check=True).stdout)  # fmt: skip
+    local = {a["local"]: link["ifname"] for link in here for a in link.get("addr_info", [])}
+    assert local.get(net.root_address) == net.root_veth
+    assert not set(local) & {
+        net.control_plane,
+        net.repo,
+        *(h["address"] for h in lab.state["hosts"].values()),
+    }
+    route = subprocess.run(["ip", "-4", "route", "get", lab.state["hosts"]["gpu-node-1"]["address"]],
+                           capture_output=True, text=True, check=True).stdout  # fmt: skip
+    assert f"dev {net.root_veth} src {net.root_address}" in route
+    listening = subprocess.run(["ss", "-Hltn"], capture_output=True, text=True, check=True).stdout
+    assert f"{net.root_address}:" not in listening  # nothing of the lab listens in this machine's namespace
+    inside = network.run(net.netns, ["cat", "/proc/sys/net/ipv4/ip_forward"], capture_output=True, text=True)
+    assert inside.stdout.strip() == "1"
 
 
 @pytest.mark.parametrize("node", NAMES)
@@ -79,7 +112,7 @@ def test_sshd_listens_only_on_its_own_address(lab):
     port = lab.state["ssh"]["port"]
     out = lab.ssh("gpu-node-2", "ss -Hltnp | grep sshd").stdout
     listening = sorted(line.split()[3] for line in out.splitlines())
-    assert listening == [f"127.0.10.2:{port}"]
+    assert listening == [f"{lab.state['hosts']['gpu-node-2']['address']}:{port}"]
 
 
 def test_a_wrong_known_hosts_entry_is_rejected(lab, tmp_path):
@@ -132,6 +165,8 @@ def test_lab_status_json(lab):
         n: (True, True) for n in NAMES
     }
     assert status["repo"]["running"] is True
+    assert status["apiserver"]["running"] is True and status["egress"]["running"] is True
+    assert status["network"]["present"] is True
 
 
 def test_hardware_file_is_bound_read_only_and_rewrites_show(lab):
@@ -199,7 +234,7 @@ def test_inventory_data(lab, monkeypatch):
     port = lab.state["ssh"]["port"]
     assert name == "gpu-node-1"
     assert data == {
-        "ssh_hostname": "127.0.10.1",
+        "ssh_hostname": lab.state["hosts"]["gpu-node-1"]["address"],
         "ssh_port": port,
         "ssh_user": "root",
         "ssh_key": str(lab.paths.ssh_key),
@@ -250,7 +285,12 @@ def test_lab_status_table(lab):
     lines = result.stdout.splitlines()
     port = lab.state["ssh"]["port"]
     assert lines[0].split() == ["HOST", "ADDRESS", "PROFILE", "GPUS", "STATE"]
-    assert lines[1].split() == ["gpu-node-1", f"127.0.10.1:{port}", "h100-sxm-8", "8x", "NVIDIA", "H100", "80GB",
+    address = lab.state["hosts"]["gpu-node-1"]["address"]
+    assert lines[1].split() == ["gpu-node-1", f"{address}:{port}", "h100-sxm-8", "8x", "NVIDIA", "H100", "80GB",
                                 "HBM3", "up"]  # fmt: skip
     assert [line.split()[-1] for line in lines[1:4]] == ["up", "up", "up"]
     assert lines[4].startswith(f"repositories: {lab.state['repo']['base_url']}/ (serving), keyring ")
+    net = lab.state["network"]
+    assert lines[5].startswith(f"network: namespace {net['netns']} (present), subnet {net['subnet']}, ")
+    assert lines[6] == f"control plane: https://{net['control_plane']}:6443 (serving)"
+    assert lines[7].startswith(f"egress proxy: {net['repo']}:3128 to ") and lines[7].endswith("(running)")

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuready.lab import hosts
+from gpuready.lab import hosts, network
 
 pytestmark = pytest.mark.lab
 
@@ -55,10 +55,29 @@ def outside_traces(lab) -> list[Path]:
     return candidates
 
 
+def network_traces(entry: dict) -> list[str]:
+    """What of a lab's network is still there: its namespace, its veth, its route, its address here."""
+    found = []
+    if network.exists(entry["netns"]):
+        found.append(f"netns {entry['netns']}")
+    links = subprocess.run(["ip", "-br", "link"], capture_output=True, text=True, check=True).stdout
+    found += [f"link {line.split()[0]}" for line in links.splitlines() if line.startswith(entry["root_veth"])]
+    routes = subprocess.run(
+        ["ip", "-4", "route", "show", "table", "all"], capture_output=True, text=True
+    ).stdout
+    found += [f"route {line}" for line in routes.splitlines() if line.startswith(entry["subnet"])]
+    addrs = subprocess.run(["ip", "-4", "-br", "addr"], capture_output=True, text=True, check=True).stdout
+    found += [f"address {line}" for line in addrs.splitlines() if f" {entry['root_address']}/" in f" {line}"]
+    return found
+
+
 def test_down_leaves_nothing_behind(lab):
     traces = outside_traces(lab)
     repo_pid = lab.state["repo"]["pid"]
+    servers = [lab.state[k]["pid"] for k in ("repo", "egress", "apiserver")]
+    net = lab.state["network"]
     assert nspawn_processes(lab.paths.root) and mounts_under(lab.paths.root)  # the lab was up
+    assert len(network_traces(net)) == 4 and network.pids(net["netns"])
 
     subprocess.run(
         [sys.executable, "-m", "gpuready.lab", "down"], env=lab.env(), check=True, capture_output=True
@@ -71,6 +90,12 @@ def test_down_leaves_nothing_behind(lab):
         assert not Path(f"/proc/{repo_pid}").exists() or hosts._proc_start(repo_pid) is None
         assert command_lines("gpg-agent", str(lab.paths.gnupg_home)) == []
         assert command_lines("gpuready.lab.aptrepo", str(lab.paths.root)) == []
+        assert command_lines("gpuready.lab.network", str(lab.paths.root)) == []
+        assert [pid for pid in servers if hosts._proc_start(pid) is not None] == []
+        assert network_traces(net) == []
+        assert f" {network.NETNS_DIR} " not in Path("/proc/mounts").read_text() or any(
+            network.NETNS_DIR.iterdir()
+        )
         assert not lab.paths.hosts_dir.exists() and not lab.paths.state_file.exists()
     finally:
         lab.bring_up()
@@ -94,13 +119,33 @@ def test_up_after_a_crash_recovers(lab):
     assert len(mounts_under(lab.paths.root)) == len(old)
 
 
+def test_down_after_a_crash_before_the_state_names_the_network(lab, tmp_path):
+    """A namespace and veth this state dir's lab made, with no state left to say so (a crash right after creating
+    them): `down` still finds them by their names, and kills what runs in the namespace."""
+    from gpuready.lab.state import LabPaths
+
+    paths = LabPaths(tmp_path / "crashed-lab")
+    net = network.plan(paths.root)
+    network.ensure(net)
+    sleeper = subprocess.Popen(network.exec_argv(net.netns, ["sleep", "300"]))
+    try:
+        assert network.pids(net.netns) == [sleeper.pid] and len(network_traces(net.to_state())) == 4
+        hosts.down(paths, quiet=True)
+        assert sleeper.wait(timeout=10) == -signal.SIGKILL
+        assert network_traces(net.to_state()) == []
+        hosts.down(paths, quiet=True)  # twice is fine
+    finally:
+        sleeper.kill()
+        network.destroy(net.netns, net.root_veth, net.subnet)
+
+
 def test_a_failed_boot_names_the_host_and_cleans_up(lab, tmp_path, monkeypatch):
     """A host whose nspawn dies during boot: `up` says which and why, and leaves nothing running or mounted."""
     from gpuready.lab.state import LabPaths
 
     paths = LabPaths(tmp_path / "failing-lab")
 
-    def boot_that_dies(paths_, spec, merged):
+    def boot_that_dies(paths_, spec, merged, netns):
         paths_.console_log(spec.name).write_text("Failed to frobnicate the container\n")
         return subprocess.Popen(["sh", "-c", "exit 7"])
 
@@ -111,4 +156,7 @@ def test_a_failed_boot_names_the_host_and_cleans_up(lab, tmp_path, monkeypatch):
     assert str(failure.value).endswith("Failed to frobnicate the container")
     assert mounts_under(paths.root) == []
     assert command_lines("gpuready.lab.aptrepo", str(paths.root)) == []
+    assert command_lines("gpuready.lab.network", str(paths.root)) == []
+    assert not network.exists(network.netns_name(paths.root))
+    assert not Path("/sys/class/net", network.root_veth_name(paths.root)).exists()
     assert not paths.state_file.exists() and not paths.hosts_dir.exists()

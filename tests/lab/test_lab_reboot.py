@@ -1,9 +1,10 @@
 """A lab host survives a reboot, as a real machine does: `reboot` inside it is a new boot of the same host.
 
-These tests bring up labs of their own, one host each, numbered from 201 up (127.0.10.201, gpu-node-201, ...): the
-session lab uses 127.0.10.1-3 and gpu-node-1..3, and two labs must differ in both (addresses for sshd, names for
-nspawn's per-machine paths) to run side by side. Each fixture takes the first number no running lab holds, so a
-second run of this module on the same machine does not collide with the first either.
+These tests bring up labs of their own, one host each, numbered from 201 up (gpu-node-201, ...): the session lab
+uses gpu-node-1..3, and two labs must differ in their host names (nspawn's per-machine paths) to run side by side.
+Their addresses need no such care: each lab has a network namespace and a subnet of its own (10.214.1.201 beside a
+session lab on 10.213.0.0/16). Each fixture takes the first number no running lab holds, so a second run of this
+module on the same machine does not collide with the first either.
 """
 
 from __future__ import annotations
@@ -78,12 +79,9 @@ class OneHostLab:
 
 
 def free_first_index() -> int:
-    """The first host number no lab on this machine uses (nspawn's per-name dir, or sshd on any candidate port)."""
+    """The first host number no lab on this machine uses (nspawn's per-machine-name dir)."""
     for index in FIRST_FREE_SEARCH:
-        address = f"{hosts.ADDRESS_PREFIX}{index}"
-        if Path("/run/systemd/nspawn/propagate", f"gpu-node-{index}").exists():
-            continue
-        if all(hosts._bindable(address, port) for port in hosts.SSH_PORT_CANDIDATES):
+        if not Path("/run/systemd/nspawn/propagate", f"gpu-node-{index}").exists():
             return index
     raise RuntimeError(f"every host number in {FIRST_FREE_SEARCH} is taken by a running lab")
 

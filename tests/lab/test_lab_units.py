@@ -1,20 +1,22 @@
-"""The lab's pure parts, without root: host plan, SSH port choice, mirror discovery, repositories, inventory."""
+"""The lab's pure parts, without root: host and address plan, mirror discovery, repositories, inventory, egress."""
 
 from __future__ import annotations
 
 import gzip
 import hashlib
+import os
 import runpy
 import shutil
 import socket
 import subprocess
+import urllib.error
 import urllib.request
 from pathlib import Path
 
 import pytest
 
-from gpuready.lab import aptrepo, hosts, ssh
-from gpuready.lab.state import LabNotUp
+from gpuready.lab import aptrepo, hosts, network, ssh
+from gpuready.lab.state import LabNotUp, LabPaths
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -22,29 +24,68 @@ REPO = Path(__file__).resolve().parents[2]
 def test_profiles_cycle_over_nodes():
     plan = hosts.plan_hosts(5, ["l4-1", "t4-1"])
     assert [(h.name, h.address, h.profile) for h in plan] == [
-        ("gpu-node-1", "127.0.10.1", "l4-1"),
-        ("gpu-node-2", "127.0.10.2", "t4-1"),
-        ("gpu-node-3", "127.0.10.3", "l4-1"),
-        ("gpu-node-4", "127.0.10.4", "t4-1"),
-        ("gpu-node-5", "127.0.10.5", "l4-1"),
+        ("gpu-node-1", "10.213.1.1", "l4-1"),
+        ("gpu-node-2", "10.213.1.2", "t4-1"),
+        ("gpu-node-3", "10.213.1.3", "l4-1"),
+        ("gpu-node-4", "10.213.1.4", "t4-1"),
+        ("gpu-node-5", "10.213.1.5", "l4-1"),
     ]
     assert [h.profile for h in hosts.plan_hosts(3, None)] == ["h100-sxm-8", "a100-80gb-4", "l4-1"]
+    assert [h.address for h in hosts.plan_hosts(2, None, 201, "10.214.0.0/16")] == [
+        "10.214.1.201",
+        "10.214.1.202",
+    ]
     with pytest.raises(hosts.LabError, match="between 1 and 250"):
         hosts.plan_hosts(0, None)
 
 
-def test_ssh_port_skips_a_port_held_by_a_wildcard_listener():
-    with socket.socket() as wildcard, socket.socket() as probe:
-        wildcard.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        wildcard.bind(("0.0.0.0", 0))
-        wildcard.listen(1)
-        taken = wildcard.getsockname()[1]
-        probe.bind(("127.0.0.1", 0))
-        free = probe.getsockname()[1]
-        probe.close()
-        assert hosts.choose_ssh_port(["127.0.10.1", "127.0.10.2"], (taken, free)) == free
-        with pytest.raises(hosts.LabError, match="no SSH port free"):
-            hosts.choose_ssh_port(["127.0.10.1"], (taken,))
+def test_address_plan(tmp_path):
+    net = network.plan(tmp_path / "lab", subnet="10.213.0.0/16")
+    assert (net.control_plane, net.repo, net.root_address, net.pod_cidr) == (
+        "10.213.0.1", "10.213.0.2", "10.213.0.254", "10.213.128.0/17"
+    )  # fmt: skip
+    assert net.host_address(7) == "10.213.1.7" and net.host_address(250) == "10.213.1.250"
+    assert net.netns == f"gpuready-lab-{network.lab_id(tmp_path / 'lab')}"
+    assert len(net.root_veth) <= 15  # the kernel's limit on interface names
+    other = network.plan(tmp_path / "other-lab", subnet="10.213.0.0/16")
+    assert (other.netns, other.root_veth) != (net.netns, net.root_veth)
+    assert network.LabNetwork.from_state(net.to_state()) == net
+
+
+def test_a_lab_takes_the_first_subnet_nothing_here_uses():
+    assert network.choose_subnet(used=["127.0.0.0/8", "192.0.2.0/24", "10.255.255.53"]) == "10.213.0.0/16"
+    assert network.choose_subnet(used=["10.213.0.0/16", "10.213.0.254"]) == "10.214.0.0/16"
+    assert network.choose_subnet(used=["10.0.0.0/8"], candidates=["10.213.0.0/16", "172.31.0.0/16"]) == (
+        "172.31.0.0/16"
+    )
+    with pytest.raises(network.NetworkError, match="every lab subnet"):
+        network.choose_subnet(used=["10.0.0.0/8"])
+
+
+def test_up_without_ip_names_iproute2_before_starting_anything(tmp_path, monkeypatch):
+    """No `ip`: `lab up` says what is missing and how to get it, and has created nothing (not even the state dir)."""
+    monkeypatch.setenv("PATH", str(tmp_path / "empty-path"))
+    with pytest.raises(hosts.LabError, match=r"`ip` not found: .*apt-get install iproute2"):
+        hosts.up(LabPaths(tmp_path / "lab"), nodes=1)
+    assert not (tmp_path / "lab").exists()
+
+
+def test_up_when_the_namespace_cannot_be_created(tmp_path, monkeypatch):
+    """`ip netns add` refused (no root, no CONFIG_NET_NS): one LabError naming it, raised before anything starts."""
+    fake_ip = tmp_path / "bin" / "ip"
+    fake_ip.parent.mkdir()
+    fake_ip.write_text(
+        '#!/bin/sh\necho "mount --make-shared /run/netns failed: Operation not permitted" >&2\nexit 1\n'
+    )
+    fake_ip.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{fake_ip.parent}:{os.environ['PATH']}")
+    monkeypatch.setattr(network, "check_prerequisites", lambda: None)
+    net = network.LabNetwork("gpuready-lab-test", "grlab-test")
+    monkeypatch.setattr(network, "exists", lambda name: False)
+    with pytest.raises(
+        network.NetworkError, match=r"cannot create the network namespace gpuready-lab-test: mount "
+    ):
+        network.ensure(net)
 
 
 def test_debian_mirror_read_from_deb822_and_one_line_sources():
@@ -77,9 +118,9 @@ def test_base_path_changes_with_the_recipe(monkeypatch, tmp_path):
 def test_known_hosts_patterns(tmp_path):
     path = tmp_path / "known_hosts"
     ssh.write_known_hosts(
-        path, [("127.0.10.1", 22, "ssh-ed25519 AAAA1 root@a"), ("127.0.10.2", 2222, "ssh-ed25519 AAAA2 c")]
+        path, [("10.213.1.1", 22, "ssh-ed25519 AAAA1 root@a"), ("10.213.1.2", 2222, "ssh-ed25519 AAAA2 c")]
     )
-    assert path.read_text() == "127.0.10.1 ssh-ed25519 AAAA1\n[127.0.10.2]:2222 ssh-ed25519 AAAA2\n"
+    assert path.read_text() == "10.213.1.1 ssh-ed25519 AAAA1\n[10.213.1.2]:2222 ssh-ed25519 AAAA2\n"
     assert path.stat().st_mode & 0o777 == 0o600
 
 
@@ -168,3 +209,76 @@ def test_old_bases_are_pruned_unless_mounted(tmp_path):
     mounts = f"overlay /x overlay rw,lowerdir={in_use},upperdir=/u,workdir=/w 0 0\n"
     hosts._prune_old_bases(current, mounts)
     assert sorted(p.name for p in tmp_path.glob("base-*")) == ["base-in-use", "base-new"]
+
+
+# --- the egress proxy: the hosts' only way to the Debian mirror ------------------------------------------------------
+
+
+@pytest.fixture
+def origin():
+    """A plain HTTP server on loopback standing in for the Debian mirror."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    class Mirror(BaseHTTPRequestHandler):
+        def do_GET(self):
+            body = f"{self.path} via {self.headers['Host']}".encode()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Mirror)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+
+
+@pytest.fixture
+def egress(origin, tmp_path):
+    sock = network.listening_socket("127.0.0.1", 0)
+    pid = network.start_egress(sock, [origin], tmp_path / "egress.log")
+    port = sock.getsockname()[1]
+    sock.close()
+    yield f"127.0.0.1:{port}"
+    os.kill(pid, 15)
+    hosts._wait_gone(pid, 5.0)
+
+
+def test_egress_proxy_forwards_to_allowed_targets_only(origin, egress):
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({"http": f"http://{egress}"}))
+    with opener.open(f"http://{origin}/debian/dists/bookworm/InRelease", timeout=10) as response:
+        assert response.read().decode() == f"/debian/dists/bookworm/InRelease via {origin}"
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        opener.open("http://127.0.0.1:9/elsewhere", timeout=10)
+    assert refused.value.code == 403
+    assert f"forwards only to {origin}, not 127.0.0.1:9" in refused.value.read().decode()
+
+
+def test_egress_proxy_tunnels_connect_to_allowed_targets_only(origin, egress):
+    host, port = egress.split(":")
+    with socket.create_connection((host, int(port)), timeout=10) as tunnel:
+        tunnel.sendall(f"CONNECT {origin} HTTP/1.1\r\nHost: {origin}\r\n\r\n".encode())
+        assert tunnel.recv(4096).startswith(b"HTTP/1.0 200 Connection established\r\n")
+        tunnel.sendall(f"GET /through HTTP/1.0\r\nHost: {origin}\r\n\r\n".encode())
+        reply = b""
+        while chunk := tunnel.recv(4096):
+            reply += chunk
+        assert reply.endswith(f"/through via {origin}".encode())
+    with socket.create_connection((host, int(port)), timeout=10) as tunnel:
+        tunnel.sendall(b"CONNECT 127.0.0.1:9 HTTP/1.1\r\nHost: 127.0.0.1:9\r\n\r\n")
+        assert tunnel.recv(4096).startswith(b"HTTP/1.0 403 ")
+
+
+def test_egress_targets_come_from_the_base_apt_sources(tmp_path):
+    (tmp_path / "etc/apt/sources.list.d").mkdir(parents=True)
+    (tmp_path / "etc/apt/sources.list").write_text("deb http://deb.debian.org/debian bookworm main\n")
+    (tmp_path / "etc/apt/sources.list.d/extra.sources").write_text(
+        "Types: deb\nURIs: https://mirror.example:8443/debian-security\nSuites: bookworm-security\n"
+    )
+    (tmp_path / "etc/apt/sources.list.d/local.list").write_text("deb file:///srv/debian bookworm main\n")
+    assert hosts.base_apt_targets(tmp_path) == ["deb.debian.org:80", "mirror.example:8443"]

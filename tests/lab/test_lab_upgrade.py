@@ -46,7 +46,7 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Lab, kube.
         pytest.skip(reason)
     paths = LabPaths(tmp_path_factory.mktemp("upgrade-lab"))
     try:
-        lab = Lab(paths, hosts.up(paths, nodes=4, profiles=PROFILES, first_index=101), port22_blocked=False)
+        lab = Lab(paths, hosts.up(paths, nodes=4, profiles=PROFILES, first_index=101))
         for deploy in ("deploys/gpu_node.py", "deploys/cluster_addons.py"):
             run = run_pyinfra(lab, *OLD, deploy=deploy)
             assert run.returncode == 0, run.output[-4000:]

@@ -1,4 +1,4 @@
-"""Signed flat apt repositories laid out like NVIDIA's and Kubernetes', served over HTTP on loopback.
+"""Signed flat apt repositories laid out like NVIDIA's and Kubernetes', served over HTTP on the lab's network.
 
 The deploy configures repositories as "base URL + keyring". The lab serves the same relative layout as the real
 sites under its own base URL and signs it with its own key, so the deploy's repository code runs unchanged: only the
@@ -21,6 +21,7 @@ from functools import partial
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
+from gpuready.lab import network
 from gpuready.lab.state import write_atomic
 
 
@@ -193,15 +194,19 @@ def build_repos(repo_root: Path, debs_by_repo: dict[str, list[Path]], signer: Si
 # --- the HTTP server: a child process that `lab up` starts and `lab down` stops by PID ---
 
 
-def start_server(root: Path, log_path: Path, host: str = "127.0.0.1") -> tuple[int, int]:
-    """Start the server on a free port; returns (pid, port). The socket is bound here so the port cannot race."""
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.bind((host, 0))
-    sock.listen(64)
+def start_server(
+    root: Path, log_path: Path, host: str = "127.0.0.1", port: int = 0, netns: str | None = None
+) -> tuple[int, int]:
+    """Start the server (port 0: a free one); returns (pid, port). The socket is bound here so the port cannot race.
+
+    With netns, the socket is created in that network namespace (the lab's) and the server runs inside it.
+    """
+    sock = network.listening_socket(host, port, netns)
     port = sock.getsockname()[1]
+    argv = [sys.executable, "-m", "gpuready.lab.aptrepo", "--root", str(root), "--fd", str(sock.fileno())]
     with open(log_path, "ab") as log:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "gpuready.lab.aptrepo", "--root", str(root), "--fd", str(sock.fileno())],
+            network.exec_argv(netns, argv) if netns else argv,
             pass_fds=[sock.fileno()],
             stdin=subprocess.DEVNULL,
             stdout=log,

@@ -52,7 +52,25 @@ def _status(args: argparse.Namespace) -> int:
         repo = state["repo"]
         print(f"repositories: {repo['base_url']}/ ({'serving' if repo['running'] else 'NOT RUNNING'}), "
               f"keyring {repo['keyring_path']}")  # fmt: skip
+        _print_network(state)
     return 0
+
+
+def _print_network(state: dict[str, Any]) -> None:
+    net = state.get("network")
+    if net:
+        present = "present" if net.get("present") else "MISSING"
+        print(f"network: namespace {net['netns']} ({present}), subnet {net['subnet']}, pods {net['pod_cidr']}; "
+              f"this machine is {net['root_address']} on {net['root_veth']}")  # fmt: skip
+    api = state.get("apiserver")
+    if api:
+        print(
+            f"control plane: https://{api['endpoint']} ({'serving' if api.get('running') else 'NOT RUNNING'})"
+        )
+    egress = state.get("egress")
+    if egress:
+        print(f"egress proxy: {egress['address']}:{egress['port']} to {', '.join(egress['allow']) or 'nothing'} "
+              f"({'running' if egress.get('running') else 'NOT RUNNING'})")  # fmt: skip
 
 
 def _print_hosts(state: dict[str, Any]) -> None:

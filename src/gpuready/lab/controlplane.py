@@ -1,8 +1,9 @@
 """The lab's control plane: the API-server simulator as a process, a bootstrap token, and what joins need.
 
-``lab up`` starts it before the hosts boot (their kubelets talk to it on the machine's loopback, which the hosts
-share) and records in the lab state what the inventory passes to the deploy: the endpoint, the CA public-key
-hash, the file holding the bootstrap token (root-only), and the admin kubeconfig for the add-ons and the suite.
+``lab up`` starts it after the hosts boot, inside the lab's network namespace on the control-plane address (the
+hosts' kubelets reach it there, this machine through the lab's route), and records in the lab state what the
+inventory passes to the deploy: the endpoint, the CA public-key hash, the file holding the bootstrap token
+(root-only), and the admin kubeconfig for the add-ons and the suite.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from gpuready.lab import network
 from gpuready.lab.state import LabPaths, write_atomic
 
 START_TIMEOUT_S = 30.0
@@ -39,19 +41,31 @@ def _free_port(address: str, preferred: int) -> int:
     raise ControlPlaneError(f"no free port on {address}")
 
 
-def start(paths: LabPaths, virtual_nodes: int = 0, node_grace_period: float = 40.0) -> dict[str, Any]:
-    """Start the simulator, create a bootstrap token; returns the state's ``apiserver`` entry."""
+def start(
+    paths: LabPaths,
+    virtual_nodes: int = 0,
+    node_grace_period: float = 40.0,
+    address: str = "127.0.0.1",
+    netns: str | None = None,
+) -> dict[str, Any]:
+    """Start the simulator, create a bootstrap token; returns the state's ``apiserver`` entry.
+
+    With netns it runs inside that network namespace (the lab's), on the lab's control-plane address, where
+    DEFAULT_PORT is free: the address exists only there and nothing else of the lab listens on it.
+    """
     state_dir = paths.root / "apiserver"
     state_dir.mkdir(parents=True, exist_ok=True)
     (state_dir / "apiserver.json").unlink(missing_ok=True)
-    port = _free_port("127.0.0.1", DEFAULT_PORT)
+    port = DEFAULT_PORT if netns else _free_port(address, DEFAULT_PORT)
     argv = [
         sys.executable, "-m", "gpuready.lab.apiserver", "--state-dir", str(state_dir),
-        "--address", "127.0.0.1", "--port", str(port), "--node-grace-period", str(node_grace_period),
+        "--address", address, "--port", str(port), "--node-grace-period", str(node_grace_period),
         "--lab-state", str(paths.root),
     ]  # fmt: skip
     if virtual_nodes:
         argv += ["--virtual-nodes", str(virtual_nodes)]
+    if netns:
+        argv = network.exec_argv(netns, argv)
     with open(state_dir / "apiserver.log", "ab") as log:
         proc = subprocess.Popen(
             argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
@@ -72,7 +86,7 @@ def start(paths: LabPaths, virtual_nodes: int = 0, node_grace_period: float = 40
     return {
         "pid": proc.pid,
         "url": info["url"],
-        "endpoint": f"127.0.0.1:{port}",
+        "endpoint": f"{address}:{port}",
         "kubeconfig": info["kubeconfig"],
         "ca_cert_hash": ca_cert_hash(Path(info["ca"]).read_bytes()),
         "join_token_file": str(token_file),

@@ -3,10 +3,13 @@
 Design choices, and why:
 - One debootstrapped base per recipe (hash of suite + packages + customisation version), shared by every lab on the
   machine; hosts are overlayfs mounts on it, so `lab up` copies nothing and a host's changes stay in its upper dir.
-- Hosts share the machine's network namespace: each sshd listens on its own loopback address 127.0.10.N, and the
-  lab's HTTP repository on 127.0.0.1 is reachable from every host without bridges or NAT. When that port is taken
-  on those addresses (a machine sshd on 0.0.0.0:22 makes 127.0.10.N:22 fail with EADDRINUSE) every host uses the
-  next free candidate port instead; the port is recorded in the state and the inventory reads it from there.
+- Every lab has a network namespace of its own (gpuready.lab.network, which documents the address plan): the hosts
+  are booted inside it (nspawn --network-namespace-path), each sshd listens on port 22 of the host's own address
+  10.213.1.N, the repository server listens on 10.213.0.2 and the API simulator on 10.213.0.1, all inside it. This
+  machine reaches them through the lab's veth and route; nothing of the lab listens in this machine's namespace, so
+  a machine sshd on 0.0.0.0:22 no longer competes for the hosts' port. The hosts share that namespace (and its
+  loopback) with each other, as they shared the machine's before. Their one way out is the egress proxy to the
+  Debian mirror their base root was built from.
 - nspawn is started with --register=no (no machined needed: PID 1 of this machine need not be systemd) and each
   host gets its own cgroup in the lab's cgroup subtree. That keeps hosts' systemd instances from sharing a cgroup
   (on cgroup v1 nspawn would otherwise put every container at /payload) and lets `lab down` find and kill every
@@ -20,7 +23,6 @@ Design choices, and why:
 from __future__ import annotations
 
 import contextlib
-import errno
 import fcntl
 import hashlib
 import json
@@ -29,7 +31,6 @@ import re
 import shlex
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -40,7 +41,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gpuready.lab import aptrepo, controlplane, faults, hardware, k8s_packages, packages, ssh, supervisor
+from gpuready.lab import (
+    aptrepo,
+    controlplane,
+    faults,
+    hardware,
+    k8s_packages,
+    network,
+    packages,
+    ssh,
+    supervisor,
+)
 from gpuready.lab.state import LabPaths, cache_dir, load_state, require_state, save_state
 
 SUITE = "bookworm"
@@ -60,8 +71,8 @@ MASKED_UNITS = (
 )
 BASE_CUSTOMISATION_VERSION = 1  # bump when _customise_base changes
 DEFAULT_PROFILES = ("h100-sxm-8", "a100-80gb-4", "l4-1")
-ADDRESS_PREFIX = "127.0.10."
-SSH_PORT_CANDIDATES = (22, 2222, 22222)
+# Port 22 is always free on a host's address: the address exists only in the lab's own network namespace.
+SSH_PORT = 22
 BOOT_TIMEOUT_S = 90.0
 STOP_TIMEOUT_S = 20.0
 
@@ -198,11 +209,13 @@ class HostSpec:
     profile: str
 
 
-def plan_hosts(nodes: int, profiles: list[str] | None, first_index: int = 1) -> list[HostSpec]:
-    """gpu-node-F..F+N-1 on 127.0.10.F..F+N-1 (F = first_index, 1 by default); profiles cycle over the nodes.
+def plan_hosts(
+    nodes: int, profiles: list[str] | None, first_index: int = 1, subnet: str = network.DEFAULT_SUBNET
+) -> list[HostSpec]:
+    """gpu-node-F..F+N-1 on 10.213.1.F..F+N-1 (F = first_index, 1 by default); profiles cycle over the nodes.
 
-    Two labs on one machine share the loopback addresses and nspawn's per-machine-name paths, so a second lab that
-    must run beside the default one starts its numbering elsewhere (first_index).
+    Two labs on one machine have namespaces (and subnets) of their own, but share nspawn's per-machine-name paths,
+    so a second lab that must run beside the default one starts its numbering elsewhere (first_index).
     """
     last = first_index + nodes - 1
     if not 1 <= nodes <= 250:
@@ -211,36 +224,28 @@ def plan_hosts(nodes: int, profiles: list[str] | None, first_index: int = 1) -> 
         raise LabError(f"host numbers must be between 1 and 250, got {first_index}..{last}")
     cycle = list(profiles or DEFAULT_PROFILES)
     return [
-        HostSpec(f"gpu-node-{i}", i, f"{ADDRESS_PREFIX}{i}", cycle[(i - first_index) % len(cycle)])
+        HostSpec(f"gpu-node-{i}", i, network.host_address(subnet, i), cycle[(i - first_index) % len(cycle)])
         for i in range(first_index, last + 1)
     ]
 
 
-def choose_ssh_port(addresses: list[str], candidates: tuple[int, ...] = SSH_PORT_CANDIDATES) -> int:
-    """The first candidate port that every address can bind (the way sshd binds, with SO_REUSEADDR)."""
-    for port in candidates:
-        if all(_bindable(address, port) for address in addresses):
-            return port
-    raise LabError(f"no SSH port free on {addresses[0]}..: tried {candidates}")
-
-
-def _bindable(address: str, port: int) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            sock.bind((address, port))
-        except OSError as exc:
-            if exc.errno == errno.EADDRINUSE:
-                return False
-            raise
-        return True
-
-
-def _write_host_files(paths: LabPaths, spec: HostSpec, port: int, client_pubkey: str) -> str:
+def _write_host_files(
+    paths: LabPaths, spec: HostSpec, port: int, client_pubkey: str, net: network.LabNetwork
+) -> str:
     """Give a host its identity in its upper dir before boot; returns its SSH host public key."""
     upper = paths.host_dir(spec.name) / "upper"
     etc = upper / "etc"
     etc.mkdir(parents=True, exist_ok=True)
+    apt_conf = etc / "apt/apt.conf.d"
+    apt_conf.mkdir(parents=True, exist_ok=True)
+    proxy = f"http://{net.repo}:{network.EGRESS_PORT}/"
+    (apt_conf / "01gpuready-lab-proxy").write_text(
+        "// Written by `gpuready lab up`: the lab's network has no route out. The Debian mirror is reached through\n"
+        "// the lab's egress proxy, the lab's own repositories directly.\n"
+        f'Acquire::http::Proxy "{proxy}";\n'
+        f'Acquire::https::Proxy "{proxy}";\n'
+        f'Acquire::http::Proxy::{net.repo} "DIRECT";\n'
+    )
     (etc / "hostname").write_text(f"{spec.name}\n")
     (etc / "machine-id").write_text(uuid.uuid4().hex + "\n")
     (etc / "hosts").write_text(
@@ -305,8 +310,11 @@ def lab_cgroups(paths: LabPaths) -> list[Path]:
     return [root / "gpuready-lab" / lab_id for root in roots]
 
 
-def _boot(paths: LabPaths, spec: HostSpec, merged: Path) -> subprocess.Popen[bytes]:
-    """Start the host's supervisor (which runs nspawn, and runs it again after each reboot) in the host's cgroups."""
+def _boot(paths: LabPaths, spec: HostSpec, merged: Path, netns: str) -> subprocess.Popen[bytes]:
+    """Start the host's supervisor (which runs nspawn, and runs it again after each reboot) in the host's cgroups.
+
+    nspawn joins the lab's network namespace (every boot does, by its path) instead of this machine's.
+    """
     cgroups = [lab / spec.name for lab in lab_cgroups(paths)]
     for cgroup in cgroups:
         cgroup.mkdir(parents=True, exist_ok=True)
@@ -324,6 +332,7 @@ def _boot(paths: LabPaths, spec: HostSpec, merged: Path) -> subprocess.Popen[byt
         "--keep-unit",
         "--link-journal=no",
         "--console=read-only",
+        f"--network-namespace-path={network.netns_path(netns)}",
         f"--bind-ro={paths.machine_dir(spec.name)}:{hardware.HOST_MACHINE_DIR}",
     ]
     fresh_clocks = ["--fresh-clocks"] if supervisor.time_namespaces_supported() else []
@@ -353,26 +362,29 @@ def up(
     nodes: int = 3,
     profiles: list[str] | None = None,
     cache: Path | None = None,
-    ssh_ports: tuple[int, ...] = SSH_PORT_CANDIDATES,
     control_plane: bool = True,
     virtual_nodes: int = 0,
     first_index: int = 1,
+    subnet: str | None = None,
 ) -> dict[str, Any]:
     """Bring up a fresh lab (cleaning up whatever an earlier lab in this state dir left) and record its state.
 
-    first_index numbers the hosts (and their addresses) from elsewhere than 1, for a lab beside another one.
+    first_index numbers the hosts from elsewhere than 1, for a lab beside another one; subnet is the lab's /16
+    (default: the first of network.SUBNETS that nothing on this machine uses, 10.213.0.0/16 for a lab alone).
     """
-    specs = plan_hosts(nodes, profiles, first_index)
+    specs = plan_hosts(nodes, profiles, first_index)  # refuse a bad plan before anything else
     unknown = sorted({s.profile for s in specs} - set(hardware.PROFILES))
     if unknown:
         raise LabError(f"unknown profile(s) {unknown}; known: {sorted(hardware.PROFILES)}")
+    try:
+        network.check_prerequisites()
+    except network.NetworkError as exc:
+        raise LabError(str(exc)) from exc
     down(paths, quiet=True)
     base, _ = ensure_base(cache)
     paths.root.mkdir(parents=True, exist_ok=True)
     client_pubkey = ssh.ensure_client_key(paths).with_suffix(".pub").read_text().strip()
-    port = choose_ssh_port([s.address for s in specs], ssh_ports)
-    if port != 22:
-        progress(f"port 22 is taken on the lab addresses (a wildcard listener?): hosts use SSH port {port}")
+    port = SSH_PORT
 
     state: dict[str, Any] = {
         "state_dir": str(paths.root),
@@ -388,15 +400,24 @@ def up(
     }
     known: list[tuple[str, int, str]] = []
     procs: dict[str, subprocess.Popen[bytes]] = {}
-    try:  # the state is saved after each start, so that the `down` below (or a later one) finds what ran
-        state["repo"] = _start_repo(paths)
-        state["sysctls"] = _set_node_sysctls()
+    try:  # the state is saved before each creation and start, so that the `down` below (or a later one) finds it
+        net = network.plan(paths.root, subnet)
+        specs = plan_hosts(nodes, profiles, first_index, net.subnet)
+        state["network"] = net.to_state()
+        save_state(paths, state)
+        state["network"] = network.ensure(net, [s.address for s in specs])
+        save_state(paths, state)
+        progress(f"network namespace {net.netns}: {net.subnet}, reached from here via {net.root_veth}")
+        state["egress"] = _start_egress(paths, net, base)
+        save_state(paths, state)
+        state["repo"] = _start_repo(paths, net)
+        state["sysctls"] = _set_machine_sysctls()
         save_state(paths, state)
         for spec in specs:
             hw = _write_hardware(paths, spec)
-            known.append((spec.address, port, _write_host_files(paths, spec, port, client_pubkey)))
+            known.append((spec.address, port, _write_host_files(paths, spec, port, client_pubkey, net)))
             merged = _mount_overlay(base, paths.host_dir(spec.name))
-            procs[spec.name] = proc = _boot(paths, spec, merged)
+            procs[spec.name] = proc = _boot(paths, spec, merged, net.netns)
             state["hosts"][spec.name] = {
                 "index": spec.index,
                 "address": spec.address,
@@ -412,23 +433,31 @@ def up(
         _wait_for_hosts(paths, specs, port, procs)
         # after the hosts are in the state: the simulator reads them at start to give their Nodes GPU behaviour
         if control_plane:
-            progress("starting the Kubernetes API simulator")
-            state["apiserver"] = controlplane.start(paths, virtual_nodes=virtual_nodes)
+            progress(f"starting the Kubernetes API simulator on {net.control_plane}")
+            state["apiserver"] = controlplane.start(
+                paths, virtual_nodes=virtual_nodes, address=net.control_plane, netns=net.netns
+            )
             state["apiserver"]["pid_start"] = _proc_start(state["apiserver"]["pid"])
             save_state(paths, state)
+    except network.NetworkError as exc:
+        down(paths, quiet=True)
+        raise LabError(str(exc)) from exc
     except BaseException:
         down(paths, quiet=True)
         raise
-    progress(f"lab up: {len(specs)} host(s) answer SSH on port {port}")
+    progress(
+        f"lab up: {len(specs)} host(s) answer SSH on {specs[0].address}..{specs[-1].address} port {port}"
+    )
     return state
 
 
-# Kernel settings every Kubernetes node needs. The hosts share this machine's kernel and network namespace and
-# cannot write /proc/sys themselves (nspawn mounts it read-only), so the lab sets them for them, as a machine
-# image would. `down` leaves them set: another lab on the same machine (they share the kernel) may still need
-# them, and they change no file. The previous values are recorded in the state for whoever wants them back.
-NODE_SYSCTLS = {
-    "net.ipv4.ip_forward": "1",
+# Kernel settings every Kubernetes node needs. The hosts cannot write /proc/sys themselves (nspawn mounts it
+# read-only), so the lab sets them for them, as a machine image would: net.ipv4.ip_forward (and, on kernels that
+# keep them per namespace, the bridge-nf-call ones) inside the lab's network namespace (network.NETNS_SYSCTLS), and
+# the bridge-nf-call ones here as well, for kernels where they are machine-wide. `down` leaves the machine-wide
+# ones set: another lab on the same machine (they share the kernel) may still need them, and they change no file.
+# The previous values are recorded in the state for whoever wants them back.
+MACHINE_SYSCTLS = {
     "net.bridge.bridge-nf-call-iptables": "1",
     "net.bridge.bridge-nf-call-ip6tables": "1",
 }
@@ -438,10 +467,10 @@ def _sysctl_path(key: str) -> Path:
     return Path("/proc/sys", *key.split("."))
 
 
-def _set_node_sysctls() -> dict[str, str]:
-    """Set NODE_SYSCTLS where they differ; returns the previous values of what was changed."""
+def _set_machine_sysctls() -> dict[str, str]:
+    """Set MACHINE_SYSCTLS where they differ; returns the previous values of what was changed."""
     changed = {}
-    for key, value in NODE_SYSCTLS.items():
+    for key, value in MACHINE_SYSCTLS.items():
         path = _sysctl_path(key)
         if not path.exists():
             continue
@@ -476,20 +505,24 @@ def _wait_for_hosts(
             time.sleep(0.1)
 
 
-def _start_repo(paths: LabPaths) -> dict[str, Any]:
-    """Build the emulated packages into signed repositories and serve them; returns the state's "repo" entry."""
+def _start_repo(paths: LabPaths, net: network.LabNetwork) -> dict[str, Any]:
+    """Build the emulated packages into signed repositories and serve them in the lab's network namespace on its
+    repository address; returns the state's "repo" entry."""
     signer = aptrepo.ensure_signing_key(paths.gnupg_home)
     progress("building the emulated NVIDIA packages and the signed repositories")
     debs = packages.build_packages(paths.packages_dir)
     debs["kubernetes"] = k8s_packages.build_kubernetes_packages(paths.packages_dir / "kubernetes")
     aptrepo.build_repos(paths.repo_root, debs, signer)
     keyring, armored = aptrepo.export_keyring(signer, paths.keyring)
-    pid, port = aptrepo.start_server(paths.repo_root, paths.repo_server_log)
-    base_url = f"http://127.0.0.1:{port}"
+    pid, port = aptrepo.start_server(
+        paths.repo_root, paths.repo_server_log, host=net.repo, port=network.REPO_PORT, netns=net.netns
+    )
+    base_url = f"http://{net.repo}" if port == 80 else f"http://{net.repo}:{port}"
     keyring_url = f"{base_url}/{armored.relative_to(paths.repo_root)}"
     return {
         "pid": pid,
         "pid_start": _proc_start(pid),
+        "address": net.repo,
         "port": port,
         "base_url": base_url,
         "root": str(paths.repo_root),
@@ -498,6 +531,39 @@ def _start_repo(paths: LabPaths) -> dict[str, Any]:
         "fingerprint": signer.fingerprint,
         "repos": {key: f"{base_url}/{layout.path}/" for key, layout in aptrepo.REPOS.items()},
         "inventory_data": aptrepo.inventory_data(base_url, keyring_url),
+    }
+
+
+def base_apt_targets(base: Path) -> list[str]:
+    """host:port of every http(s) source in the base root's apt configuration: where the hosts' apt must reach."""
+    targets: set[str] = set()
+    sources = [base / "etc/apt/sources.list", *sorted((base / "etc/apt/sources.list.d").glob("*"))]
+    for path in sources:
+        try:
+            text = path.read_text()
+        except OSError:
+            continue
+        for uri, _ in _source_entries(text, deb822=path.suffix == ".sources"):
+            if target := network.allow_entry(uri):
+                targets.add(target)
+    return sorted(targets)
+
+
+def _start_egress(paths: LabPaths, net: network.LabNetwork, base: Path) -> dict[str, Any]:
+    """The hosts' way to the Debian mirror: a proxy here, listening inside the lab's namespace; the state entry."""
+    allow = base_apt_targets(base)
+    sock = network.listening_socket(net.repo, network.EGRESS_PORT, net.netns)
+    try:
+        pid = network.start_egress(sock, allow, paths.root / "egress.log", lab=str(paths.root))
+    finally:
+        sock.close()
+    return {
+        "pid": pid,
+        "pid_start": _proc_start(pid),
+        "address": net.repo,
+        "port": network.EGRESS_PORT,
+        "allow": allow,
+        "log": str(paths.root / "egress.log"),
     }
 
 
@@ -563,12 +629,13 @@ def down(paths: LabPaths, quiet: bool = False) -> None:
         controlplane.stop(api)
     _reap([api["pid"]] if api.get("pid") else [])
 
-    repo = state.get("repo") or {}
-    if _alive(repo.get("pid"), repo.get("pid_start")):
-        os.kill(repo["pid"], signal.SIGTERM)
-        _wait_gone(repo["pid"], 5.0)
-    _reap([repo["pid"]] if repo.get("pid") else [])
+    for server in (state.get("repo") or {}, state.get("egress") or {}):
+        if _alive(server.get("pid"), server.get("pid_start")):
+            os.kill(server["pid"], signal.SIGTERM)
+            _wait_gone(server["pid"], 5.0)
+        _reap([server["pid"]] if server.get("pid") else [])
     aptrepo.stop_gpg_agent(paths.gnupg_home)
+    _destroy_network(paths, state.get("network"))
 
     for mountpoint in _overlay_mounts_under(paths.hosts_dir):
         result = subprocess.run(["umount", str(mountpoint)], capture_output=True, text=True)
@@ -585,6 +652,21 @@ def down(paths: LabPaths, quiet: bool = False) -> None:
     paths.state_file.unlink(missing_ok=True)
     if hosts and not quiet:
         progress("lab down")
+
+
+def _destroy_network(paths: LabPaths, entry: dict[str, Any] | None) -> None:
+    """Remove the lab's namespace, veth and route: the ones the state records, and the ones this state dir's names
+    would have (a crash can come between creating them and saving the state)."""
+    found: dict[tuple[str, str], str | None] = {
+        (network.netns_name(paths.root), network.root_veth_name(paths.root)): None
+    }
+    if entry:
+        found[(entry["netns"], entry["root_veth"])] = entry.get("subnet")
+    for (netns, root_veth), subnet in found.items():
+        try:
+            network.destroy(netns, root_veth, subnet)
+        except network.NetworkError as exc:
+            raise LabError(str(exc)) from exc
 
 
 def _kill_cgroup_trees(cgroups: list[Path]) -> None:
@@ -629,8 +711,11 @@ def status(paths: LabPaths) -> dict[str, Any]:
     for host in state["hosts"].values():
         host["running"] = _alive(host.get("pid"), host.get("pid_start"))
         host["ssh_answers"] = ssh.read_banner(host["address"], host["port"]) is not None
-    repo = state["repo"]
-    repo["running"] = _alive(repo.get("pid"), repo.get("pid_start"))
+    for server in (state["repo"], state.get("egress"), state.get("apiserver")):
+        if server:
+            server["running"] = _alive(server.get("pid"), server.get("pid_start"))
+    if state.get("network"):
+        state["network"]["present"] = network.exists(state["network"]["netns"])
     return state
 
 
