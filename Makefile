@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: setup system-deps demo plan test lint clean
+.PHONY: setup system-deps control-plane demo plan test lint clean
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -16,17 +16,22 @@ setup: $(BIN)/.installed
 system-deps:
 	./scripts/install-system-deps.sh
 
+# The lab's real control plane: kube-apiserver, kube-controller-manager, kube-scheduler and kubeadm built from the
+# k8s.io/kubernetes Go module (minutes the first time, then cached by version) and Debian's etcd.
+control-plane: setup system-deps
+	$(BIN)/python -m gpuready.lab.cluster.binaries
+
 plan: setup
 	$(BIN)/gpuready plan inventory/example.py
 
-demo: setup system-deps
+demo: setup system-deps control-plane
 	./scripts/demo.sh
 
 lint: setup
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 
-test: setup system-deps lint
+test: setup system-deps control-plane lint
 	$(BIN)/pytest
 
 clean:

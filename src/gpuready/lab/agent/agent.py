@@ -1,0 +1,121 @@
+"""The lab's node agent: the pod half of every lab node's kubelet, against the real control plane.
+
+One process for the whole lab, inside the lab's network namespace, with the admin kubeconfig (as kwok's
+controller runs). It mirrors pods, nodes, ConfigMaps and RuntimeClasses from the real API server, runs every pod
+the real scheduler binds to one of its nodes (the lab hosts, whose own emulated kubelets register and heartbeat
+them, and the virtual nodes it registers itself), decides each container's fate from that host's real state
+(device plugin and GFD from ConfigMap + node label + MIG state, allocation, the nvidia runtime handler,
+dcgm-exporter metrics, faults), and serves what the API server dials: the kubelet API for logs and the pods'
+ports for the pod proxy.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+from .api import Client, Mirror
+from .endpoints import Endpoints
+from .gpu import GpuSync, attach, attach_virtual, lab_host_views
+from .kubelet import Kubelet
+from .runtime import NodeBackend, ProxyResponse
+from .virtual import VIRTUAL_NET, VirtualNodes
+
+Obj = dict[str, Any]
+log = logging.getLogger(__name__)
+DCGM_PORT = 9400
+
+
+class Agent:
+    def __init__(
+        self,
+        kubeconfig: str,
+        state_dir: Path,
+        kubelet_version: str,
+        lab_state: Path | None = None,
+        node_addresses: str = VIRTUAL_NET,
+    ) -> None:
+        self.api = Client(kubeconfig)
+        self.store = Mirror(self.api)
+        self._backends: dict[str, NodeBackend] = {}
+        self._default_backend = NodeBackend()
+        self._managed: set[str] = set()
+        self._lab_state = lab_state
+        self.kubelet = Kubelet(self)
+        self.gpu_sync = GpuSync(self)
+        self.virtual = VirtualNodes(self, kubelet_version, node_addresses)
+        self.endpoints = Endpoints(self, state_dir)
+
+    # what the kubelet and GPU logic ask ---------------------------------------------------------------------
+
+    def manages(self, node_name: str) -> bool:
+        return node_name in self._managed
+
+    def set_backend(self, node_name: str, backend: NodeBackend) -> None:
+        self._backends[node_name] = backend
+
+    def backend(self, node_name: str) -> NodeBackend:
+        return self._backends.get(node_name, self._default_backend)
+
+    def node_changed(self, node_name: str) -> None:
+        self.backend(node_name).sync_node(self, node_name)
+
+    def serve_pod_port(
+        self, pod_ip: str, port: int, method: str, path: str, query: str, body: bytes
+    ) -> ProxyResponse | None:
+        """A request the API server's pod proxy sent to ``pod_ip:port``, answered by that pod's container."""
+        with self.store.lock:
+            pods, _ = self.store.list("pods")
+        for pod in pods:
+            status = pod.get("status") or {}
+            node = (pod.get("spec") or {}).get("nodeName", "")
+            if status.get("podIP") == pod_ip and status.get("phase") == "Running" and self.manages(node):
+                return self.backend(node).proxy(pod, str(port), method, path, query, body)
+        return None
+
+    # lifecycle ------------------------------------------------------------------------------------------------
+
+    def start(self, virtual_nodes: int = 0, virtual_profile: str = "dgx-h100") -> None:
+        self.store.start()
+        self.endpoints.start()
+        self.endpoints.ensure_pod_port(DCGM_PORT)
+        if self._lab_state is not None:
+            for view in lab_host_views(self._lab_state):
+                self._managed.add(view.name)
+                attach(self, self.gpu_sync, view.name, view)
+        if virtual_nodes:
+            self.add_virtual_nodes(virtual_nodes, virtual_profile)
+        self.kubelet.start()
+        self.gpu_sync.start()
+
+    def add_virtual_nodes(self, count: int, profile: str, prefix: str = "virt-node-") -> list[str]:
+        names = self.virtual.add(count, profile, prefix)
+        self._managed.update(names)
+        attach_virtual(self, self.gpu_sync, names, profile)
+        return names
+
+    def control(self, request: Obj) -> Obj:
+        """One request on the control socket (tests and benches shape the agent's virtual fleet with these)."""
+        op = request.get("op")
+        if op == "add_virtual":
+            return {"names": self.add_virtual_nodes(int(request["count"]), request.get("profile", "dgx-h100"),
+                                                    request.get("prefix", "virt-node-"))}  # fmt: skip
+        if op == "remove_virtual":
+            self.virtual.remove(request["names"])
+            self._managed.difference_update(request["names"])
+            return {}
+        if op == "stop_heartbeat":
+            self.virtual.stop(request["name"])
+            return {}
+        if op == "resume_heartbeat":
+            self.virtual.resume(request["name"])
+            return {}
+        raise ValueError(f"unknown op {op!r}: add_virtual, remove_virtual, stop_heartbeat, resume_heartbeat")
+
+    def stop(self) -> None:
+        self.virtual.shutdown()
+        self.gpu_sync.stop()
+        self.kubelet.stop()
+        self.endpoints.stop()
+        self.store.stop()

@@ -1,0 +1,192 @@
+"""What the real API server dials on the agent's nodes: the kubelet API and the pods' own ports.
+
+Inside the lab's network namespace the node and pod ranges are routed to ``lo`` as local (`ip route add local`),
+so one listening socket per port answers for every address in them, and the address a connection was made to
+says which node or pod it is for. That is how the API server's log requests (``GET /containerLogs/...`` on a
+node's InternalIP, port 10250, over HTTPS with its kubelet client certificate) and its pod proxy
+(``/api/v1/namespaces/NS/pods/POD:PORT/proxy/...`` -> ``http://<podIP>:PORT/...``) reach the emulated containers.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import http.server
+import ssl
+import threading
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+from urllib.parse import parse_qs, urlsplit
+
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
+
+if TYPE_CHECKING:
+    from .agent import Agent
+
+KUBELET_PORT = 10250
+
+
+def self_signed(directory: Path, name: str) -> tuple[Path, Path]:
+    """A serving certificate like the kubelet's own self-signed one (the API server does not verify it unless
+    --kubelet-certificate-authority is set, which kubeadm does not set)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    cert_path, key_path = directory / "kubelet.crt", directory / "kubelet.key"
+    if cert_path.exists() and key_path.exists():
+        return cert_path, key_path
+    key = ec.generate_private_key(ec.SECP256R1())
+    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, f"{name}@{int(time.time())}")])
+    now = dt.datetime.now(dt.UTC)
+    cert = (
+        x509.CertificateBuilder().subject_name(subject).issuer_name(subject).public_key(key.public_key())
+        .serial_number(x509.random_serial_number()).not_valid_before(now - dt.timedelta(minutes=5))
+        .not_valid_after(now + dt.timedelta(days=365)).sign(key, hashes.SHA256())
+    )  # fmt: skip
+    key_path.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                           serialization.NoEncryption()))  # fmt: skip
+    key_path.chmod(0o600)
+    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    return cert_path, key_path
+
+
+class _Server(http.server.ThreadingHTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+    agent: Agent
+    port: int
+
+
+class _KubeletHandler(http.server.BaseHTTPRequestHandler):
+    server: _Server
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, format: str, *args: Any) -> None:  # quiet: the agent log is for decisions
+        pass
+
+    def _reply(self, status: int, body: bytes, content_type: str = "text/plain; charset=utf-8") -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def do_GET(self) -> None:
+        url = urlsplit(self.path)
+        query = {k: v[-1] for k, v in parse_qs(url.query).items()}
+        parts = url.path.strip("/").split("/")
+        if url.path in ("/healthz", "/healthz/"):
+            self._reply(200, b"ok")
+            return
+        if len(parts) == 4 and parts[0] == "containerLogs":
+            self._logs(parts[1], parts[2], parts[3], query)
+            return
+        self._reply(404, b"404 page not found\n")
+
+    def _logs(self, namespace: str, name: str, container: str, query: dict[str, str]) -> None:
+        kubelet = self.server.agent.kubelet
+        pod = self.server.agent.store.get("pods", namespace, name)
+        text = kubelet.logs(pod, container, query.get("previous") == "true") if pod else None
+        if text is None:
+            self._reply(404, f'container "{container}" in pod "{name}" is not available\n'.encode())
+            return
+        if query.get("follow") != "true":
+            self._reply(200, _limit(text, query).encode())
+            return
+        self.send_response(200)
+        self.send_header("Content-Type", "text/plain; charset=utf-8")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        sent = 0
+        while True:
+            chunk = text[sent:] if sent else _limit(text, query)
+            if chunk:
+                data = chunk.encode()
+                self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
+                self.wfile.flush()
+                sent = len(text)
+            pod = self.server.agent.store.get("pods", namespace, name)
+            if pod is None or not kubelet.running(pod, container):
+                break
+            time.sleep(0.2)
+            text = kubelet.logs(pod, container, False) or text
+        self.wfile.write(b"0\r\n\r\n")
+
+
+def _limit(text: str, query: dict[str, str]) -> str:
+    if query.get("tailLines"):
+        lines = text.splitlines(keepends=True)
+        text = "".join(lines[-int(query["tailLines"]) :]) if int(query["tailLines"]) else ""
+    if query.get("limitBytes"):
+        text = text.encode()[: int(query["limitBytes"])].decode(errors="ignore")
+    return text
+
+
+class _PodPortHandler(http.server.BaseHTTPRequestHandler):
+    server: _Server
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+    def _serve(self) -> None:
+        local_ip = self.connection.getsockname()[0]
+        length = int(self.headers.get("Content-Length") or 0)
+        body = self.rfile.read(length) if length else b""
+        url = urlsplit(self.path)
+        answer = self.server.agent.serve_pod_port(
+            local_ip, self.server.port, self.command, url.path, url.query, body
+        )
+        if answer is None:
+            self.send_response(503)
+            payload = b"no process listens on this port\n"
+            ctype = "text/plain; charset=utf-8"
+        else:
+            self.send_response(answer.status)
+            payload, ctype = answer.body, answer.content_type
+        self.send_header("Content-Type", ctype)
+        self.send_header("Content-Length", str(len(payload)))
+        self.end_headers()
+        self.wfile.write(payload)
+
+    do_GET = do_POST = _serve
+
+
+class Endpoints:
+    """The listening sockets; started with the agent, closed with it."""
+
+    def __init__(self, agent: Agent, cert_dir: Path) -> None:
+        self._agent = agent
+        self._cert_dir = cert_dir
+        self._servers: dict[int, _Server] = {}
+        self._lock = threading.Lock()
+
+    def start(self) -> None:
+        cert, key = self_signed(self._cert_dir, "gpuready-lab-agent")
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        ctx.load_cert_chain(cert, key)
+        server = self._listen(KUBELET_PORT, _KubeletHandler)
+        server.socket = ctx.wrap_socket(server.socket, server_side=True)
+        self._run(KUBELET_PORT, server)
+
+    def ensure_pod_port(self, port: int) -> None:
+        """Answer HTTP on `port` for every pod address (a dcgm-exporter started with that port)."""
+        with self._lock:
+            if port not in self._servers:
+                self._run(port, self._listen(port, _PodPortHandler))
+
+    def _listen(self, port: int, handler: type[http.server.BaseHTTPRequestHandler]) -> _Server:
+        server = _Server(("0.0.0.0", port), handler)
+        server.agent = self._agent
+        server.port = port
+        return server
+
+    def _run(self, port: int, server: _Server) -> None:
+        self._servers[port] = server
+        threading.Thread(target=server.serve_forever, name=f"agent-port-{port}", daemon=True).start()
+
+    def stop(self) -> None:
+        for server in self._servers.values():
+            server.shutdown()
+            server.server_close()

@@ -1,0 +1,306 @@
+"""What the simulator can see of a GPU host: read from the host's own files, never from the spec.
+
+A lab host is a directory tree (its overlay root, as seen from this machine) plus its hardware file. Everything
+the device plugin, GFD, dcgm-exporter and the container runtime would find on a real node is read from there each
+time it is asked: the driver packages on disk (``/usr/bin/nvidia-smi``, the emulated NVML's version files), the
+emulated driver's state file (MIG mode and instances), containerd's runtime handlers (the main config plus its
+``imports`` drop-ins, merged per plugin key as containerd < 2.1 does) and the hardware file (GPUs, faults).
+Reads are cached by file mtime only, so a `lab fault` or a deploy is seen on the next sync.
+
+`VirtualGpuView` gives virtual nodes the same shape from a hardware dict alone (driver installed, ``nvidia``
+handler configured), so the 1000-node benchmarks exercise the same GPU code.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from gpuready.containerd_config import CRI_PLUGIN, NVIDIA_RUNTIME_BINARY, RUNC_TYPE
+from gpuready.lab.emulator.nvemu import CUDA_BY_BRANCH, mig_uuid
+
+DRIVER_LIB = "usr/lib/nvidia-emu"
+NVML_LIB = "usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1"
+EMU_STATE = "var/lib/nvidia-emu/state.json"
+CONTAINERD_CONFIG = "etc/containerd/config.toml"
+OFF_BUS_FAULTS = frozenset({"off-bus", "xid-79"})
+# The XID the kernel logs for each fault (gpuready.lab.faults.journal_messages); dcgm-exporter reports the last one.
+FAULT_XID = {
+    "xid-79": 79,
+    "xid-48": 48,
+    "row-remap-pending": 63,
+    "retired-pages-pending": 63,
+    "nvlink-down": 74,
+}
+# XIDs the device plugin's health checker ignores (application errors); any other marks the device unhealthy.
+APPLICATION_XIDS = frozenset({13, 31, 43, 45, 68, 109})
+
+
+@dataclass(frozen=True)
+class MigDevice:
+    gpu_index: int
+    gi: int
+    ci: int
+    profile: dict[str, Any]
+    uuid: str
+    full: bool  # the compute instance spans its whole GPU instance (the only kind the plugin exposes)
+
+    @property
+    def name(self) -> str:
+        return str(self.profile["name"])
+
+
+@dataclass(frozen=True)
+class Gpu:
+    hw: dict[str, Any]
+    faults: frozenset[str]
+    mig_enabled: bool
+    mig_devices: tuple[MigDevice, ...]
+
+    @property
+    def index(self) -> int:
+        return int(self.hw["index"])
+
+    @property
+    def uuid(self) -> str:
+        return str(self.hw["uuid"])
+
+    @property
+    def name(self) -> str:
+        return str(self.hw["name"])
+
+    @property
+    def off_bus(self) -> bool:
+        return bool(self.faults & OFF_BUS_FAULTS)
+
+    @property
+    def xid(self) -> int:
+        return max((FAULT_XID[f] for f in self.faults if f in FAULT_XID), default=0)
+
+    @property
+    def unhealthy(self) -> bool:
+        """What the plugin's XID health check concludes (off-bus GPUs are not enumerated at all)."""
+        return self.xid != 0 and self.xid not in APPLICATION_XIDS
+
+
+@dataclass(frozen=True)
+class Runtime:
+    """One containerd runtime handler: its runtime type and the binary it starts."""
+
+    name: str
+    runtime_type: str
+    binary: str
+
+    @property
+    def nvidia(self) -> bool:
+        return "nvidia-container-runtime" in self.binary or "nvidia" in self.runtime_type
+
+
+@dataclass(frozen=True)
+class HostState:
+    name: str
+    driver_installed: bool  # nvidia-smi on disk: the driver packages are installed
+    nvml_present: bool  # libnvidia-ml.so.1 on disk: what the nvidia runtime injects into containers
+    driver_version: str | None
+    nvml_error: str | None  # NVML init failure text, e.g. "Driver/library version mismatch"
+    runtimes: dict[str, Runtime]
+    default_runtime: str
+    binaries: frozenset[str]  # runtime binaries that exist on the host
+    gpus: tuple[Gpu, ...]
+    host_faults: frozenset[str] = frozenset()
+    machine: str = "unknown"
+    hostname: str = ""
+
+    @property
+    def cuda_version(self) -> str:
+        return CUDA_BY_BRANCH.get((self.driver_version or "").split(".")[0], "13.0")
+
+    @property
+    def visible_gpus(self) -> list[Gpu]:
+        return [g for g in self.gpus if not g.off_bus]
+
+
+class GpuView(Protocol):
+    def snapshot(self) -> HostState: ...
+
+
+# containerd ------------------------------------------------------------------------------------------------------
+
+
+def _read_toml(path: Path) -> tuple[dict[str, Any], str]:
+    text = path.read_text()
+    return tomllib.loads(text), text
+
+
+def containerd_runtimes(root: Path) -> tuple[dict[str, Runtime], str]:
+    """The CRI runtime handlers containerd on this host would serve, and its default runtime name.
+
+    containerd < 2.1 merges ``imports`` per plugin key: an imported file's ``plugins."io.containerd.grpc.v1.cri"``
+    replaces the main file's whole table (containerd#5837), which is why a drop-in that only names ``nvidia``
+    loses ``runc``'s options; this reproduces that instead of deep-merging.
+    """
+    main = root / CONTAINERD_CONFIG
+    runtimes: dict[str, Runtime] = {"runc": Runtime("runc", RUNC_TYPE, "runc")}
+    try:
+        doc, text = _read_toml(main)
+    except (OSError, tomllib.TOMLDecodeError):
+        return runtimes, "runc"  # no or unreadable config: containerd's built-in defaults
+    version = doc.get("version", 1) if text.strip() else 2
+    plugins = dict(doc.get("plugins") or {})
+    for pattern in doc.get("imports") or []:
+        full = pattern if os.path.isabs(pattern) else str(Path("/etc/containerd") / pattern)
+        for path in sorted(glob.glob(str(root / full.lstrip("/")))):
+            try:
+                imported, _ = _read_toml(Path(path))
+            except (OSError, tomllib.TOMLDecodeError):
+                continue
+            for key, value in (imported.get("plugins") or {}).items():
+                plugins[key] = value
+    cri = plugins.get(CRI_PLUGIN.get(version, CRI_PLUGIN[2])) or {}
+    containerd = cri.get("containerd") or {}
+    for name, table in (containerd.get("runtimes") or {}).items():
+        options = table.get("options") or {}
+        runtimes[name] = Runtime(
+            name, str(table.get("runtime_type", RUNC_TYPE)), str(options.get("BinaryName", "runc"))
+        )
+    return runtimes, str(containerd.get("default_runtime_name") or "runc")
+
+
+# MIG state ------------------------------------------------------------------------------------------------------
+
+
+def mig_devices(gpu: dict[str, Any], state: dict[str, Any]) -> tuple[MigDevice, ...]:
+    """MIG devices (one per compute instance) in nvidia-smi's order, from the emulated driver's state."""
+    profiles = {p["profile_id"]: p for p in gpu.get("mig_profiles") or []}
+    out = []
+    for gi in sorted(state.get("gis") or [], key=lambda g: g["id"]):
+        prof = profiles.get(gi["profile_id"])
+        if prof is None:
+            continue
+        for ci in sorted(gi.get("cis") or [], key=lambda c: c["id"]):
+            out.append(MigDevice(gpu["index"], gi["id"], ci["id"], prof, mig_uuid(gpu["uuid"], gi["id"], ci["id"]),
+                                 ci.get("size") == prof["compute_slices"]))  # fmt: skip
+    return tuple(out)
+
+
+def build_gpus(hw: dict[str, Any], emu_state: dict[str, Any]) -> tuple[Gpu, ...]:
+    faults: dict[int, set[str]] = {}
+    for f in hw.get("faults") or []:
+        if f.get("gpu") is not None:
+            faults.setdefault(int(f["gpu"]), set()).add(f["fault"])
+    gpus = []
+    for g in hw.get("gpus") or []:
+        st = (emu_state.get("gpus") or {}).get(g["uuid"]) or {}
+        enabled = bool(st.get("mig_current")) and bool(g.get("mig_capable"))
+        gpus.append(
+            Gpu(g, frozenset(faults.get(g["index"], ())), enabled, mig_devices(g, st) if enabled else ())
+        )
+    return tuple(gpus)
+
+
+def _machine_name() -> str:
+    """GFD reads the DMI product name from /sys, which lab hosts share with this machine."""
+    try:
+        return Path("/sys/class/dmi/id/product_name").read_text().strip() or "unknown"
+    except OSError:
+        return "unknown"
+
+
+# views ----------------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class _Cached:
+    mtime: float = -1.0
+    value: Any = None
+
+
+@dataclass
+class HostView:
+    """A lab host: `root` is its root filesystem as seen from here (the merged overlay), `hardware` its file."""
+
+    name: str
+    root: Path
+    hardware: Path
+    _cache: dict[str, _Cached] = field(default_factory=dict, repr=False)
+
+    def _cached_json(self, path: Path) -> Any:
+        entry = self._cache.setdefault(str(path), _Cached())
+        try:
+            mtime = path.stat().st_mtime
+        except OSError:
+            return None
+        if mtime != entry.mtime:
+            try:
+                entry.value, entry.mtime = json.loads(path.read_text()), mtime
+            except (OSError, ValueError):
+                return entry.value
+        return entry.value
+
+    def _text(self, rel: str) -> str | None:
+        try:
+            return (self.root / rel).read_text().strip() or None
+        except OSError:
+            return None
+
+    def snapshot(self) -> HostState:
+        hw = self._cached_json(self.hardware) or {"gpus": [], "faults": []}
+        emu = self._cached_json(self.root / EMU_STATE) or {}
+        driver = self._text(f"{DRIVER_LIB}/driver-version")
+        kmod_installed = self._text(f"{DRIVER_LIB}/kmod-version")
+        host_faults = frozenset(f["fault"] for f in hw.get("faults") or [] if f.get("gpu") is None)
+        nvml_error = None
+        loaded = emu.get("kmod") or kmod_installed
+        if "driver-mismatch" in host_faults or (driver and loaded and loaded != driver):
+            nvml_error = "Driver/library version mismatch"
+        elif driver and not loaded:
+            nvml_error = "Driver Not Loaded"
+        runtimes, default = containerd_runtimes(self.root)
+        binaries = frozenset(r.binary for r in runtimes.values() if r.binary.startswith("/")
+                             and (self.root / r.binary.lstrip("/")).exists())  # fmt: skip
+        return HostState(
+            name=self.name,
+            driver_installed=(self.root / "usr/bin/nvidia-smi").exists(),
+            nvml_present=(self.root / NVML_LIB).exists() or driver is not None,
+            driver_version=driver,
+            nvml_error=nvml_error,
+            runtimes=runtimes,
+            default_runtime=default,
+            binaries=binaries | {"runc"},
+            gpus=build_gpus(hw, emu),
+            host_faults=host_faults,
+            machine=_machine_name(),
+            hostname=self.name,
+        )
+
+
+@dataclass
+class VirtualGpuView:
+    """A node with no host behind it: a ready GPU node (driver and ``nvidia`` handler) with this hardware."""
+
+    name: str
+    hardware: dict[str, Any]
+    driver_version: str = "580.178.04"
+    mig_state: dict[str, Any] = field(default_factory=dict)  # the emulated driver's state.json shape
+
+    def snapshot(self) -> HostState:
+        nvidia = Runtime("nvidia", RUNC_TYPE, NVIDIA_RUNTIME_BINARY)
+        host_faults = frozenset(f["fault"] for f in self.hardware.get("faults") or [] if f.get("gpu") is None)
+        return HostState(
+            name=self.name,
+            driver_installed=True,
+            nvml_present=True,
+            driver_version=self.driver_version,
+            nvml_error="Driver/library version mismatch" if "driver-mismatch" in host_faults else None,
+            runtimes={"runc": Runtime("runc", RUNC_TYPE, "runc"), "nvidia": nvidia},
+            default_runtime="runc",
+            binaries=frozenset({"runc", NVIDIA_RUNTIME_BINARY}),
+            gpus=build_gpus(self.hardware, self.mig_state),
+            host_faults=host_faults,
+            hostname=self.name,
+        )

@@ -1,0 +1,271 @@
+"""The real control plane's binaries, built or fetched once per version into the lab cache.
+
+* kube-apiserver, kube-controller-manager, kube-scheduler and kubeadm come from the official ``k8s.io/kubernetes``
+  Go module at the pinned version, through the Go module proxy. That module cannot be required as published: its
+  go.mod points each ``k8s.io/*`` staging module at ``./staging/...``. So the cache directory gets a small module that
+  requires it and replaces every staging module with its published ``v0.<minor>.<patch>`` twin (the list is read
+  from the Kubernetes go.mod itself, so a new staging module needs no change here), then ``go build -trimpath``.
+* etcd comes from Debian's ``etcd-server`` package (trixie: 3.5.x), downloaded with apt from a private list and
+  unpacked; nothing is installed on the machine.
+
+Everything lands in ``<cache>/kubernetes-v<version>/bin`` and ``<cache>/etcd-<version>/``, keyed by version like
+the Debian base root, built in a temporary directory and renamed into place, so an interrupted build leaves
+nothing half-made. Nothing prebuilt is committed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from gpuready.lab.state import cache_dir
+
+KUBE_COMMANDS = ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubeadm")
+GO_MIN = (1, 24)  # k8s.io/kubernetes 1.34's go directive
+ETCD_SUITE = "trixie"
+ETCD_PACKAGE = "etcd-server"
+
+Progress = Callable[[str], None]
+
+
+class PrerequisiteError(RuntimeError):
+    """A tool the control plane needs is missing; the message names each and how to get it."""
+
+
+@dataclass(frozen=True)
+class KubeBinaries:
+    version: str  # "1.34.4"
+    bin_dir: Path
+
+    def path(self, command: str) -> Path:
+        return self.bin_dir / command
+
+
+def _run(cmd: list[str], cwd: Path, what: str, env: dict[str, str] | None = None) -> str:
+    result = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, stdin=subprocess.DEVNULL, env=env)
+    if result.returncode != 0:
+        tail = "\n".join((result.stdout + result.stderr).strip().splitlines()[-25:])
+        raise PrerequisiteError(f"{what} failed ({' '.join(cmd)}, exit {result.returncode}):\n{tail}")
+    return result.stdout
+
+
+@contextlib.contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        yield
+
+
+def go_problem() -> str | None:
+    """Why Go cannot build the control plane here, or None."""
+    go = shutil.which("go")
+    if not go:
+        return (
+            f"Go {GO_MIN[0]}.{GO_MIN[1]} or newer is not on PATH: it builds kube-apiserver, kube-scheduler and "
+            "kube-controller-manager from the Kubernetes Go module (install it from https://go.dev/dl/ or Debian's "
+            "golang-go from trixie or newer)"
+        )
+    out = subprocess.run([go, "env", "GOVERSION"], capture_output=True, text=True).stdout.strip()
+    found = re.match(r"go(\d+)\.(\d+)", out)
+    if not found or (int(found[1]), int(found[2])) < GO_MIN:
+        return f"{go} is {out or 'of unknown version'}; building Kubernetes needs Go {GO_MIN[0]}.{GO_MIN[1]} or newer"
+    return None
+
+
+def kube_cache(version: str, cache: Path | None = None) -> Path:
+    return (cache or cache_dir()) / f"kubernetes-v{version}"
+
+
+def cached_kube(version: str, cache: Path | None = None) -> KubeBinaries | None:
+    bin_dir = kube_cache(version, cache) / "bin"
+    if all((bin_dir / c).is_file() for c in KUBE_COMMANDS):
+        return KubeBinaries(version, bin_dir)
+    return None
+
+
+def staging_replacements(kubernetes_go_mod: str, version: str) -> list[str]:
+    """`replace` lines pointing each ``./staging`` module of the Kubernetes go.mod at its published version."""
+    staged = re.findall(r"^\s*(k8s\.io/[\w.-]+)\s*=>\s*\./staging/", kubernetes_go_mod, flags=re.MULTILINE)
+    if not staged:
+        raise PrerequisiteError(
+            "the k8s.io/kubernetes go.mod names no staging modules; cannot pin their versions"
+        )
+    minor_patch = version.split(".", 1)[1]
+    return [f"\t{module} => {module} v0.{minor_patch}" for module in sorted(set(staged))]
+
+
+def _module_source(version: str, work: Path, env: dict[str, str]) -> tuple[str, dict[str, str]]:
+    """The Kubernetes go.mod text, and the version stamp its release build would link in (commit, date)."""
+    info = json.loads(_run(["go", "mod", "download", "-json", f"k8s.io/kubernetes@v{version}"], work,
+                           f"downloading k8s.io/kubernetes v{version} from the Go module proxy", env))  # fmt: skip
+    release = json.loads(Path(info["Info"]).read_text()) if info.get("Info") else {}
+    stamp = {
+        "gitVersion": f"v{version}", "gitMajor": version.split(".")[0], "gitMinor": version.split(".")[1],
+        "gitCommit": (release.get("Origin") or {}).get("Hash", ""), "gitTreeState": "clean",
+        "buildDate": release.get("Time", "1970-01-01T00:00:00Z").split(".")[0].rstrip("Z") + "Z",
+    }  # fmt: skip
+    return Path(info["GoMod"]).read_text(), stamp
+
+
+def version_ldflags(stamp: dict[str, str]) -> str:
+    """`-X` flags that make `--version` and the API's /version say the release, as the official build does
+    (hack/lib/version.sh); without them every binary reports v0.0.0-master."""
+    return " ".join(
+        f"-X {pkg}.{name}={value}"
+        for pkg in ("k8s.io/component-base/version", "k8s.io/client-go/pkg/version")
+        for name, value in stamp.items()
+    )
+
+
+def _write_module(work: Path, version: str, kubernetes_go_mod: str) -> None:
+    replaces = "\n".join(staging_replacements(kubernetes_go_mod, version))
+    (work / "go.mod").write_text(
+        "// Generated by gpuready.lab.cluster.binaries: the Kubernetes control plane at one version.\n"
+        f"module gpuready.lab/controlplane\n\ngo {GO_MIN[0]}.{GO_MIN[1]}\n\n"
+        f"require k8s.io/kubernetes v{version}\n\nreplace (\n{replaces}\n)\n"
+    )
+    imports = "\n".join(f'\t_ "k8s.io/kubernetes/cmd/{c}"' for c in KUBE_COMMANDS)
+    (work / "tools.go").write_text(f"//go:build tools\n\npackage controlplane\n\nimport (\n{imports}\n)\n")
+
+
+def build_kube(
+    version: str, progress: Progress, cache: Path | None = None
+) -> tuple[KubeBinaries, float | None]:
+    """The control plane binaries of `version`; builds them when missing. Returns (binaries, build seconds|None)."""
+    target = kube_cache(version, cache)
+    with _locked(target.parent / f".kubernetes-v{version}.lock"):
+        found = cached_kube(version, cache)
+        if found:
+            return found, None
+        problem = go_problem()
+        if problem:
+            raise PrerequisiteError(problem)
+        started = time.monotonic()
+        tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".build-kubernetes-v{version}-"))
+        try:
+            env = {**os.environ, "GOFLAGS": "-mod=mod -buildvcs=false", "CGO_ENABLED": "0"}
+            progress(f"control plane v{version}: resolving k8s.io/kubernetes through the Go module proxy")
+            source, stamp = _module_source(version, tmp, env)
+            _write_module(tmp, version, source)
+            _run(["go", "mod", "tidy"], tmp, "go mod tidy", env)
+            packages = [f"k8s.io/kubernetes/cmd/{c}" for c in KUBE_COMMANDS]
+            total = len(_run(["go", "list", "-deps", *packages], tmp, "go list", env).split())
+            progress(f"control plane v{version}: compiling {total} Go packages (a cold build takes minutes)")
+            _compile(tmp, packages, total, env, progress, version_ldflags(stamp))
+            tmp.chmod(0o755)
+            if target.exists():  # an incomplete earlier build (cached_kube found no full bin/)
+                shutil.rmtree(target)
+            tmp.rename(target)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+        seconds = time.monotonic() - started
+        progress(f"control plane v{version}: built in {seconds:.1f}s into {target}/bin")
+        return KubeBinaries(version, target / "bin"), seconds
+
+
+def _compile(
+    work: Path, packages: list[str], total: int, env: dict[str, str], progress: Progress, ldflags: str
+) -> None:
+    """`go build -v` names each package it compiles (cached ones are silent): progress every tenth of the total."""
+    cmd = ["go", "build", "-trimpath", "-v", f"-ldflags={ldflags}", "-o", str(work / "bin") + "/", *packages]
+    proc = subprocess.Popen(
+        cmd, cwd=work, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+    assert proc.stdout is not None
+    shown, tail = 0, []
+    for built, line in enumerate(proc.stdout, start=1):
+        tail = [*tail[-24:], line.rstrip()]
+        step = min(10, built * 10 // max(total, 1))
+        if step > shown:
+            shown = step
+            progress(f"  compiled {built} of at most {total} packages")
+    if proc.wait() != 0:
+        raise PrerequisiteError(
+            f"go build of the control plane failed (exit {proc.returncode}):\n" + "\n".join(tail)
+        )
+
+
+# --- etcd from Debian -------------------------------------------------------------------------------------------
+
+
+def etcd_cache(cache: Path | None = None) -> Path:
+    return (cache or cache_dir()) / "etcd"
+
+
+def cached_etcd(cache: Path | None = None) -> Path | None:
+    found = sorted(etcd_cache(cache).glob("etcd-server_*/usr/bin/etcd"))
+    return found[-1] if found else None
+
+
+def ensure_etcd(mirror: str, progress: Progress, cache: Path | None = None) -> Path:
+    """Debian's etcd binary (from `ETCD_SUITE`), fetched with apt into the cache once; returns its path."""
+    base = etcd_cache(cache)
+    with _locked(base / ".lock"):
+        found = cached_etcd(cache)
+        if found:
+            return found
+        for tool in ("apt-get", "dpkg-deb"):
+            if not shutil.which(tool):
+                raise PrerequisiteError(
+                    f"{tool} is not on PATH: the lab takes etcd from Debian's {ETCD_PACKAGE}"
+                )
+        keyring = Path("/usr/share/keyrings/debian-archive-keyring.gpg")
+        if not keyring.is_file():
+            raise PrerequisiteError(f"{keyring} is missing: install Debian's debian-archive-keyring")
+        progress(f"fetching Debian {ETCD_SUITE}'s {ETCD_PACKAGE} from {mirror}")
+        tmp = Path(tempfile.mkdtemp(dir=base, prefix=".fetch-"))
+        try:
+            (tmp / "lists/partial").mkdir(parents=True)
+            (tmp / "archives/partial").mkdir(parents=True)
+            (tmp / "sources.list").write_text(f"deb [signed-by={keyring}] {mirror} {ETCD_SUITE} main\n")
+            opts = [
+                f"-oDir::Etc::SourceList={tmp / 'sources.list'}", "-oDir::Etc::SourceParts=/nonexistent",
+                f"-oDir::State::Lists={tmp / 'lists'}", f"-oDir::Cache={tmp}", "-oAPT::Architecture=amd64",
+                "-oDebug::NoLocking=1", "-qq",
+            ]  # fmt: skip
+            _run(["apt-get", *opts, "update"], tmp, f"apt-get update of Debian {ETCD_SUITE}")
+            _run(["apt-get", *opts, "download", ETCD_PACKAGE], tmp, f"apt-get download {ETCD_PACKAGE}")
+            (deb,) = tmp.glob(f"{ETCD_PACKAGE}_*.deb")
+            dest = base / deb.name.removesuffix(".deb")
+            _run(["dpkg-deb", "-x", str(deb), str(tmp / "root")], tmp, f"unpacking {deb.name}")
+            (tmp / "root").rename(dest)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+        etcd = dest / "usr/bin/etcd"
+        progress(f"etcd: {etcd}")
+        return etcd
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m gpuready.lab.cluster.binaries [VERSION]`: build or fetch what the lab's control plane runs."""
+    import sys
+
+    from gpuready.lab.cluster.cluster import DEFAULT_VERSION
+    from gpuready.lab.hosts import debian_mirror, progress
+
+    args = sys.argv[1:] if argv is None else argv
+    version = args[0] if args else DEFAULT_VERSION
+    try:
+        kube, seconds = build_kube(version, progress)
+        etcd = ensure_etcd(debian_mirror(), progress)
+    except PrerequisiteError as exc:
+        print(f"gpuready: {exc}", file=sys.stderr)
+        return 1
+    state = "built" if seconds is not None else "cached"
+    progress(f"control plane v{version} {state}: {kube.bin_dir}; etcd: {etcd}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

