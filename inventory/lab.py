@@ -12,7 +12,7 @@ from gpuready.lab.state import LabPaths, lab_dir, require_state
 _state = require_state(LabPaths(lab_dir()))  # raises "lab is not up: run `gpuready lab up`"
 _ssh = _state["ssh"]
 _repo = _state["repo"]
-# The cluster the hosts join: the lab's API-server simulator once it records itself in the state ("apiserver":
+# The cluster the hosts join: the lab's real control plane once it records itself in the state ("apiserver":
 # endpoint, CA hash, token file). Until then the hosts are only prepared, not joined.
 _api = _state.get("apiserver")
 _cluster = (

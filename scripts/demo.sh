@@ -26,6 +26,7 @@ step "pyinfra inventory/lab.py deploys/cluster_addons.py"
 step "pyinfra inventory/lab.py apt.packages: DCGM and nvbandwidth for the diag layer (lab CUDA repository)"
 "$BIN/pyinfra" -y inventory/lab.py apt.packages 'packages=["datacenter-gpu-manager-4-core", "nvbandwidth"]'
 step "pytest conformance (reports in $REPORTS)"
+KUBECONFIG_PATH="$("$BIN/gpuready" lab status --json | "$BIN/python" -c 'import json, sys; print(json.load(sys.stdin)["apiserver"]["kubeconfig"])')"
 "$BIN/pytest" conformance -p no:cacheprovider --inventory inventory/lab.py \
-  --kubeconfig "$GPUREADY_LAB_DIR/apiserver/kubeconfig" --report-dir "$REPORTS" \
+  --kubeconfig "$KUBECONFIG_PATH" --report-dir "$REPORTS" \
   --junitxml "$REPORTS/pytest.xml" -q

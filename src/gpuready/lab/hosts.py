@@ -43,7 +43,6 @@ from typing import Any
 
 from gpuready.lab import (
     aptrepo,
-    controlplane,
     faults,
     hardware,
     k8s_packages,
@@ -52,6 +51,7 @@ from gpuready.lab import (
     ssh,
     supervisor,
 )
+from gpuready.lab.cluster import binaries, cluster
 from gpuready.lab.state import LabPaths, cache_dir, load_state, require_state, save_state
 
 SUITE = "bookworm"
@@ -357,6 +357,28 @@ def console_tail(paths: LabPaths, name: str, lines: int = 25) -> str:
     return "\n".join([line for line in text.splitlines() if line.strip()][-lines:])
 
 
+# tool -> the Debian package that has it
+HOST_TOOLS = {"systemd-nspawn": "systemd-container", "ssh": "openssh-client", "ssh-keygen": "openssh-client",
+              "gpg": "gnupg", "dpkg-deb": "dpkg", "dpkg-scanpackages": "dpkg-dev"}  # fmt: skip
+
+
+def prerequisite_problems(cache: Path | None = None, control_plane: bool = True) -> list[str]:
+    """Everything missing for `up`, each with how to get it (all at once, before anything starts)."""
+    found: list[str] = []
+    try:
+        network.check_prerequisites()
+    except network.NetworkError as exc:
+        found.append(str(exc))
+    tools = dict(HOST_TOOLS)
+    if not base_path(cache).is_dir():
+        tools["debootstrap"] = "debootstrap"
+    found += [f"{tool} not found: apt-get install {package}" for tool, package in tools.items()
+              if shutil.which(tool) is None]  # fmt: skip
+    if control_plane:
+        found += binaries.problems(cluster.DEFAULT_VERSION)
+    return found
+
+
 def up(
     paths: LabPaths,
     nodes: int = 3,
@@ -376,10 +398,9 @@ def up(
     unknown = sorted({s.profile for s in specs} - set(hardware.PROFILES))
     if unknown:
         raise LabError(f"unknown profile(s) {unknown}; known: {sorted(hardware.PROFILES)}")
-    try:
-        network.check_prerequisites()
-    except network.NetworkError as exc:
-        raise LabError(str(exc)) from exc
+    missing = prerequisite_problems(cache, control_plane)
+    if missing:
+        raise LabError("the lab cannot start here:\n" + "\n".join(f"- {line}" for line in missing))
     down(paths, quiet=True)
     base, _ = ensure_base(cache)
     paths.root.mkdir(parents=True, exist_ok=True)
@@ -431,11 +452,11 @@ def up(
         ssh.write_known_hosts(paths.known_hosts, known)
         progress(f"booting {len(specs)} host(s) with systemd-nspawn")
         _wait_for_hosts(paths, specs, port, procs)
-        # after the hosts are in the state: the simulator reads them at start to give their Nodes GPU behaviour
+        # after the hosts are in the state: the node agent reads them at start to run their pods
         if control_plane:
-            progress(f"starting the Kubernetes API simulator on {net.control_plane}")
-            state["apiserver"] = controlplane.start(
-                paths, virtual_nodes=virtual_nodes, address=net.control_plane, netns=net.netns
+            progress(f"starting the Kubernetes control plane on {net.control_plane} and the node agent")
+            state["apiserver"] = cluster.up(
+                paths.root, net, debian_mirror(), progress, virtual_nodes=virtual_nodes, lab_state=paths.root
             )
             state["apiserver"]["pid_start"] = _proc_start(state["apiserver"]["pid"])
             save_state(paths, state)
@@ -625,9 +646,9 @@ def down(paths: LabPaths, quiet: bool = False) -> None:
     _reap([h["pid"] for h in hosts.values()])
 
     api = state.get("apiserver") or {}
-    if _alive(api.get("pid"), api.get("pid_start")):
-        controlplane.stop(api)
-    _reap([api["pid"]] if api.get("pid") else [])
+    if api:
+        cluster.down(api)  # each process by its recorded pid, checked to still be that program
+    _reap([pid for pid in [*(api.get("pids") or {}).values(), (api.get("agent") or {}).get("pid")] if pid])
 
     for server in (state.get("repo") or {}, state.get("egress") or {}):
         if _alive(server.get("pid"), server.get("pid_start")):
@@ -648,7 +669,8 @@ def down(paths: LabPaths, quiet: bool = False) -> None:
     shutil.rmtree(paths.hosts_dir, ignore_errors=True)
     shutil.rmtree(paths.repo_root, ignore_errors=True)
     shutil.rmtree(paths.packages_dir, ignore_errors=True)
-    shutil.rmtree(paths.root / "apiserver", ignore_errors=True)
+    for cluster_dir in ("controlplane", "agent"):  # a fresh PKI and etcd per lab: the subnet may differ
+        shutil.rmtree(paths.root / cluster_dir, ignore_errors=True)
     paths.state_file.unlink(missing_ok=True)
     if hosts and not quiet:
         progress("lab down")

@@ -196,6 +196,33 @@ def _compile(
         )
 
 
+def problems(version: str, cache: Path | None = None) -> list[str]:
+    """What stops `build_kube` and `ensure_etcd` here, each with how to fix it; empty when both are cached or can
+    be made. Asks the Go module proxy for the Kubernetes module (seconds) only when a build is needed."""
+    found: list[str] = []
+    if cached_kube(version, cache) is None:
+        problem = go_problem()
+        if problem:
+            found.append(problem)
+        else:
+            check = subprocess.run(["go", "list", "-m", "-json", f"k8s.io/kubernetes@v{version}"],
+                                   capture_output=True, text=True, cwd=tempfile.gettempdir(), timeout=120,
+                                   env={**os.environ, "GOFLAGS": "-mod=mod"})  # fmt: skip
+            if check.returncode != 0:
+                proxy = subprocess.run(
+                    ["go", "env", "GOPROXY"], capture_output=True, text=True
+                ).stdout.strip()
+                found.append(
+                    f"the Go module proxy (GOPROXY={proxy}) does not serve k8s.io/kubernetes v{version}: "
+                    f"{(check.stderr.strip().splitlines() or ['no answer'])[-1]} (reach proxy.golang.org or set "
+                    "GOPROXY to a mirror)"
+                )
+    if cached_etcd(cache) is None:
+        found += [f"{tool} is not on PATH: the lab takes etcd from Debian's {ETCD_PACKAGE} (apt)"
+                  for tool in ("apt-get", "dpkg-deb") if not shutil.which(tool)]  # fmt: skip
+    return found
+
+
 # --- etcd from Debian -------------------------------------------------------------------------------------------
 
 
