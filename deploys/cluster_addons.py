@@ -4,7 +4,9 @@ Applied from the machine running pyinfra with the official Kubernetes client and
 cluster named by ``kubeconfig`` in group data: RuntimeClass ``nvidia``, the device plugin with one config per node
 configuration, GPU feature discovery, dcgm-exporter, optional quotas and priority classes. Each node is labelled
 with the device-plugin config it must run. Objects gpuready applied earlier that the spec no longer renders are
-named, and deleted only with ``addons_prune = True``. The alert rule for idle GPUs is written to ``reports/gpu-alerts.yaml``
+named, and deleted only with ``addons_prune = True``. A field someone else changed on an add-on object (another
+field manager: ``kubectl edit``, a controller) stops the deploy with the object, field and manager named, unless
+``addons_take_ownership = True``. The alert rule for idle GPUs is written to ``reports/gpu-alerts.yaml``
 for your Prometheus.
 """
 
@@ -30,9 +32,14 @@ except OperationError as exc:
     ) from None
 
 manifests = render_all(fleet_for(host.inventory), settings)
+take_ownership = node.data.get("addons_take_ownership", False) is True
 for manifest in manifests:
     kubernetes.applied(
-        name=f"Apply {describe(manifest)}", manifest=manifest, kubeconfig=kubeconfig, _run_once=True
+        name=f"Apply {describe(manifest)}",
+        manifest=manifest,
+        kubeconfig=kubeconfig,
+        take_ownership=take_ownership,
+        _run_once=True,
     )
 kubernetes.pruned(
     name="Prune objects the spec no longer renders",

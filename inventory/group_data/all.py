@@ -95,6 +95,9 @@ gpu_resource_quotas = {}  # {"namespace": max GPUs} -> ResourceQuota on requests
 priority_classes = {}  # {"name": value} -> PriorityClasses for GPU workloads
 # delete gpuready's objects the spec no longer renders (a removed pool's config, quota); off: they are only named
 addons_prune = False
+# a field of an add-on object that another field manager changed (kubectl edit, a controller) stops the deploy with
+# the object, field and manager named; True takes such fields over (server-side apply with force)
+addons_take_ownership = False
 
 # --- Node acceptance: the conformance suite's diag layer (pytest conformance -m diag) ----------------------------
 # dcgmi diag run level where DCGM is installed: 1 (seconds, software and deployment checks), 2 (about two minutes:

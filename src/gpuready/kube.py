@@ -90,15 +90,54 @@ def needs_apply(cluster: Cluster, manifest: dict[str, Any]) -> bool:
     return live is None or not contains(live, desired)
 
 
-def apply(cluster: Cluster, manifest: dict[str, Any]) -> None:
-    """Server-side apply as field manager ``gpuready`` (forcing conflicts: the deploy owns these fields)."""
+def apply(cluster: Cluster, manifest: dict[str, Any], take_ownership: bool = False) -> None:
+    """Server-side apply as field manager ``gpuready``. A field another manager set since (``kubectl edit``, a
+    controller, a person) is not overwritten: the API server's conflict is raised as `KubeError` naming the
+    object, each field and its manager, unless `take_ownership` forces the apply (SSA's ``force``)."""
+    from kubernetes.dynamic.exceptions import ConflictError
+
     meta = manifest["metadata"]
-    _resource(cluster, manifest).server_side_apply(
-        body=manifest,
-        name=meta["name"],
-        namespace=meta.get("namespace"),
-        field_manager=FIELD_MANAGER,
-        force_conflicts=True,
+    try:
+        _resource(cluster, manifest).server_side_apply(
+            body=manifest,
+            name=meta["name"],
+            namespace=meta.get("namespace"),
+            field_manager=FIELD_MANAGER,
+            force_conflicts=take_ownership,
+        )
+    except ConflictError as exc:
+        raise KubeError(conflict_message(manifest, exc.body)) from None
+
+
+def check_apply(cluster: Cluster, manifest: dict[str, Any]) -> None:
+    """The apply as a server-side dry run without force: raises `KubeError` naming conflicts, changes nothing."""
+    from kubernetes.dynamic.exceptions import ConflictError
+
+    meta = manifest["metadata"]
+    try:
+        _resource(cluster, manifest).server_side_apply(
+            body=manifest, name=meta["name"], namespace=meta.get("namespace"), field_manager=FIELD_MANAGER,
+            force_conflicts=False, dry_run="All",
+        )  # fmt: skip
+    except ConflictError as exc:
+        raise KubeError(conflict_message(manifest, exc.body)) from None
+
+
+def conflict_message(manifest: dict[str, Any], body: Any) -> str:
+    """`describe(manifest)`: each conflicting field with the manager that owns it, and the two ways out."""
+    import json
+
+    try:
+        status = json.loads(body) if isinstance(body, (str, bytes)) else dict(body or {})
+    except ValueError:
+        status = {}
+    causes = (status.get("details") or {}).get("causes") or []
+    fields = [f"{c.get('field', '?')} (owned by {c.get('message', 'another field manager').removeprefix('conflict with ')})"
+              for c in causes] or [status.get("message", "a field another field manager owns")]  # fmt: skip
+    return (
+        f"{describe(manifest)}: another field manager changed what gpuready applies: {'; '.join(fields)}. "
+        "gpuready does not overwrite it silently: undo that change, or set addons_take_ownership = True "
+        "to take these fields over"
     )
 
 

@@ -283,3 +283,32 @@ def test_a_bootstrap_token_gets_a_node_client_certificate(control_plane: dict[st
     assert cert.subject == subject
     ca = x509.load_pem_x509_certificate(Path(cfg.ssl_ca_cert).read_bytes())
     assert cert.issuer == ca.subject
+
+
+def test_the_suites_run_namespace_admits_its_gpu_pods_and_refuses_a_privileged_one(
+    control_plane: dict[str, Any],
+) -> None:
+    """The conformance suite's per-run namespace enforces Pod Security "restricted" on the real API server: its
+    own GPU pods are admitted there, a privileged pod is refused with the policy named."""
+    from gpuready import kube
+    from gpuready.addons import runtime_class
+    from gpuready.spec import load_fleet
+    from gpuready.workloads import Workloads, gpu_pod
+
+    repo = Path(__file__).resolve().parents[2]
+    node = next(iter(load_fleet(str(repo / "inventory/example.py")).nodes.values()))
+    run = Workloads(kube.connect(control_plane["kubeconfig"]))
+    kube.apply(run.cluster, runtime_class())  # what the add-ons deploy applies; the pods name it
+    run.ensure_namespace()
+    try:
+        pod = gpu_pod("vectoradd", node, "nvcr.io/nvidia/k8s/cuda-sample:vectoradd-cuda12.5.0", "nvidia.com/gpu",
+                      check="vectoradd")  # fmt: skip
+        admitted = run.cluster.core.create_namespaced_pod(run.namespace, pod)
+        assert admitted.metadata.name == "vectoradd"
+        privileged = _pod("privileged", container={"securityContext": {"privileged": True}})
+        with pytest.raises(ApiException) as refused:
+            run.cluster.core.create_namespaced_pod(run.namespace, privileged)
+        assert refused.value.status == 403
+        assert 'violates PodSecurity "restricted:latest"' in json.loads(refused.value.body)["message"]
+    finally:
+        assert run.delete()

@@ -9,6 +9,7 @@ import shutil
 import subprocess
 import threading
 import time
+from pathlib import Path
 
 import pytest
 from kubernetes import client, config
@@ -160,7 +161,7 @@ def test_driver_version_change_upgrades_exactly_the_driver(deployed_lab):
 
 def test_join_secret_is_in_no_output_and_no_process_list(deployed_lab, core):
     lab, node = deployed_lab.lab, "gpu-node-3"
-    token = (lab.paths.root / "apiserver" / "join-token").read_text().strip()
+    token = Path(lab.state["apiserver"]["join_token_file"]).read_text().strip()
     lab.ssh(node, "kubeadm reset -f >/dev/null 2>&1; systemctl stop kubelet || true")
     core.delete_node(node)  # what an admin does after `kubeadm reset`, so the node can join again
     seen: list[str] = []
@@ -262,3 +263,59 @@ def test_objects_no_longer_rendered_are_pruned_only_when_asked(deployed_lab, cor
     assert pruned.changed_operations() == {"Prune objects the spec no longer renders"}
     names = [c.metadata.name for c in core.list_namespaced_config_map("gpu-system").items]
     assert "gpuready-stale-pool" not in names and "nvidia-device-plugin-configs" in names
+
+
+def test_a_field_another_manager_changed_stops_the_addons_deploy_until_taken_over(deployed_lab, core):
+    """Server-side apply against the real API server: a field someone changed with another field manager is a
+    conflict; the deploy names the object, the field and that manager and changes nothing, unless told to take
+    the field over (addons_take_ownership), which restores gpuready's value."""
+    lab = deployed_lab.lab
+    apps = client.AppsV1Api(core.api_client)
+    ours = apps.read_namespaced_daemon_set("nvidia-dcgm-exporter", "gpu-system")
+    image = ours.spec.template.spec.containers[0].image
+    container = ours.spec.template.spec.containers[0].name
+    edited = {"apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": {"name": "nvidia-dcgm-exporter",
+              "namespace": "gpu-system"}, "spec": {"template": {"spec": {"containers": [
+              {"name": container, "image": "registry.example/dcgm-exporter:edited"}]}}}}  # fmt: skip
+    apps.patch_namespaced_daemon_set("nvidia-dcgm-exporter", "gpu-system", edited, field_manager="someone-else",
+                                     force=True, _content_type="application/apply-patch+yaml")  # fmt: skip
+    try:
+        stopped = run_pyinfra(lab, deploy="deploys/cluster_addons.py")
+        assert stopped.returncode != 0, stopped.output[-3000:]
+        assert "DaemonSet gpu-system/nvidia-dcgm-exporter: another field manager changed" in stopped.output
+        assert '"someone-else"' in stopped.output and ".image" in stopped.output
+        assert "addons_take_ownership = True" in stopped.output
+        live = apps.read_namespaced_daemon_set("nvidia-dcgm-exporter", "gpu-system")
+        assert live.spec.template.spec.containers[0].image == "registry.example/dcgm-exporter:edited"
+    finally:
+        taken = run_pyinfra(lab, "--data", "addons_take_ownership=True", deploy="deploys/cluster_addons.py")
+    assert taken.returncode == 0, taken.output[-3000:]
+    live = apps.read_namespaced_daemon_set("nvidia-dcgm-exporter", "gpu-system")
+    assert live.spec.template.spec.containers[0].image == image
+
+
+def test_addon_service_accounts_can_do_what_their_roles_grant_and_nothing_else(deployed_lab):
+    """Real RBAC: the device plugin's ServiceAccount reads nodes (its ClusterRole) and nothing more; dcgm-exporter's
+    pods run with no API rights at all (it reads the kubelet's pod-resources socket, not the API)."""
+    kubeconfig = deployed_lab.lab.state["apiserver"]["kubeconfig"]
+    kubectl = REPO / ".venv" / "bin" / "kubectl"
+
+    def can(who: str, *what: str) -> bool:
+        out = subprocess.run([str(kubectl), "--kubeconfig", kubeconfig, "auth", "can-i", *what,
+                              f"--as=system:serviceaccount:gpu-system:{who}"], capture_output=True, text=True)  # fmt: skip
+        assert out.stdout.strip() in ("yes", "no"), out.stdout + out.stderr
+        return out.stdout.strip() == "yes"
+
+    core = client.CoreV1Api(config.new_client_from_config(config_file=kubeconfig))
+    dcgm_pods = core.list_namespaced_pod(
+        "gpu-system", label_selector="app.kubernetes.io/name=nvidia-dcgm-exporter"
+    )
+    dcgm_sa = {p.spec.service_account_name or "default" for p in dcgm_pods.items}
+    assert len(dcgm_sa) == 1, dcgm_sa
+    granted = [("get", "nodes"), ("list", "nodes"), ("watch", "nodes")]
+    refused = [("patch", "nodes"), ("delete", "nodes"), ("list", "pods"), ("create", "pods"), ("get", "secrets"),
+               ("list", "configmaps"), ("create", "pods/eviction"), ("update", "nodes/status")]  # fmt: skip
+    assert [w for w in granted if not can("nvidia-device-plugin", *w)] == []
+    assert [w for w in refused if can("nvidia-device-plugin", *w)] == []
+    (dcgm,) = dcgm_sa
+    assert [w for w in granted + refused if can(dcgm, *w)] == []

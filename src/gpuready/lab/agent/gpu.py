@@ -282,7 +282,10 @@ class LabGpuBackend(NodeBackend):
         return None
 
     def allocate(self, pod: Obj, container: Obj) -> list[str] | ContainerPlan | None:
-        """Device UUIDs for NVIDIA_VISIBLE_DEVICES (None: no GPU requested), or the admission failure."""
+        """Device UUIDs for NVIDIA_VISIBLE_DEVICES, or the admission failure. None: the kubelet allocates nothing,
+        because no GPU was requested or no device plugin here ever served the resources requested (capacity a
+        virtual profile registered with): the device manager then leaves the container alone, so the image's own
+        ``NVIDIA_VISIBLE_DEVICES=all`` applies, as on a node whose extended resource no plugin manages."""
         wants = _limits(container)
         if not wants:
             return None
@@ -294,10 +297,12 @@ class LabGpuBackend(NodeBackend):
                 return [d.uuid for d in self._allocs[key].devices]
             taken = {d.id for a in self._allocs.values() for d in a.devices}
             chosen: list[Device] = []
+            plugin_managed = False
             for resource, count in sorted(wants.items()):
                 found = self._advertising(resource)
                 if found is None and resource not in self._managed:
                     continue  # capacity the node registered with (a virtual profile), not a plugin's: no devices
+                plugin_managed = True
                 devices = found[1] if found else []
                 shared = any("::" in d.id for d in devices)
                 if found and shared and count > 1 and found[0].config.sharing.fail_requests_greater_than_one:
@@ -320,6 +325,8 @@ class LabGpuBackend(NodeBackend):
                     pick = free.pop(0)
                     taken.add(pick.id)
                     chosen.append(pick)
+            if not plugin_managed:
+                return None
             owner = (pod["metadata"].get("namespace", ""), pod["metadata"]["name"], container["name"])
             self._allocs[key] = _Alloc(owner, chosen)
         return list(dict.fromkeys(d.uuid for d in chosen))
@@ -500,7 +507,7 @@ class GpuSync(Loop):
         now = time.monotonic()
         if now - self._last_poll >= self.poll_s:
             self._last_poll = now
-            self._dirty.update(n for n, b in self.backends.items() if b.needs_polling())
+            self._dirty.update(n for n, b in list(self.backends.items()) if b.needs_polling())
         dirty, self._dirty = self._dirty, set()
         for name in sorted(dirty):
             backend = self.backends.get(name)

@@ -2,7 +2,7 @@
 
 Stdlib only (installed into Debian lab hosts by the lab's `kubelet` package; the emulated `kubeadm` imports the
 helpers here too). It does what a real kubelet does towards the API server and nothing on the host: no pods run
-here, the API simulator runs them. What it reports is the host's own: CPUs and memory from /proc, disk from the
+here, the lab's node agent runs them. What it reports is the host's own: CPUs and memory from /proc, disk from the
 filesystem under /var/lib/kubelet, containerd's version, the kernel and OS release.
 
 Without /etc/kubernetes/kubelet.conf it fails the way an unjoined real kubelet does, so its unit crash-loops
@@ -488,8 +488,8 @@ def container_runtime_version() -> str:
 
 
 def _node_ip(hostname: str, server: str) -> str:
-    """The node's InternalIP: the hostname's address (lab hosts map their name to their own 127.0.10.N address in
-    /etc/hosts, which a real kubelet would skip as loopback), else the address this host reaches the API server
+    """The node's InternalIP: the hostname's address (lab hosts map their name to their own address in the lab's
+    network namespace, 10.213.1.N, in /etc/hosts), else the address this host reaches the API server
     from (the real kubelet's fallback, the default-route interface, comes to the same on a one-NIC host)."""
     try:
         for info in socket.getaddrinfo(hostname, None, socket.AF_INET, socket.SOCK_STREAM):

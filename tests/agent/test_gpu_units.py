@@ -1,14 +1,18 @@
-"""The GPU rules without a server: config selection, devices, GFD labels, containerd merging, scrape, CUDA images."""
+"""The agent's GPU rules without a cluster: config selection, devices, GFD labels, containerd merging, scrape, CUDA
+images, the lab's host views."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 
-from gpuready.lab.apiserver.gpu import virtual_hardware
-from gpuready.lab.apiserver.gpu_host import VirtualGpuView, containerd_runtimes
-from gpuready.lab.apiserver.gpu_images import Exposure, smi_list, vector_add
-from gpuready.lab.apiserver.gpu_metrics import dcgm_scrape, hostname_label
-from gpuready.lab.apiserver.gpu_plugin import (
+from gpuready.lab.agent.gpu import LabGpuBackend, lab_host_views, virtual_hardware
+from gpuready.lab.agent.gpu_host import VirtualGpuView, containerd_runtimes
+from gpuready.lab.agent.gpu_images import VECTOR_ADD_OK, Exposure, smi_list, vector_add
+from gpuready.lab.agent.gpu_metrics import dcgm_scrape, hostname_label
+from gpuready.lab.agent.gpu_plugin import (
     PluginError,
     gfd_labels,
     parse_config,
@@ -17,6 +21,8 @@ from gpuready.lab.apiserver.gpu_plugin import (
 )
 from gpuready.lab.hardware import make_hardware
 from gpuready.nvidia.dcgm import parse_dcgm_metrics
+
+from .conftest import CUDA_BASE, VECTOR_ADD, make_host
 
 PLUGIN = {"name": "nvidia-device-plugin", "image": "nvcr.io/nvidia/k8s-device-plugin:v0.18.0"}
 
@@ -149,3 +155,33 @@ def test_virtual_hardware_matches_virtual_profiles() -> None:
     assert hw["gpus"][0]["memory_mib"] == 40960
     assert virtual_hardware("cpu", 0) is None
     assert len(virtual_hardware("dgx-h100", 0)["gpus"]) == 8
+
+
+def test_lab_host_views_follow_the_lab_state(tmp_path: Path) -> None:
+    """What the agent attaches for `--lab-state`: one host view per host of the lab's state.json, reading that
+    host's own files."""
+    lab = tmp_path / "lab"
+    make_host(lab / "hosts", "gpu-host-a", "l4-1")
+    (lab / "state.json").write_text(json.dumps({"version": 1, "hosts": {"gpu-host-a": {"index": 0}}}))
+    views = lab_host_views(lab)
+    assert [(v.name, v.root) for v in views] == [("gpu-host-a", lab / "hosts/gpu-host-a/merged")]
+    state = views[0].snapshot()
+    assert (state.driver_version, state.default_runtime, state.nvml_error) == ("580.178.04", "runc", None)
+    assert state.runtimes["nvidia"].nvidia and [g.uuid for g in state.gpus] == [
+        make_hardware("l4-1", 0)["gpus"][0]["uuid"]
+    ]
+
+
+def test_gpu_request_no_plugin_serves_runs_with_the_images_devices() -> None:
+    """Capacity a virtual profile registered with, no device plugin: the kubelet allocates nothing and the image's
+    ``NVIDIA_VISIBLE_DEVICES=all`` applies under the nvidia runtime (vectorAdd passes, every GPU is listed)."""
+    hw = virtual_hardware("dgx-h100", 0)
+    backend = LabGpuBackend(VirtualGpuView("n", hw))
+    pod = {"metadata": {"name": "p", "namespace": "ns", "uid": "u"}, "spec": {"runtimeClassName": "nvidia"}}
+    limits = {"resources": {"limits": {"nvidia.com/gpu": "1"}}}
+    plan = backend.runtime.plan(pod, {"name": "va", "image": VECTOR_ADD, **limits}, None)
+    assert (plan.exit_code, plan.logs) == (0, VECTOR_ADD_OK)
+    smi = {"name": "smi", "image": CUDA_BASE, "command": ["nvidia-smi", "-L"], **limits}
+    listed = backend.runtime.plan(pod, smi, None).logs.splitlines()
+    assert listed == [f"GPU {i}: NVIDIA H100 80GB HBM3 (UUID: {g['uuid']})" for i, g in enumerate(hw["gpus"])]
+    assert backend.owners() == {}  # nothing allocated: dcgm-exporter maps no GPU to the pod

@@ -1,0 +1,296 @@
+"""GPU behaviour of the lab's node agent on the real control plane (tests/conftest.py's `lab_cluster`).
+
+A GPU node is a virtual node the agent registers (`virtual_nodes`): either with its profile's hardware
+(``dgx-h100``: eight H100s, driver and ``nvidia`` handler), or a ``cpu`` node given a fake lab host root through
+the agent's ``attach_host`` (`gpu_host`): what a deploy leaves on a lab host (driver files, containerd's config
+and the ``nvidia`` drop-in rendered by gpuready's own containerd_config, the emulated driver's MIG state) plus a
+hardware file with faults. gpuready's add-ons run in the test's own namespace; the real DaemonSet controller and
+scheduler place their pods, and the agent runs them.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes import client, watch
+from kubernetes.client.exceptions import ApiException
+
+from gpuready import addons, kube
+from gpuready.containerd_config import RuntimeSettings, render_drop_in, render_main
+from gpuready.lab.agent import control
+from gpuready.lab.hardware import make_hardware, write_hardware
+
+Obj = dict[str, Any]
+WAIT_S = 120.0  # two cores shared with other test sessions: the real controllers take their time
+GPU = "nvidia.com/gpu"
+DRIVER = "580.178.04"
+VECTOR_ADD = "nvcr.io/nvidia/k8s/cuda-sample:vectoradd-cuda12.5.0"
+CUDA_BASE = "nvcr.io/nvidia/cuda:12.4.1-base-ubuntu22.04"
+PAUSE = "registry.k8s.io/pause:3.10"
+CONTAINERD_MAIN = """\
+version = 2
+[plugins."io.containerd.grpc.v1.cri".containerd]
+  default_runtime_name = "runc"
+  [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+    runtime_type = "io.containerd.runc.v2"
+"""
+CONFIGS = {
+    "none": "version: v1\nflags:\n  migStrategy: none\n",
+    "ts4": "version: v1\nflags:\n  migStrategy: none\nsharing:\n  timeSlicing:\n    resources:\n"
+    "    - name: nvidia.com/gpu\n      replicas: 4\n",
+    "mig-mixed": "version: v1\nflags:\n  migStrategy: mixed\n",
+    "mig-single": "version: v1\nflags:\n  migStrategy: single\n",
+}
+
+
+def wait_for(check: Callable[[], Any], timeout: float = WAIT_S, what: str = "condition") -> Any:
+    """Poll until `check()` is truthy; fail naming `what` and the last value after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}; last value: {value!r}")
+        time.sleep(0.2)
+
+
+def make_host(
+    base: Path,
+    name: str,
+    profile: str,
+    index: int = 0,
+    *,
+    nvidia_dropin: bool = True,
+    mig: dict[int, list[str]] | None = None,
+    faults: list[Obj] | None = None,
+    driver: str | None = DRIVER,
+) -> tuple[Path, Path]:
+    """A host root as the gpu_node deploy leaves it; `mig` maps GPU index -> MIG profiles to create.
+    Returns (root, hardware file)."""
+    root = base / name / "merged"
+    hardware = base / name / "machine" / "hardware.json"
+    hw = make_hardware(profile, index)
+    hw["faults"] = list(faults or [])
+    write_hardware(hardware, hw)
+    for d in ("usr/bin", "usr/lib/nvidia-emu", "usr/lib/x86_64-linux-gnu", "etc/containerd/conf.d",
+              "var/lib/nvidia-emu"):  # fmt: skip
+        (root / d).mkdir(parents=True, exist_ok=True)
+    if driver:
+        (root / "usr/bin/nvidia-smi").write_text("#!/usr/bin/python3\n")
+        (root / "usr/lib/nvidia-emu/driver-version").write_text(driver + "\n")
+        (root / "usr/lib/nvidia-emu/kmod-version").write_text(driver + "\n")
+        (root / "usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1").write_text("emulated NVML\n")
+    (root / "usr/bin/nvidia-container-runtime").write_text("#!/usr/bin/python3\n")
+    settings = RuntimeSettings()
+    main = render_main(CONTAINERD_MAIN, settings)
+    (root / "etc/containerd/config.toml").write_text(main)
+    if nvidia_dropin:
+        (root / "etc/containerd/conf.d/99-nvidia.toml").write_text(render_drop_in(main, settings))
+    gpus = {}
+    for g in hw["gpus"]:
+        gis = []
+        by_name = {p["name"]: p for p in g["mig_profiles"]}
+        start = 0
+        for gi_id, prof_name in enumerate((mig or {}).get(g["index"], []), start=1):
+            p = by_name[prof_name]
+            gis.append({"id": gi_id, "profile_id": p["profile_id"], "start": start, "size": p["placement_size"],
+                        "cis": [{"id": 0, "profile_id": 0, "start": 0, "size": p["compute_slices"]}]})  # fmt: skip
+            start += p["placement_size"]
+        on = g["index"] in (mig or {})
+        gpus[g["uuid"]] = {"mig_current": on, "mig_pending": on, "persistence": False, "gis": gis}
+    (root / "var/lib/nvidia-emu/state.json").write_text(
+        json.dumps({"boot_id": "b", "kmod": driver, "gpus": gpus})
+    )
+    return root, hardware
+
+
+def gpu_pod(
+    name: str,
+    image: str,
+    node: str,
+    *,
+    gpus: int = 1,
+    command: list[str] | None = None,
+    runtime_class: str | None = "nvidia",
+    resource: str = GPU,
+    restart: str = "Never",
+) -> Obj:
+    container: Obj = {"name": "main", "image": image}
+    if gpus:
+        container["resources"] = {"limits": {resource: str(gpus)}}
+    if command:
+        container["command"] = command
+    spec: Obj = {"restartPolicy": restart, "nodeSelector": {"kubernetes.io/hostname": node},
+                 "tolerations": addons.GPU_TOLERATIONS, "containers": [container]}  # fmt: skip
+    if runtime_class:
+        spec["runtimeClassName"] = runtime_class
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": spec}
+
+
+def terminated(pod: Obj) -> Obj:
+    return pod["status"]["containerStatuses"][0]["state"]["terminated"]
+
+
+@dataclass
+class Gpus:
+    """The test's namespace on the lab cluster, read as plain dicts (the API's own field names)."""
+
+    api: client.ApiClient
+    ns: str
+
+    @property
+    def core(self) -> client.CoreV1Api:
+        return client.CoreV1Api(self.api)
+
+    def _plain(self, obj: Any) -> Obj:
+        return self.api.sanitize_for_serialization(obj)
+
+    def node(self, name: str) -> Obj:
+        return self._plain(self.core.read_node(name))
+
+    def labels(self, name: str) -> dict[str, str]:
+        return self.node(name)["metadata"].get("labels") or {}
+
+    def resources(self, name: str, key: str = GPU) -> tuple[str | None, str | None]:
+        status = self.node(name)["status"]
+        return (status.get("capacity") or {}).get(key), (status.get("allocatable") or {}).get(key)
+
+    def pod(self, name: str) -> Obj | None:
+        try:
+            return self._plain(self.core.read_namespaced_pod(name, self.ns))
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    def pods_on(self, node: str, prefix: str = "") -> list[Obj]:
+        pods = self.core.list_namespaced_pod(self.ns, field_selector=f"spec.nodeName={node}").items
+        return [self._plain(p) for p in pods if p.metadata.name.startswith(prefix)]
+
+    def plugin_pod(self, node: str, prefix: str = "nvidia-device-plugin") -> Obj | None:
+        return next(iter(self.pods_on(node, prefix)), None)
+
+    def running(self, name: str) -> Obj | None:
+        pod = self.pod(name)
+        return pod if pod and pod["status"].get("phase") == "Running" else None
+
+    def finished(self, name: str) -> Obj | None:
+        pod = self.pod(name)
+        return pod if pod and pod["status"].get("phase") in ("Succeeded", "Failed") else None
+
+    def create_pod(self, manifest: Obj) -> None:
+        self.core.create_namespaced_pod(self.ns, manifest)
+
+    def logs(self, name: str, container: str | None = None) -> str:
+        if container:
+            return self.core.read_namespaced_pod_log(name, self.ns, container=container)
+        return self.core.read_namespaced_pod_log(name, self.ns)
+
+    def runtime_class(self) -> None:
+        """gpuready's RuntimeClass ``nvidia`` (cluster-wide; applied server-side, so again is fine)."""
+        kube.apply(kube.Cluster(api=self.api, url=""), addons.runtime_class())
+
+    def deploy_addons(self, runtime_class: bool = True, configs: dict[str, str] | None = None) -> None:
+        """gpuready.addons' objects in this namespace; the GPU DaemonSets optionally on the nvidia runtime."""
+        settings = replace(addons.AddonSettings(), namespace=self.ns)
+        self.runtime_class()
+        cm = {"apiVersion": "v1", "kind": "ConfigMap", "data": configs or CONFIGS,
+              "metadata": {"name": addons.DEVICE_PLUGIN_CONFIGMAP, "namespace": self.ns}}  # fmt: skip
+        self.core.create_namespaced_config_map(self.ns, cm)
+        self.core.create_namespaced_service_account(self.ns, {"metadata": {"name": "nvidia-device-plugin"}})
+        dcgm, service = addons.dcgm_exporter(settings)
+        apps = client.AppsV1Api(self.api)
+        for ds in (addons.device_plugin(settings), addons.gpu_feature_discovery(settings), dcgm):
+            if (
+                not runtime_class
+            ):  # gpuready's add-ons set it; without it the pods run under containerd's runc
+                ds["spec"]["template"]["spec"].pop("runtimeClassName", None)
+            apps.create_namespaced_daemon_set(self.ns, ds)
+        self.core.create_namespaced_service(self.ns, service)
+
+    def barrier(self, node: str) -> None:
+        """Two pods started one after the other on `node`: the agent runs a node's pods in order and re-syncs
+        the node's GPU state after each start, so once the second runs, a sync after the first one is done."""
+        for i in range(2):
+            name = f"barrier-{node}-{time.monotonic_ns() % 10**9}-{i}"
+            self.create_pod(gpu_pod(name, PAUSE, node, gpus=0, runtime_class=None, restart="Always"))
+            wait_for(lambda n=name: self.running(n), what=f"{name} running")
+
+    def watch_resources(self, node: str, start: Callable[[], None], until: tuple[str, str],
+                        key: str = GPU, timeout: float = WAIT_S) -> list[tuple[str | None, str | None]]:  # fmt: skip
+        """Call `start()`, then every distinct (capacity, allocatable) of `key` the node goes through (from a
+        watch, so none is missed) until it reaches `until`."""
+        current = self.core.read_node(node)
+        seen = [((current.status.capacity or {}).get(key), (current.status.allocatable or {}).get(key))]
+        start()
+        deadline = time.monotonic() + timeout
+        w = watch.Watch()
+        try:
+            while seen[-1] != until:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise AssertionError(f"{node}: {key} never reached {until}; went through {seen}")
+                for ev in w.stream(self.core.list_node, field_selector=f"metadata.name={node}",
+                                   resource_version=current.metadata.resource_version,
+                                   timeout_seconds=max(1, int(left))):  # fmt: skip
+                    obj = ev["object"]
+                    current = obj
+                    state = ((obj.status.capacity or {}).get(key), (obj.status.allocatable or {}).get(key))
+                    if state != seen[-1]:
+                        seen.append(state)
+                    if state == until:
+                        break
+        finally:
+            w.stop()
+        return seen
+
+
+@pytest.fixture
+def ns(namespace: str, api: client.ApiClient) -> str:
+    """The test's namespace, once its default ServiceAccount exists (pods are refused before that)."""
+    core = client.CoreV1Api(api)
+    wait_for(
+        lambda: any(
+            sa.metadata.name == "default" for sa in core.list_namespaced_service_account(namespace).items
+        ),
+        what=f"the serviceaccount controller to create {namespace}/default",
+    )
+    return namespace
+
+
+@pytest.fixture
+def gpus(api: client.ApiClient, ns: str) -> Gpus:
+    return Gpus(api, ns)
+
+
+@pytest.fixture
+def gpu_host(
+    lab_cluster: Any, virtual_nodes: Callable[..., list[str]], api: client.ApiClient, tmp_path: Path
+) -> Iterator[Callable[..., str]]:
+    """`gpu_host(profile, config_key="ts4", index=0, grace_s=None, **make_host options)`: a virtual node with a
+    lab host's GPUs, driver and containerd (read from a host root the agent watches), labelled as a GPU node that
+    selects `config_key` of the device plugin's ConfigMap; returns its name."""
+    core = client.CoreV1Api(api)
+
+    def add(profile: str, config_key: str | None = "ts4", index: int = 0, grace_s: float | None = None,
+            **kw: Any) -> str:  # fmt: skip
+        (name,) = virtual_nodes(1, "cpu")
+        root, hardware = make_host(tmp_path / "hosts", name, profile, index, **kw)
+        request: Obj = {"op": "attach_host", "name": name, "root": str(root), "hardware": str(hardware)}
+        if grace_s is not None:
+            request["grace_s"] = grace_s
+        control.call(lab_cluster.control, request)
+        labels = {"nvidia.com/gpu.present": "true"}
+        if config_key:
+            labels[addons.DEVICE_PLUGIN_CONFIG_LABEL] = config_key
+        core.patch_node(name, {"metadata": {"labels": labels}})
+        return name
+
+    yield add
