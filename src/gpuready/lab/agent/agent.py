@@ -12,6 +12,7 @@ ports for the pod proxy.
 from __future__ import annotations
 
 import logging
+import time
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +27,7 @@ from .virtual import VIRTUAL_NET, VirtualNodes
 Obj = dict[str, Any]
 log = logging.getLogger(__name__)
 DCGM_PORT = 9400
+NOT_READY_TAINT = "node.kubernetes.io/not-ready"
 
 
 class Agent:
@@ -36,6 +38,7 @@ class Agent:
         kubelet_version: str,
         lab_state: Path | None = None,
         node_addresses: str = VIRTUAL_NET,
+        heartbeat_s: float = 10.0,
     ) -> None:
         self.api = Client(kubeconfig)
         self.store = Mirror(self.api)
@@ -45,7 +48,7 @@ class Agent:
         self._lab_state = lab_state
         self.kubelet = Kubelet(self)
         self.gpu_sync = GpuSync(self)
-        self.virtual = VirtualNodes(self, kubelet_version, node_addresses)
+        self.virtual = VirtualNodes(self, kubelet_version, node_addresses, heartbeat_s)
         self.endpoints = Endpoints(self, state_dir)
 
     # what the kubelet and GPU logic ask ---------------------------------------------------------------------
@@ -90,10 +93,22 @@ class Agent:
         self.kubelet.start()
         self.gpu_sync.start()
 
-    def add_virtual_nodes(self, count: int, profile: str, prefix: str = "virt-node-") -> list[str]:
+    def add_virtual_nodes(
+        self, count: int, profile: str, prefix: str = "virt-node-", timeout: float | None = None
+    ) -> list[str]:
+        """Register virtual nodes and return once the node lifecycle controller has lifted the not-ready taint a
+        new node carries at first (a fraction of a second), so a caller's next pod is never refused by it."""
         names = self.virtual.add(count, profile, prefix)
         self._managed.update(names)
         attach_virtual(self, self.gpu_sync, names, profile)
+        timeout = timeout if timeout is not None else 60.0 + 0.1 * count
+        deadline = time.monotonic() + timeout
+        for name in names:
+            while any(t.get("key") == NOT_READY_TAINT for t in
+                      ((self.store.get("nodes", "", name) or {}).get("spec") or {}).get("taints") or []):  # fmt: skip
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"{name} still carries {NOT_READY_TAINT} after {timeout:.0f}s")
+                time.sleep(0.05)
         return names
 
     def control(self, request: Obj) -> Obj:

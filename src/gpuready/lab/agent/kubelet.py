@@ -102,7 +102,9 @@ class Kubelet:
                 return None
             c = state.containers[container]
             if previous:
-                return c.previous_logs
+                # backing off after an exit, the instance that just ended is the previous one (until the restart
+                # moves its output to previous_logs)
+                return c.logs if "waiting" in c.state and c.last_state else c.previous_logs
             if "running" in c.state:
                 return c.plan.logs_at(time.monotonic() - c.started)
             return c.logs

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ipaddress
 import threading
+import time
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -183,7 +184,11 @@ class VirtualNodes:
             self._thread.join(timeout=5)
 
     def _beat(self) -> None:
-        while not self._stop.wait(self._interval):
+        # every `interval` from the start of the last round, as each kubelet renews every 10 s: a round of 1000
+        # sequential renewals takes seconds, which must not stretch the period (leases last 40 s)
+        next_round = time.monotonic() + self._interval
+        while not self._stop.wait(max(0.0, next_round - time.monotonic())):
+            next_round = time.monotonic() + self._interval
             for name in list(self._names):
                 if name not in self._silenced:
                     self._renew(name)

@@ -65,11 +65,19 @@ def up(
         entry["agent"] = start_agent(
             root / "agent", net, Path(entry["kubeconfig"]), f"v{version}", progress,
             virtual_nodes=virtual_nodes, virtual_profile=virtual_profile, lab_state=lab_state,
+            heartbeat_s=heartbeat_for(node_monitor_grace_period),
         )  # fmt: skip
     except BaseException:
         controlplane.stop(entry)
         raise
     return entry
+
+
+def heartbeat_for(grace_period: str) -> float:
+    """Lease renewal interval of virtual nodes: a kubelet's 10 s, or a quarter of a shorter node-monitor grace
+    period (tests use a few seconds to see NotReady fast), so a live node is never taken for a dead one."""
+    seconds = float(grace_period.removesuffix("s"))
+    return min(10.0, seconds / 4)
 
 
 def down(entry: dict[str, Any]) -> None:
@@ -88,6 +96,7 @@ def start_agent(
     virtual_nodes: int = 0,
     virtual_profile: str = "dgx-h100",
     lab_state: Path | None = None,
+    heartbeat_s: float = 10.0,
 ) -> dict[str, Any]:
     state_dir.mkdir(parents=True, exist_ok=True)
     ready = state_dir / "ready.json"
@@ -95,7 +104,7 @@ def start_agent(
     argv = [
         sys.executable, "-m", "gpuready.lab.agent", "--kubeconfig", str(kubeconfig), "--state-dir", str(state_dir),
         "--kubelet-version", kubelet_version, "--node-addresses", net.pod_cidr, "--ready-file", str(ready),
-        "--virtual-nodes", str(virtual_nodes), "--virtual-profile", virtual_profile,
+        "--virtual-nodes", str(virtual_nodes), "--virtual-profile", virtual_profile, "--heartbeat", str(heartbeat_s),
     ]  # fmt: skip
     if lab_state is not None:
         argv += ["--lab-state", str(lab_state)]
@@ -106,7 +115,7 @@ def start_agent(
     progress(
         f"node agent started (pid {proc.pid}){f', registering {virtual_nodes} virtual nodes' * bool(virtual_nodes)}"
     )
-    deadline = time.monotonic() + AGENT_START_TIMEOUT_S + virtual_nodes * 0.05
+    deadline = time.monotonic() + AGENT_START_TIMEOUT_S + virtual_nodes * 0.2
     while not ready.exists():
         if proc.poll() is not None or time.monotonic() > deadline:
             stop_agent({"pid": proc.pid})

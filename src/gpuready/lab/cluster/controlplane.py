@@ -75,7 +75,9 @@ READY_TIMEOUT_S = 60.0
 NODE_NAME = "lab-control-plane"
 LOOPBACK_ADVERTISE_ADDRESS = "198.51.100.1"  # TEST-NET-2: see the module docstring
 SERVICE_SUBNET = "10.96.0.0/12"
-POD_SUBNET = "10.244.0.0/16"
+# a /24 per node (the controller-manager's default mask): a /14 holds 1024 nodes (a /16 only 256, and the node IPAM
+# controller would retry the others for ever, ten CIDRNotAvailable events a second at 1000 nodes)
+POD_SUBNET = "10.244.0.0/14"
 TOKEN_GROUP = "system:bootstrappers:kubeadm:default-node-token"
 # kubeadm's own default ports; each is kept when free, else the kernel picks one.
 DEFAULT_PORTS = {

@@ -1,21 +1,23 @@
-"""The emulated kubeadm and kubelet, run as processes against an in-process simulator with a fake host root.
+"""The emulated kubeadm and kubelet, run as processes joining the test run's real control plane.
 
 They are the scripts the lab's `kubeadm`/`kubelet` packages install; here `GPUREADY_LAB_K8S_ROOT` moves their
 /etc/kubernetes and /var/lib/kubelet into a temporary directory and a stand-in `systemctl` starts the kubelet the
-way the packaged unit and its kubeadm drop-in do.
+way the packaged unit and its kubeadm drop-in do. Everything they talk to is real: kube-public/cluster-info signed
+by the controller-manager's bootstrap signer, the bootstrap token kubeadm created, the CSR approver and signer, the
+Node authorizer and NodeRestriction admission that judge the node's own credentials, and the node lifecycle
+controller that notices a stopped kubelet.
 """
 
 from __future__ import annotations
 
 import base64
-import hashlib
-import hmac
 import json
 import os
 import shutil
 import subprocess
 import sys
 import threading
+import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,19 +25,19 @@ from typing import Any
 
 import pytest
 import yaml
+from cryptography import x509
+from cryptography.x509.oid import NameOID
+from kubernetes import client
+from kubernetes.client.rest import ApiException
 
 from gpuready.lab import emulator
-from gpuready.lab.apiserver import ApiServer
-from gpuready.lab.apiserver.tls import ca_cert_hash
 
-from .conftest import KUBECTL, wait_for
+from .conftest import kubectl_path, wait_for
 
 EMULATOR = Path(emulator.__file__).parent
 KUBEADM = EMULATOR / "kubeadm.py"
 KUBELET = EMULATOR / "kubelet.py"
-TOKEN_ID, TOKEN_SECRET = "abcdef", "0123456789abcdef"
-TOKEN = f"{TOKEN_ID}.{TOKEN_SECRET}"
-NODE = "lab-gpu-1"
+KUBELET_VERSION = "v1.34.1"  # what the emulated packages report (one patch behind the control plane: in skew)
 
 pytestmark = pytest.mark.skipif(
     shutil.which("openssl") is None, reason="the emulated kubeadm needs the openssl CLI"
@@ -94,8 +96,25 @@ class Host:
     root: Path
     state: Path
     env: dict[str, str]
-    sim: ApiServer
+    cluster: dict[str, Any]  # the control plane's entry (endpoint, url, kubeconfig, join token file, CA hash)
+    node: str
     seen_args: list[str] = field(default_factory=list)
+
+    @property
+    def token(self) -> str:
+        return Path(self.cluster["join_token_file"]).read_text().strip()
+
+    @property
+    def token_id(self) -> str:
+        return self.token.split(".")[0]
+
+    @property
+    def token_secret(self) -> str:
+        return self.token.split(".")[1]
+
+    @property
+    def ca_pem(self) -> bytes:
+        return (Path(self.cluster["kubeconfig"]).parent / "pki" / "ca.crt").read_bytes()
 
     def kubeadm(
         self, *args: str, stdin: str | None = None, watch_ps: bool = False
@@ -107,7 +126,7 @@ class Host:
         if watch_ps:
             sampler = threading.Thread(target=self._sample_ps, args=(stop,), daemon=True)
             sampler.start()
-        out, err = proc.communicate(stdin, timeout=120)
+        out, err = proc.communicate(stdin, timeout=180)
         stop.set()
         if sampler is not None:
             sampler.join()
@@ -138,10 +157,10 @@ class Host:
         doc: dict[str, Any] = {
             "apiVersion": "kubeadm.k8s.io/v1beta4",
             "kind": "JoinConfiguration",
-            "discovery": {"bootstrapToken": {"apiServerEndpoint": self.sim.host_port, "token": TOKEN,
-                                             "caCertHashes": [ca_cert_hash(self.sim.ca_path.read_bytes())]}},
+            "discovery": {"bootstrapToken": {"apiServerEndpoint": self.cluster["endpoint"], "token": self.token,
+                                             "caCertHashes": [self.cluster["ca_cert_hash"]]}},
             "nodeRegistration": {
-                "name": NODE,
+                "name": self.node,
                 "criSocket": "unix:///run/containerd/containerd.sock",
                 "taints": [{"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"},
                            {"key": "gpuready.io/burn-in", "effect": "NoExecute"}],
@@ -155,62 +174,47 @@ class Host:
         path.chmod(0o600)
         return path
 
-
-def _bootstrap_token(sim: ApiServer) -> None:
-    data = {"token-id": TOKEN_ID, "token-secret": TOKEN_SECRET, "usage-bootstrap-authentication": "true",
-            "usage-bootstrap-signing": "true", "auth-extra-groups": "system:bootstrappers:kubeadm:default-node-token"}  # fmt: skip
-    sim.create_internal("secrets", {"metadata": {"name": f"bootstrap-token-{TOKEN_ID}", "namespace": "kube-system"},
-                                    "type": "bootstrap.kubernetes.io/token",
-                                    "data": {k: base64.b64encode(v.encode()).decode() for k, v in data.items()}})  # fmt: skip
-
-
-def _fast_kubelet_config(sim: ApiServer) -> None:
-    """The cluster's kubelet-config (kubeadm copies it to config.yaml): heartbeats well inside the test's grace."""
-    cfg = {"apiVersion": "kubelet.config.k8s.io/v1beta1", "kind": "KubeletConfiguration", "cgroupDriver": "systemd",
-           "nodeLeaseDurationSeconds": 2, "nodeStatusUpdateFrequency": "500ms", "maxPods": 110}  # fmt: skip
-    sim.create_internal("configmaps", {"metadata": {"name": "kubelet-config", "namespace": "kube-system"},
-                                       "data": {"kubelet": yaml.safe_dump(cfg)}})  # fmt: skip
-
-
-def _sign_cluster_info(sim: ApiServer, secret: str = TOKEN_SECRET) -> None:
-    """What the bootstrap signer controller does: a detached HS256 JWS of the kubeconfig, keyed by the token."""
-
-    def b64(data: bytes) -> str:
-        return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
-
-    def sign(cm: dict[str, Any]) -> None:
-        header = b64(json.dumps({"alg": "HS256", "kid": TOKEN_ID}, separators=(",", ":")).encode())
-        payload = b64(cm["data"]["kubeconfig"].encode())
-        sig = hmac.new(secret.encode(), f"{header}.{payload}".encode(), hashlib.sha256).digest()
-        cm["data"][f"jws-kubeconfig-{TOKEN_ID}"] = f"{header}..{b64(sig)}"
-
-    sim.store.modify("configmaps", "kube-public", "cluster-info", sign)
+    def node_client(self) -> client.ApiClient:
+        """An API client with the node's own credentials: the client certificate its TLS bootstrap got."""
+        cfg = client.Configuration()
+        cfg.host = self.cluster["url"]
+        cfg.ssl_ca_cert = str(Path(self.cluster["kubeconfig"]).parent / "pki" / "ca.crt")
+        pem = str(self.path("/var/lib/kubelet/pki/kubelet-client-current.pem"))
+        cfg.cert_file = cfg.key_file = pem
+        return client.ApiClient(cfg)
 
 
 @pytest.fixture
-def host(sim: ApiServer, tmp_path: Path) -> Iterator[Host]:
+def host(lab_cluster: Any, api: client.ApiClient, tmp_path: Path) -> Iterator[Host]:
     root, state = tmp_path / "hostroot", tmp_path / "hoststate"
     root.mkdir()
     state.mkdir()
     (state / "systemctl.py").write_text(FAKE_SYSTEMCTL)
     env = {**os.environ, "GPUREADY_LAB_K8S_ROOT": str(root), "FAKE_SYSTEMCTL_STATE": str(state),
            "FAKE_KUBELET": str(KUBELET), "GPUREADY_LAB_SYSTEMCTL": f"{sys.executable} {state / 'systemctl.py'}"}  # fmt: skip
-    _bootstrap_token(sim)
-    _fast_kubelet_config(sim)
-    h = Host(root, state, env, sim)
+    h = Host(root, state, env, lab_cluster.entry, f"lab-gpu-{uuid.uuid4().hex[:6]}")
     try:
         yield h
     finally:
         subprocess.run([sys.executable, str(state / "systemctl.py"), "stop", "kubelet"], env=env, timeout=60)
+        try:
+            client.CoreV1Api(api).delete_node(h.node)
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
 
 
-def _node(sim: ApiServer) -> dict[str, Any] | None:
-    return sim.store.get("nodes", "", NODE)
+def _node(api: client.ApiClient, name: str) -> dict[str, Any] | None:
+    try:
+        return api.sanitize_for_serialization(client.CoreV1Api(api).read_node(name))
+    except ApiException as exc:
+        if exc.status == 404:
+            return None
+        raise
 
 
-def _ready(sim: ApiServer) -> str | None:
-    node = _node(sim) or {}
-    conds = (node.get("status") or {}).get("conditions") or []
+def _ready(api: client.ApiClient, name: str) -> str | None:
+    conds = ((_node(api, name) or {}).get("status") or {}).get("conditions") or []
     return next((c["status"] for c in conds if c["type"] == "Ready"), None)
 
 
@@ -220,6 +224,17 @@ def _files(root: Path) -> dict[str, bytes]:
         for p in root.rglob("*")
         if p.is_file() and not p.is_symlink()
     }
+
+
+def _csrs_for(api: client.ApiClient, node: str) -> list[client.V1CertificateSigningRequest]:
+    """The CSRs whose request names this node (the cluster is shared: other nodes join it too)."""
+    mine = []
+    for csr in client.CertificatesV1Api(api).list_certificate_signing_request().items:
+        request = x509.load_pem_x509_csr(base64.b64decode(csr.spec.request))
+        names = request.subject.get_attributes_for_oid(NameOID.COMMON_NAME)
+        if names and names[0].value == f"system:node:{node}":
+            mine.append(csr)
+    return mine
 
 
 JOINED = """\
@@ -232,22 +247,32 @@ Run 'kubectl get nodes' on the control-plane to see this node join the cluster.
 
 
 @pytest.fixture
-def joined(host: Host) -> Host:
+def joined(host: Host, api: client.ApiClient) -> Host:
     out = host.kubeadm("join", "--config", str(host.config_file()), watch_ps=True)
     assert out.returncode == 0, f"{out.stdout}\n{out.stderr}\n{host.kubelet_log()}"
     assert out.stdout.endswith(JOINED + "\n")
-    wait_for(lambda: _ready(host.sim) == "True", 20, "the joined node to turn Ready")
+    wait_for(lambda: _ready(api, host.node) == "True", 60, "the joined node to turn Ready")
     return host
 
 
-def test_join_registers_a_ready_node_with_labels_taints_and_host_capacity(joined: Host, kubectl) -> None:
-    sim, node = joined.sim, _node(joined.sim)
+def test_join_registers_a_ready_node_with_labels_taints_and_host_capacity(
+    joined: Host, api: client.ApiClient, kubectl: Any
+) -> None:
+    # the kubelet registers with the not-ready taint; the real node lifecycle controller lifts it once Ready
+    wait_for(
+        lambda: not any(t["key"] == "node.kubernetes.io/not-ready"
+                        for t in (_node(api, joined.node) or {}).get("spec", {}).get("taints") or []),
+        60, "the node lifecycle controller to lift the not-ready taint",
+    )  # fmt: skip
+    node = _node(api, joined.node)
     assert node is not None
     labels = node["metadata"]["labels"]
     assert {k: labels[k] for k in ("nvidia.com/gpu.present", "pool", "kubernetes.io/hostname", "kubernetes.io/os")} == {
-        "nvidia.com/gpu.present": "true", "pool": "gpu", "kubernetes.io/hostname": NODE, "kubernetes.io/os": "linux"}  # fmt: skip
+        "nvidia.com/gpu.present": "true", "pool": "gpu", "kubernetes.io/hostname": joined.node,
+        "kubernetes.io/os": "linux"}  # fmt: skip
     taints = [(t["key"], t.get("value"), t["effect"]) for t in node["spec"]["taints"]]
     assert taints == [("nvidia.com/gpu", "true", "NoSchedule"), ("gpuready.io/burn-in", None, "NoExecute")]
+    assert node["spec"]["podCIDR"].startswith("10.244.")  # the real controller-manager's node IPAM took it in
     status = node["status"]
     cpuinfo, meminfo = Path("/proc/cpuinfo").read_text(), Path("/proc/meminfo").read_text()
     assert status["capacity"]["cpu"] == str(
@@ -260,65 +285,122 @@ def test_join_registers_a_ready_node_with_labels_taints_and_host_capacity(joined
     )  # less evictionHard memory.available
     assert status["capacity"]["pods"] == "110"
     info = status["nodeInfo"]
-    assert info["kubeletVersion"] == "v1.34.1"
+    assert info["kubeletVersion"] == KUBELET_VERSION
     assert info["kernelVersion"] == os.uname().release
     if shutil.which("containerd"):
         version = subprocess.run(["containerd", "--version"], capture_output=True, text=True).stdout.split()[
             2
         ]
-        assert info["containerRuntimeVersion"] == f"containerd://{version}"
+        assert info["containerRuntimeVersion"] == f"containerd://{version.lstrip('v')}"
     ready = next(c for c in status["conditions"] if c["type"] == "Ready")
     assert (ready["status"], ready["reason"], ready["message"]) == ("True", "KubeletReady",
                                                                     "kubelet is posting ready status")  # fmt: skip
-    lease = sim.store.get("leases.coordination.k8s.io", "kube-node-lease", NODE)
-    assert lease is not None and lease["spec"]["holderIdentity"] == NODE
-    assert lease["metadata"]["ownerReferences"][0]["uid"] == node["metadata"]["uid"]
-    out = kubectl("get", "nodes", NODE, "--no-headers").stdout.split()
-    assert out[:2] == [NODE, "Ready"] and out[-1] == "v1.34.1"
+    lease = client.CoordinationV1Api(api).read_namespaced_lease(joined.node, "kube-node-lease")
+    assert lease.spec.holder_identity == joined.node
+    assert lease.metadata.owner_references[0].uid == node["metadata"]["uid"]
+    out = kubectl("get", "nodes", joined.node, "--no-headers").stdout.split()
+    assert out[:2] == [joined.node, "Ready"] and out[-1] == KUBELET_VERSION
 
 
-def test_join_writes_what_kubeadm_writes_and_never_the_token(joined: Host) -> None:
-    root, sim = joined.root, joined.sim
+def test_join_writes_what_kubeadm_writes_and_never_the_token(joined: Host, api: client.ApiClient) -> None:
+    root, cluster = joined.root, joined.cluster
     assert (root / "var/lib/kubelet/kubeadm-flags.env").read_text() == (
-        'KUBELET_KUBEADM_ARGS="--hostname-override=lab-gpu-1 --node-labels=nvidia.com/gpu.present=true,pool=gpu '
+        f'KUBELET_KUBEADM_ARGS="--hostname-override={joined.node} --node-labels=nvidia.com/gpu.present=true,pool=gpu '
         '--register-with-taints=nvidia.com/gpu=true:NoSchedule,gpuready.io/burn-in:NoExecute"\n')  # fmt: skip
     kubeconfig = yaml.safe_load((root / "etc/kubernetes/kubelet.conf").read_text())
-    cluster = kubeconfig["clusters"][0]["cluster"]
-    assert cluster["server"] == sim.url
-    assert base64.b64decode(cluster["certificate-authority-data"]) == sim.ca_path.read_bytes()
+    server = kubeconfig["clusters"][0]["cluster"]
+    assert server["server"] == cluster["url"]
+    assert base64.b64decode(server["certificate-authority-data"]) == joined.ca_pem
     pem = "/var/lib/kubelet/pki/kubelet-client-current.pem"
     assert kubeconfig["users"][0]["user"] == {"client-certificate": pem, "client-key": pem}
     assert oct((root / "etc/kubernetes/kubelet.conf").stat().st_mode & 0o777) == "0o600"
     # real client-go loads it (kubectl config view resolves the current context)
-    view = subprocess.run([str(KUBECTL), "config", "view", "--raw", "--minify", "-o", "json", "--kubeconfig",
-                           str(root / "etc/kubernetes/kubelet.conf")], capture_output=True, text=True, check=True)  # fmt: skip
-    assert json.loads(view.stdout)["clusters"][0]["cluster"]["server"] == sim.url
-    assert (root / "etc/kubernetes/pki/ca.crt").read_bytes() == sim.ca_path.read_bytes()
+    kubectl = kubectl_path()
+    assert kubectl is not None
+    view = subprocess.run([kubectl, "config", "view", "--raw", "--minify", "-o", "json", "--kubeconfig",
+                           str(root / "etc/kubernetes/kubelet.conf")], capture_output=True, text=True, check=True,
+                          env={**os.environ, "HOME": str(joined.state)})  # fmt: skip
+    assert json.loads(view.stdout)["clusters"][0]["cluster"]["server"] == cluster["url"]
+    assert (root / "etc/kubernetes/pki/ca.crt").read_bytes() == joined.ca_pem
+    # config.yaml is the cluster's kubelet-config (uploaded by the real `kubeadm init phase upload-config`) with
+    # this node's CRI endpoint
     config = yaml.safe_load((root / "var/lib/kubelet/config.yaml").read_text())
-    assert config["kind"] == "KubeletConfiguration" and config["nodeLeaseDurationSeconds"] == 2
-    assert config["containerRuntimeEndpoint"] == "unix:///run/containerd/containerd.sock"
-    # the client certificate is the node's identity, signed through an auto-approved kubelet CSR
-    csrs = sim.store.list("certificatesigningrequests.certificates.k8s.io")[0]
-    assert [(c["spec"]["username"], c["spec"]["signerName"]) for c in csrs] == [
-        (f"system:bootstrap:{TOKEN_ID}", "kubernetes.io/kube-apiserver-client-kubelet")]  # fmt: skip
+    uploaded = (
+        client.CoreV1Api(api).read_namespaced_config_map("kubelet-config", "kube-system").data["kubelet"]
+    )
+    assert config == {
+        **yaml.safe_load(uploaded),
+        "containerRuntimeEndpoint": "unix:///run/containerd/containerd.sock",
+    }
+    assert config["kind"] == "KubeletConfiguration"
+    # the client certificate is the node's identity, signed through a kubelet CSR that the real controller-manager
+    # auto-approved (kubeadm's RBAC for bootstrap tokens) and signed with the cluster CA
+    csrs = _csrs_for(api, joined.node)
+    assert [(c.spec.username, c.spec.signer_name) for c in csrs] == [
+        (f"system:bootstrap:{joined.token_id}", "kubernetes.io/kube-apiserver-client-kubelet")]  # fmt: skip
+    approved = next(c for c in csrs[0].status.conditions if c.type == "Approved")
+    assert (approved.status, approved.reason) == ("True", "AutoApproved")
+    cert = x509.load_pem_x509_certificate(joined.path(pem).read_bytes())
+    assert cert.subject.rfc4514_string() == f"CN=system:node:{joined.node},O=system:nodes"
+    assert cert.issuer == x509.load_pem_x509_certificate(joined.ca_pem).subject
+    assert base64.b64decode(csrs[0].status.certificate) in joined.path(pem).read_bytes()
     assert not (root / "etc/kubernetes/bootstrap-kubelet.conf").exists()
     written = _files(root)
-    assert written and not [p for p, data in written.items() if TOKEN_SECRET.encode() in data]
+    assert written and not [p for p, data in written.items() if joined.token_secret.encode() in data]
     assert joined.seen_args, "ps was never sampled while kubeadm ran"
     assert any("kubeadm.py join --config" in a for a in joined.seen_args)
-    assert not [a for a in joined.seen_args if TOKEN_SECRET in a]
+    assert not [a for a in joined.seen_args if joined.token_secret in a]
 
 
-def test_kubelet_stop_makes_the_node_not_ready(joined: Host, kubectl) -> None:
+def test_node_credentials_pass_the_node_authorizer_and_node_restriction(
+    joined: Host, api: client.ApiClient, virtual_nodes: Any
+) -> None:
+    """The certificate is a node's identity: it may write its own Node, and NodeRestriction refuses it another's."""
+    (other,) = virtual_nodes(1, "cpu")
+    with joined.node_client() as as_node:
+        review = client.AuthenticationV1Api(as_node).create_self_subject_review({})
+        assert review.status.user_info.username == f"system:node:{joined.node}"
+        assert "system:nodes" in review.status.user_info.groups
+        own = client.CoreV1Api(as_node).patch_node(
+            joined.node, {"metadata": {"labels": {"gpuready.io/own": "1"}}}
+        )
+        assert own.metadata.labels["gpuready.io/own"] == "1"
+        with pytest.raises(ApiException) as refused:
+            client.CoreV1Api(as_node).patch_node(other, {"metadata": {"labels": {"gpuready.io/own": "1"}}})
+        assert refused.value.status == 403
+        assert json.loads(refused.value.body)["message"] == (
+            f'nodes "{other}" is forbidden: node "{joined.node}" is not allowed to modify node "{other}"'
+        )
+        with pytest.raises(ApiException) as secrets:
+            client.CoreV1Api(as_node).list_namespaced_secret("kube-system")
+        assert secrets.value.status == 403
+
+
+def test_kubelet_stop_makes_the_node_not_ready(joined: Host, api: client.ApiClient, kubectl: Any) -> None:
     joined.systemctl("stop", "kubelet")
-    wait_for(lambda: _ready(joined.sim) == "Unknown", 15, "the node to go NotReady after the kubelet stopped")
-    ready = next(c for c in _node(joined.sim)["status"]["conditions"] if c["type"] == "Ready")  # type: ignore[index]
-    assert ready["reason"] == "NodeStatusUnknown"
-    assert kubectl("get", "nodes", NODE, "--no-headers").stdout.split()[1] == "NotReady"
+    # the real node lifecycle controller: no Lease renewal within the grace period (6 s in tests)
+    wait_for(
+        lambda: _ready(api, joined.node) == "Unknown", 60, "the node to go NotReady after the kubelet stopped"
+    )
+    node = _node(api, joined.node)
+    assert node is not None
+    ready = next(c for c in node["status"]["conditions"] if c["type"] == "Ready")
+    assert (ready["reason"], ready["message"]) == (
+        "NodeStatusUnknown",
+        "Kubelet stopped posting node status.",
+    )
+    assert kubectl("get", "nodes", joined.node, "--no-headers").stdout.split()[1] == "NotReady"
+    wait_for(
+        lambda: {"node.kubernetes.io/unreachable"}
+        <= {t["key"] for t in (_node(api, joined.node) or {}).get("spec", {}).get("taints") or []},
+        60, "the node lifecycle controller to taint the unreachable node",
+    )  # fmt: skip
     assert '"Shutting down kubelet"' in joined.kubelet_log()
     joined.systemctl("restart", "kubelet")
     wait_for(
-        lambda: _ready(joined.sim) == "True", 15, "the node to be Ready again once the kubelet restarted"
+        lambda: _ready(api, joined.node) == "True",
+        60,
+        "the node to be Ready again once the kubelet restarted",
     )
 
 
@@ -332,7 +414,7 @@ def test_rejoin_is_refused_by_preflight(joined: Host) -> None:
     assert out.stderr.startswith("error execution phase preflight: [preflight] Some fatal errors occurred:\n")
 
 
-def test_reset_removes_what_join_wrote(joined: Host) -> None:
+def test_reset_removes_what_join_wrote(joined: Host, api: client.ApiClient) -> None:
     out = joined.kubeadm("reset", "-f")
     assert out.returncode == 0, out.stderr
     assert "[reset] Stopping the kubelet service" in out.stdout
@@ -340,9 +422,12 @@ def test_reset_removes_what_join_wrote(joined: Host) -> None:
     assert _files(joined.root) == {}
     again = joined.kubeadm("join", "--config", str(joined.config_file()))
     assert again.returncode == 0, again.stderr
+    # a fresh TLS bootstrap: a second CSR, approved and signed like the first
+    csrs = _csrs_for(api, joined.node)
+    assert len(csrs) == 2 and all(c.status.certificate for c in csrs)
 
 
-def test_wrong_token_is_refused(host: Host) -> None:
+def test_wrong_token_is_refused(host: Host, api: client.ApiClient) -> None:
     out = host.kubeadm("join", "--config", str(host.config_file(token="abcdef.ffffffffffffffff")))
     assert out.returncode == 1
     assert out.stderr.splitlines()[0] == (
@@ -351,37 +436,39 @@ def test_wrong_token_is_refused(host: Host) -> None:
         "create a new valid token")  # fmt: skip
     assert "ffffffffffffffff" not in out.stdout + out.stderr
     assert not host.path("/etc/kubernetes/kubelet.conf").exists()
-    assert _node(host.sim) is None
+    assert _node(api, host.node) is None
 
 
 def test_wrong_ca_hash_is_refused_with_kubeadms_text(host: Host) -> None:
     pinned = "sha256:" + "0" * 64
     out = host.kubeadm("join", "--config", str(host.config_file(caCertHashes=[pinned])))
     assert out.returncode == 1
-    real = ca_cert_hash(host.sim.ca_path.read_bytes())
     assert out.stderr.splitlines()[0] == (
         "error execution phase preflight: couldn't validate the identity of the API Server: cluster CA found in "
-        f'cluster-info ConfigMap is invalid: none of the public keys "{real}" are pinned')  # fmt: skip
+        f'cluster-info ConfigMap is invalid: none of the public keys "{host.cluster["ca_cert_hash"]}" are pinned')  # fmt: skip
     assert _files(host.root) == {}
 
 
-def test_token_checked_by_the_cluster_info_signature_flag_form(host: Host) -> None:
-    digest = ca_cert_hash(host.sim.ca_path.read_bytes())
-    _sign_cluster_info(host.sim, secret="ffffffffffffffff")
-    bad = host.kubeadm("join", host.sim.host_port, "--token", TOKEN, "--discovery-token-ca-cert-hash", digest,
-                       "--node-name", NODE)  # fmt: skip
+def test_token_checked_by_the_cluster_info_signature_flag_form(host: Host, api: client.ApiClient) -> None:
+    """The token's secret is proven by the real bootstrap signer's JWS over cluster-info: the right token id with a
+    wrong secret finds the signature but cannot verify it."""
+    digest = host.cluster["ca_cert_hash"]
+    endpoint = host.cluster["endpoint"]
+    forged = f"{host.token_id}.ffffffffffffffff"
+    bad = host.kubeadm("join", endpoint, "--token", forged, "--discovery-token-ca-cert-hash", digest,
+                       "--node-name", host.node)  # fmt: skip
     assert bad.returncode == 1
     assert bad.stderr.splitlines()[0] == (
         "error execution phase preflight: couldn't validate the identity of the API Server: failed to verify JWS "
         "signature of received cluster info object, can't trust this API Server")  # fmt: skip
-    _sign_cluster_info(host.sim)
-    good = host.kubeadm("join", host.sim.host_port, "--token", TOKEN, "--discovery-token-ca-cert-hash", digest,
-                        "--node-name", NODE, watch_ps=True)  # fmt: skip
+    assert _files(host.root) == {}
+    good = host.kubeadm("join", endpoint, "--token", host.token, "--discovery-token-ca-cert-hash", digest,
+                        "--node-name", host.node, watch_ps=True)  # fmt: skip
     assert good.returncode == 0, good.stderr
-    assert TOKEN_SECRET not in good.stdout + good.stderr
+    assert host.token_secret not in good.stdout + good.stderr
     # The flag form shows the token to anyone running ps, as with real kubeadm: why the deploy uses --config.
-    assert [a for a in host.seen_args if f"--token {TOKEN}" in a]
-    wait_for(lambda: _ready(host.sim) == "True", 20, "the node joined with the flag form to turn Ready")
+    assert [a for a in host.seen_args if f"--token {host.token}" in a]
+    wait_for(lambda: _ready(api, host.node) == "True", 60, "the node joined with the flag form to turn Ready")
 
 
 def test_config_and_flags_do_not_mix(host: Host) -> None:
@@ -397,11 +484,13 @@ def test_kubelet_without_kubeconfig_exits_like_an_unjoined_kubelet(host: Host) -
     assert out.stderr.splitlines()[-1].endswith(
         '"command failed" err="failed to run Kubelet: unable to load bootstrap kubeconfig: stat '
         '/etc/kubernetes/bootstrap-kubelet.conf: no such file or directory"')  # fmt: skip
-    assert host.kubelet("--version").stdout == "Kubernetes v1.34.1\n"
+    assert host.kubelet("--version").stdout == f"Kubernetes {KUBELET_VERSION}\n"
 
 
 def test_kubeadm_version(host: Host) -> None:
-    assert host.kubeadm("version", "-o", "short").stdout == "v1.34.1\n"
+    assert host.kubeadm("version", "-o", "short").stdout == f"{KUBELET_VERSION}\n"
     line = host.kubeadm("version").stdout
     assert line.startswith('kubeadm version: &version.Info{Major:"1", Minor:"34", EmulationMajor:"", ')
-    assert 'GitVersion:"v1.34.1", ' in line and line.endswith('Compiler:"gc", Platform:"linux/amd64"}\n')
+    assert f'GitVersion:"{KUBELET_VERSION}", ' in line and line.endswith(
+        'Compiler:"gc", Platform:"linux/amd64"}\n'
+    )
