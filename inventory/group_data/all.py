@@ -28,8 +28,8 @@ nvidia_driver_source = "cuda-repo"
 nvidia_container_toolkit_version = "1.20.0"  # what `nvidia-ctk --version` reports
 nvidia_container_toolkit_package_revision = "1"  # nvidia-container-toolkit=1.20.0-1
 containerd_package = "containerd"  # Debian's package; "containerd.io" for Docker's repository
-kubernetes_version = "1.34.1"  # kubelet/kubeadm/kubectl; the minor (1.34) selects the Kubernetes repository
-kubernetes_package_revision = "1.1"  # pkgs.k8s.io revision: kubelet=1.34.1-1.1
+kubernetes_version = "1.34.4"  # kubelet/kubeadm/kubectl; the minor (1.34) selects the Kubernetes repository
+kubernetes_package_revision = "1.1"  # pkgs.k8s.io revision: kubelet=1.34.4-1.1
 
 # --- Package repositories: a URL and a keyring each, so a mirror or an air-gapped repository is one line --------
 # {distro} is "debian12", "ubuntu2204", "ubuntu2404" (from the host's facts), {arch} "x86_64"/"sbsa",

@@ -716,7 +716,7 @@ class _HostReader:
             self.bad("nvidia_container_toolkit_version", toolkit, "must be a version like 1.20.0")
         kube = self.get("kubernetes_version")
         if not isinstance(kube, str) or not _SEMVER.match(kube):
-            self.bad("kubernetes_version", kube, "must be a full version like 1.34.1")
+            self.bad("kubernetes_version", kube, "must be a full version like 1.34.4")
         if len(self.problems) != before:
             return None
         return Versions(

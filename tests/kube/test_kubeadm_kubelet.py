@@ -37,7 +37,7 @@ from .conftest import kubectl_path, wait_for
 EMULATOR = Path(emulator.__file__).parent
 KUBEADM = EMULATOR / "kubeadm.py"
 KUBELET = EMULATOR / "kubelet.py"
-KUBELET_VERSION = "v1.34.1"  # what the emulated packages report (one patch behind the control plane: in skew)
+KUBELET_VERSION = "v1.34.4"  # what the emulated packages report: the control plane's own version
 
 pytestmark = pytest.mark.skipif(
     shutil.which("openssl") is None, reason="the emulated kubeadm needs the openssl CLI"

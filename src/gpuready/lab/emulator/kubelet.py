@@ -32,7 +32,7 @@ import urllib.parse
 from datetime import UTC, datetime
 from typing import Any
 
-DEFAULT_VERSION = "1.34.1"
+DEFAULT_VERSION = "1.34.4"
 KUBECONFIG = "/etc/kubernetes/kubelet.conf"
 BOOTSTRAP_KUBECONFIG = "/etc/kubernetes/bootstrap-kubelet.conf"
 CONFIG = "/var/lib/kubelet/config.yaml"
