@@ -1,4 +1,4 @@
-"""What the simulator can see of a GPU host: read from the host's own files, never from the spec.
+"""What the node agent can see of a GPU host: read from the host's own files, never from the spec.
 
 A lab host is a directory tree (its overlay root, as seen from this machine) plus its hardware file. Everything
 the device plugin, GFD, dcgm-exporter and the container runtime would find on a real node is read from there each

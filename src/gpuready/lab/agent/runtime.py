@@ -1,10 +1,10 @@
-"""Pod execution is pluggable: the simulator asks a node's `PodRuntime` what a bound pod's containers do.
+"""Pod execution is pluggable: the node agent asks a node's `PodRuntime` what a bound pod's containers do.
 
-Extension point for GPU behaviour (issue 4 item 4): register a `NodeBackend` per node with
-`ApiServer.set_backend(node_name, backend)`. Its `runtime` decides each container's fate (a vectorAdd sample
+Extension point for GPU behaviour: register a `NodeBackend` per node with `Agent.set_backend(node_name,
+backend)`. Its `runtime` decides each container's fate (a vectorAdd sample
 that prints the real output, `nvidia-smi -L` listing the allocated devices, RunContainerError without the
 `nvidia` handler); its `sync_node` is called whenever a pod on the node starts or stops, so a device-plugin pod
-can make `nvidia.com/gpu` capacity appear; its `proxy` serves `.../pods/NAME:PORT/proxy/PATH` (dcgm-exporter).
+can make `nvidia.com/gpu` capacity appear; its `proxy` answers what the API server's pod proxy sends to the pod's address (dcgm-exporter).
 Nodes without a backend use `CatalogueRuntime`, which knows a few images and fails others like an air-gapped
 cluster does.
 """
