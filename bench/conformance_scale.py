@@ -1,105 +1,184 @@
-"""The conformance suite's node layer on N virtual nodes of the API simulator: wall time and API requests/node.
+"""The conformance suite against the lab's real control plane at fleet scale: the node layer on N virtual GPU nodes
+(default 1000) and the workloads layer (a vectorAdd pod on every node at once) on the first M of them (default 100).
 
-Usage: .venv/bin/python bench/conformance_scale.py [--nodes 1000]
-Goal (issue 7): under 60 s for 1000 nodes, API requests growing linearly, at most 3 per node. Requests are
-counted at the Kubernetes client's REST layer (every HTTP request the suite makes, the connect check included).
+Brings up a lab cluster (network namespace, etcd + kube-apiserver + kube-controller-manager + kube-scheduler, the
+node agent registering N dgx-h100 virtual nodes), labels and taints the nodes as the join does, server-side
+applies gpuready's add-ons (device plugin, GFD, dcgm-exporter DaemonSets: 3 pods per node, created by the real
+DaemonSet controller and bound by the real scheduler) and waits until they run, then runs each layer in-process.
+Prints per layer: wall time, the suite's API requests (counted at the Kubernetes client's REST layer: every HTTP
+request it makes, the connect check included) and per node, the API server's own count of read requests in that
+time (apiserver_request_total; the agent's and the controllers' writes left out), and the check outcomes.
+Asserts nothing. Goal (issue 7): the node layer under 60 s for 1000 nodes, at most 3 requests per node.
+
+Needs root and `make control-plane`. Run: .venv/bin/python bench/conformance_scale.py [--nodes 1000] [--workload-nodes 100]
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import json
 import sys
 import tempfile
 import time
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
+from cluster_common import api_client, lab_cluster, request_totals, table
+from kubernetes import client
 from kubernetes.client import rest
 
-from gpuready.lab.apiserver import ApiServer
+from gpuready import addons, kube
+from gpuready.spec import Fleet, load_fleet
 
 REPO = Path(__file__).resolve().parents[1]
-JOIN = {"kube_api_endpoint": "10.0.0.1:6443", "kube_ca_cert_hash": "sha256:" + "ab" * 32,
-        "kube_join_token_file": "/nonexistent/token"}  # fmt: skip
+DGX_H100 = {"gpu_model": "NVIDIA H100 80GB HBM3", "gpu_count": 8, "nvswitch": True,
+            "kube_api_endpoint": "10.0.0.1:6443", "kube_ca_cert_hash": "sha256:" + "ab" * 32,
+            "kube_join_token_file": "/nonexistent/token", "node_taints": ["nvidia.com/gpu=present:NoSchedule"]}  # fmt: skip
+ADDONS_NS = "gpu-system"
 
 
-def converge(sim: ApiServer, names: list[str], timeout: float = 600.0) -> None:
-    """Give the virtual nodes lab GPU backends, join labels and taint, and deploy gpuready's add-ons on them."""
-    from gpuready import addons
-    from gpuready.lab.apiserver.gpu import attach_virtual
+def inventory(root: Path, names: list[str]) -> tuple[Path, Fleet]:
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "group_data").mkdir(exist_ok=True)
+    (root / "group_data" / "all.py").write_text((REPO / "inventory/group_data/all.py").read_text())
+    path = root / "inventory.py"
+    path.write_text(f"gpu_nodes = ({[(n, DGX_H100) for n in names]!r}, {{}})\n")
+    return path, load_fleet(path)
 
-    def join(node: dict) -> None:
-        node["metadata"]["labels"]["nvidia.com/device-plugin.config"] = "default"
-        node["spec"]["taints"] = [{"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}]
 
-    for name in names:
-        sim.store.modify("nodes", "", name, join)
-    attach_virtual(sim, names, "dgx-h100")
-    settings = addons.AddonSettings()
-    ns = settings.namespace
-    sim.create_internal("namespaces", {"metadata": {"name": ns}})
-    sim.create_internal("runtimeclasses.node.k8s.io", addons.runtime_class())
-    config = "version: v1\nflags:\n  migStrategy: none\n"
-    sim.create_internal("configmaps", {"metadata": {"name": addons.DEVICE_PLUGIN_CONFIGMAP, "namespace": ns},
-                                       "data": {"default": config}})  # fmt: skip
-    sim.create_internal("serviceaccounts", {"metadata": {"name": "nvidia-device-plugin", "namespace": ns}})
-    exporter, _service = addons.dcgm_exporter(settings)
-    for ds in (addons.device_plugin(settings), addons.gpu_feature_discovery(settings), exporter):
-        ds["spec"]["template"]["spec"]["runtimeClassName"] = "nvidia"
-        sim.create_internal("daemonsets.apps", ds)
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        pods = sim.store.list("pods", ns)[0]
-        ready = sum(1 for p in pods if (p.get("status") or {}).get("phase") == "Running")
-        if ready >= 3 * len(names):
+def converge(api: client.ApiClient, fleet: Fleet, timeout: float = 1800.0) -> None:
+    """Join labels and taints on every node, then the add-ons, applied as the add-ons deploy applies them; wait
+    until every node runs its three add-on pods."""
+    core = client.CoreV1Api(api)
+
+    def join(name: str) -> None:
+        spec = fleet.nodes[name]
+        core.patch_node(name, {"metadata": {"labels": spec.node_labels},
+                               "spec": {"taints": [t.as_dict() for t in spec.taints]}})  # fmt: skip
+
+    with ThreadPoolExecutor(8) as pool:
+        list(pool.map(join, fleet.nodes))
+    cluster = kube.Cluster(api=api, url="")
+    for manifest in addons.render_all(fleet, replace(addons.AddonSettings(), namespace=ADDONS_NS)):
+        kube.apply(cluster, manifest)
+    want = 3 * len(fleet.nodes)
+    start = time.monotonic()
+    shown = 0.0
+    while True:
+        pods = json.loads(core.list_namespaced_pod(ADDONS_NS, _preload_content=False).data)["items"]
+        phases = Counter((p.get("status") or {}).get("phase", "?") for p in pods)
+        bound = sum(1 for p in pods if (p.get("spec") or {}).get("nodeName"))
+        elapsed = time.monotonic() - start
+        if phases["Running"] >= want:
+            print(
+                f"  add-ons: {phases['Running']} pods Running on {len(fleet.nodes)} nodes after {elapsed:.0f} s"
+            )
             return
-        time.sleep(0.5)
-    raise SystemExit(f"add-ons not running on every virtual node after {timeout} s ({ready} pods running)")
+        if elapsed - shown >= 15:
+            shown = elapsed
+            print(f"  add-ons after {elapsed:.0f} s: {len(pods)} pods created, {bound} bound, {dict(phases)}",
+                  flush=True)  # fmt: skip
+        if elapsed > timeout:
+            raise SystemExit(f"add-ons not running on every node after {timeout} s ({dict(phases)})")
+        time.sleep(2)
+
+
+class Requests:
+    """Counts every HTTP request the Kubernetes client makes in this process."""
+
+    def __init__(self) -> None:
+        self.n = 0
+        self._original = rest.RESTClientObject.request
+
+    def __enter__(self) -> Requests:
+        original = self._original
+
+        def counting(client_self: Any, *a: Any, **kw: Any) -> Any:
+            self.n += 1
+            return original(client_self, *a, **kw)
+
+        rest.RESTClientObject.request = counting
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        rest.RESTClientObject.request = self._original
+
+
+def run_layer(
+    api: client.ApiClient, kubeconfig: str, root: Path, names: list[str], layer: str, timeout: int
+) -> dict[str, Any]:
+    path, _fleet = inventory(root / layer, names)
+    before = request_totals(api)
+    output = io.StringIO()
+    with Requests() as counted, contextlib.redirect_stdout(output):
+        start = time.monotonic()
+        code = pytest.main([str(REPO / "conformance"), "-m", layer, "-q", "-p", "no:cacheprovider", "--tb=no",
+                            "--inventory", str(path), "--kubeconfig", kubeconfig, "--timeout", str(timeout),
+                            "--report-dir", str(root / layer / "report"), "--no-header",
+                            "-o", "console_output_style=classic"])  # fmt: skip
+        wall = time.monotonic() - start
+    summary = [line for line in output.getvalue().splitlines() if " passed" in line or " failed" in line]
+    print(f"  pytest -m {layer}: {summary[-1] if summary else output.getvalue()[-2000:]}")
+    after = request_totals(api)
+    reads = {
+        f"{verb} {resource}": after[(verb, resource)] - before[(verb, resource)]
+        for verb, resource in after
+        if verb in ("GET", "LIST", "WATCH") and resource not in ("leases",)
+        and after[(verb, resource)] > before[(verb, resource)]
+    }  # fmt: skip
+    writes = sum(after.values()) - sum(before.values()) - sum(reads.values())
+    verdict = json.loads((root / layer / "report" / "verdict.json").read_text())
+    outcomes: Counter[str] = Counter()
+    for node in verdict["nodes"].values():
+        for check in (node["layers"].get(layer) or {}).get("checks", {}).values():
+            outcomes[check["status"]] += 1
+    return {"layer": layer, "nodes": len(names), "wall_s": round(wall, 1), "exit": int(code),
+            "requests": counted.n, "per_node": round(counted.n / len(names), 3), "apiserver_reads": reads,
+            "apiserver_other": writes, "outcomes": dict(outcomes)}  # fmt: skip
+
+
+def report(r: dict[str, Any]) -> None:
+    n = r["nodes"]
+    table([
+        (f"{r['layer']} layer on {n} nodes: wall", f"{r['wall_s']:8.1f} s (pytest exit {r['exit']})"),
+        (f"{r['layer']} layer: suite's API requests (client-side)", f"{r['requests']:8d} = {r['per_node']:.3f} per node"),
+        (f"{r['layer']} layer: API server reads meanwhile (all clients)", json.dumps(r["apiserver_reads"])),
+        (f"{r['layer']} layer: other API server requests meanwhile", f"{r['apiserver_other']:8d} (agent, controllers)"),
+        (f"{r['layer']} layer: check outcomes", json.dumps(r["outcomes"])),
+    ])  # fmt: skip
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--nodes", type=int, default=1000)
+    parser.add_argument("--workload-nodes", type=int, default=100)
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory() as tmp:
+    results = []
+    with tempfile.TemporaryDirectory(prefix="gpuready-conformance-scale-") as tmp:
         root = Path(tmp)
-        sim = ApiServer(root / "state", node_grace_period=600.0, node_monitor_period=30.0)
-        sim.start()
-        try:
-            names = sim.add_virtual_nodes(args.nodes, "dgx-h100")
-            setup = time.monotonic()
-            converge(sim, names)
-            print(f"{args.nodes} virtual GPU nodes converged (device plugin, GFD, dcgm-exporter) in "
-                  f"{time.monotonic() - setup:.1f} s", flush=True)  # fmt: skip
-            data = {"gpu_model": "NVIDIA H100 80GB HBM3", "gpu_count": 8, "nvswitch": True, **JOIN}
-            (root / "group_data").mkdir()
-            (root / "group_data" / "all.py").write_text((REPO / "inventory/group_data/all.py").read_text())
-            inventory = root / "inventory.py"
-            inventory.write_text(f"gpu_nodes = ({[(n, data) for n in names]!r}, {{}})\n")
-            count = {"n": 0}
-            original = rest.RESTClientObject.request
-
-            def counting(self, *a, **kw):
-                count["n"] += 1
-                return original(self, *a, **kw)
-
-            rest.RESTClientObject.request = counting
+        print(f"bringing up a lab cluster with {args.nodes} virtual nodes", flush=True)
+        with lab_cluster(args.nodes) as (entry, took):
+            names = list(entry["agent"]["virtual_nodes"])
+            table([(f"cluster up + {len(names)} virtual nodes registered", f"{took:8.1f} s")])
+            api = api_client(entry)
+            _path, fleet = inventory(root / "all", names)
             start = time.monotonic()
-            code = pytest.main([str(REPO / "conformance"), "-m", "node", "-q", "-p", "no:cacheprovider", "--tb=line",
-                                "--inventory", str(inventory), "--kubeconfig", str(sim.kubeconfig_path),
-                                "--report-dir", str(root / "report"), "--no-header", "-o", "console_output_style=classic"])  # fmt: skip
-            wall = time.monotonic() - start
-            rest.RESTClientObject.request = original
-            verdict = json.loads((root / "report" / "verdict.json").read_text())
-            statuses: dict[str, int] = {}
-            for node in verdict["nodes"].values():
-                for check in node["layers"]["node"]["checks"].values():
-                    statuses[check["status"]] = statuses.get(check["status"], 0) + 1
-        finally:
-            sim.stop()
-    print(f"\nnode layer on {args.nodes} virtual nodes: {wall:.1f} s wall (pytest exit {int(code)}), "
-          f"{count['n']} API requests = {count['n'] / args.nodes:.3f} per node; check outcomes {statuses}")  # fmt: skip
+            converge(api, fleet)
+            joined = time.monotonic() - start
+            table([(f"{len(names)} nodes joined + add-ons running (3 DaemonSets)", f"{joined:8.1f} s")])
+            results.append(run_layer(api, entry["kubeconfig"], root, names, "node", 120))
+            report(results[-1])
+            few = names[: args.workload_nodes]
+            results.append(run_layer(api, entry["kubeconfig"], root, few, "workloads", 600))
+            report(results[-1])
+            api.close()
+    print(json.dumps({"cluster_nodes": args.nodes, "results": results}))
     return 0
 
 

@@ -1,32 +1,36 @@
-"""A GPU fleet on the in-process API simulator, for the node, workloads and metrics layers.
+"""A GPU fleet on the lab's real control plane, for the node, workloads and metrics layers.
 
-Each node is a simulator Node backed by a fake lab host root (driver files, containerd config with or without
-the ``nvidia`` drop-in rendered by gpuready's own containerd_config, the emulated driver's MIG state, a hardware
-file) through the lab's GPU backend, so the device plugin, GFD, vectorAdd, ``nvidia-smi -L`` and dcgm-exporter
-behave as they do on a lab host. The node's labels, taints, MIG layout and device-plugin ConfigMap come from the
-inventory's NodeSpec, as the deploys would make them; a test then breaks one thing and runs the suite.
+Each node is a virtual node the lab's node agent registers and heartbeats (tests/conftest.py's `virtual_nodes`),
+given GPU behaviour from a fake lab host root (driver files, containerd config with or without the ``nvidia``
+drop-in rendered by gpuready's own containerd_config, the emulated driver's MIG state, a hardware file) through
+the agent's ``attach_host``, so the device plugin, GFD, vectorAdd, ``nvidia-smi -L`` and dcgm-exporter behave as
+they do on a lab host. The node's labels and taints are patched from the inventory's NodeSpec as the join would
+make them; gpuready's add-ons (``addons.render_all``) are server-side applied as the add-ons deploy does, into a
+namespace of the fleet's own, and the real DaemonSet controller and scheduler put their pods on the nodes. A
+test then breaks one thing and runs the suite.
 """
 
 from __future__ import annotations
 
 import json
+import secrets
 import shutil
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from kubernetes import client, config
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
 from shims import GROUP_DATA, JOIN, PROFILE_INVENTORY
 
-from gpuready import addons
+from gpuready import addons, kube
 from gpuready.containerd_config import RuntimeSettings, render_drop_in, render_main
-from gpuready.lab.apiserver import ApiServer
-from gpuready.lab.apiserver.gpu import attach
-from gpuready.lab.apiserver.gpu_host import HostView
+from gpuready.lab.agent import control
 from gpuready.lab.hardware import make_hardware, write_hardware
 from gpuready.spec import NodeSpec, load_fleet
+from gpuready.workloads import NAMESPACE_PREFIX
 
 CONTAINERD_MAIN = """\
 version = 2
@@ -35,11 +39,11 @@ version = 2
   [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
     runtime_type = "io.containerd.runc.v2"
 """
-NS = "gpu-system"
 DRIVER = "580.178.04"
+WAIT_S = 120.0  # two cores shared with other test sessions: the real controllers take their time
 
 
-def wait_for(check: Callable[[], Any], timeout: float = 20.0, what: str = "condition") -> Any:
+def wait_for(check: Callable[[], Any], timeout: float = WAIT_S, what: str = "condition") -> Any:
     deadline = time.monotonic() + timeout
     while True:
         value = check()
@@ -47,15 +51,19 @@ def wait_for(check: Callable[[], Any], timeout: float = 20.0, what: str = "condi
             return value
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout}s waiting for {what}; last value: {value!r}")
-        time.sleep(0.05)
+        time.sleep(0.2)
 
 
-def write_host(base: Path, spec: NodeSpec, profile: str, index: int, mig: dict[int, list[str]]) -> HostView:
-    """A host root as the gpu_node deploy leaves it, with the MIG instances of ``mig`` (GPU index -> profiles)."""
-    root = base / spec.name / "merged"
+def write_host(
+    base: Path, name: str, profile: str, index: int, mig: dict[int, list[str]]
+) -> tuple[Path, Path]:
+    """A host root as the gpu_node deploy leaves it, with the MIG instances of ``mig`` (GPU index -> profiles);
+    returns (root, hardware file)."""
+    root = base / name / "merged"
+    hardware = base / name / "machine" / "hardware.json"
     hw = make_hardware(profile, index)
     hw["faults"] = []
-    write_hardware(base / spec.name / "machine" / "hardware.json", hw)
+    write_hardware(hardware, hw)
     for d in ("usr/bin", "usr/lib/nvidia-emu", "usr/lib/x86_64-linux-gnu", "etc/containerd/conf.d",
               "var/lib/nvidia-emu"):  # fmt: skip
         (root / d).mkdir(parents=True, exist_ok=True)
@@ -72,8 +80,8 @@ def write_host(base: Path, spec: NodeSpec, profile: str, index: int, mig: dict[i
     for g in hw["gpus"]:
         by_name = {p["name"]: p for p in g["mig_profiles"]}
         gis, start = [], 0
-        for gi_id, name in enumerate(mig.get(g["index"], []), start=1):
-            p = by_name[name]
+        for gi_id, profile_name in enumerate(mig.get(g["index"], []), start=1):
+            p = by_name[profile_name]
             gis.append({"id": gi_id, "profile_id": p["profile_id"], "start": start, "size": p["placement_size"],
                         "cis": [{"id": 0, "profile_id": 0, "start": 0, "size": p["compute_slices"]}]})  # fmt: skip
             start += p["placement_size"]
@@ -81,38 +89,67 @@ def write_host(base: Path, spec: NodeSpec, profile: str, index: int, mig: dict[i
         gpus[g["uuid"]] = {"mig_current": on, "mig_pending": on, "persistence": True, "gis": gis}
     state = {"boot_id": "b", "kmod": DRIVER, "gpus": gpus}
     (root / "var/lib/nvidia-emu/state.json").write_text(json.dumps(state))
-    return HostView(spec.name, root, base / spec.name / "machine" / "hardware.json")
+    return root, hardware
 
 
 @dataclass
 class KubeFleet:
-    """The simulator, the inventory of its nodes, and handles to break things."""
+    """The fleet's nodes on the lab cluster, its inventory, its add-ons namespace, and handles to break things."""
 
-    sim: ApiServer
+    lab: Any  # tests/conftest.py's LabCluster
+    api: client.ApiClient
     root: Path
     inventory: Path
+    namespace: str  # where its add-ons run
     nodes: dict[str, NodeSpec]
-    hosts: dict[str, HostView] = field(default_factory=dict)
-    api: client.ApiClient | None = None
+    hosts: dict[str, Path] = field(default_factory=dict)  # node -> host root
+    runs_before: set[str] = field(default_factory=set)  # the suite's run namespaces before this fleet's runs
+
+    @property
+    def kubeconfig(self) -> Path:
+        return self.lab.kubeconfig
 
     @property
     def core(self) -> client.CoreV1Api:
         return client.CoreV1Api(self.api)
 
     def node(self, name: str) -> dict[str, Any]:
-        return self.sim.store.get("nodes", "", name)
+        return json.loads(self.core.read_node(name, _preload_content=False).data)
+
+    def pods(self, namespace: str | None = None, node: str | None = None) -> list[dict[str, Any]]:
+        selector = f"spec.nodeName={node}" if node else ""
+        if namespace is None:
+            raw = self.core.list_pod_for_all_namespaces(field_selector=selector, _preload_content=False)
+        else:
+            raw = self.core.list_namespaced_pod(namespace, field_selector=selector, _preload_content=False)
+        return json.loads(raw.data)["items"]
+
+    def run_namespaces(self) -> set[str]:
+        """The conformance suite's per-run namespaces that exist now (terminating ones included)."""
+        return {
+            ns.metadata.name for ns in self.core.list_namespace().items
+            if ns.metadata.name.startswith(NAMESPACE_PREFIX)
+        }  # fmt: skip
 
     def remove_nvidia_dropin(self, name: str) -> None:
-        (self.hosts[name].root / "etc/containerd/conf.d/99-nvidia.toml").unlink()
+        (self.hosts[name] / "etc/containerd/conf.d/99-nvidia.toml").unlink()
+
+    def stop_kubelet(self, name: str) -> None:
+        """The node's kubelet stops heartbeating; the real node lifecycle controller marks it NotReady."""
+        self.lab.stop_heartbeat(name)
 
     def delete_daemonset(self, name: str) -> None:
-        client.AppsV1Api(self.api).delete_namespaced_daemon_set(name, NS)
-        wait_for(lambda: not [p for p in self.sim.store.list("pods", NS)[0] if p["metadata"]["name"].startswith(name)],
+        """Delete one add-on DaemonSet and wait until the garbage collector and the kubelets removed its pods."""
+        client.AppsV1Api(self.api).delete_namespaced_daemon_set(name, self.namespace)
+        wait_for(lambda: not [p for p in self.pods(self.namespace) if p["metadata"]["name"].startswith(name)],
                  what=f"{name} pods gone")  # fmt: skip
 
-    def converged(self) -> None:
-        """Every node advertises what its spec expects, carries its GFD labels, and runs a dcgm-exporter."""
+    def converged(self, skip: tuple[str, ...] = ()) -> None:
+        """Every node (but `skip`) advertises what its spec expects, carries its GFD labels, and runs a
+        dcgm-exporter."""
         for name, spec in self.nodes.items():
+            if name in skip:
+                continue
 
             def ok(name: str = name, spec: NodeSpec = spec) -> bool:
                 node = self.node(name)
@@ -120,7 +157,7 @@ class KubeFleet:
                     k: int(v) for k, v in node["status"]["allocatable"].items() if k.startswith("nvidia.com/")
                 }
                 labels = node["metadata"]["labels"]
-                exporter = [p for p in self.sim.store.pods_on_node(name)
+                exporter = [p for p in self.pods(self.namespace, name)
                             if p["metadata"]["name"].startswith("nvidia-dcgm-exporter")
                             and p["status"].get("phase") == "Running"]  # fmt: skip
                 return (
@@ -130,6 +167,14 @@ class KubeFleet:
                 )
 
             wait_for(ok, what=f"{name} converged")
+
+    def delete(self) -> None:
+        """Remove the add-ons namespace (the nodes go with the test's `virtual_nodes`)."""
+        try:
+            self.core.delete_namespace(self.namespace)
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
 
 
 # (lab hardware profile, inventory data besides PROFILE_INVENTORY)
@@ -142,6 +187,9 @@ HEALTHY = [
 
 
 def make_fleet(
+    lab: Any,
+    api: client.ApiClient,
+    add_nodes: Callable[..., list[str]],
     root: Path,
     hosts: list[tuple[str, dict[str, Any]]] = HEALTHY,
     *,
@@ -149,11 +197,10 @@ def make_fleet(
     mig_override: dict[int, dict[int, list[str]]] | None = None,
     dcgm: bool = True,
 ) -> KubeFleet:
-    """Start the simulator, register one node per host, deploy the add-ons; ``configs`` overrides ConfigMap keys,
-    ``mig_override`` a host's (by position) MIG instances."""
-    sim = ApiServer(root / "state", node_grace_period=2.0, node_monitor_period=0.2)
-    sim.start()
-    names = [sim.virtual.add(1, "cpu", prefix="gpu-node-")[0] for _ in hosts]
+    """Register one virtual node per host with the lab's agent, give it the host's GPUs, label and taint it from
+    the inventory, and apply the add-ons; ``configs`` overrides device-plugin ConfigMap keys, ``mig_override`` a
+    host's (by position) MIG instances."""
+    names = add_nodes(len(hosts), "cpu")
     entries = [
         (name, {**PROFILE_INVENTORY[profile], **JOIN, **data})
         for name, (profile, data) in zip(names, hosts, strict=True)
@@ -163,42 +210,37 @@ def make_fleet(
     inventory = root / "inventory.py"
     inventory.write_text(f"gpu_nodes = ({entries!r}, {{}})\n")
     fleet = load_fleet(inventory)
-    kube = KubeFleet(sim=sim, root=root, inventory=inventory, nodes=dict(fleet.nodes))
+    namespace = f"gpu-system-{secrets.token_hex(3)}"
+    kf = KubeFleet(
+        lab=lab, api=api, root=root, inventory=inventory, namespace=namespace, nodes=dict(fleet.nodes)
+    )
+    kf.runs_before = kf.run_namespaces()
+    core = kf.core
     for i, (name, (profile, _data)) in enumerate(zip(names, hosts, strict=True)):
         spec = fleet.nodes[name]
         mig = {g: list(layout) for g, layout in enumerate(spec.sharing.mig_layout) if layout is not None}
         mig = (mig_override or {}).get(i, mig)
-        kube.hosts[name] = write_host(root / "hosts", spec, profile, i, mig)
-
-        def label(node: dict[str, Any], spec: NodeSpec = spec) -> None:
-            node["metadata"]["labels"].update(spec.node_labels)
-            if spec.taints:
-                node["spec"]["taints"] = [t.as_dict() for t in spec.taints]
-
-        sim.store.modify("nodes", "", name, label)
-        attach(sim, name, kube.hosts[name], grace_s=1.0)
-    cfg = client.Configuration()
-    config.load_kube_config(config_file=str(sim.kubeconfig_path), client_configuration=cfg)
-    kube.api = client.ApiClient(cfg)
-    deploy_addons(kube.api, {**fleet.device_plugin_configs(), **(configs or {})}, dcgm=dcgm)
-    return kube
+        host_root, hardware = write_host(root / "hosts", name, profile, i, mig)
+        kf.hosts[name] = host_root
+        # the endpoint grace period short, so a stopped plugin's capacity drops in a test's time
+        control.call(lab.control, {"op": "attach_host", "name": name, "root": str(host_root),
+                                   "hardware": str(hardware), "grace_s": 1.0})  # fmt: skip
+        patch: dict[str, Any] = {"metadata": {"labels": spec.node_labels}}
+        if spec.taints:
+            patch["spec"] = {"taints": [t.as_dict() for t in spec.taints]}
+        core.patch_node(name, patch)
+    apply_addons(kube.Cluster(api=api, url=""), fleet, namespace, configs or {}, dcgm=dcgm)
+    return kf
 
 
-def deploy_addons(api: client.ApiClient, configs: dict[str, str], dcgm: bool = True) -> None:
-    """gpuready.addons' objects, the GPU DaemonSets on the nvidia RuntimeClass (as the add-ons deploy runs them)."""
-    settings = addons.AddonSettings()
-    v1, apps = client.CoreV1Api(api), client.AppsV1Api(api)
-    v1.create_namespace({"metadata": {"name": NS}})
-    client.NodeV1Api(api).create_runtime_class(addons.runtime_class())
-    cm = {"metadata": {"name": addons.DEVICE_PLUGIN_CONFIGMAP, "namespace": NS}, "data": configs}
-    v1.create_namespaced_config_map(NS, cm)
-    v1.create_namespaced_service_account(NS, {"metadata": {"name": "nvidia-device-plugin"}})
-    exporter, service = addons.dcgm_exporter(settings)
-    for ds in (
-        addons.device_plugin(settings),
-        addons.gpu_feature_discovery(settings),
-        *([exporter] if dcgm else []),
-    ):
-        ds["spec"]["template"]["spec"]["runtimeClassName"] = "nvidia"
-        apps.create_namespaced_daemon_set(NS, ds)
-    v1.create_namespaced_service(NS, service)
+def apply_addons(
+    cluster: kube.Cluster, fleet: Any, namespace: str, configs: dict[str, str], dcgm: bool = True
+) -> None:
+    """gpuready.addons' objects, server-side applied as the add-ons deploy applies them (in its order)."""
+    settings = replace(addons.AddonSettings(), namespace=namespace)
+    for manifest in addons.render_all(fleet, settings):
+        if manifest["metadata"]["name"] == addons.DEVICE_PLUGIN_CONFIGMAP:
+            manifest["data"] = {**manifest["data"], **configs}
+        if not dcgm and manifest["metadata"]["name"] == "nvidia-dcgm-exporter":
+            continue
+        kube.apply(cluster, manifest)

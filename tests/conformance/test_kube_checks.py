@@ -158,6 +158,18 @@ def test_mig_device_and_vector_add_messages(specs):
     assert workloads.pod_resource(a100) == "nvidia.com/gpu"  # GPU 1 has MIG disabled
 
 
+def test_a_failed_pod_quotes_its_warning_events_first():
+    """The kubelet's events outnumber the one that says why (a real pod: Scheduled, Pulled, Created, Started,
+    and the sandbox failure among them): Warnings are kept, the other slots go to the latest events."""
+    events = ["Warning FailedCreatePodSandBox: Failed to create pod sandbox: no runtime for \"nvidia\"",
+              "Normal Pulled: pulled", "Normal Created: created", "Normal Started: started",
+              "Normal Scheduled: assigned"]  # fmt: skip
+    described = PodResult("p", "n", "Failed", events=events).describe()
+    assert described == ("pod p: phase Failed; events: " + " | ".join([events[0], *events[2:]]))
+    normal = [f"Normal E{i}: e" for i in range(6)]
+    assert PodResult("p", "n", "Pending", events=normal).describe().endswith(" | ".join(normal[-4:]))
+
+
 def test_pods_are_non_root_pinned_and_tolerate_the_node_taints(specs):
     pod = gpu_pod("p", specs["t4"], "img", "nvidia.com/gpu", check="x")
     spec = pod["spec"]

@@ -1,6 +1,7 @@
-"""The node, workloads and metrics layers (conformance/) in-process against the API simulator: a healthy fleet
-passes every check; each fault fails the matching check on that node only, with a message naming the cause;
-the run's namespace is gone after success, failure, timeout and Ctrl-C."""
+"""The node, workloads and metrics layers (conformance/) in-process against the lab's real control plane: a
+healthy fleet of virtual nodes with lab host roots passes every check; each fault fails the matching check on
+that node only, with a message naming the cause; the run's namespace is gone after success, failure, timeout
+and Ctrl-C. Each test gets fresh nodes (tests/conftest.py's `virtual_nodes`) and its own add-ons namespace."""
 
 from __future__ import annotations
 
@@ -26,25 +27,28 @@ def kube_suite(pytester):
 
 
 @pytest.fixture
-def fleets(tmp_path):
+def fleets(lab_cluster, api, virtual_nodes, tmp_path):
+    """`fleets(converge=True, **make_fleet options)`: a fleet on fresh virtual nodes; ``converge=False`` for a
+    fault that keeps the fleet from converging to its spec."""
     started = []
 
-    def make(**kw):
-        fleet = make_fleet(tmp_path / f"fleet{len(started)}", **kw)
+    def make(converge=True, **kw):
+        fleet = make_fleet(lab_cluster, api, virtual_nodes, tmp_path / f"fleet{len(started)}", **kw)
         started.append(fleet)
-        fleet.converged()
+        if converge:
+            fleet.converged()
         return fleet
 
     yield make
     for fleet in started:
-        fleet.sim.stop()
+        fleet.delete()
 
 
 def run(pytester, fleet, *args, **kw):
     report = pytester.path / "report"
     result = pytester.runpytest_inprocess(
-        "conformance", "--inventory", str(fleet.inventory), "--kubeconfig", str(fleet.sim.kubeconfig_path),
-        "--timeout", "20", "--report-dir", str(report), "-p", "no:cacheprovider", "-rs", *args, **kw,
+        "conformance", "--inventory", str(fleet.inventory), "--kubeconfig", str(fleet.kubeconfig),
+        "--timeout", "60", "--report-dir", str(report), "-p", "no:cacheprovider", "-rs", *args, **kw,
     )  # fmt: skip
     return result, read_verdict(report)
 
@@ -66,18 +70,14 @@ def failures(verdict):
     }
 
 
-def run_namespaces(fleet):
-    return [
-        ns for ns in fleet.sim.store.list("namespaces", "")[0]
-        if ns["metadata"]["name"].startswith(wl.NAMESPACE_PREFIX)
-    ]  # fmt: skip
-
-
 def assert_cleaned_up(fleet):
-    wait_for(lambda: not run_namespaces(fleet), what="the run's namespace deleted")
-    assert not [
-        p for p in fleet.sim.store.list("pods", "")[0] if p["metadata"]["namespace"].startswith("gpuready-")
-    ]
+    """The namespaces the suite made for this fleet's runs are gone (the namespace controller deleted them after
+    the kubelets confirmed their pods' deletion), and no pod of a run is left on the fleet's nodes."""
+    wait_for(lambda: not fleet.run_namespaces() - fleet.runs_before, what="the run's namespace deleted")
+    for node in fleet.nodes:
+        assert not [
+            p for p in fleet.pods(node=node) if p["metadata"]["namespace"].startswith(wl.NAMESPACE_PREFIX)
+        ]
 
 
 def test_healthy_fleet_passes_every_check(pytester, kube_suite, fleets):
@@ -110,9 +110,10 @@ def only_failing_node(verdict, node):
 def test_wrong_time_slicing_replicas_fail_allocatable(pytester, kube_suite, fleets):
     config = "version: v1\nflags:\n  migStrategy: none\nsharing:\n  timeSlicing:\n    resources:\n" \
              "    - name: nvidia.com/gpu\n      replicas: 2\n"  # fmt: skip
-    fleet = make_fleet_unconverged(fleets, configs={"time-slicing-4": config})
+    fleet = fleets(converge=False, configs={"time-slicing-4": config})
     l4 = list(fleet.nodes)[2]
     wait_for(lambda: fleet.node(l4)["status"]["allocatable"].get("nvidia.com/gpu") == "2", what="2 replicas")
+    fleet.converged(skip=(l4,))
     _result, verdict = run(pytester, fleet)
     bad = only_failing_node(verdict, l4)
     assert bad["node/test_allocatable"] == (
@@ -127,25 +128,14 @@ def test_wrong_time_slicing_replicas_fail_allocatable(pytester, kube_suite, flee
     )
 
 
-def make_fleet_unconverged(fleets_factory, **kw):
-    """A fleet whose fault keeps it from converging to its spec (fleets() waits for convergence)."""
-    import kube_fleet
-
-    original = kube_fleet.KubeFleet.converged
-    kube_fleet.KubeFleet.converged = lambda self: None
-    try:
-        return fleets_factory(**kw)
-    finally:
-        kube_fleet.KubeFleet.converged = original
-
-
 def test_missing_mig_instance_fails_allocatable(pytester, kube_suite, fleets):
-    fleet = make_fleet_unconverged(fleets, mig_override={1: {0: ["3g.40gb", "2g.20gb", "1g.10gb"]}})
+    fleet = fleets(converge=False, mig_override={1: {0: ["3g.40gb", "2g.20gb", "1g.10gb"]}})
     a100 = list(fleet.nodes)[1]
     wait_for(
         lambda: fleet.node(a100)["status"]["allocatable"].get("nvidia.com/mig-1g.10gb") == "1", what="1 x 1g"
     )
     wait_for(lambda: fleet.node(a100)["metadata"]["labels"].get("nvidia.com/mig-1g.10gb.count") == "1")
+    fleet.converged(skip=(a100,))
     _result, verdict = run(pytester, fleet)
     bad = only_failing_node(verdict, a100)
     assert bad["node/test_allocatable"] == (
@@ -176,7 +166,7 @@ def test_missing_nvidia_handler_fails_vector_add(pytester, kube_suite, fleets):
 def test_kubelet_stopped_fails_ready(pytester, kube_suite, fleets):
     fleet = fleets()
     l4 = list(fleet.nodes)[2]
-    fleet.sim.virtual.stop(l4)
+    fleet.stop_kubelet(l4)
     ready = lambda: next(c for c in fleet.node(l4)["status"]["conditions"] if c["type"] == "Ready")  # noqa: E731
     wait_for(lambda: ready()["status"] == "Unknown", what="NotReady")
     _result, verdict = run(pytester, fleet)
