@@ -10,7 +10,6 @@ scheduler place their pods, and the agent runs them.
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
@@ -18,28 +17,20 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from host_roots import DRIVER, make_host  # noqa: F401 - the tests import them from here
 from kubernetes import client, watch
 from kubernetes.client.exceptions import ApiException
+from polling import wait_for
 
 from gpuready import addons, kube
-from gpuready.containerd_config import RuntimeSettings, render_drop_in, render_main
 from gpuready.lab.agent import control
-from gpuready.lab.hardware import make_hardware, write_hardware
 
 Obj = dict[str, Any]
 WAIT_S = 120.0  # two cores shared with other test sessions: the real controllers take their time
 GPU = "nvidia.com/gpu"
-DRIVER = "580.178.04"
 VECTOR_ADD = "nvcr.io/nvidia/k8s/cuda-sample:vectoradd-cuda12.5.0"
 CUDA_BASE = "nvcr.io/nvidia/cuda:12.4.1-base-ubuntu22.04"
 PAUSE = "registry.k8s.io/pause:3.10"
-CONTAINERD_MAIN = """\
-version = 2
-[plugins."io.containerd.grpc.v1.cri".containerd]
-  default_runtime_name = "runc"
-  [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
-    runtime_type = "io.containerd.runc.v2"
-"""
 CONFIGS = {
     "none": "version: v1\nflags:\n  migStrategy: none\n",
     "ts4": "version: v1\nflags:\n  migStrategy: none\nsharing:\n  timeSlicing:\n    resources:\n"
@@ -47,68 +38,6 @@ CONFIGS = {
     "mig-mixed": "version: v1\nflags:\n  migStrategy: mixed\n",
     "mig-single": "version: v1\nflags:\n  migStrategy: single\n",
 }
-
-
-def wait_for(check: Callable[[], Any], timeout: float = WAIT_S, what: str = "condition") -> Any:
-    """Poll until `check()` is truthy; fail naming `what` and the last value after `timeout` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}; last value: {value!r}")
-        time.sleep(0.2)
-
-
-def make_host(
-    base: Path,
-    name: str,
-    profile: str,
-    index: int = 0,
-    *,
-    nvidia_dropin: bool = True,
-    mig: dict[int, list[str]] | None = None,
-    faults: list[Obj] | None = None,
-    driver: str | None = DRIVER,
-) -> tuple[Path, Path]:
-    """A host root as the gpu_node deploy leaves it; `mig` maps GPU index -> MIG profiles to create.
-    Returns (root, hardware file)."""
-    root = base / name / "merged"
-    hardware = base / name / "machine" / "hardware.json"
-    hw = make_hardware(profile, index)
-    hw["faults"] = list(faults or [])
-    write_hardware(hardware, hw)
-    for d in ("usr/bin", "usr/lib/nvidia-emu", "usr/lib/x86_64-linux-gnu", "etc/containerd/conf.d",
-              "var/lib/nvidia-emu"):  # fmt: skip
-        (root / d).mkdir(parents=True, exist_ok=True)
-    if driver:
-        (root / "usr/bin/nvidia-smi").write_text("#!/usr/bin/python3\n")
-        (root / "usr/lib/nvidia-emu/driver-version").write_text(driver + "\n")
-        (root / "usr/lib/nvidia-emu/kmod-version").write_text(driver + "\n")
-        (root / "usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1").write_text("emulated NVML\n")
-    (root / "usr/bin/nvidia-container-runtime").write_text("#!/usr/bin/python3\n")
-    settings = RuntimeSettings()
-    main = render_main(CONTAINERD_MAIN, settings)
-    (root / "etc/containerd/config.toml").write_text(main)
-    if nvidia_dropin:
-        (root / "etc/containerd/conf.d/99-nvidia.toml").write_text(render_drop_in(main, settings))
-    gpus = {}
-    for g in hw["gpus"]:
-        gis = []
-        by_name = {p["name"]: p for p in g["mig_profiles"]}
-        start = 0
-        for gi_id, prof_name in enumerate((mig or {}).get(g["index"], []), start=1):
-            p = by_name[prof_name]
-            gis.append({"id": gi_id, "profile_id": p["profile_id"], "start": start, "size": p["placement_size"],
-                        "cis": [{"id": 0, "profile_id": 0, "start": 0, "size": p["compute_slices"]}]})  # fmt: skip
-            start += p["placement_size"]
-        on = g["index"] in (mig or {})
-        gpus[g["uuid"]] = {"mig_current": on, "mig_pending": on, "persistence": False, "gis": gis}
-    (root / "var/lib/nvidia-emu/state.json").write_text(
-        json.dumps({"boot_id": "b", "kmod": driver, "gpus": gpus})
-    )
-    return root, hardware
 
 
 def gpu_pod(

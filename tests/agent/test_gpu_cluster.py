@@ -11,6 +11,7 @@ from typing import Any
 
 import yaml
 from kubernetes import client
+from polling import wait_for as wait
 
 from gpuready import addons
 from gpuready.lab.agent.gpu_images import VECTOR_ADD_OK
@@ -18,7 +19,6 @@ from gpuready.lab.hardware import make_hardware
 from gpuready.nvidia.dcgm import parse_dcgm_metrics
 
 from .conftest import CUDA_BASE, VECTOR_ADD, Gpus, gpu_pod, terminated
-from .conftest import wait_for as wait
 
 # device plugin -------------------------------------------------------------------------------------------------
 

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
+from polling import wait_for as wait
 
 from gpuready import addons, kube, maintenance
 from gpuready.lab.agent.gpu import virtual_hardware
@@ -19,7 +20,6 @@ from gpuready.lab.agent.gpu_images import VECTOR_ADD_OK
 from gpuready.lab.hardware import make_hardware
 
 from .conftest import CONFIGS, CUDA_BASE, GPU, VECTOR_ADD, Gpus, gpu_pod
-from .conftest import wait_for as wait
 
 SMI_AND_SLEEP = ["bash", "-c", "nvidia-smi -L; sleep infinity"]
 

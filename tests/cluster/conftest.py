@@ -11,7 +11,6 @@ import os
 import shutil
 import subprocess
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -61,15 +60,3 @@ def etc_before() -> list[str] | None:
 def control_plane(lab_cluster: Any, etc_before: list[str] | None) -> dict[str, Any]:
     """The test run's lab cluster (tests/conftest.py): its control plane's state entry."""
     return lab_cluster.entry
-
-
-def wait_for(check: Callable[[], Any], timeout: float = 30.0, what: str = "condition") -> Any:
-    """Poll until `check()` is truthy; fail naming `what` after `timeout` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        result = check()
-        if result:
-            return result
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(0.1)

@@ -19,11 +19,12 @@ import pytest
 import yaml
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
+from polling import wait_for
 
 from gpuready.lab.cluster import controlplane
 from gpuready.lab.cluster.binaries import KubeBinaries, PrerequisiteError
 
-from .conftest import VERSION, Kubectl, binaries, etc_kubernetes, wait_for
+from .conftest import VERSION, Kubectl, binaries, etc_kubernetes
 
 
 def _b64url(data: bytes) -> str:

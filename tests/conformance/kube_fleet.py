@@ -15,81 +15,30 @@ from __future__ import annotations
 import json
 import secrets
 import shutil
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from host_roots import make_host
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
+from polling import wait_for
 from shims import GROUP_DATA, JOIN, PROFILE_INVENTORY
 
 from gpuready import addons, kube
-from gpuready.containerd_config import RuntimeSettings, render_drop_in, render_main
 from gpuready.lab.agent import control
-from gpuready.lab.hardware import make_hardware, write_hardware
 from gpuready.spec import NodeSpec, load_fleet
 from gpuready.workloads import NAMESPACE_PREFIX
 
-CONTAINERD_MAIN = """\
-version = 2
-[plugins."io.containerd.grpc.v1.cri".containerd]
-  default_runtime_name = "runc"
-  [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
-    runtime_type = "io.containerd.runc.v2"
-"""
-DRIVER = "580.178.04"
 WAIT_S = 120.0  # two cores shared with other test sessions: the real controllers take their time
-
-
-def wait_for(check: Callable[[], Any], timeout: float = WAIT_S, what: str = "condition") -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}; last value: {value!r}")
-        time.sleep(0.2)
 
 
 def write_host(
     base: Path, name: str, profile: str, index: int, mig: dict[int, list[str]]
 ) -> tuple[Path, Path]:
-    """A host root as the gpu_node deploy leaves it, with the MIG instances of ``mig`` (GPU index -> profiles);
-    returns (root, hardware file)."""
-    root = base / name / "merged"
-    hardware = base / name / "machine" / "hardware.json"
-    hw = make_hardware(profile, index)
-    hw["faults"] = []
-    write_hardware(hardware, hw)
-    for d in ("usr/bin", "usr/lib/nvidia-emu", "usr/lib/x86_64-linux-gnu", "etc/containerd/conf.d",
-              "var/lib/nvidia-emu"):  # fmt: skip
-        (root / d).mkdir(parents=True, exist_ok=True)
-    (root / "usr/bin/nvidia-smi").write_text("#!/usr/bin/python3\n")
-    (root / "usr/lib/nvidia-emu/driver-version").write_text(DRIVER + "\n")
-    (root / "usr/lib/nvidia-emu/kmod-version").write_text(DRIVER + "\n")
-    (root / "usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1").write_text("emulated NVML\n")
-    (root / "usr/bin/nvidia-container-runtime").write_text("#!/usr/bin/python3\n")
-    settings = RuntimeSettings()
-    main = render_main(CONTAINERD_MAIN, settings)
-    (root / "etc/containerd/config.toml").write_text(main)
-    (root / "etc/containerd/conf.d/99-nvidia.toml").write_text(render_drop_in(main, settings))
-    gpus = {}
-    for g in hw["gpus"]:
-        by_name = {p["name"]: p for p in g["mig_profiles"]}
-        gis, start = [], 0
-        for gi_id, profile_name in enumerate(mig.get(g["index"], []), start=1):
-            p = by_name[profile_name]
-            gis.append({"id": gi_id, "profile_id": p["profile_id"], "start": start, "size": p["placement_size"],
-                        "cis": [{"id": 0, "profile_id": 0, "start": 0, "size": p["compute_slices"]}]})  # fmt: skip
-            start += p["placement_size"]
-        on = g["index"] in mig
-        gpus[g["uuid"]] = {"mig_current": on, "mig_pending": on, "persistence": True, "gis": gis}
-    state = {"boot_id": "b", "kmod": DRIVER, "gpus": gpus}
-    (root / "var/lib/nvidia-emu/state.json").write_text(json.dumps(state))
-    return root, hardware
+    """A host root as the gpu_node deploy leaves it (persistence on), with the MIG instances of ``mig``."""
+    return make_host(base, name, profile, index, mig=mig, persistence=True)
 
 
 @dataclass

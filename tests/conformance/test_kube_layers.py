@@ -9,7 +9,8 @@ import json
 import shutil
 
 import pytest
-from kube_fleet import make_fleet, wait_for
+from kube_fleet import make_fleet
+from polling import wait_for
 from shims import REPO, read_verdict
 
 from gpuready import workloads as wl

@@ -7,7 +7,6 @@ import os
 import shutil
 import subprocess
 import sys
-import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -15,21 +14,10 @@ from typing import Any
 
 import pytest
 from kubernetes import client
+from polling import wait_for
 
 PAUSE = "registry.k8s.io/pause:3.10"
 _seq = itertools.count()
-
-
-def wait_for(check: Callable[[], Any], timeout: float = 60.0, what: str = "condition") -> Any:
-    """Poll until `check()` is truthy; fail naming `what` (and the last value) after `timeout` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}; last value: {value!r}")
-        time.sleep(0.1)
 
 
 def kubectl_path() -> str | None:

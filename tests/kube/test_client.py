@@ -13,8 +13,9 @@ from typing import Any
 import pytest
 from kubernetes import client, dynamic, watch
 from kubernetes.client.rest import ApiException
+from polling import wait_for
 
-from .conftest import PAUSE, pod_phase, unique, wait_for
+from .conftest import PAUSE, pod_phase, unique
 
 NO_NODE = {"gpuready.test/no-such-node": "true"}  # a selector no node matches: the object never runs anywhere
 

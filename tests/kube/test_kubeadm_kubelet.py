@@ -29,10 +29,11 @@ from cryptography import x509
 from cryptography.x509.oid import NameOID
 from kubernetes import client
 from kubernetes.client.rest import ApiException
+from polling import wait_for
 
 from gpuready.lab import emulator
 
-from .conftest import kubectl_path, wait_for
+from .conftest import kubectl_path
 
 EMULATOR = Path(emulator.__file__).parent
 KUBEADM = EMULATOR / "kubeadm.py"

@@ -11,8 +11,9 @@ from pathlib import Path
 from typing import Any
 
 from kubernetes import client
+from polling import wait_for
 
-from .conftest import PAUSE, pod_phase, unique, wait_for
+from .conftest import PAUSE, pod_phase, unique
 
 MANIFEST = """\
 apiVersion: v1

@@ -13,10 +13,11 @@ from typing import Any
 
 import pytest
 from kubernetes import client
+from polling import wait_for
 
 from gpuready import kube, maintenance
 
-from .conftest import PAUSE, wait_for
+from .conftest import PAUSE
 
 TOLERATE_GPU = [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
 

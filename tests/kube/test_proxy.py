@@ -14,8 +14,9 @@ from typing import Any
 import pytest
 from kubernetes import client
 from kubernetes.client.rest import ApiException
+from polling import wait_for
 
-from .conftest import PAUSE, pod_phase, unique, wait_for
+from .conftest import PAUSE, pod_phase, unique
 
 EXPORTER = "nvcr.io/nvidia/k8s/dcgm-exporter:4.4.1-4.6.0-ubuntu22.04"
 
