@@ -352,3 +352,23 @@ def test_logs_follow_streams_until_the_container_exits(
     follow = kubectl(*ns, "logs", "-f", "ticker", timeout=60)
     assert follow.stdout == "one\ntwo\n"
     wait_for(lambda: pod_phase(api, "ticker", namespace) == "Succeeded", what="ticker Succeeded")
+
+
+def test_kubectl_wait_for_conditions_and_fields(
+    kubectl: Any, namespace: str, virtual_nodes: Callable[..., list[str]]
+) -> None:
+    """`kubectl wait` follows the real watch: a node's Ready condition, a pod's Ready condition, a field value."""
+    (node,) = virtual_nodes(1)
+    assert kubectl("wait", "--for=condition=Ready", f"node/{node}", "--timeout=60s").stdout.strip() == (
+        f"node/{node} condition met"
+    )
+    ns = ("-n", namespace)
+    kubectl(*ns, "run", "sleeper", f"--image={PAUSE}", "--restart=Never", "--overrides", _on(node))
+    assert kubectl(*ns, "wait", "--for=condition=Ready", "pod/sleeper", "--timeout=60s").stdout.strip() == (
+        "pod/sleeper condition met"
+    )
+    kubectl(*ns, "run", "done", "--image=busybox", "--restart=Never", "--overrides", _on(node), "--", "true")
+    waited = kubectl(*ns, "wait", "--for=jsonpath={.status.phase}=Succeeded", "pod/done", "--timeout=60s")
+    assert waited.stdout.strip() == "pod/done condition met"
+    late = kubectl(*ns, "wait", "--for=condition=Ready", "pod/done", "--timeout=2s", check=False)
+    assert late.returncode == 1 and "timed out waiting for the condition on pods/done" in late.stderr
