@@ -29,3 +29,21 @@ def test_lab_up_lists_each_missing_piece_and_starts_nothing(
     assert "systemd-nspawn not found: apt-get install systemd-container" in message
     assert "dpkg-scanpackages not found: apt-get install dpkg-dev" in message
     assert not paths.root.exists() and not (tmp_path / "empty-cache").exists()
+
+
+def test_the_labs_control_plane_version_is_the_inventorys_default_pin() -> None:
+    """The lab's control plane runs the Kubernetes version a deploy pins by default, and its emulated kubelet
+    packages include that version, so the default lab has no version skew."""
+    from gpuready.lab.cluster import cluster
+    from gpuready.lab.k8s_packages import KUBERNETES_VERSIONS
+
+    namespace: dict[str, object] = {}
+    repo = Path(__file__).resolve().parents[2]
+    exec((repo / "inventory/group_data/all.py").read_text(), namespace)
+    assert namespace["kubernetes_version"] == cluster.DEFAULT_VERSION
+    assert cluster.DEFAULT_VERSION in KUBERNETES_VERSIONS
+
+
+def test_a_malformed_control_plane_version_is_named(tmp_path: Path) -> None:
+    problems = hosts.prerequisite_problems(tmp_path, kubernetes_version="1.34")
+    assert "Kubernetes version '1.34' must be a release like 1.34.4" in problems

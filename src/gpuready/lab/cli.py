@@ -13,6 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 from gpuready.lab import hosts, ssh
+from gpuready.lab.cluster import cluster
 from gpuready.lab.state import LabNotUp, LabPaths, lab_dir, require_state
 
 
@@ -27,6 +28,7 @@ def _up(args: argparse.Namespace) -> int:
         profiles=args.profile or None,
         control_plane=args.control_plane,
         virtual_nodes=args.virtual_nodes,
+        kubernetes_version=args.kubernetes_version,
     )
     _print_hosts(state)
     return 0
@@ -120,6 +122,9 @@ def _add_lab_commands(sub: Any) -> None:
     p.add_argument("--nodes", type=int, default=3, help="number of hosts (default 3)")
     p.add_argument("--control-plane", action=argparse.BooleanOptionalAction, default=True,
                    help="start the Kubernetes control plane and node agent the hosts join (default: on)")  # fmt: skip
+    p.add_argument("--kubernetes-version", default=cluster.DEFAULT_VERSION, metavar="X.Y.Z",
+                   help="control plane version, built from k8s.io/kubernetes once and cached (default "
+                        f"{cluster.DEFAULT_VERSION}, the kubernetes_version default in inventory/group_data/all.py)")  # fmt: skip
     p.add_argument("--virtual-nodes", type=int, default=0, metavar="N",
                    help="add N simulated GPU nodes with no host behind them (for scale tests)")  # fmt: skip
     p.add_argument("--profile", action="append", metavar="NAME",

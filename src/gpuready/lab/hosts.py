@@ -362,7 +362,9 @@ HOST_TOOLS = {"systemd-nspawn": "systemd-container", "ssh": "openssh-client", "s
               "gpg": "gnupg", "dpkg-deb": "dpkg", "dpkg-scanpackages": "dpkg-dev"}  # fmt: skip
 
 
-def prerequisite_problems(cache: Path | None = None, control_plane: bool = True) -> list[str]:
+def prerequisite_problems(
+    cache: Path | None = None, control_plane: bool = True, kubernetes_version: str = cluster.DEFAULT_VERSION
+) -> list[str]:
     """Everything missing for `up`, each with how to get it (all at once, before anything starts)."""
     found: list[str] = []
     try:
@@ -374,8 +376,12 @@ def prerequisite_problems(cache: Path | None = None, control_plane: bool = True)
         tools["debootstrap"] = "debootstrap"
     found += [f"{tool} not found: apt-get install {package}" for tool, package in tools.items()
               if shutil.which(tool) is None]  # fmt: skip
-    if control_plane:
-        found += binaries.problems(cluster.DEFAULT_VERSION)
+    if control_plane and not re.fullmatch(r"1\.\d+\.\d+", kubernetes_version):
+        found.append(
+            f"Kubernetes version {kubernetes_version!r} must be a release like {cluster.DEFAULT_VERSION}"
+        )
+    elif control_plane:
+        found += binaries.problems(kubernetes_version)
     return found
 
 
@@ -386,6 +392,7 @@ def up(
     cache: Path | None = None,
     control_plane: bool = True,
     virtual_nodes: int = 0,
+    kubernetes_version: str = cluster.DEFAULT_VERSION,
     first_index: int = 1,
     subnet: str | None = None,
 ) -> dict[str, Any]:
@@ -398,7 +405,7 @@ def up(
     unknown = sorted({s.profile for s in specs} - set(hardware.PROFILES))
     if unknown:
         raise LabError(f"unknown profile(s) {unknown}; known: {sorted(hardware.PROFILES)}")
-    missing = prerequisite_problems(cache, control_plane)
+    missing = prerequisite_problems(cache, control_plane, kubernetes_version)
     if missing:
         raise LabError("the lab cannot start here:\n" + "\n".join(f"- {line}" for line in missing))
     down(paths, quiet=True)
@@ -456,7 +463,13 @@ def up(
         if control_plane:
             progress(f"starting the Kubernetes control plane on {net.control_plane} and the node agent")
             state["apiserver"] = cluster.up(
-                paths.root, net, debian_mirror(), progress, virtual_nodes=virtual_nodes, lab_state=paths.root
+                paths.root,
+                net,
+                debian_mirror(),
+                progress,
+                version=kubernetes_version,
+                virtual_nodes=virtual_nodes,
+                lab_state=paths.root,
             )
             state["apiserver"]["pid_start"] = _proc_start(state["apiserver"]["pid"])
             save_state(paths, state)

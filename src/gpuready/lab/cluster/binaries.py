@@ -7,8 +7,13 @@
   from the Kubernetes go.mod itself, so a new staging module needs no change here), then ``go build -trimpath``.
 * etcd comes from Debian's ``etcd-server`` package (trixie: 3.5.x), downloaded with apt from a private list and
   unpacked; nothing is installed on the machine.
+* promtool (which proves the add-ons' Prometheus alert rules) comes the same way from Debian's ``prometheus``
+  package (bookworm: 2.42). Installing that package would enable and start a Prometheus server (its postinst runs
+  ``deb-systemd-invoke start prometheus.service``, or ``invoke-rc.d`` without systemd) and pull in a web UI's
+  JavaScript; unpacking it runs nothing, and only ``usr/bin/promtool`` is kept.
 
-Everything lands in ``<cache>/kubernetes-v<version>/bin`` and ``<cache>/etcd-<version>/``, keyed by version like
+Everything lands in ``<cache>/kubernetes-v<version>/bin``, ``<cache>/etcd/`` and ``<cache>/promtool/``, keyed by
+version like
 the Debian base root, built in a temporary directory and renamed into place, so an interrupted build leaves
 nothing half-made. Nothing prebuilt is committed.
 """
@@ -34,6 +39,8 @@ KUBE_COMMANDS = ("kube-apiserver", "kube-controller-manager", "kube-scheduler", 
 GO_MIN = (1, 24)  # k8s.io/kubernetes 1.34's go directive
 ETCD_SUITE = "trixie"
 ETCD_PACKAGE = "etcd-server"
+PROMTOOL_SUITE = "bookworm"
+PROMTOOL_PACKAGE = "prometheus"
 
 Progress = Callable[[str], None]
 
@@ -235,6 +242,47 @@ def cached_etcd(cache: Path | None = None) -> Path | None:
     return found[-1] if found else None
 
 
+def _fetch_deb(
+    mirror: str, suite: str, package: str, base: Path, progress: Progress, arch: str = "amd64", only: str = ""
+) -> Path:
+    """Debian `suite`'s `package`, downloaded with apt from a private source list (nothing installed, no maintainer
+    script run) and unpacked into ``<base>/<package>_<version>_<arch>/``, or with `only` (a path in the package)
+    just that file, alone in that directory; returns the directory. It appears whole or not at all."""
+    for tool in ("apt-get", "dpkg-deb"):
+        if not shutil.which(tool):
+            raise PrerequisiteError(
+                f"{tool} is not on PATH: the lab fetches Debian's {package} package with it"
+            )
+    keyring = Path("/usr/share/keyrings/debian-archive-keyring.gpg")
+    if not keyring.is_file():
+        raise PrerequisiteError(f"{keyring} is missing: install Debian's debian-archive-keyring")
+    progress(f"fetching Debian {suite}'s {package} from {mirror}")
+    tmp = Path(tempfile.mkdtemp(dir=base, prefix=".fetch-"))
+    try:
+        (tmp / "lists/partial").mkdir(parents=True)
+        (tmp / "archives/partial").mkdir(parents=True)
+        (tmp / "sources.list").write_text(f"deb [signed-by={keyring}] {mirror} {suite} main\n")
+        opts = [
+            f"-oDir::Etc::SourceList={tmp / 'sources.list'}", "-oDir::Etc::SourceParts=/nonexistent",
+            f"-oDir::State::Lists={tmp / 'lists'}", f"-oDir::Cache={tmp}", f"-oAPT::Architecture={arch}",
+            "-oDebug::NoLocking=1", "-qq",
+        ]  # fmt: skip
+        _run(["apt-get", *opts, "update"], tmp, f"apt-get update of Debian {suite}")
+        _run(["apt-get", *opts, "download", package], tmp, f"apt-get download {package}")
+        (deb,) = tmp.glob(f"{package}_*.deb")
+        dest = base / deb.name.removesuffix(".deb")
+        _run(["dpkg-deb", "-x", str(deb), str(tmp / "root")], tmp, f"unpacking {deb.name}")
+        if only:
+            (tmp / "only").mkdir(mode=0o755)
+            (tmp / "root" / only).rename(tmp / "only" / Path(only).name)
+            (tmp / "only").rename(dest)
+        else:
+            (tmp / "root").rename(dest)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return dest
+
+
 def ensure_etcd(mirror: str, progress: Progress, cache: Path | None = None) -> Path:
     """Debian's etcd binary (from `ETCD_SUITE`), fetched with apt into the cache once; returns its path."""
     base = etcd_cache(cache)
@@ -242,40 +290,51 @@ def ensure_etcd(mirror: str, progress: Progress, cache: Path | None = None) -> P
         found = cached_etcd(cache)
         if found:
             return found
-        for tool in ("apt-get", "dpkg-deb"):
-            if not shutil.which(tool):
-                raise PrerequisiteError(
-                    f"{tool} is not on PATH: the lab takes etcd from Debian's {ETCD_PACKAGE}"
-                )
-        keyring = Path("/usr/share/keyrings/debian-archive-keyring.gpg")
-        if not keyring.is_file():
-            raise PrerequisiteError(f"{keyring} is missing: install Debian's debian-archive-keyring")
-        progress(f"fetching Debian {ETCD_SUITE}'s {ETCD_PACKAGE} from {mirror}")
-        tmp = Path(tempfile.mkdtemp(dir=base, prefix=".fetch-"))
-        try:
-            (tmp / "lists/partial").mkdir(parents=True)
-            (tmp / "archives/partial").mkdir(parents=True)
-            (tmp / "sources.list").write_text(f"deb [signed-by={keyring}] {mirror} {ETCD_SUITE} main\n")
-            opts = [
-                f"-oDir::Etc::SourceList={tmp / 'sources.list'}", "-oDir::Etc::SourceParts=/nonexistent",
-                f"-oDir::State::Lists={tmp / 'lists'}", f"-oDir::Cache={tmp}", "-oAPT::Architecture=amd64",
-                "-oDebug::NoLocking=1", "-qq",
-            ]  # fmt: skip
-            _run(["apt-get", *opts, "update"], tmp, f"apt-get update of Debian {ETCD_SUITE}")
-            _run(["apt-get", *opts, "download", ETCD_PACKAGE], tmp, f"apt-get download {ETCD_PACKAGE}")
-            (deb,) = tmp.glob(f"{ETCD_PACKAGE}_*.deb")
-            dest = base / deb.name.removesuffix(".deb")
-            _run(["dpkg-deb", "-x", str(deb), str(tmp / "root")], tmp, f"unpacking {deb.name}")
-            (tmp / "root").rename(dest)
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
-        etcd = dest / "usr/bin/etcd"
+        etcd = _fetch_deb(mirror, ETCD_SUITE, ETCD_PACKAGE, base, progress) / "usr/bin/etcd"
         progress(f"etcd: {etcd}")
         return etcd
 
 
+# --- promtool from Debian ---------------------------------------------------------------------------------------
+
+
+def promtool_cache(cache: Path | None = None) -> Path:
+    return (cache or cache_dir()) / "promtool"
+
+
+def cached_promtool(cache: Path | None = None) -> Path | None:
+    found = sorted(promtool_cache(cache).glob(f"{PROMTOOL_PACKAGE}_*/promtool"))
+    return found[-1] if found else None
+
+
+def _dpkg_arch() -> str:
+    """This machine's Debian architecture (promtool runs here), amd64 when dpkg cannot say."""
+    if not shutil.which("dpkg"):
+        return "amd64"
+    out = subprocess.run(["dpkg", "--print-architecture"], capture_output=True, text=True)
+    return (out.stdout.strip() if out.returncode == 0 else "") or "amd64"
+
+
+def ensure_promtool(mirror: str, progress: Progress, cache: Path | None = None) -> Path:
+    """Debian's promtool (from `PROMTOOL_SUITE`'s ``prometheus``), fetched with apt into the cache once and kept
+    alone (the server, its units and web assets are dropped); returns its path. Nothing is installed or started."""
+    base = promtool_cache(cache)
+    with _locked(base / ".lock"):
+        found = cached_promtool(cache)
+        if found:
+            return found
+        arch = _dpkg_arch()
+        promtool = _fetch_deb(
+            mirror, PROMTOOL_SUITE, PROMTOOL_PACKAGE, base, progress, arch, "usr/bin/promtool"
+        )
+        promtool = promtool / "promtool"
+        progress(f"promtool: {promtool}")
+        return promtool
+
+
 def main(argv: list[str] | None = None) -> int:
-    """`python -m gpuready.lab.cluster.binaries [VERSION]`: build or fetch what the lab's control plane runs."""
+    """`python -m gpuready.lab.cluster.binaries [VERSION]`: build or fetch what the lab's control plane runs, and
+    promtool for the alert-rule tests."""
     import sys
 
     from gpuready.lab.cluster.cluster import DEFAULT_VERSION
@@ -286,11 +345,12 @@ def main(argv: list[str] | None = None) -> int:
     try:
         kube, seconds = build_kube(version, progress)
         etcd = ensure_etcd(debian_mirror(), progress)
+        promtool = ensure_promtool(debian_mirror(), progress)
     except PrerequisiteError as exc:
         print(f"gpuready: {exc}", file=sys.stderr)
         return 1
     state = "built" if seconds is not None else "cached"
-    progress(f"control plane v{version} {state}: {kube.bin_dir}; etcd: {etcd}")
+    progress(f"control plane v{version} {state}: {kube.bin_dir}; etcd: {etcd}; promtool: {promtool}")
     return 0
 
 
