@@ -6,7 +6,7 @@ configuration, GPU feature discovery, dcgm-exporter, optional quotas and priorit
 with the device-plugin config it must run. Objects gpuready applied earlier that the spec no longer renders are
 named, and deleted only with ``addons_prune = True``. A field someone else changed on an add-on object (another
 field manager: ``kubectl edit``, a controller) stops the deploy with the object, field and manager named, unless
-``addons_take_ownership = True``. The alert rule for idle GPUs is written to ``reports/gpu-alerts.yaml``
+``addons_take_ownership = True``. The alert rules (idle GPU held by a pod, XID errors, row remapping, temperature; proven with promtool) are written to ``reports/gpu-alerts.yaml``
 for your Prometheus.
 """
 

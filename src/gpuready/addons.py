@@ -280,31 +280,99 @@ def render_all(fleet: Fleet, settings: AddonSettings) -> list[Manifest]:
     ]
 
 
+# The alert rules (``prometheus_rules``). dcgm-exporter labels each series with gpu, UUID, modelName, the exporter's
+# Hostname (``hostname`` after 4.5.3-4.8.2; the exporter pod's name unless it runs on the host network) and, with
+# Kubernetes mapping on, the namespace/pod holding the GPU (empty, so absent in Prometheus, when none does).
+# A ``node`` label, where the scrape config adds one from __meta_kubernetes_pod_node_name, names the node instead.
+IDLE_GPU_UTIL_PERCENT = 10  # GPUUnderutilised: a GPU held by a pod under this utilisation ...
+IDLE_GPU_FOR = "30m"  # ... at every evaluation for this long
+GPU_TEMP_ALERT_C = 85  # GPUTemperatureHigh: above this (data-centre GPUs slow down at about 87-93 C) ...
+GPU_TEMP_ALERT_FOR = "5m"  # ... for this long (brief peaks under load are normal)
+_WHERE = (
+    "GPU {{ $labels.gpu }} ({{ $labels.modelName }}, {{ $labels.UUID }}) on "
+    "{{ with $labels.node }}{{ . }}{{ else }}{{ $labels.Hostname }}{{ $labels.hostname }}{{ end }}"
+)
+_HELD_BY = "{{ with $labels.pod }} held by {{ $labels.namespace }}/{{ . }}{{ end }}"
+
+
+def _alert(name: str, expr: str, for_: str, severity: str, summary: str, description: str) -> dict[str, Any]:
+    rule: dict[str, Any] = {"alert": name, "expr": expr}
+    if for_:
+        rule["for"] = for_
+    rule["labels"] = {"severity": severity}
+    rule["annotations"] = {"summary": summary, "description": description}
+    return rule
+
+
+def prometheus_rule_groups() -> list[dict[str, Any]]:
+    """The rule groups, as a Prometheus rule file (``groups:``) holds them: ``promtool check rules`` reads this."""
+    return [
+        {
+            "name": "gpuready.gpu",
+            "rules": [
+                _alert(
+                    "GPUUnderutilised",
+                    # instant value + `for`: pending from the first idle sample of a pod-held GPU, reset by any
+                    # busy one, firing after IDLE_GPU_FOR (an avg_over_time window under `for` would wait up to
+                    # twice as long after a busy spell ends)
+                    f'DCGM_FI_DEV_GPU_UTIL{{pod!=""}} < {IDLE_GPU_UTIL_PERCENT}',
+                    IDLE_GPU_FOR,
+                    "warning",
+                    f"{_WHERE} is allocated to {{{{ $labels.namespace }}}}/{{{{ $labels.pod }}}} but under "
+                    f"{IDLE_GPU_UTIL_PERCENT}% busy",
+                    f"Utilisation has stayed below {IDLE_GPU_UTIL_PERCENT}% for {IDLE_GPU_FOR} while a pod holds "
+                    "the GPU; free it for other work or right-size the request.",
+                ),
+                _alert(
+                    "GPUXidError",
+                    "DCGM_FI_DEV_XID_ERRORS > 0",
+                    "",
+                    "warning",
+                    f"{_WHERE} reported XID {{{{ $value }}}}{_HELD_BY}",
+                    "The driver logged an XID error (the value is the last XID code). 13, 31 and 43 are usually "
+                    "the application's fault; 48, 63, 64, 74, 79, 92, 94 and 95 mean drain the node and reset "
+                    "or repair the GPU. `pytest conformance` (gpu layer) names every XID since boot.",
+                ),
+                _alert(
+                    "GPURowRemapFailure",
+                    "DCGM_FI_DEV_ROW_REMAP_FAILURE > 0",
+                    "",
+                    "critical",
+                    f"{_WHERE} failed to remap a memory row{_HELD_BY}",
+                    "Row remapping failed (no spare rows left): the GPU's memory is no longer reliable. Drain "
+                    "the node and have the GPU repaired.",
+                ),
+                _alert(
+                    "GPUUncorrectableRemappedRows",
+                    "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS > 0",
+                    "",
+                    "warning",
+                    f"{_WHERE} has {{{{ $value }}}} rows remapped after uncorrectable ECC errors{_HELD_BY}",
+                    "Uncorrectable ECC errors made the GPU remap memory rows; a remap takes effect after a GPU "
+                    "reset. Drain the node and reset the GPU if `nvidia-smi -q` shows a remap pending (the "
+                    "conformance suite's gpu layer checks it).",
+                ),
+                _alert(
+                    "GPUTemperatureHigh",
+                    f"DCGM_FI_DEV_GPU_TEMP > {GPU_TEMP_ALERT_C}",
+                    GPU_TEMP_ALERT_FOR,
+                    "warning",
+                    f"{_WHERE} is at {{{{ $value }}}} C, above {GPU_TEMP_ALERT_C} C{_HELD_BY}",
+                    f"The GPU has been hotter than {GPU_TEMP_ALERT_C} C for {GPU_TEMP_ALERT_FOR}; it will "
+                    "throttle its clocks near its slowdown temperature. Check airflow, fans and the "
+                    "node's cooling.",
+                ),
+            ],
+        }
+    ]
+
+
 def prometheus_rules(settings: AddonSettings) -> Manifest:
-    """Alert on GPUs allocated to a pod but idle: the costliest waste in a GPU fleet. Apply with your Prometheus."""
+    """The GPU alerts as a PrometheusRule (Prometheus Operator; its ``spec`` is a plain rule file): GPUs allocated
+    to a pod but idle (the costliest waste in a GPU fleet), XID errors, row remapping, temperature."""
     return {
         "apiVersion": "monitoring.coreos.com/v1",
         "kind": "PrometheusRule",
         "metadata": _meta("gpuready-gpu-alerts", settings.namespace),
-        "spec": {
-            "groups": [
-                {
-                    "name": "gpuready.gpu",
-                    "rules": [
-                        {
-                            "alert": "GPUUnderutilised",
-                            "expr": 'avg_over_time(DCGM_FI_DEV_GPU_UTIL{pod!=""}[30m]) < 10',
-                            "for": "30m",
-                            "labels": {"severity": "warning"},
-                            "annotations": {
-                                "summary": "GPU {{ $labels.gpu }} on {{ $labels.Hostname }}{{ $labels.hostname }} "
-                                "is allocated to {{ $labels.namespace }}/{{ $labels.pod }} but under 10% busy",
-                                "description": "Utilisation has stayed below 10% for 30 minutes while a pod "
-                                "holds the GPU; free it for other work or right-size the request.",
-                            },
-                        }
-                    ],
-                }
-            ]
-        },
+        "spec": {"groups": prometheus_rule_groups()},
     }
