@@ -27,16 +27,16 @@ def copies(node, node_shell, gpuready_suite):
     return node_shell.run(diag.bandwidth_command(gpuready_suite.connection))
 
 
-def test_host_to_device_bandwidth(node, copies, record_property):
-    judge_measured(node, record_property, diag.host_to_device, node, copies)
+def test_host_to_device_bandwidth(node, copies, request):
+    judge_measured(node, request.node, diag.host_to_device, node, copies)
 
 
-def test_device_to_host_bandwidth(node, copies, record_property):
-    judge_measured(node, record_property, diag.device_to_host, node, copies)
+def test_device_to_host_bandwidth(node, copies, request):
+    judge_measured(node, request.node, diag.device_to_host, node, copies)
 
 
-def test_peer_bandwidth(node, copies, record_property):
-    judge_measured(node, record_property, diag.peer, node, copies)
+def test_peer_bandwidth(node, copies, request):
+    judge_measured(node, request.node, diag.peer, node, copies)
 
 
 def test_dcgm_diagnostics(node, node_shell):

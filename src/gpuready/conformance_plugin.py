@@ -42,6 +42,7 @@ LAYER_HELP = {
     "node": "node layer: the Kubernetes Node object (allocatable, labels, taints)",
     "workloads": "workloads layer: GPU pods on every node",
     "metrics": "metrics layer: dcgm-exporter series per GPU",
+    "policy": "policy layer: cluster policies as behaviour (taints keep plain pods off, PriorityClasses, GPU quotas)",
     "diag": "diag layer: copy bandwidth against per-model floors and DCGM diagnostics",
 }
 CONNECTIONS = ("ssh", "local")
@@ -291,7 +292,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
 
 NO_CLUSTER = (
-    "node, workloads and metrics layers not run: no cluster given (--kubeconfig, --kube-context, $KUBECONFIG "
+    "node, workloads, metrics and policy layers not run: no cluster given (--kubeconfig, --kube-context, $KUBECONFIG "
     "or `kubeconfig` in the inventory's data)"
 )
 
@@ -483,17 +484,17 @@ MEASUREMENT = "gpuready.measurement"
 
 def judge_measured(
     node: Any,
-    record_property: Callable[[str, object], None],
+    item: pytest.Item,
     check: Callable[..., tuple[list[str], list[Measurement]]],
     *args: Any,
 ) -> None:
-    """``judge`` for a check that measures: its figures (measured, floor, unit) go to the test's JUnit
-    properties, verdict.json and the fleet table whether it passes or fails."""
+    """``judge`` for a check that measures: its figures (measured, floor, unit) go to the test item's user
+    properties (pytest's JUnit XML, verdict.json and the fleet table) whether it passes or fails. Appended to
+    ``item.user_properties`` directly: the ``record_property`` fixture warns under pytest's default xunit2."""
 
     def problems(*check_args: Any) -> list[str]:
         found, figures = check(*check_args)
-        for figure in figures:
-            record_property(MEASUREMENT, figure)
+        item.user_properties.extend((MEASUREMENT, figure) for figure in figures)
         return found
 
     judge(node, problems, *args)
