@@ -15,6 +15,7 @@ from gpuready.checks import CannotCheck
 from gpuready.checks import metrics as checks
 from gpuready.checks.workloads import pod_resource
 from gpuready.conformance_plugin import judge
+from gpuready.kubesyntax import image_repository
 from gpuready.nvidia.dcgm import parse_dcgm_metrics
 
 pytestmark = pytest.mark.metrics
@@ -41,7 +42,7 @@ def scrapes(gpuready_suite, cluster, gpuready_workloads):
                 res = pod_resource(n)
             except CannotCheck:
                 continue
-            pod = wl.gpu_pod(f"holder-{n.name}", n, wl.CUDA_BASE_IMAGE, res, command=["sleep", "infinity"],
+            pod = wl.gpu_pod(f"holder-{n.name}", n, n.images.cuda_base, res, command=["sleep", "infinity"],
                              check="metrics")  # fmt: skip
             holders.append((pod, "running"))
     if holders:
@@ -49,9 +50,11 @@ def scrapes(gpuready_suite, cluster, gpuready_workloads):
     core = cluster.core
     pods = json.loads(core.list_pod_for_all_namespaces(_preload_content=False).data)["items"]
     exporters = {}
+    # the upstream repository name, or the configured image's repository (a mirror may rename it)
+    exporter_repos = {"dcgm-exporter"} | {image_repository(n.images.dcgm_exporter) for n in nodes}
     for pod in pods:
         images = " ".join(c.get("image") or "" for c in pod["spec"].get("containers") or [])
-        if "dcgm-exporter" in images and pod.get("status", {}).get("phase") == "Running":
+        if any(r in images for r in exporter_repos) and pod.get("status", {}).get("phase") == "Running":
             exporters[pod["spec"].get("nodeName")] = pod
 
     def scrape(node):

@@ -44,7 +44,7 @@ def pods(gpuready_suite, gpuready_workloads):
     timeout = gpuready_suite.timeout
     found = {}
     first = [
-        (wl.gpu_pod(f"vectoradd-{n.name}", n, wl.VECTOR_ADD_IMAGE, res, check="vectoradd"), "finished")
+        (wl.gpu_pod(f"vectoradd-{n.name}", n, n.images.vectoradd, res, check="vectoradd"), "finished")
         for n in nodes
         if (res := _pod_resource(n))
     ]
@@ -58,11 +58,11 @@ def pods(gpuready_suite, gpuready_workloads):
             res = checks.pod_resource(n)
             for i in range(total + 1):
                 name = f"timeslice-{n.name}-{i}"
-                second.append((wl.gpu_pod(name, n, wl.CUDA_BASE_IMAGE, res, command=LIST_AND_HOLD,
+                second.append((wl.gpu_pod(name, n, n.images.cuda_base, res, command=LIST_AND_HOLD,
                                           check="time-slicing"), "settled"))  # fmt: skip
         for profile, res in _mig_resources(n).items():
             name = f"mig-{n.name}-{profile.replace('.', '-')}"
-            pod = wl.gpu_pod(name, n, wl.CUDA_BASE_IMAGE, res, command=LIST_AND_HOLD, check="mig")
+            pod = wl.gpu_pod(name, n, n.images.cuda_base, res, command=LIST_AND_HOLD, check="mig")
             second.append((pod, "running"))
     results = gpuready_workloads.run(second, timeout) if second else {}
     for name, result in results.items():

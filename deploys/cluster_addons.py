@@ -23,7 +23,7 @@ from gpuready.operations import kubernetes
 
 node = current_node()
 kubeconfig = node.data.get("kubeconfig")
-settings = AddonSettings.from_data(node.data)
+settings = AddonSettings.from_node(node)
 try:  # fail in seconds, before any operation, when the cluster cannot be reached
     kubernetes.cluster(kubeconfig, None)
 except OperationError as exc:

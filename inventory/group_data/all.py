@@ -89,8 +89,17 @@ drain_force = False  # also evict pods no controller recreates (kubectl drain --
 # --- Cluster add-ons (deploys/cluster_addons.py) -----------------------------------------------------------------
 kubeconfig = None  # kubeconfig the add-ons are applied with; None = $KUBECONFIG or ~/.kube/config
 addons_namespace = "gpu-system"
-device_plugin_image = "nvcr.io/nvidia/k8s-device-plugin:v0.18.0"  # also runs GPU feature discovery
+# --- Container images: every image the add-ons and the conformance suite run --------------------------------------
+# Each must be an image reference [registry[:port]/]repository[:tag][@sha256:<64 hex>] (lower-case repository);
+# point them at a mirror for an air-gapped fleet (README, "Air-gapped or mirrored registries").
+device_plugin_image = "nvcr.io/nvidia/k8s-device-plugin:v0.18.0"  # the NVIDIA device plugin DaemonSet
+gfd_image = None  # GPU feature discovery (ships in the device plugin's image); None = device_plugin_image
+# the DCGM exporter DaemonSet
 dcgm_exporter_image = "nvcr.io/nvidia/k8s/dcgm-exporter:4.4.1-4.6.0-ubuntu22.04"
+# conformance: the CUDA vectorAdd sample, run once per node (workloads layer)
+vectoradd_image = "nvcr.io/nvidia/k8s/cuda-sample:vectoradd-cuda12.5.0-ubuntu22.04"
+# conformance: CUDA base image running nvidia-smi / holding GPUs (time-slicing, MIG and metrics checks)
+cuda_base_image = "nvcr.io/nvidia/cuda:12.4.1-base-ubuntu22.04"
 gpu_resource_quotas = {}  # {"namespace": max GPUs} -> ResourceQuota on requests.nvidia.com/gpu
 priority_classes = {}  # {"name": value} -> PriorityClasses for GPU workloads
 # delete gpuready's objects the spec no longer renders (a removed pool's config, quota); off: they are only named

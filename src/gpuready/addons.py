@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from gpuready.spec import DEVICE_PLUGIN_CONFIG_LABEL, GPU_PRESENT_LABEL, Fleet
+from gpuready.spec import DEVICE_PLUGIN_CONFIG_LABEL, GPU_PRESENT_LABEL, Fleet, Images, NodeSpec
 
 Manifest = dict[str, Any]
 MANAGED_BY = {"app.kubernetes.io/managed-by": "gpuready"}
@@ -26,17 +26,30 @@ DCGM_PORT = 9400
 @dataclass(frozen=True)
 class AddonSettings:
     namespace: str = "gpu-system"
-    device_plugin_image: str = "nvcr.io/nvidia/k8s-device-plugin:v0.18.0"
-    dcgm_exporter_image: str = "nvcr.io/nvidia/k8s/dcgm-exporter:4.4.1-4.6.0-ubuntu22.04"
+    device_plugin_image: str = Images.device_plugin
+    gfd_image: str = Images.gfd
+    dcgm_exporter_image: str = Images.dcgm_exporter
     gpu_resource_quotas: tuple[tuple[str, int], ...] = ()
     priority_classes: tuple[tuple[str, int], ...] = ()
 
     @classmethod
-    def from_data(cls, data: dict[str, Any]) -> AddonSettings:
+    def from_node(cls, node: NodeSpec) -> AddonSettings:
+        """The settings of a validated node: images from its spec (validated), the rest from its data."""
+        return cls.from_data(dict(node.data), node.images)
+
+    @classmethod
+    def from_data(cls, data: dict[str, Any], images: Images | None = None) -> AddonSettings:
+        device_plugin = data.get("device_plugin_image", cls.device_plugin_image)
+        images = images or Images(
+            device_plugin=device_plugin,
+            gfd=data.get("gfd_image") or device_plugin,
+            dcgm_exporter=data.get("dcgm_exporter_image", cls.dcgm_exporter_image),
+        )
         return cls(
             namespace=data.get("addons_namespace", cls.namespace),
-            device_plugin_image=data.get("device_plugin_image", cls.device_plugin_image),
-            dcgm_exporter_image=data.get("dcgm_exporter_image", cls.dcgm_exporter_image),
+            device_plugin_image=images.device_plugin,
+            gfd_image=images.gfd,
+            dcgm_exporter_image=images.dcgm_exporter,
             gpu_resource_quotas=tuple(sorted((data.get("gpu_resource_quotas") or {}).items())),
             priority_classes=tuple(sorted((data.get("priority_classes") or {}).items())),
         )
@@ -116,7 +129,12 @@ def _config_env() -> list[dict[str, Any]]:
 
 
 def _plugin_pod(
-    settings: AddonSettings, name: str, command: list[str], mounts: list[Any], volumes: list[Any]
+    settings: AddonSettings,
+    name: str,
+    command: list[str],
+    mounts: list[Any],
+    volumes: list[Any],
+    image: str,
 ):
     config_mounts = [
         {"name": "available-configs", "mountPath": "/available-configs"},
@@ -127,7 +145,7 @@ def _plugin_pod(
         "containers": [
             {
                 "name": "config-manager",
-                "image": settings.device_plugin_image,
+                "image": image,
                 "command": ["config-manager"],
                 "env": [*_config_env(), {"name": "ONESHOT", "value": "false"}],
                 "securityContext": _no_privilege(),
@@ -135,7 +153,7 @@ def _plugin_pod(
             },
             {
                 "name": name,
-                "image": settings.device_plugin_image,
+                "image": image,
                 "command": command,
                 "env": _config_env(),
                 "securityContext": _no_privilege(),
@@ -160,6 +178,7 @@ def device_plugin(settings: AddonSettings) -> Manifest:
             ["nvidia-device-plugin"],
             [{"name": "device-plugin", "mountPath": "/var/lib/kubelet/device-plugins"}],
             [_host_path("device-plugin", "/var/lib/kubelet/device-plugins")],
+            settings.device_plugin_image,
         ),
     )
 
@@ -182,6 +201,7 @@ def gpu_feature_discovery(settings: AddonSettings) -> Manifest:
                 ),
                 _host_path("host-sys", "/sys"),
             ],
+            settings.gfd_image,
         ),
     )
 

@@ -74,3 +74,36 @@ def parse_taint(text: object) -> Taint:
         if problem:
             raise ValueError(problem)
     return Taint(key, value, effect)
+
+
+# Container image references, as the distribution reference grammar (what containerd and the kubelet parse) has
+# them: [registry[:port]/]path[:tag][@sha256:digest]; path components lower case.
+_IMAGE_DOMAIN_PART = r"[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?"
+_IMAGE_DOMAIN = rf"{_IMAGE_DOMAIN_PART}(?:\.{_IMAGE_DOMAIN_PART})*(?::\d+)?"
+_IMAGE_PATH = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
+_IMAGE_REFERENCE = re.compile(
+    rf"^(?:(?P<domain>{_IMAGE_DOMAIN})/)?(?P<path>{_IMAGE_PATH}(?:/{_IMAGE_PATH})*)"
+    r"(?::(?P<tag>[\w][\w.-]{0,127}))?(?:@(?P<digest>sha256:[0-9a-f]{64}))?$"
+)
+IMAGE_REFERENCE_FORM = (
+    "must be an image reference [registry[:port]/]repository[:tag][@sha256:<64 lower-case hex>], with lower-case "
+    "repository path components ([a-z0-9] separated by '.', '_', '__' or '-'), a tag of at most 128 "
+    "[A-Za-z0-9_.-] not starting with '.' or '-', e.g. 'registry.example.com:5000/nvidia/cuda:12.4.1-base-ubuntu22.04'"
+)
+
+
+def image_reference_problem(ref: object) -> str | None:
+    """Why ``ref`` is not a valid container image reference, or None."""
+    if not isinstance(ref, str) or not _IMAGE_REFERENCE.match(ref):
+        return IMAGE_REFERENCE_FORM
+    if len(image_repository(ref)) > 255:
+        return "the repository name is longer than 255 characters"
+    return None
+
+
+def image_repository(ref: str) -> str:
+    """The repository of an image reference, without tag or digest: 'nvcr.io/nvidia/cuda' of
+    'nvcr.io/nvidia/cuda:12.4.1-base-ubuntu22.04'."""
+    name = ref.split("@", 1)[0]
+    head, sep, tail = name.rpartition(":")
+    return head if sep and "/" not in tail else name

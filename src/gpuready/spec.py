@@ -102,6 +102,27 @@ class Diag:
 
 
 @dataclass(frozen=True)
+class Images:
+    """Every container image gpuready runs: the add-ons' and the conformance suite's. The defaults are those of
+    inventory/group_data/all.py; a mirror or an air-gapped registry is one knob per image there."""
+
+    device_plugin: str = "nvcr.io/nvidia/k8s-device-plugin:v0.18.0"
+    gfd: str = "nvcr.io/nvidia/k8s-device-plugin:v0.18.0"  # GPU feature discovery ships in the plugin's image
+    dcgm_exporter: str = "nvcr.io/nvidia/k8s/dcgm-exporter:4.4.1-4.6.0-ubuntu22.04"
+    vectoradd: str = "nvcr.io/nvidia/k8s/cuda-sample:vectoradd-cuda12.5.0-ubuntu22.04"
+    cuda_base: str = "nvcr.io/nvidia/cuda:12.4.1-base-ubuntu22.04"
+
+
+IMAGE_KNOBS = {
+    "device_plugin_image": "device_plugin",
+    "gfd_image": "gfd",
+    "dcgm_exporter_image": "dcgm_exporter",
+    "vectoradd_image": "vectoradd",
+    "cuda_base_image": "cuda_base",
+}
+
+
+@dataclass(frozen=True)
 class Join:
     enabled: bool
     api_endpoint: str | None
@@ -143,6 +164,7 @@ class NodeSpec:
     repos: Mapping[str, str]
     upgrade: UpgradePolicy = UpgradePolicy()
     diag: Diag = Diag()
+    images: Images = Images()
     data: Mapping[str, Any] = field(repr=False, compare=False, default_factory=dict)
 
     @property
@@ -533,6 +555,7 @@ class _HostReader:
         nvswitch = self.boolean("nvswitch", False)
         upgrade = self.upgrade_policy()
         diag = self.diag_settings()
+        images = self.images()
         if self.problems or count is None or sharing is None or versions is None or join is None:
             return None
         return NodeSpec(
@@ -549,8 +572,24 @@ class _HostReader:
             repos=repos,
             upgrade=upgrade,
             diag=diag,
+            images=images,
             data=self.data,
         )
+
+    def images(self) -> Images:
+        """The image knobs, each a valid image reference; gfd_image None (the default) is the device plugin's."""
+        d = Images()
+        values: dict[str, str] = {}
+        for key, attr in IMAGE_KNOBS.items():
+            value = self.get(key, getattr(d, attr))
+            if key == "gfd_image" and value is None:
+                value = values.get("device_plugin", d.device_plugin)
+            problem = kubesyntax.image_reference_problem(value)
+            if problem:
+                self.bad(key, value, problem)
+                value = getattr(d, attr)
+            values[attr] = value
+        return Images(**values)
 
     def diag_settings(self) -> Diag:
         level = self.get("diag_dcgm_level", 1)

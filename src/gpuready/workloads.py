@@ -23,13 +23,14 @@ from datetime import UTC, datetime
 from typing import Any
 
 from gpuready.kube import Cluster
-from gpuready.spec import NodeSpec
+from gpuready.spec import Images, NodeSpec
 
 Obj = dict[str, Any]
 MANAGED_BY = {"app.kubernetes.io/managed-by": "gpuready"}
 NAMESPACE_PREFIX = "gpuready-conformance-"
-VECTOR_ADD_IMAGE = "nvcr.io/nvidia/k8s/cuda-sample:vectoradd-cuda12.5.0-ubuntu22.04"
-CUDA_BASE_IMAGE = "nvcr.io/nvidia/cuda:12.4.1-base-ubuntu22.04"
+# The defaults only: the suite runs each node's own (NodeSpec.images, knobs vectoradd_image and cuda_base_image).
+VECTOR_ADD_IMAGE = Images.vectoradd
+CUDA_BASE_IMAGE = Images.cuda_base
 NON_ROOT_UID = 1000
 # Waiting reasons after which the kubelet will not start the container without a change to the pod or node.
 FATAL_WAITING = frozenset(

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from gpuready.checks import CannotCheck
+from gpuready.kubesyntax import image_repository
 from gpuready.spec import NodeSpec
 
 Obj = dict[str, Any]
@@ -158,7 +159,10 @@ def pod_ready(pod: Obj) -> bool:
 
 def addon_pod_ready(node: NodeSpec, pods: list[Obj], component: str) -> list[str]:
     """A pod of ``component`` (a key of ADDON_IMAGES) runs on the node and is Ready."""
-    image, other = ADDON_IMAGES[component], NOT_THE_ADDON[component]
+    other = NOT_THE_ADDON[component]
+    # the upstream repository name, or the repository of the node's configured image (a mirror may rename it)
+    configured = node.images.device_plugin if component == "device plugin" else node.images.dcgm_exporter
+    repos = (ADDON_IMAGES[component], image_repository(configured))
 
     def runs(pod: Obj) -> bool:
         containers = (pod.get("spec") or {}).get("containers") or []
@@ -166,7 +170,7 @@ def addon_pod_ready(node: NodeSpec, pods: list[Obj], component: str) -> list[str
         name = pod["metadata"].get("name", "")
         if other in words or other in name:
             return False
-        return any(image in (c.get("image") or "") for c in containers)
+        return any(r in (c.get("image") or "") for c in containers for r in repos)
 
     mine = [p for p in pods if runs(p)]
     if not mine:
