@@ -42,7 +42,7 @@ LAYER_HELP = {
     "node": "node layer: the Kubernetes Node object (allocatable, labels, taints)",
     "workloads": "workloads layer: GPU pods on every node",
     "metrics": "metrics layer: dcgm-exporter series per GPU",
-    "policy": "policy layer: cluster policies as behaviour (taints keep plain pods off, PriorityClasses, GPU quotas)",
+    "policy": "policy layer: cluster policies as behaviour (taints, product affinity, priority and preemption, GPU quotas)",
     "diag": "diag layer: copy bandwidth against per-model floors and DCGM diagnostics",
 }
 CONNECTIONS = ("ssh", "local")

@@ -14,7 +14,7 @@ from typing import Any
 
 import junit_xml
 
-LAYERS = ("host", "gpu", "node", "workloads", "metrics", "diag")
+LAYERS = ("host", "gpu", "node", "workloads", "metrics", "policy", "diag")
 
 # pytest's exit statuses, as a CI job reading verdict.json needs them explained.
 EXIT_CODES = {

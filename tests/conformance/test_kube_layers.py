@@ -282,5 +282,5 @@ def test_without_a_cluster_the_kubernetes_layers_are_deselected_and_said_so(
     )
     result.assert_outcomes(deselected=15)
     result.stdout.fnmatch_lines(
-        ["node, workloads and metrics layers not run: no cluster given (--kubeconfig,*"]
+        ["node, workloads, metrics and policy layers not run: no cluster given (--kubeconfig,*"]
     )

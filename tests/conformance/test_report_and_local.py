@@ -29,10 +29,10 @@ def sample() -> FleetResults:
 
 def test_layer_statuses_and_table():
     table = render_table(sample()).splitlines()
-    assert re.split(r"\s+", table[0]) == ["node", "host", "gpu", "node", "workloads", "metrics", "diag"]
-    assert re.split(r"\s+", table[1]) == ["gpu-node-1", "PASS", "SKIP", "-", "-", "-", "-"]
-    assert re.split(r"\s+", table[2]) == ["gpu-node-2", "FAIL", "SKIP", "-", "-", "-", "-"]
-    assert re.split(r"\s+", table[3]) == ["gpu-node-3", "-", "-", "-", "-", "-", "-"]
+    assert re.split(r"\s+", table[0]) == ["node", "host", "gpu", "node", "workloads", "metrics", "policy", "diag"]  # fmt: skip
+    assert re.split(r"\s+", table[1]) == ["gpu-node-1", "PASS", "SKIP", "-", "-", "-", "-", "-"]
+    assert re.split(r"\s+", table[2]) == ["gpu-node-2", "FAIL", "SKIP", "-", "-", "-", "-", "-"]
+    assert re.split(r"\s+", table[3]) == ["gpu-node-3", "-", "-", "-", "-", "-", "-", "-"]
     assert table[4] == "gpu-node-2: host/test_driver_version: gpu-node-2: driver version is 575.57.08"
 
 

@@ -78,8 +78,8 @@ def test_healthy_h100_node_passes_host_and_gpu_layers(make_node, run_suite):
     assert verdict["nodes"]["gpu-node-1"]["layers"]["host"]["status"] == "pass"
     result.stdout.re_match_lines(
         [
-            r"node\s+host\s+gpu\s+node\s+workloads\s+metrics\s+diag",
-            r"gpu-node-1\s+PASS\s+PASS\s+-\s+-\s+-\s+PASS",
+            r"node\s+host\s+gpu\s+node\s+workloads\s+metrics\s+policy\s+diag",
+            r"gpu-node-1\s+PASS\s+PASS\s+-\s+-\s+-\s+-\s+PASS",
         ]
     )
 
