@@ -92,3 +92,7 @@ def test_vector_add(node, node_shell, gpuready_suite):
         )
     out = node_shell.run(f"{sys.executable} -m gpuready.cuda_vector_add")
     judge(node, gpu.vector_add, node, out)
+
+
+def test_images_cuda_within_the_driver(node, facts):
+    judge(node, gpu.image_cuda, node, facts[0])

@@ -22,6 +22,8 @@ def _plan(args: argparse.Namespace) -> int:
     print(plan.render_json(fleet) if args.json else plan.render_text(fleet))
     for warning in fleet.security_warnings():
         print(f"gpuready: WARNING: known vulnerabilities: {warning}", file=sys.stderr)
+    for warning in fleet.cuda_warnings():
+        print(f"gpuready: WARNING: CUDA newer than the driver: {warning}", file=sys.stderr)
     return 0
 
 

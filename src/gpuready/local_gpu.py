@@ -157,7 +157,7 @@ def nvml_report(nvml: Any = None) -> tuple[SmiReport, dict[int, int]] | None:
         return (
             SmiReport(
                 driver_version=_text(nvml.nvmlSystemGetDriverVersion()),
-                cuda_version=None,
+                cuda_version=_cuda_version(nvml),
                 attached_gpus=count,
                 gpus=tuple(gpus),
             ),
@@ -165,3 +165,12 @@ def nvml_report(nvml: Any = None) -> tuple[SmiReport, dict[int, int]] | None:
         )
     finally:
         nvml.nvmlShutdown()
+
+
+def _cuda_version(nvml: Any) -> str | None:
+    """The driver's CUDA version as nvidia-smi prints it ("13.0"), from NVML's integer (13000)."""
+    try:
+        value = int(nvml.nvmlSystemGetCudaDriverVersion())
+    except (nvml.NVMLError, AttributeError, TypeError, ValueError):
+        return None
+    return f"{value // 1000}.{value % 1000 // 10}"

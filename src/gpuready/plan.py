@@ -55,7 +55,8 @@ def fleet_plan(fleet: Fleet) -> dict[str, Any]:
 
 
 def render_json(fleet: Fleet) -> str:
-    return json.dumps({**fleet_plan(fleet), "security_warnings": fleet.security_warnings()}, indent=2)
+    warnings = {"security_warnings": fleet.security_warnings(), "cuda_warnings": fleet.cuda_warnings()}
+    return json.dumps({**fleet_plan(fleet), **warnings}, indent=2)
 
 
 def render_text(fleet: Fleet) -> str:

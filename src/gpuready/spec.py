@@ -372,6 +372,29 @@ class Fleet:
                 )
         return lines
 
+    def cuda_warnings(self) -> list[str]:
+        """Images whose CUDA is newer than the pinned driver supports, one line per (driver, image): their pods
+        would fail with "CUDA driver version is insufficient" on those nodes."""
+        from gpuready.nvidia import cuda
+
+        pins: dict[tuple[str, str, str], list[str]] = {}
+        for node in self.nodes.values():
+            for knob, image in (
+                ("vectoradd_image", node.images.vectoradd),
+                ("cuda_base_image", node.images.cuda_base),
+            ):
+                pins.setdefault((node.versions.driver, knob, image), []).append(node.name)
+        lines = []
+        for (driver, knob, image), names in pins.items():
+            needs, supports = cuda.image_cuda(image), cuda.driver_cuda(driver)
+            if needs and supports and needs > supports:
+                who = names[0] if len(names) == 1 else f"{len(names)} nodes ({names[0]}, ...)"
+                lines.append(
+                    f"{knob} = {image!r} needs CUDA {cuda.show(needs)}, but nvidia_driver_version = {driver!r} "
+                    f"({who}) supports CUDA {cuda.show(supports)} at most: its pods would fail there"
+                )
+        return lines
+
     def device_plugin_configs(self) -> dict[str, str]:
         """The device-plugin ConfigMap ``data``: one rendered YAML per distinct node configuration."""
         out: dict[str, str] = {}

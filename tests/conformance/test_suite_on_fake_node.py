@@ -39,6 +39,7 @@ GPU_CHECKS = [
     "test_nvlink_up",
     "test_mig_layout",
     "test_vector_add",
+    "test_images_cuda_within_the_driver",
 ]
 NO_LIBCUDA = "cannot run vectorAdd here: no libcuda.so.1"
 # the diag layer on "this machine" (--connection local): no libcuda here, so the copies are not measured; the
@@ -65,7 +66,7 @@ def test_healthy_h100_node_passes_host_and_gpu_layers(make_node, run_suite):
     node = make_node("h100-sxm-8")
     node.activate()
     result, report_dir = run_suite(node.inventory())
-    result.assert_outcomes(passed=20, skipped=4)
+    result.assert_outcomes(passed=21, skipped=4)
     assert result.ret == 0
     got = outcomes(report_dir)
     assert set(got) == set(HOST_CHECKS) | set(GPU_CHECKS) | set(DIAG_CHECKS)
@@ -263,7 +264,7 @@ def test_fleet_xml_has_one_testsuite_per_node_with_failure_messages(make_node, r
     suites = root.findall("testsuite")
     assert [s.get("name") for s in suites] == ["gpu-node-1"]
     cases = {c.get("name"): c for c in suites[0].findall("testcase")}
-    assert len(cases) == 24
+    assert len(cases) == 25
     failure = cases["gpu / test_pcie_link_at_max"].find("failure")
     assert failure is not None and "Gen3 (max Gen5)" in failure.get("message")
     assert cases["gpu / test_vector_add"].find("skipped") is not None
@@ -276,7 +277,7 @@ def test_pytest_junitxml_keeps_working(make_node, run_suite, pytester):
     _result, _report_dir = run_suite(node.inventory(), f"--junitxml={junit}")
     root = ET.parse(junit).getroot()
     suite = root if root.tag == "testsuite" else root.find("testsuite")
-    assert int(suite.get("tests")) == 24
+    assert int(suite.get("tests")) == 25
     assert any(c.get("name") == "test_driver_version[gpu-node-1]" for c in suite.iter("testcase"))
 
 
@@ -413,7 +414,7 @@ def test_over_ssh_the_suite_sees_the_same_node(make_node, pytester, suite_dir):
     assert set(got) == {"test_nvlink_up", "test_no_xid_errors"}
     assert "GPU 3: NVLink down" in got["test_nvlink_up"]
     assert outcomes(pytester.path / "report")["test_vector_add"][0] == "skip"  # local only
-    result.assert_outcomes(passed=17, failed=2, skipped=5)  # vectorAdd (local only), the diag layer (gated)
+    result.assert_outcomes(passed=18, failed=2, skipped=5)  # vectorAdd (local only), the diag layer (gated)
     assert "nvidia-smi -q -x" in server.commands and server.commands.count("nvidia-smi -q -x") == 1
 
 
@@ -429,3 +430,19 @@ def test_over_ssh_an_unknown_host_key_fails_the_connection_check(make_node, pyte
     assert list(got) == ["test_connection"]
     assert "not found in known_hosts (host keys are always checked" in got["test_connection"]
     assert server.commands == []
+
+
+def test_an_image_newer_than_the_drivers_cuda_fails_the_gpu_layer(make_node, run_suite):
+    """nvidia-smi on the node says CUDA 13.0 (driver 580); an inventory image built for CUDA 13.1 would fail there
+    with "CUDA driver version is insufficient": the gpu layer says so before any pod runs."""
+    node = make_node("h100-sxm-8")
+    node.activate()
+    newer = "nvcr.io/nvidia/k8s/cuda-sample:vectoradd-cuda13.1.0-ubuntu24.04"
+    result, report_dir = run_suite(node.inventory(vectoradd_image=newer))
+    assert result.ret == 1
+    got = failed(report_dir)
+    assert list(got) == ["test_images_cuda_within_the_driver"], got
+    assert got["test_images_cuda_within_the_driver"] == (
+        f"gpu-node-1: vectoradd_image {newer} needs CUDA 13.1, the driver here supports CUDA 13.0 "
+        "(nvidia-smi, driver 580.178.04)"
+    )

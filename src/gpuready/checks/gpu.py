@@ -356,3 +356,25 @@ def vector_add(node: NodeSpec, out: Output) -> list[str]:
     if not problems and not node.mig_enabled_gpus and passed != node.gpu_count:
         problems.append(f"vectorAdd ran on {passed} CUDA device(s), the inventory says {node.gpu_count} GPUs")
     return problems
+
+
+def image_cuda(node: NodeSpec, report: SmiReport) -> list[str]:
+    """Every CUDA image the suite runs on this node needs no newer CUDA than the driver reports (nvidia-smi's
+    "CUDA Version"): otherwise its pods fail with "CUDA driver version is insufficient"."""
+    from gpuready.nvidia import cuda
+
+    supports = cuda.parse(report.cuda_version)
+    if supports is None:
+        raise CannotCheck("nvidia-smi reports no CUDA version")
+    problems = []
+    for knob, image in (
+        ("vectoradd_image", node.images.vectoradd),
+        ("cuda_base_image", node.images.cuda_base),
+    ):
+        needs = cuda.image_cuda(image)
+        if needs is not None and needs > supports:
+            problems.append(
+                f"{knob} {image} needs CUDA {cuda.show(needs)}, the driver here supports CUDA "
+                f"{cuda.show(supports)} (nvidia-smi, driver {report.driver_version})"
+            )
+    return problems
