@@ -495,3 +495,22 @@ def test_kubeadm_version(host: Host) -> None:
     assert f'GitVersion:"{KUBELET_VERSION}", ' in line and line.endswith(
         'Compiler:"gc", Platform:"linux/amd64"}\n'
     )
+
+
+def test_expired_token_is_refused(host: Host, api: client.ApiClient) -> None:
+    """A bootstrap token past its expiration: the real bootstrap signer does not sign cluster-info with it (and the
+    token cleaner deletes it), so the join fails in discovery the way kubeadm's does."""
+    token_id, secret = "exp1r3", "0123456789abcdef"
+    client.CoreV1Api(api).create_namespaced_secret("kube-system", {
+        "metadata": {"name": f"bootstrap-token-{token_id}"}, "type": "bootstrap.kubernetes.io/token",
+        "stringData": {"token-id": token_id, "token-secret": secret, "expiration": "2020-01-01T00:00:00Z",
+                       "usage-bootstrap-authentication": "true", "usage-bootstrap-signing": "true",
+                       "auth-extra-groups": "system:bootstrappers:kubeadm:default-node-token"}})  # fmt: skip
+    out = host.kubeadm("join", "--config", str(host.config_file(token=f"{token_id}.{secret}")))
+    assert out.returncode == 1
+    assert out.stderr.splitlines()[0] == (
+        f'error execution phase preflight: couldn\'t validate the identity of the API Server: token id "{token_id}" '
+        'is invalid for this cluster or it has expired. Use "kubeadm token create" on the control-plane node to '
+        "create a new valid token")  # fmt: skip
+    assert secret not in out.stdout + out.stderr
+    assert not host.path("/etc/kubernetes/kubelet.conf").exists()
