@@ -19,6 +19,17 @@ Obj = dict[str, Any]
 log = logging.getLogger(__name__)
 
 
+def _read_json_line(sock: socket.socket) -> Obj:
+    """One newline-terminated JSON document from `sock` (both ends of the socket speak this way)."""
+    data = b""
+    while not data.endswith(b"\n"):
+        chunk = sock.recv(65536)
+        if not chunk:
+            break
+        data += chunk
+    return json.loads(data)
+
+
 def serve(path: Path, handle: Callable[[Obj], Obj]) -> socket.socket:
     path.unlink(missing_ok=True)
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -28,14 +39,8 @@ def serve(path: Path, handle: Callable[[Obj], Obj]) -> socket.socket:
 
     def one(conn: socket.socket) -> None:
         with conn:
-            data = b""
-            while not data.endswith(b"\n"):
-                chunk = conn.recv(65536)
-                if not chunk:
-                    break
-                data += chunk
             try:
-                answer = {"ok": True, **handle(json.loads(data))}
+                answer = {"ok": True, **handle(_read_json_line(conn))}
             except Exception as exc:  # the caller gets the reason; the agent keeps serving
                 log.exception("control request failed")
                 answer = {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
@@ -59,13 +64,7 @@ def call(path: Path, request: Obj, timeout: float = 120.0) -> Obj:
         sock.settimeout(timeout)
         sock.connect(str(path))
         sock.sendall(json.dumps(request).encode() + b"\n")
-        data = b""
-        while not data.endswith(b"\n"):
-            chunk = sock.recv(65536)
-            if not chunk:
-                break
-            data += chunk
-    answer = json.loads(data)
+        answer = _read_json_line(sock)
     if not answer.pop("ok", False):
         raise RuntimeError(f"lab agent: {answer.get('error')}")
     return answer

@@ -14,10 +14,7 @@ InternalIPs) are routed to ``lo`` as local, so the agent's listeners answer for 
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
-import signal
 import subprocess
 import sys
 import time
@@ -31,6 +28,7 @@ from gpuready.lab.network import LabNetwork
 
 AGENT_START_TIMEOUT_S = 60.0
 DEFAULT_VERSION = "1.34.4"
+AGENT_MODULE = "gpuready.lab.agent"
 
 Progress = Callable[[str], None]
 
@@ -102,7 +100,7 @@ def start_agent(
     ready = state_dir / "ready.json"
     ready.unlink(missing_ok=True)
     argv = [
-        sys.executable, "-m", "gpuready.lab.agent", "--kubeconfig", str(kubeconfig), "--state-dir", str(state_dir),
+        sys.executable, "-m", AGENT_MODULE, "--kubeconfig", str(kubeconfig), "--state-dir", str(state_dir),
         "--kubelet-version", kubelet_version, "--node-addresses", net.pod_cidr, "--ready-file", str(ready),
         "--virtual-nodes", str(virtual_nodes), "--virtual-profile", virtual_profile, "--heartbeat", str(heartbeat_s),
     ]  # fmt: skip
@@ -131,26 +129,7 @@ def start_agent(
     }
 
 
-def _is_agent(pid: int) -> bool:
-    try:
-        return b"gpuready.lab.agent" in Path(f"/proc/{pid}/cmdline").read_bytes()
-    except OSError:
-        return False
-
-
 def stop_agent(entry: dict[str, Any], timeout: float = 10.0) -> None:
     """SIGTERM the agent by its pid (if that pid is still the agent), SIGKILL after `timeout`."""
-    pid = entry.get("pid")
-    if not pid or not _is_agent(pid):
-        return
-    for sig, wait in ((signal.SIGTERM, timeout), (signal.SIGKILL, 5.0)):
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, sig)
-        deadline = time.monotonic() + wait
-        while time.monotonic() < deadline:
-            with contextlib.suppress(ChildProcessError):
-                os.waitpid(pid, os.WNOHANG)
-            if not _is_agent(pid):
-                return
-            time.sleep(0.05)
-    raise ClusterError(f"the lab's node agent (pid {pid}) is still running after SIGKILL")
+    if entry.get("pid"):
+        controlplane.stop_pids({AGENT_MODULE: entry["pid"]}, timeout)

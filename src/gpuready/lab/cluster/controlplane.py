@@ -230,7 +230,7 @@ def start(
         _wait_signed_and_leaders(layout, procs, token.split(".")[0], earlier, deadline, progress)
     except BaseException as failure:
         try:
-            _stop_pids({c: p.pid for c, p in procs.items()}, timeout=5.0)
+            stop_pids({c: p.pid for c, p in procs.items()}, timeout=5.0)
         except ControlPlaneError as leftover:
             failure.add_note(f"and stopping what was started failed: {leftover}")
         raise
@@ -732,10 +732,12 @@ def stop(entry: dict[str, Any], timeout: float = 10.0) -> None:
     pids = dict(entry.get("pids") or {})
     if not pids and entry.get("pid"):
         pids = {"kube-apiserver": entry["pid"]}
-    _stop_pids(pids, timeout)
+    stop_pids(pids, timeout)
 
 
-def _stop_pids(pids: dict[str, int], timeout: float) -> None:
+def stop_pids(pids: dict[str, int], timeout: float) -> None:
+    """Stop each `name -> pid` (control plane components in reverse start order, then the rest): SIGTERM, wait,
+    SIGKILL; a pid whose program is no longer `name` (its binary or ``python -m name``) is left alone."""
     order = [c for c in reversed(COMPONENTS) if c in pids] + [c for c in pids if c not in COMPONENTS]
     survivors = []
     for component in order:
@@ -773,7 +775,12 @@ def _is_running(pid: int, component: str) -> bool:
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
             state = f.read().rsplit(b")", 1)[1].split()[0]
-        argv0 = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0", 1)[0].decode(errors="replace")
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0")
     except (FileNotFoundError, ProcessLookupError, IndexError):
         return False
-    return state not in (b"Z", b"X") and Path(argv0).name == component
+    if state == b"Z":  # reap it if it is ours (a child started elsewhere in this process)
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(pid, os.WNOHANG)
+        return False
+    # the binary itself, or a Python module run with -m (the node agent)
+    return state != b"X" and (Path(argv[0]).name == component or argv[1:3] == ["-m", component])
