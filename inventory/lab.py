@@ -69,5 +69,9 @@ gpu_nodes = (
         "lab_repo_keyring_path": _repo["keyring_path"],
         # DCGM's level 2 (PCIe and memory tests) where a lab host has dcgmi: emulated, it takes no minutes
         "diag_dcgm_level": 2,
+        # Cluster policies to try on the lab; the policy layer proves each as behaviour. The taint is the
+        # default node_taints (group_data/all.py). The quota's namespace is created by the add-ons deploy.
+        "gpu_resource_quotas": {"ml-team": 4},
+        "priority_classes": {"gpu-batch": 1000, "gpu-serving": 100000},
     },
 )

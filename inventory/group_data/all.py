@@ -100,8 +100,10 @@ dcgm_exporter_image = "nvcr.io/nvidia/k8s/dcgm-exporter:4.4.1-4.6.0-ubuntu22.04"
 vectoradd_image = "nvcr.io/nvidia/k8s/cuda-sample:vectoradd-cuda12.5.0-ubuntu22.04"
 # conformance: CUDA base image running nvidia-smi / holding GPUs (time-slicing, MIG and metrics checks)
 cuda_base_image = "nvcr.io/nvidia/cuda:12.4.1-base-ubuntu22.04"
-gpu_resource_quotas = {}  # {"namespace": max GPUs} -> ResourceQuota on requests.nvidia.com/gpu
-priority_classes = {}  # {"name": value} -> PriorityClasses for GPU workloads
+# {"namespace": max GPUs} -> ResourceQuota on requests.nvidia.com/gpu; a missing namespace is created (never pruned)
+gpu_resource_quotas = {}
+# {"name": value} -> PriorityClasses for GPU workloads; a value change replaces gpuready's class (value is immutable)
+priority_classes = {}
 # delete gpuready's objects the spec no longer renders (a removed pool's config, quota); off: they are only named
 addons_prune = False
 # a field of an add-on object that another field manager changed (kubectl edit, a controller) stops the deploy with

@@ -264,6 +264,9 @@ def dcgm_exporter(settings: AddonSettings) -> list[Manifest]:
 def quotas_and_priorities(settings: AddonSettings) -> list[Manifest]:
     out: list[Manifest] = []
     for namespace, gpus in settings.gpu_resource_quotas:
+        # The team's namespace is created when missing, so a quota for a new team works on the first run. It
+        # carries no managed-by label: it holds the team's workloads, and pruning must never delete it.
+        out.append({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
         out.append(
             {
                 "apiVersion": "v1",

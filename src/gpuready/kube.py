@@ -90,6 +90,22 @@ def needs_apply(cluster: Cluster, manifest: dict[str, Any]) -> bool:
     return live is None or not contains(live, desired)
 
 
+# Fields the API server refuses to change on a live object: a new value means a new object.
+IMMUTABLE: dict[tuple[str, str], tuple[str, ...]] = {("scheduling.k8s.io/v1", "PriorityClass"): ("value",)}
+
+
+def immutable_changes(live: dict[str, Any] | None, manifest: dict[str, Any]) -> list[str]:
+    """The immutable fields whose live value differs from ``manifest``'s, as ``field live -> wanted``."""
+    if live is None:
+        return []
+    fields = IMMUTABLE.get((manifest["apiVersion"], manifest["kind"]), ())
+    return [
+        f"{f} {live.get(f)!r} -> {manifest[f]!r}"
+        for f in fields
+        if f in manifest and live.get(f) != manifest[f]
+    ]
+
+
 def apply(cluster: Cluster, manifest: dict[str, Any], take_ownership: bool = False) -> None:
     """Server-side apply as field manager ``gpuready``. A field another manager set since (``kubectl edit``, a
     controller, a person) is not overwritten: the API server's conflict is raised as `KubeError` naming the

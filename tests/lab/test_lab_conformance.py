@@ -3,51 +3,15 @@ matching check fails on that node only, naming the node and the cause, while the
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 import time
-from pathlib import Path
 
 import pytest
+from suite_runs import failed, node_of, run_suite
 
 from gpuready.lab import hosts
 from gpuready.lab.state import load_state
 
 pytestmark = pytest.mark.lab
-REPO = Path(__file__).resolve().parents[2]
-
-
-def run_suite(deployed_lab, report_dir: Path, *args: str) -> dict:
-    lab = deployed_lab.lab
-    state = load_state(lab.paths) or {}
-    kubeconfig = (state.get("apiserver") or {}).get("kubeconfig")
-    assert kubeconfig, "the lab records no API server kubeconfig"
-    cmd = [sys.executable, "-m", "pytest", "conformance", "--inventory", "inventory/lab.py", "--kubeconfig",
-           kubeconfig, "--report-dir", str(report_dir), "-p", "no:cacheprovider", "-q", *args]  # fmt: skip
-    started = time.monotonic()
-    done = subprocess.run(cmd, cwd=REPO, env=lab.env(), capture_output=True, text=True, timeout=600)
-    print(
-        f"conformance suite on the lab: {time.monotonic() - started:.1f} s"
-    )  # a number for the closing note
-    verdict_path = report_dir / "verdict.json"
-    assert verdict_path.exists(), done.stdout[-4000:] + done.stderr[-2000:]
-    return json.loads(verdict_path.read_text())
-
-
-def failed(verdict: dict) -> dict[str, dict[str, str]]:
-    out: dict[str, dict[str, str]] = {}
-    for node, data in verdict["nodes"].items():
-        for layer, checks in data["layers"].items():
-            for check, result in checks["checks"].items():
-                if result["status"] == "fail":
-                    out.setdefault(node, {})[f"{layer}/{check}"] = result["message"]
-    return out
-
-
-def node_of(deployed_lab, profile: str) -> str:
-    state = load_state(deployed_lab.lab.paths) or {}
-    return next(name for name, host in state["hosts"].items() if host["profile"] == profile)
 
 
 DIAG_PACKAGES = "datacenter-gpu-manager-4-core nvbandwidth"
@@ -68,7 +32,7 @@ def test_healthy_lab_passes_the_whole_suite(deployed_lab, diag_tools, tmp_path):
     verdict = run_suite(deployed_lab, tmp_path)
     assert failed(verdict) == {}
     for node, data in verdict["nodes"].items():
-        for layer in ("host", "gpu", "node", "workloads", "metrics", "diag"):
+        for layer in ("host", "gpu", "node", "workloads", "metrics", "policy", "diag"):
             statuses = {r["status"] for r in data["layers"][layer]["checks"].values()}
             assert "pass" in statuses, (node, layer, statuses)
     h100 = verdict["nodes"][node_of(deployed_lab, "h100-sxm-8")]["layers"]["diag"]["checks"]

@@ -80,6 +80,21 @@ def test_optional_quota_and_priority_class(manifests):
     assert quota["metadata"]["namespace"] == "ml-team"
     assert quota["spec"]["hard"] == {"requests.nvidia.com/gpu": "8"}
     assert [m["value"] for m in manifests if m["kind"] == "PriorityClass"] == [1000]
+    # the team's namespace comes first (created when missing) and is not labelled as gpuready's: never pruned
+    (team,) = [m for m in manifests if m["kind"] == "Namespace" and m["metadata"]["name"] == "ml-team"]
+    assert "labels" not in team["metadata"]
+    assert manifests.index(team) < manifests.index(quota)
+
+
+def test_an_immutable_field_change_is_named():
+    from gpuready.kube import immutable_changes
+
+    pc = {"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass", "metadata": {"name": "hi"}, "value": 10}
+    assert immutable_changes(None, pc) == []
+    assert immutable_changes({**pc, "value": 10}, pc) == []
+    assert immutable_changes({**pc, "value": 500}, pc) == ["value 500 -> 10"]
+    quota = {"apiVersion": "v1", "kind": "ResourceQuota", "metadata": {"name": "q"}, "spec": {}}
+    assert immutable_changes({**quota, "spec": {"hard": {}}}, quota) == []
 
 
 def test_alert_rule():

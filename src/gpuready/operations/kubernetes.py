@@ -43,6 +43,20 @@ def applied(
     if not kube.needs_apply(c, manifest):
         host.noop(f"{kube.describe(manifest)} is up to date")
         return
+    live = kube.get_live(c, manifest)
+    if changes := kube.immutable_changes(live, manifest):
+        # e.g. a PriorityClass's value: pods admitted before keep the priority they were given
+        labels = (live or {}).get("metadata", {}).get("labels") or {}
+        key, _, value = kube.MANAGED_BY_SELECTOR.partition("=")
+        if labels.get(key) != value and not take_ownership:
+            raise OperationError(
+                f"{kube.describe(manifest)}: {', '.join(changes)} cannot change on a live object, and this one is "
+                "not gpuready's (no app.kubernetes.io/managed-by=gpuready label): delete it, or set "
+                "addons_take_ownership = True to let the deploy replace it"
+            )
+        yield FunctionCommand(kube.delete, (c, manifest), {})
+        yield FunctionCommand(kube.apply, (c, manifest), {"take_ownership": take_ownership})
+        return
     if not take_ownership:
         try:
             kube.check_apply(c, manifest)
