@@ -46,7 +46,7 @@ def scrapes(gpuready_suite, cluster, gpuready_workloads):
                              check="metrics")  # fmt: skip
             holders.append((pod, "running"))
     if holders:
-        gpuready_workloads.run(holders, gpuready_suite.timeout)
+        gpuready_workloads.run(holders, gpuready_suite.pod_timeout)
     core = cluster.core
     pods = json.loads(core.list_pod_for_all_namespaces(_preload_content=False).data)["items"]
     exporters = {}

@@ -106,7 +106,7 @@ def plain_pods(gpuready_suite, gpuready_workloads):
     listed = json.loads(cluster.core.list_node(_preload_content=False).data)["items"]
     taints = {n["metadata"]["name"]: (n.get("spec") or {}).get("taints") or [] for n in listed}
     try:
-        found = _decisions(cluster, namespace, list(pods.values()), suite.timeout)
+        found = _decisions(cluster, namespace, list(pods.values()), suite.pod_timeout)
     finally:  # a bound plain pod must not hold the node for the layers after this one
         cluster.core.delete_collection_namespaced_pod(
             namespace, label_selector="gpuready.io/check=plain-pod", grace_period_seconds=0
@@ -139,7 +139,7 @@ def affinity_pods(gpuready_suite, gpuready_workloads):
     gpuready_workloads.ensure_namespace()
     namespace, cluster = gpuready_workloads.namespace, gpuready_workloads.cluster
     try:
-        found = _decisions(cluster, namespace, list(pods.values()), suite.timeout)
+        found = _decisions(cluster, namespace, list(pods.values()), suite.pod_timeout)
     finally:  # they only had to be placed: give the GPUs back
         cluster.core.delete_collection_namespaced_pod(
             namespace, label_selector="gpuready.io/check=affinity", grace_period_seconds=0
@@ -185,7 +185,7 @@ def preemption(gpuready_suite, gpuready_workloads):
     workloads.ensure_namespace()
     cluster, namespace = workloads.cluster, workloads.namespace
     try:
-        held = workloads.run(holders, suite.timeout)
+        held = workloads.run(holders, suite.pod_timeout)
         if not all(r.phase == "Running" for r in held.values()):
             states = "; ".join(r.describe() for r in held.values() if r.phase != "Running")
             return (
@@ -218,9 +218,9 @@ def preemption(gpuready_suite, gpuready_workloads):
                     and any(h in found.unschedulable for h in HOPELESS)
                 )  # fmt: skip
 
-        _watch(cluster, namespace, seen, lambda: bool(state["node"] or state["hopeless"]), suite.timeout)
+        _watch(cluster, namespace, seen, lambda: bool(state["node"] or state["hopeless"]), suite.pod_timeout)
         result = checks.Preemption(name, pc, state["priority"], names, tuple(sorted(state["victims"])), state["node"],
-                                   state["unschedulable"], suite.timeout)  # fmt: skip
+                                   state["unschedulable"], suite.pod_timeout)  # fmt: skip
         return node.name, result
     finally:  # give the GPUs back
         cluster.core.delete_collection_namespaced_pod(
@@ -243,7 +243,7 @@ def quota_probes(gpuready_suite, cluster):
 
     wanted = {}
     for n in gpuready_suite.nodes:
-        for namespace, most in (n.data.get("gpu_resource_quotas") or {}).items():
+        for namespace, most in n.knobs["gpu_resource_quotas"].items():
             wanted.setdefault(namespace, (n, int(most)))
     probes = {}
     for namespace, (n, most) in sorted(wanted.items()):
@@ -269,7 +269,7 @@ def test_plain_pod_stays_off(node, gpuready_suite, plain_pods):
     if not _tainted(node):
         judge(node, checks.scheduling_taints, node)  # skips with the reason
     found, on_node = plain_pods.get(node.name, (None, []))
-    judge(node, checks.plain_pod_kept_off, node, found, on_node, gpuready_suite.timeout)
+    judge(node, checks.plain_pod_kept_off, node, found, on_node, gpuready_suite.pod_timeout)
 
 
 def test_gpu_pod_by_product_affinity(node, gpuready_suite, affinity_pods):
@@ -289,7 +289,7 @@ def test_gpu_pod_by_product_affinity(node, gpuready_suite, affinity_pods):
         node,
         affinity_pods.get(label),
         products,
-        gpuready_suite.timeout,
+        gpuready_suite.pod_timeout,
     )
 
 

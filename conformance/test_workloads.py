@@ -41,7 +41,7 @@ def _pod_resource(node):
 def pods(gpuready_suite, gpuready_workloads):
     """Every pod of this layer, for every node still in the running: {(node, check, item): PodResult}."""
     nodes = [n for n in gpuready_suite.nodes if gpuready_suite.gated(n, "workloads") is None]
-    timeout = gpuready_suite.timeout
+    timeout = gpuready_suite.pod_timeout
     found = {}
     first = [
         (wl.gpu_pod(f"vectoradd-{n.name}", n, n.images.vectoradd, res, check="vectoradd"), "finished")

@@ -22,7 +22,7 @@ from gpuready.kube import describe
 from gpuready.operations import kubernetes
 
 node = current_node()
-kubeconfig = node.data.get("kubeconfig")
+kubeconfig = node.knobs["kubeconfig"]
 settings = AddonSettings.from_node(node)
 try:  # fail in seconds, before any operation, when the cluster cannot be reached
     kubernetes.cluster(kubeconfig, None)
@@ -32,7 +32,7 @@ except OperationError as exc:
     ) from None
 
 manifests = render_all(fleet_for(host.inventory), settings)
-take_ownership = node.data.get("addons_take_ownership", False) is True
+take_ownership = node.knobs["addons_take_ownership"]
 for manifest in manifests:
     kubernetes.applied(
         name=f"Apply {describe(manifest)}",
@@ -44,7 +44,7 @@ for manifest in manifests:
 kubernetes.pruned(
     name="Prune objects the spec no longer renders",
     rendered=manifests,
-    prune=bool(node.data.get("addons_prune", False)),
+    prune=node.knobs["addons_prune"],
     kubeconfig=kubeconfig,
     _run_once=True,
 )

@@ -1,125 +1,176 @@
 """Defaults for every host: each knob gpuready reads, with its default and what it means.
 
-pyinfra loads this file for every inventory in this directory (``example.py``, ``lab.py``, yours). Precedence, first
-match wins: ``--data`` on the command line > host data in the inventory > the host's pool group in the inventory >
-this file. Keep pool-specific values (GPU model, sharing) with the pool in the inventory, so there is one rule.
+Generated from gpuready/knobs.py (`python -m gpuready.knobs > inventory/group_data/all.py`): change a
+default or a description there. pyinfra loads this file for every inventory in this directory
+(``example.py``, ``lab.py``, yours). Precedence, first match wins: ``--data`` on the command line > host
+data in the inventory > the host's pool group in the inventory > this file. Knobs marked fleet-wide take
+one value for the whole fleet: set them here or in a group of every host, never per host.
 
-``gpuready plan INVENTORY`` prints what these resolve to per node; ``gpuready.spec`` validates all of them before any
-connection is opened and names the file, host, key, bad value and what is allowed.
+``gpuready plan INVENTORY`` prints what these resolve to per node; ``gpuready.spec`` validates all of them
+before any connection is opened and names the file, host, key, bad value and what is allowed.
 """
 
-# --- The GPUs of the node (the machine; usually set per pool in the inventory) ------------------------------------
-# gpu_model: the name as `nvidia-smi --query-gpu=name` prints it ("NVIDIA H100 80GB HBM3") or a catalogue alias
-# ("h100-sxm"). `gpuready models` lists the catalogue. No default: every GPU node must say what it has.
+# --- The GPUs of the node (the machine; usually set per pool in the inventory) ------------------------------
+# gpu_model: the name as `nvidia-smi --query-gpu=name` prints it ("NVIDIA H100 80GB HBM3") or a catalogue
+# alias ("h100-sxm"); `gpuready models` lists the catalogue. No default.
 # gpu_count: GPUs per node, > 0. No default.
-# True on HGX/DGX boards: Fabric Manager is installed and must be active, NVLinks must be up.
+# gpu_memory_mib: only for a model the catalogue does not know: the nvidia.com/gpu.memory label value. No
+# default.
+# True on HGX/DGX boards: Fabric Manager is installed and must be active, NVLinks up
 nvswitch = False
-# gpu_memory_mib: only for a model the catalogue does not know; it is the nvidia.com/gpu.memory label value.
 
-# --- Pinned versions: the deploy installs exactly these, holds them, and the conformance suite checks them --------
-nvidia_driver_branch = "580"  # the driver branch; nvidia_driver_version must belong to it
-# `gpuready plan` and every deploy name the NVIDIA security bulletins that affect the pinned driver and toolkit
-# (gpuready/nvidia/security.py, a source per row). Defaults: the first R580 release that clears NVIDIA's driver
-# bulletins up to 2026-09 (a_id 5747, 5821, 5861), and toolkit 1.20.0 (2026-08, past CVE-2026-24260's fix in 1.19.1).
-nvidia_driver_version = "580.178.04"  # what `nvidia-smi` reports as driver_version
-nvidia_driver_package_revision = "1"  # Debian revision in the repository: nvidia-driver=580.178.04-1
+# --- Pinned versions: installed and held by the deploy, checked by the conformance suite --------------------
+# `gpuready plan` and every deploy name the NVIDIA security bulletins that affect the pinned driver and
+# toolkit (gpuready/nvidia/security.py, a source per row). Defaults: the first R580 release that clears
+# NVIDIA's driver bulletins up to 2026-09 (a_id 5747, 5821, 5861), and toolkit 1.20.0 (2026-08, past
+# CVE-2026-24260's fix in 1.19.1).
+# the driver branch; nvidia_driver_version must belong to it
+nvidia_driver_branch = "580"
+# what `nvidia-smi` reports as driver_version
+nvidia_driver_version = "580.178.04"
+# Debian revision in the repository: nvidia-driver=580.178.04-1
+nvidia_driver_package_revision = "1"
 # "cuda-repo" (NVIDIA's CUDA repository) | "distribution" (distro packages)
 nvidia_driver_source = "cuda-repo"
-nvidia_container_toolkit_version = "1.20.0"  # what `nvidia-ctk --version` reports
-nvidia_container_toolkit_package_revision = "1"  # nvidia-container-toolkit=1.20.0-1
-containerd_package = "containerd"  # Debian's package; "containerd.io" for Docker's repository
-kubernetes_version = "1.34.4"  # kubelet/kubeadm/kubectl; the minor (1.34) selects the Kubernetes repository
-kubernetes_package_revision = "1.1"  # pkgs.k8s.io revision: kubelet=1.34.4-1.1
+# what `nvidia-ctk --version` reports
+nvidia_container_toolkit_version = "1.20.0"
+# nvidia-container-toolkit=1.20.0-1
+nvidia_container_toolkit_package_revision = "1"
+# Debian's package; "containerd.io" for Docker's repository
+containerd_package = "containerd"
+# kubelet/kubeadm/kubectl; the minor (1.34) selects the Kubernetes repository
+kubernetes_version = "1.34.4"
+# pkgs.k8s.io revision: kubelet=1.34.4-1.1
+kubernetes_package_revision = "1.1"
 
-# --- Package repositories: a URL and a keyring each, so a mirror or an air-gapped repository is one line --------
+# --- Package repositories: a URL and a keyring each, so a mirror or an air-gapped repository is one line ----
 # {distro} is "debian12", "ubuntu2204", "ubuntu2404" (from the host's facts), {arch} "x86_64"/"sbsa",
-# {deb_arch} "amd64"/"arm64", {minor} the Kubernetes minor ("1.34"). Keyrings are installed under /etc/apt/keyrings
-# and referenced with signed-by=; nothing is ever trusted without a signature.
+# {deb_arch} "amd64"/"arm64", {minor} the Kubernetes minor ("1.34"). Keyrings are installed under
+# /etc/apt/keyrings and referenced with signed-by=; nothing is ever trusted without a signature.
+# NVIDIA's CUDA repository (driver, DCGM, nvbandwidth)
 cuda_repo_url = "https://developer.download.nvidia.com/compute/cuda/repos/{distro}/{arch}/"
+# its signing key
 cuda_repo_keyring_url = (
     "https://developer.download.nvidia.com/compute/cuda/repos/{distro}/{arch}/3bf863cc.pub"
 )
+# the container toolkit's repository
 nvidia_container_repo_url = "https://nvidia.github.io/libnvidia-container/stable/deb/{deb_arch}/"
+# its signing key
 nvidia_container_repo_keyring_url = "https://nvidia.github.io/libnvidia-container/gpgkey"
+# pkgs.k8s.io for the minor
 kubernetes_repo_url = "https://pkgs.k8s.io/core:/stable:/v{minor}/deb/"
+# its signing key
 kubernetes_repo_keyring_url = "https://pkgs.k8s.io/core:/stable:/v{minor}/deb/Release.key"
 
-# --- GPU sharing -------------------------------------------------------------------------------------------------
-gpu_sharing = "none"  # "none" | "time-slicing" | "mps" | "mig"
-sharing_replicas = 4  # time-slicing/MPS: pods per GPU, >= 2 (the device plugin rejects 1)
-sharing_rename = False  # renameByDefault: advertise nvidia.com/gpu.shared instead of nvidia.com/gpu
+# --- GPU sharing --------------------------------------------------------------------------------------------
+# "none" | "time-slicing" | "mps" | "mig"
+gpu_sharing = "none"
+# time-slicing/MPS: pods per GPU, >= 2 (the device plugin rejects 1)
+sharing_replicas = 4
+# renameByDefault: advertise nvidia.com/gpu.shared instead of nvidia.com/gpu
+sharing_rename = False
 # failRequestsGreaterThanOne for time-slicing (always on for MPS)
 sharing_fail_requests_greater_than_one = False
-mig_strategy = "mixed"  # with gpu_sharing = "mig": "single" (one profile everywhere) | "mixed"
-mig_layout = None  # with gpu_sharing = "mig": ["3g.40gb", "2g.20gb", "1g.10gb", "1g.10gb"] for every GPU,
-# or {0: [...], 1: [...]} per GPU index (mixed only; GPUs not listed stay whole GPUs)
-mig_sharing = "none"  # time-slicing of MIG devices: "none" | "time-slicing" (MPS on MIG is not supported)
-mig_sharing_replicas = 2  # with mig_sharing = "time-slicing"
-mig_destroy_in_use = False  # allow the deploy to destroy MIG instances that have processes on them
+# with gpu_sharing = "mig": "single" (one profile everywhere) | "mixed"
+mig_strategy = "mixed"
+# with gpu_sharing = "mig": ["3g.40gb", "2g.20gb", "1g.10gb", "1g.10gb"] for every GPU, or {0: [...], 1:
+# [...]} per GPU index (mixed only; GPUs not listed stay whole GPUs)
+mig_layout = None
+# time-slicing of MIG devices: "none" | "time-slicing" (MPS on MIG is not supported)
+mig_sharing = "none"
+# with mig_sharing = "time-slicing"
+mig_sharing_replicas = 2
+# allow the deploy to destroy MIG instances that have processes on them
+mig_destroy_in_use = False
 
-# --- Joining the cluster -------------------------------------------------------------------------------------------
-kube_join = True  # join the node with kubeadm; False for hosts that are only prepared (e.g. image baking)
-kube_api_endpoint = None  # "host:port" of the control plane, e.g. "k8s-api.example.com:6443"
+# --- Joining the cluster ------------------------------------------------------------------------------------
+# The bootstrap token is a secret: it is read on the machine running pyinfra from kube_join_token_file or the
+# environment variable kube_join_token_env, uploaded to the host as a root-only file, and never put on a
+# command line or in a log.
+# join the node with kubeadm; False for hosts that are only prepared (e.g. image baking)
+kube_join = True
+# "host:port" of the control plane, e.g. "k8s-api.example.com:6443"
+kube_api_endpoint = None
 # "sha256:<64 hex>", from `openssl x509 -pubkey ... | sha256sum` on the control plane
 kube_ca_cert_hash = None
-# The bootstrap token is a secret: it is read on the machine running pyinfra from this file or this environment
-# variable, uploaded to the host as a root-only file, and never put on a command line or in a log.
-kube_join_token_file = None  # e.g. "~/.config/gpuready/join-token"
+# e.g. "~/.config/gpuready/join-token"
+kube_join_token_file = None
+# the environment variable holding the token
 kube_join_token_env = "GPUREADY_JOIN_TOKEN"
+# the CRI socket kubeadm joins with
 kube_cri_socket = "unix:///run/containerd/containerd.sock"
-node_labels = {}  # extra labels applied at join, e.g. {"node-role.kubernetes.io/gpu": "", "pool": "training"}
+# extra labels applied at join, e.g. {"node-role.kubernetes.io/gpu": "", "pool": "training"}
+node_labels = {}
 # "key[=value]:Effect", Effect in NoSchedule|PreferNoSchedule|NoExecute
 node_taints = ["nvidia.com/gpu=present:NoSchedule"]
 
-# --- containerd ----------------------------------------------------------------------------------------------------
+# --- containerd ---------------------------------------------------------------------------------------------
 # make "nvidia" the default runtime (RuntimeClass "nvidia" is preferred)
 containerd_nvidia_default_runtime = False
-containerd_enable_cdi = False  # enable_cdi in the CRI plugin (containerd >= 2.0 has it on by default)
+# enable_cdi in the CRI plugin (containerd >= 2.0 has it on by default)
+containerd_enable_cdi = False
 
-# --- Driver and toolkit upgrades (deploys/upgrade_driver.py) --------------------------------------------------------
+# --- Driver and toolkit upgrades (deploys/upgrade_driver.py) ------------------------------------------------
 # deploys/gpu_node.py never reboots: after a driver change it warns and leaves the node to this deploy, which
 # cordons, drains, upgrades, reboots (only when the driver changes), validates and uncordons, batch by batch.
 # These knobs are fleet-wide: set them here, not per host.
-upgrade_batch_size = 1  # nodes upgraded at the same time
-upgrade_max_unavailable = 1  # nodes allowed out of service (cordoned or NotReady) at once, batch included
-drain_gpu_pods_only = True  # evict only pods that request GPUs; False evicts everything but DaemonSet pods
-drain_force = False  # also evict pods no controller recreates (kubectl drain --force): they are lost
-# (drain_timeout and node_ready_timeout: see Timeouts below)
+# nodes upgraded at the same time (<= upgrade_max_unavailable) [fleet-wide]
+upgrade_batch_size = 1
+# nodes allowed out of service (cordoned or NotReady) at once, batch included [fleet-wide]
+upgrade_max_unavailable = 1
+# evict only pods that request GPUs; False evicts everything but DaemonSet pods [fleet-wide]
+drain_gpu_pods_only = True
+# also evict pods no controller recreates (kubectl drain --force): they are lost [fleet-wide]
+drain_force = False
 
-# --- Cluster add-ons (deploys/cluster_addons.py) -----------------------------------------------------------------
-kubeconfig = None  # kubeconfig the add-ons are applied with; None = $KUBECONFIG or ~/.kube/config
+# --- Cluster add-ons (deploys/cluster_addons.py) ------------------------------------------------------------
+# kubeconfig the add-ons are applied with and the suite reads; None = $KUBECONFIG or ~/.kube/config
+# [fleet-wide]
+kubeconfig = None
+# the namespace of the device plugin, GFD and dcgm-exporter [fleet-wide]
 addons_namespace = "gpu-system"
-# --- Container images: every image the add-ons and the conformance suite run --------------------------------------
-# Each must be an image reference [registry[:port]/]repository[:tag][@sha256:<64 hex>] (lower-case repository);
-# point them at a mirror for an air-gapped fleet (README, "Air-gapped or mirrored registries").
-device_plugin_image = "nvcr.io/nvidia/k8s-device-plugin:v0.18.0"  # the NVIDIA device plugin DaemonSet
-gfd_image = None  # GPU feature discovery (ships in the device plugin's image); None = device_plugin_image
-# the DCGM exporter DaemonSet
+# {"namespace": max GPUs} -> ResourceQuota on requests.nvidia.com/gpu; a missing namespace is created (never
+# pruned) [fleet-wide]
+gpu_resource_quotas = {}
+# {"name": value} -> PriorityClasses for GPU workloads; a value change replaces gpuready's class (value is
+# immutable) [fleet-wide]
+priority_classes = {}
+# delete gpuready's objects the spec no longer renders (a removed pool's config, quota); off: they are only
+# named [fleet-wide]
+addons_prune = False
+# a field of an add-on object that another field manager changed (kubectl edit, a controller) stops the deploy
+# with the object, field and manager named; True takes such fields over (server-side apply with force)
+# [fleet-wide]
+addons_take_ownership = False
+
+# --- Container images: every image the add-ons and the conformance suite run --------------------------------
+# Each must be an image reference [registry[:port]/]repository[:tag][@sha256:<64 hex>] (lower-case
+# repository); point them at a mirror for an air-gapped fleet (README, "Air-gapped or mirrored registries").
+# the NVIDIA device plugin DaemonSet [fleet-wide]
+device_plugin_image = "nvcr.io/nvidia/k8s-device-plugin:v0.18.0"
+# GPU feature discovery (ships in the device plugin's image); None = device_plugin_image [fleet-wide]
+gfd_image = None
+# the DCGM exporter DaemonSet [fleet-wide]
 dcgm_exporter_image = "nvcr.io/nvidia/k8s/dcgm-exporter:4.4.1-4.6.0-ubuntu22.04"
 # conformance: the CUDA vectorAdd sample, run once per node (workloads layer)
 vectoradd_image = "nvcr.io/nvidia/k8s/cuda-sample:vectoradd-cuda12.5.0-ubuntu22.04"
-# conformance: CUDA base image running nvidia-smi / holding GPUs (time-slicing, MIG and metrics checks)
+# conformance: CUDA base image running nvidia-smi / holding GPUs (time-slicing, MIG, metrics and policy
+# checks)
 cuda_base_image = "nvcr.io/nvidia/cuda:12.4.1-base-ubuntu22.04"
-# {"namespace": max GPUs} -> ResourceQuota on requests.nvidia.com/gpu; a missing namespace is created (never pruned)
-gpu_resource_quotas = {}
-# {"name": value} -> PriorityClasses for GPU workloads; a value change replaces gpuready's class (value is immutable)
-priority_classes = {}
-# delete gpuready's objects the spec no longer renders (a removed pool's config, quota); off: they are only named
-addons_prune = False
-# a field of an add-on object that another field manager changed (kubectl edit, a controller) stops the deploy with
-# the object, field and manager named; True takes such fields over (server-side apply with force)
-addons_take_ownership = False
 
-# --- Node acceptance: the conformance suite's diag layer (pytest conformance -m diag) ----------------------------
-# dcgmi diag run level where DCGM is installed: 1 (seconds, software and deployment checks), 2 (about two minutes:
-# adds PCIe and memory tests), 3 (tens of minutes). 2 and 3 load the GPUs: run them on drained nodes.
+# --- Node acceptance: the conformance suite's diag layer (pytest conformance -m diag) -----------------------
+# dcgmi diag run level where DCGM is installed: 1 (seconds, software and deployment checks), 2 (about two
+# minutes: adds PCIe and memory tests), 3 (tens of minutes). 2 and 3 load the GPUs: run them on drained nodes
 diag_dcgm_level = 1
-# Bandwidth floors in GB/s replacing the catalogue's (gpuready/nvidia/bandwidth.py: a fraction of the link's
-# theoretical rate, by PCIe generation and width and NVLink generation), for a pool whose platform measures lower
-# or higher: {"h2d_gbps": host->device, "d2h_gbps": device->host, "peer_gbps": GPU->GPU}; {} = the catalogue's.
+# bandwidth floors in GB/s replacing the catalogue's (gpuready/nvidia/bandwidth.py: a fraction of the link's
+# theoretical rate), for a pool whose platform measures lower or higher: {"h2d_gbps": host->device,
+# "d2h_gbps": device->host, "peer_gbps": GPU->GPU}; {} = the catalogue's
 diag_bandwidth_floors = {}
 
-# --- Timeouts (seconds) -------------------------------------------------------------------------------------------
-node_ready_timeout = 300  # wait for a node to become Ready after join or reboot
-pod_timeout = 300  # conformance workload pods: from creation to completion
-drain_timeout = 600  # eviction of pods from a node before an upgrade
+# --- Timeouts (seconds) -------------------------------------------------------------------------------------
+# wait for a node to become Ready after join or reboot
+node_ready_timeout = 300
+# conformance workload pods: from creation to completion
+pod_timeout = 300
+# eviction of pods from a node before an upgrade [fleet-wide]
+drain_timeout = 600

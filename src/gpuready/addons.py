@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from gpuready import knobs
 from gpuready.spec import DEVICE_PLUGIN_CONFIG_LABEL, GPU_PRESENT_LABEL, Fleet, Images, NodeSpec
 
 Manifest = dict[str, Any]
@@ -25,7 +26,7 @@ DCGM_PORT = 9400
 
 @dataclass(frozen=True)
 class AddonSettings:
-    namespace: str = "gpu-system"
+    namespace: str = knobs.KNOBS["addons_namespace"].default
     device_plugin_image: str = Images.device_plugin
     gfd_image: str = Images.gfd
     dcgm_exporter_image: str = Images.dcgm_exporter
@@ -34,24 +35,15 @@ class AddonSettings:
 
     @classmethod
     def from_node(cls, node: NodeSpec) -> AddonSettings:
-        """The settings of a validated node: images from its spec (validated), the rest from its data."""
-        return cls.from_data(dict(node.data), node.images)
-
-    @classmethod
-    def from_data(cls, data: dict[str, Any], images: Images | None = None) -> AddonSettings:
-        device_plugin = data.get("device_plugin_image", cls.device_plugin_image)
-        images = images or Images(
-            device_plugin=device_plugin,
-            gfd=data.get("gfd_image") or device_plugin,
-            dcgm_exporter=data.get("dcgm_exporter_image", cls.dcgm_exporter_image),
-        )
+        """The settings of a validated node (fleet-wide knobs: every node gives the same)."""
+        k = node.knobs
         return cls(
-            namespace=data.get("addons_namespace", cls.namespace),
-            device_plugin_image=images.device_plugin,
-            gfd_image=images.gfd,
-            dcgm_exporter_image=images.dcgm_exporter,
-            gpu_resource_quotas=tuple(sorted((data.get("gpu_resource_quotas") or {}).items())),
-            priority_classes=tuple(sorted((data.get("priority_classes") or {}).items())),
+            namespace=k["addons_namespace"],
+            device_plugin_image=node.images.device_plugin,
+            gfd_image=node.images.gfd,
+            dcgm_exporter_image=node.images.dcgm_exporter,
+            gpu_resource_quotas=tuple(sorted(k["gpu_resource_quotas"].items())),
+            priority_classes=tuple(sorted(k["priority_classes"].items())),
         )
 
 

@@ -23,9 +23,9 @@ running at once (:meth:`Suite.prefetch`); the checks then read cached outputs.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import pytest
 
@@ -58,6 +58,8 @@ class Suite:
     inventory: str
     connection: str
     timeout: float
+    # the inventory's pod_timeout (the largest of the nodes), never above an explicit --timeout
+    pod_timeout: float
     kubeconfig: str | None
     kube_context: str | None
     report_dir: str | None
@@ -80,7 +82,7 @@ class Suite:
             from gpuready import kube
 
             kubeconfig = self.kubeconfig or next(
-                (n.data.get("kubeconfig") for n in self.nodes if n.data.get("kubeconfig")), None
+                (n.knobs["kubeconfig"] for n in self.nodes if n.knobs["kubeconfig"]), None
             )
             self.cluster = kube.connect(
                 kubeconfig, self.kube_context, timeout=max(5.0, min(self.timeout, 10.0))
@@ -243,6 +245,9 @@ def pytest_sessionstart(session: pytest.Session) -> None:
         inventory=inventory,
         connection=connection,
         timeout=float(config.getoption("timeout") or DEFAULT_TIMEOUT),
+        pod_timeout=min(
+            float(max(n.knobs["pod_timeout"] for n in nodes)), float(config.getoption("timeout") or "inf")
+        ),
         kubeconfig=config.getoption("kubeconfig"),
         kube_context=config.getoption("kube_context"),
         report_dir=config.getoption("report_dir"),
@@ -267,7 +272,11 @@ def _interrupt_on_sigterm() -> Callable[[], None] | None:
         raise KeyboardInterrupt(f"signal {signum}")
 
     signal.signal(signal.SIGTERM, interrupt)
-    return lambda: signal.signal(signal.SIGTERM, previous)
+
+    def restore() -> None:
+        signal.signal(signal.SIGTERM, previous)
+
+    return restore
 
 
 def layer_of(item: pytest.Item) -> str | None:
@@ -310,7 +319,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         config.getoption("kubeconfig")
         or config.getoption("kube_context")
         or os.environ.get("KUBECONFIG")
-        or (suite is not None and any(n.data.get("kubeconfig") for n in suite.nodes))
+        or (suite is not None and any(n.knobs["kubeconfig"] for n in suite.nodes))
     )
     # only the suite's own checks: another test suite in the same run may have a fixture of that name
     kube = [item for item in items if layer_of(item) and "cluster" in getattr(item, "fixturenames", ())]
@@ -366,7 +375,9 @@ def _message(report: pytest.TestReport, call: pytest.CallInfo[None]) -> str:
 
 
 @pytest.hookimpl(wrapper=True)
-def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
     report = yield
     where = _node_and_layer(item)
     suite = item.config.stash.get(SUITE, None)
@@ -380,7 +391,9 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
             first = message.removeprefix(f"{node}: ").splitlines()[0] if message else f"{item.name} failed"
             suite.failures.setdefault((node, layer), first)
         if status != "pass" or report.when == "call":
-            figures = tuple(v for k, v in item.user_properties if k == MEASUREMENT)
+            figures = tuple(
+                v for k, v in item.user_properties if k == MEASUREMENT and isinstance(v, Measurement)
+            )
             suite.results.record(node, layer, _check_name(item), status, message, report.duration, figures)
     return report
 
@@ -411,7 +424,7 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
 # --- what conformance tests use ----------------------------------------------------------------------------------
 
 
-def _skip_here(reason: str) -> None:
+def _skip_here(reason: str) -> NoReturn:
     """Skip, reported at the test's location (pytest's skip marker does the same) rather than at this helper's."""
     raise pytest.skip.Exception(reason, _use_item_location=True)
 

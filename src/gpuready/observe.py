@@ -168,5 +168,5 @@ def make_runner(node: NodeSpec, connection: str, timeout: float) -> CachedRunner
     if connection == "local":
         return CachedRunner(LocalRunner(node.name, timeout, env=os.environ))
     if connection == "ssh":
-        return CachedRunner(SshRunner(node.name, node.data, timeout))
+        return CachedRunner(SshRunner(node.name, node.connection, timeout))
     raise ValueError(f"connection must be 'ssh' or 'local', not {connection!r}")

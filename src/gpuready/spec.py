@@ -17,13 +17,10 @@ from typing import Any
 
 import yaml
 
-from gpuready import kubesyntax
+from gpuready import knobs, kubesyntax
 from gpuready.nvidia import catalogue
 
-SHARING_MODES = ("none", "time-slicing", "mps", "mig")
-MIG_STRATEGIES = ("single", "mixed")
-MIG_SHARING_MODES = ("none", "time-slicing")
-DRIVER_SOURCES = ("cuda-repo", "distribution")
+SHARING_MODES = knobs.SHARING_MODES
 GPU_RESOURCE = "nvidia.com/gpu"
 DEVICE_PLUGIN_CONFIG_LABEL = "nvidia.com/device-plugin.config"
 GPU_PRESENT_LABEL = "nvidia.com/gpu.present"
@@ -77,17 +74,12 @@ class Versions:
 class UpgradePolicy:
     """How deploys/upgrade_driver.py takes nodes out of service (fleet-wide knobs: set them in group_data/all.py)."""
 
-    batch_size: int = 1
-    max_unavailable: int = 1
-    drain_gpu_pods_only: bool = True
-    drain_force: bool = False
-    drain_timeout: int = 600
-    node_ready_timeout: int = 300
-
-    @property
-    def effective_batch_size(self) -> int:
-        """A batch never takes more nodes out than max_unavailable allows."""
-        return min(self.batch_size, self.max_unavailable)
+    batch_size: int = knobs.KNOBS["upgrade_batch_size"].default
+    max_unavailable: int = knobs.KNOBS["upgrade_max_unavailable"].default
+    drain_gpu_pods_only: bool = knobs.KNOBS["drain_gpu_pods_only"].default
+    drain_force: bool = knobs.KNOBS["drain_force"].default
+    drain_timeout: int = knobs.KNOBS["drain_timeout"].default
+    node_ready_timeout: int = knobs.KNOBS["node_ready_timeout"].default
 
 
 DIAG_FLOOR_KEYS = ("h2d_gbps", "d2h_gbps", "peer_gbps")
@@ -103,14 +95,14 @@ class Diag:
 
 @dataclass(frozen=True)
 class Images:
-    """Every container image gpuready runs: the add-ons' and the conformance suite's. The defaults are those of
-    inventory/group_data/all.py; a mirror or an air-gapped registry is one knob per image there."""
+    """Every container image gpuready runs: the add-ons' and the conformance suite's. The defaults are the knobs'
+    (gpuready.knobs); a mirror or an air-gapped registry is one knob per image."""
 
-    device_plugin: str = "nvcr.io/nvidia/k8s-device-plugin:v0.18.0"
-    gfd: str = "nvcr.io/nvidia/k8s-device-plugin:v0.18.0"  # GPU feature discovery ships in the plugin's image
-    dcgm_exporter: str = "nvcr.io/nvidia/k8s/dcgm-exporter:4.4.1-4.6.0-ubuntu22.04"
-    vectoradd: str = "nvcr.io/nvidia/k8s/cuda-sample:vectoradd-cuda12.5.0-ubuntu22.04"
-    cuda_base: str = "nvcr.io/nvidia/cuda:12.4.1-base-ubuntu22.04"
+    device_plugin: str = knobs.KNOBS["device_plugin_image"].default
+    gfd: str = knobs.KNOBS["device_plugin_image"].default  # GPU feature discovery ships in the plugin's image
+    dcgm_exporter: str = knobs.KNOBS["dcgm_exporter_image"].default
+    vectoradd: str = knobs.KNOBS["vectoradd_image"].default
+    cuda_base: str = knobs.KNOBS["cuda_base_image"].default
 
 
 IMAGE_KNOBS = {
@@ -165,7 +157,11 @@ class NodeSpec:
     upgrade: UpgradePolicy = UpgradePolicy()
     diag: Diag = Diag()
     images: Images = Images()
-    data: Mapping[str, Any] = field(repr=False, compare=False, default_factory=dict)
+    # every declared knob (gpuready.knobs), validated, the default where the inventory leaves it out: what the
+    # deploys and the suite read; nothing reads the host's raw data
+    knobs: Mapping[str, Any] = field(repr=False, compare=False, default_factory=knobs.defaults)
+    # how pyinfra reaches the host (ssh_*, _sudo: pyinfra's connector data, not gpuready knobs), for the SSH runner
+    connection: Mapping[str, Any] = field(repr=False, compare=False, default_factory=dict)
 
     @property
     def model(self) -> catalogue.GpuModel | None:
@@ -472,19 +468,94 @@ def parse_data_overrides(pairs: list[str]) -> dict[str, Any]:
 
 def fleet_from_inventory(inventory: Any, inventory_path: str) -> Fleet:
     """Validate an already loaded pyinfra ``Inventory`` (what a running deploy has) into a :class:`Fleet`."""
-    problems: list[str] = []
+    problems: list[Problem] = []
     nodes: dict[str, NodeSpec] = {}
+    readers = []
     for host in inventory:
         reader = _HostReader(inventory_path, inventory, host)
         node = reader.node()
         problems.extend(reader.problems)
+        readers.append(reader)
         if node is not None:
             nodes[host.name] = node
-    if not nodes and not problems:
-        problems.append(f"{inventory_path}: the inventory has no hosts")
+    problems.extend(_fleet_wide_problems(readers))
+    if not readers:
+        problems.append(Problem(inventory_path, "", "", None, "the inventory has no hosts"))
     if problems:
-        raise SpecError(inventory_path, problems)
+        raise SpecError(inventory_path, group_problems(problems))
     return Fleet(inventory=inventory_path, nodes=nodes)
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One bad value: the file to edit, the host, the knob, its value and what is allowed."""
+
+    file: str
+    host: str
+    key: str
+    value: Any
+    allowed: str
+
+
+def group_problems(problems: list[Problem]) -> list[str]:
+    """One line per distinct (file, knob, value, reason), naming every host it applies to: a bad layout on 100
+    hosts is one line, not 100."""
+    hosts: dict[tuple[str, str, str, str], list[str]] = {}
+    for p in problems:
+        hosts.setdefault((p.file, p.key, repr(p.value), p.allowed), [])
+        if p.host and p.host not in hosts[(p.file, p.key, repr(p.value), p.allowed)]:
+            hosts[(p.file, p.key, repr(p.value), p.allowed)].append(p.host)
+    lines = []
+    for (file, key, value, allowed), names in hosts.items():
+        if not key:
+            lines.append(f"{file}: {allowed}")
+            continue
+        who = (
+            f"host {names[0]}" if len(names) == 1 else f"hosts {', '.join(names)}" if names else "every host"
+        )
+        lines.append(f"{file}: {who}: {key} = {value}: {allowed}")
+    return lines
+
+
+def _fleet_wide_problems(readers: list[_HostReader]) -> list[Problem]:
+    """Fleet-wide knobs (cluster objects, the rolling upgrade) set for one host, or different across hosts."""
+    out = []
+    for knob in knobs.KNOBS.values():
+        if not knob.fleet_wide:
+            continue
+        values: dict[str, list[str]] = {}
+        for r in readers:
+            if knob.name in r.inventory.get_host_data(r.host.name):
+                out.append(Problem(r.where(knob.name), r.host.name, knob.name, r.data[knob.name],
+                                   "is fleet-wide: set it in group_data/all.py, a group of every host or --data, "
+                                   "not for one host"))  # fmt: skip
+            values.setdefault(repr(r.get(knob.name)), []).append(r.host.name)
+        if len(values) > 1:
+            shown = "; ".join(f"{v} on {', '.join(names)}" for v, names in values.items())
+            out.append(Problem(readers[0].where(knob.name), "", knob.name, "(differs)",
+                               f"is fleet-wide, one value for every host, but the hosts disagree: {shown}"))  # fmt: skip
+    return out
+
+
+def _ranges(indexes: list[int]) -> str:
+    """[0, 1, 2, 5] -> "0-2, 5"."""
+    runs: list[list[int]] = []
+    for i in sorted(indexes):
+        if runs and i == runs[-1][-1] + 1:
+            runs[-1].append(i)
+        else:
+            runs.append([i])
+    return ", ".join(f"{r[0]}-{r[-1]}" if len(r) > 1 else str(r[0]) for r in runs)
+
+
+def _close_knob(key: str) -> str | None:
+    """The declared knob a key is most likely a typo of, or None (other data, e.g. ssh_* or a user's own)."""
+    import difflib
+
+    if key in knobs.KNOBS or key.startswith("_"):
+        return None
+    found = difflib.get_close_matches(key, knobs.KNOBS, n=1, cutoff=0.85)
+    return found[0] if found else None
 
 
 class _HostReader:
@@ -495,7 +566,8 @@ class _HostReader:
         self.inventory = inventory
         self.host = host
         self.data: dict[str, Any] = host.data.dict()
-        self.problems: list[str] = []
+        self.problems: list[Problem] = []
+        self.settings: dict[str, Any] = {}
 
     def where(self, key: str) -> str:
         """The file a value comes from, so a user knows what to edit."""
@@ -508,17 +580,31 @@ class _HostReader:
         return str(Path(self.inventory_path).parent / "group_data" / "all.py")
 
     def bad(self, key: str, value: Any, allowed: str) -> None:
-        self.problems.append(f"{self.where(key)}: host {self.host.name}: {key} = {value!r}: {allowed}")
+        self.problems.append(Problem(self.where(key), self.host.name, key, value, allowed))
 
     def get(self, key: str, default: Any = None) -> Any:
+        """The host's value, else the knob's declared default (so no group_data file is needed)."""
+        knob = knobs.KNOBS.get(key)
+        if knob is not None and knob.default is not knobs.REQUIRED:
+            default = knob.default
         return self.data.get(key, default)
 
-    def choice(self, key: str, options: tuple[str, ...], default: str) -> str:
-        value = self.get(key, default)
-        if value not in options:
-            self.bad(key, value, f"must be one of {', '.join(options)}")
-            return default
-        return value
+    def checked(self) -> dict[str, Any]:
+        """Every declared knob with its value; each with a one-value check is checked (the default stands in for a
+        bad one, which is reported). Keys that look like a misspelt knob are reported too."""
+        out = {}
+        for knob in knobs.KNOBS.values():
+            value = self.get(knob.name)
+            problem = knob.check(value) if knob.check else None
+            if problem:
+                self.bad(knob.name, value, problem)
+                value = knob.default
+            out[knob.name] = value
+        self.settings = out
+        for key in self.data:
+            if close := _close_knob(key):
+                self.bad(key, self.data[key], f"is not a gpuready knob: did you mean {close}?")
+        return out
 
     def integer(self, key: str, default: int | None, minimum: int) -> int | None:
         value = self.get(key, default)
@@ -527,14 +613,8 @@ class _HostReader:
             return None
         return value
 
-    def boolean(self, key: str, default: bool) -> bool:
-        value = self.get(key, default)
-        if not isinstance(value, bool):
-            self.bad(key, value, "must be True or False")
-            return default
-        return value
-
     def node(self) -> NodeSpec | None:
+        settings = self.checked()
         model_name = self.get("gpu_model")
         count = self.integer("gpu_count", None, 1)
         model = None
@@ -561,24 +641,11 @@ class _HostReader:
         join = self.join_settings()
         labels = self.labels()
         taints = self.taints()
-        repos = {
-            key: self.get(key)
-            for key in (
-                "cuda_repo_url",
-                "cuda_repo_keyring_url",
-                "nvidia_container_repo_url",
-                "nvidia_container_repo_keyring_url",
-                "kubernetes_repo_url",
-                "kubernetes_repo_keyring_url",
-            )
-        }
-        for key, url in repos.items():
-            if not isinstance(url, str) or not url.startswith(("https://", "http://", "file://")):
-                self.bad(key, url, "must be an http(s):// or file:// URL")
-        nvswitch = self.boolean("nvswitch", False)
-        upgrade = self.upgrade_policy()
+        repos = {key: settings[key] for key, knob in knobs.KNOBS.items() if knob.section == "repos"}
+        nvswitch = settings["nvswitch"]
+        upgrade = self.upgrade_policy(settings)
         diag = self.diag_settings()
-        images = self.images()
+        images = self.images(settings)
         if self.problems or count is None or sharing is None or versions is None or join is None:
             return None
         return NodeSpec(
@@ -596,22 +663,14 @@ class _HostReader:
             upgrade=upgrade,
             diag=diag,
             images=images,
-            data=self.data,
+            knobs=settings,
+            connection={k: v for k, v in self.data.items() if k.startswith(("ssh_", "_"))},
         )
 
-    def images(self) -> Images:
-        """The image knobs, each a valid image reference; gfd_image None (the default) is the device plugin's."""
-        d = Images()
-        values: dict[str, str] = {}
-        for key, attr in IMAGE_KNOBS.items():
-            value = self.get(key, getattr(d, attr))
-            if key == "gfd_image" and value is None:
-                value = values.get("device_plugin", d.device_plugin)
-            problem = kubesyntax.image_reference_problem(value)
-            if problem:
-                self.bad(key, value, problem)
-                value = getattr(d, attr)
-            values[attr] = value
+    def images(self, settings: dict[str, Any]) -> Images:
+        """The image knobs (each already checked as an image reference); gfd_image None is the device plugin's."""
+        values = {attr: settings[key] for key, attr in IMAGE_KNOBS.items()}
+        values["gfd"] = values["gfd"] or values["device_plugin"]
         return Images(**values)
 
     def diag_settings(self) -> Diag:
@@ -644,23 +703,24 @@ class _HostReader:
                 )
         return Diag(dcgm_level=level, floors={k: float(v) for k, v in floors.items() if k in DIAG_FLOOR_KEYS})
 
-    def upgrade_policy(self) -> UpgradePolicy:
-        d = UpgradePolicy()
+    def upgrade_policy(self, settings: dict[str, Any]) -> UpgradePolicy:
+        batch, most = settings["upgrade_batch_size"], settings["upgrade_max_unavailable"]
+        if batch > most:
+            self.bad("upgrade_batch_size", batch, f"cannot exceed upgrade_max_unavailable = {most}: a batch is out "
+                     "of service all at once")  # fmt: skip
         return UpgradePolicy(
-            batch_size=self.integer("upgrade_batch_size", d.batch_size, 1) or d.batch_size,
-            max_unavailable=self.integer("upgrade_max_unavailable", d.max_unavailable, 1)
-            or d.max_unavailable,
-            drain_gpu_pods_only=self.boolean("drain_gpu_pods_only", d.drain_gpu_pods_only),
-            drain_force=self.boolean("drain_force", d.drain_force),
-            drain_timeout=self.integer("drain_timeout", d.drain_timeout, 1) or d.drain_timeout,
-            node_ready_timeout=self.integer("node_ready_timeout", d.node_ready_timeout, 1)
-            or d.node_ready_timeout,
+            batch_size=batch,
+            max_unavailable=most,
+            drain_gpu_pods_only=settings["drain_gpu_pods_only"],
+            drain_force=settings["drain_force"],
+            drain_timeout=settings["drain_timeout"],
+            node_ready_timeout=settings["node_ready_timeout"],
         )
 
     def sharing(self, model: catalogue.GpuModel | None, count: int) -> Sharing | None:
-        mode = self.choice("gpu_sharing", SHARING_MODES, "none")
-        rename = self.boolean("sharing_rename", False)
-        fail_gt1 = self.boolean("sharing_fail_requests_greater_than_one", False)
+        mode = self.settings["gpu_sharing"]
+        rename = self.settings["sharing_rename"]
+        fail_gt1 = self.settings["sharing_fail_requests_greater_than_one"]
         if mode in ("time-slicing", "mps"):
             replicas = self.get("sharing_replicas")
             if isinstance(replicas, bool) or not isinstance(replicas, int) or replicas < 2:
@@ -679,18 +739,8 @@ class _HostReader:
         if mode == "none":
             return Sharing()
         # MIG
-        strategy = self.choice("mig_strategy", MIG_STRATEGIES, "mixed")
-        mig_sharing = self.get("mig_sharing", "none")
-        if mig_sharing == "mps":
-            self.bad(
-                "mig_sharing",
-                mig_sharing,
-                "MPS is not supported on MIG devices by the device plugin; use 'none' or 'time-slicing'",
-            )
-            return None
-        if mig_sharing not in MIG_SHARING_MODES:
-            self.bad("mig_sharing", mig_sharing, f"must be one of {', '.join(MIG_SHARING_MODES)}")
-            return None
+        strategy = self.settings["mig_strategy"]
+        mig_sharing = self.settings["mig_sharing"]
         mig_replicas = 1
         if mig_sharing == "time-slicing":
             mig_replicas = self.get("mig_sharing_replicas")
@@ -737,15 +787,18 @@ class _HostReader:
             )
             return None
         ok = True
+        gpus_of: dict[tuple[str, ...], list[int]] = {}  # one problem per distinct layout, naming its GPUs
         for index, profiles in enumerate(per_gpu):
-            if profiles is None:
-                continue
+            if profiles is not None:
+                gpus_of.setdefault(profiles, []).append(index)
+        for profiles, indexes in gpus_of.items():
+            which = f"GPU {indexes[0]}" if len(indexes) == 1 else f"GPUs {_ranges(indexes)}"
             if not profiles:
-                self.bad("mig_layout", raw, f"GPU {index} has MIG enabled but no instances")
+                self.bad("mig_layout", raw, f"{which} MIG-enabled but no instances")
                 ok = False
                 continue
             for reason in catalogue.layout_problems(model.name, list(profiles)):
-                self.bad("mig_layout", list(profiles), f"GPU {index} ({model.name}): {reason}")
+                self.bad("mig_layout", list(profiles), f"{which} ({model.name}): {reason}")
                 ok = False
         if ok and strategy == "single":
             distinct = {p for profiles in per_gpu for p in (profiles or ())}
@@ -772,7 +825,7 @@ class _HostReader:
                 driver,
                 f"is outside nvidia_driver_branch {branch!r}: pick a {branch}.x version or change the branch",
             )
-        source = self.choice("nvidia_driver_source", DRIVER_SOURCES, "cuda-repo")
+        source = self.settings["nvidia_driver_source"]
         toolkit = self.get("nvidia_container_toolkit_version")
         if not isinstance(toolkit, str) or not _SEMVER.match(toolkit):
             self.bad("nvidia_container_toolkit_version", toolkit, "must be a version like 1.20.0")
@@ -784,25 +837,25 @@ class _HostReader:
         return Versions(
             driver=driver,
             driver_branch=branch,
-            driver_package=f"{driver}-{self.get('nvidia_driver_package_revision', '1')}",
+            driver_package=f"{driver}-{self.settings['nvidia_driver_package_revision']}",
             driver_source=source,
             toolkit=toolkit,
-            toolkit_package=f"{toolkit}-{self.get('nvidia_container_toolkit_package_revision', '1')}",
-            containerd_package=str(self.get("containerd_package", "containerd")),
+            toolkit_package=f"{toolkit}-{self.settings['nvidia_container_toolkit_package_revision']}",
+            containerd_package=self.settings["containerd_package"],
             kubernetes=kube,
             kubernetes_minor=".".join(kube.split(".")[:2]),
-            kubernetes_package=f"{kube}-{self.get('kubernetes_package_revision', '1.1')}",
+            kubernetes_package=f"{kube}-{self.settings['kubernetes_package_revision']}",
         )
 
     def join_settings(self) -> Join | None:
-        enabled = self.boolean("kube_join", True)
+        enabled = self.settings["kube_join"]
         join = Join(
             enabled=enabled,
             api_endpoint=self.get("kube_api_endpoint"),
             ca_cert_hash=self.get("kube_ca_cert_hash"),
-            token_file=self.get("kube_join_token_file"),
-            token_env=self.get("kube_join_token_env"),
-            cri_socket=str(self.get("kube_cri_socket", "unix:///run/containerd/containerd.sock")),
+            token_file=self.settings["kube_join_token_file"],
+            token_env=self.settings["kube_join_token_env"],
+            cri_socket=self.settings["kube_cri_socket"],
         )
         if not enabled:
             return join

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from host_roots import make_host
+from inventories import write_inventory
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from polling import wait_for
@@ -156,8 +157,7 @@ def make_fleet(
     ]
     (root / "group_data").mkdir(parents=True, exist_ok=True)
     shutil.copy(GROUP_DATA, root / "group_data" / "all.py")
-    inventory = root / "inventory.py"
-    inventory.write_text(f"gpu_nodes = ({entries!r}, {{}})\n")
+    inventory = write_inventory(root / "inventory.py", entries)
     fleet = load_fleet(inventory)
     namespace = f"gpu-system-{secrets.token_hex(3)}"
     kf = KubeFleet(

@@ -17,6 +17,8 @@ import textwrap
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from inventories import write_inventory
+
 from gpuready.lab import faults, hardware
 
 REPO = Path(__file__).resolve().parents[2]
@@ -158,9 +160,7 @@ class FakeNode:
         (self.root / "group_data").mkdir(parents=True, exist_ok=True)
         shutil.copy(GROUP_DATA, self.root / "group_data" / "all.py")
         data = self.inventory_data(**host_data)
-        path = self.root / "inventory.py"
-        path.write_text(f"gpu_nodes = ([('gpu-node-1', {data!r})], {{}})\n")
-        return path
+        return write_inventory(self.root / "inventory.py", [("gpu-node-1", data)])
 
 
 def fake_node(root: Path, profile: str = "h100-sxm-8") -> FakeNode:

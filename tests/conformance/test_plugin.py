@@ -4,6 +4,7 @@ order and gating, shared --connection with pytest-testinfra."""
 from __future__ import annotations
 
 import pytest
+from inventories import write_inventory
 
 LAYERED_SUITE = {
     "test_a_metrics.py": """
@@ -43,8 +44,7 @@ def two_node_inventory(make_node):
     node = make_node("l4-1")
     path = node.inventory()
     data = node.inventory_data()
-    path.write_text(f"gpu_nodes = ([('gpu-node-1', {data!r}), ('gpu-node-2', {data!r})], {{}})\n")
-    return path
+    return write_inventory(path, [("gpu-node-1", data), ("gpu-node-2", data)])
 
 
 def test_without_inventory_conformance_tests_skip_with_the_reason(pytester, suite_dir):

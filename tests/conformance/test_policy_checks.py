@@ -5,6 +5,7 @@ from __future__ import annotations
 import shutil
 
 import pytest
+from inventories import write_inventory
 from shims import GROUP_DATA, JOIN
 
 from gpuready.checks import CannotCheck
@@ -21,17 +22,19 @@ UNSCHEDULABLE = (
 
 @pytest.fixture(scope="module")
 def specs(tmp_path_factory):
-    root = tmp_path_factory.mktemp("inventory")
-    (root / "group_data").mkdir()
-    shutil.copy(GROUP_DATA, root / "group_data" / "all.py")
+    """t4 from a fleet that asks for the policies, l4 from one that asks for none (policies are fleet-wide)."""
     hosts = [
         ("t4", {"gpu_model": "Tesla T4", "gpu_count": 1, **POLICY,
                 "node_taints": ["nvidia.com/gpu=present:NoSchedule", "soft=yes:PreferNoSchedule"]}),
         ("l4", {"gpu_model": "NVIDIA L4", "gpu_count": 1, "node_taints": ["soft=yes:PreferNoSchedule"]}),
     ]  # fmt: skip
-    path = root / "inventory.py"
-    path.write_text(f"gpu_nodes = ({[(n, {**d, **JOIN}) for n, d in hosts]!r}, {{}})\n")
-    return load_fleet(path).nodes
+    nodes = {}
+    for name, data in hosts:
+        root = tmp_path_factory.mktemp(f"inventory-{name}")
+        (root / "group_data").mkdir()
+        shutil.copy(GROUP_DATA, root / "group_data" / "all.py")
+        nodes.update(load_fleet(write_inventory(root / "inventory.py", [(name, {**data, **JOIN})])).nodes)
+    return nodes
 
 
 def pod_obj(node_name=None, condition=None):

@@ -21,8 +21,9 @@ def test_unreachable_api_server_stops_the_addons_deploy(tmp_path):
         "clusters: [{name: k, cluster: {server: 'https://127.0.0.1:1', insecure-skip-tls-verify: true}}]\n"
         "users: [{name: u, user: {token: t}}]\ncontexts: [{name: c, context: {cluster: k, user: u}}]\n"
     )
-    data = {"gpu_model": "NVIDIA L4", "gpu_count": 1, "kube_join": False, "kubeconfig": str(kubeconfig)}
-    (tmp_path / "inv.py").write_text(f"nodes = [('@local', {data!r})]\n")
+    data = {"gpu_model": "NVIDIA L4", "gpu_count": 1, "kube_join": False}
+    fleet = {"kubeconfig": str(kubeconfig)}  # fleet-wide: group data, never one host's
+    (tmp_path / "inv.py").write_text(f"nodes = ([('@local', {data!r})], {fleet!r})\n")
     result = subprocess.run(
         [str(PYINFRA), "-y", "inv.py", str(REPO / "deploys" / "cluster_addons.py")],
         cwd=tmp_path, capture_output=True, text=True, timeout=120,

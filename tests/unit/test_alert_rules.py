@@ -72,7 +72,7 @@ def rule_file(settings: AddonSettings) -> str:
 
 
 def example_settings() -> list[AddonSettings]:
-    return sorted({AddonSettings.from_data(n.data) for n in load_fleet(EXAMPLE).nodes.values()}, key=repr)
+    return sorted({AddonSettings.from_node(n) for n in load_fleet(EXAMPLE).nodes.values()}, key=repr)
 
 
 def run_promtool(promtool: Path, *args: str, cwd: Path) -> subprocess.CompletedProcess[str]:

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from gpuready.knobs import KNOBS
 from gpuready.spec import SpecError, load_fleet
 
 REPO = Path(__file__).resolve().parents[2]
@@ -22,12 +23,14 @@ JOIN = {
 
 
 def write_inventory(tmp_path: Path, **host_data) -> Path:
-    """An inventory of one host ``node-1`` with the project's real group_data defaults beside it."""
+    """An inventory of one host ``node-1`` with the project's real group_data defaults beside it. Fleet-wide knobs
+    go to the pool's group data, as a user must put them."""
     (tmp_path / "group_data").mkdir(exist_ok=True)
     shutil.copy(REPO / "inventory" / "group_data" / "all.py", tmp_path / "group_data" / "all.py")
     data = {"gpu_model": "NVIDIA L4", "gpu_count": 1, **JOIN, **host_data}
+    fleet = {k: data.pop(k) for k in list(data) if k in KNOBS and KNOBS[k].fleet_wide}
     path = tmp_path / "inv.py"
-    path.write_text(f"pool = ([('node-1', {data!r})], {{}})\n")
+    path.write_text(f"pool = ([('node-1', {data!r})], {fleet!r})\n")
     return path
 
 

@@ -139,20 +139,22 @@ def test_failed_checks_from_a_verdict() -> None:
     assert upgrade.failed_checks(verdict, "n2") == []
 
 
-def test_policy_defaults_and_batch_capped_by_max_unavailable(tmp_path: Path) -> None:
-    node = load_fleet(write_inventory(tmp_path, upgrade_batch_size=4, upgrade_max_unavailable=2)).nodes[
+def test_policy_defaults_and_a_batch_larger_than_max_unavailable_refused(tmp_path: Path) -> None:
+    node = load_fleet(write_inventory(tmp_path, upgrade_batch_size=2, upgrade_max_unavailable=4)).nodes[
         "node-1"
     ]
-    assert (node.upgrade.batch_size, node.upgrade.max_unavailable, node.upgrade.effective_batch_size) == (
-        4,
-        2,
-        2,
-    )
+    assert (node.upgrade.batch_size, node.upgrade.max_unavailable) == (2, 4)
     assert (node.upgrade.drain_gpu_pods_only, node.upgrade.drain_force, node.upgrade.drain_timeout) == (
         True,
         False,
         600,
     )
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    assert problems_of(write_inventory(bad, upgrade_batch_size=3, upgrade_max_unavailable=1)) == [
+        f"{bad / 'inv.py'}: host node-1: upgrade_batch_size = 3: cannot exceed upgrade_max_unavailable = 1: a "
+        "batch is out of service all at once"
+    ]
 
 
 @pytest.mark.parametrize(

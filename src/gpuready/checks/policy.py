@@ -103,7 +103,7 @@ def plain_pod_kept_off(
 
 def priority_classes(node: NodeSpec, found: dict[str, Obj]) -> list[str]:
     """Every PriorityClass of the inventory (``priority_classes``: {name: value}) exists with its value."""
-    expected = node.data.get("priority_classes") or {}
+    expected = node.knobs["priority_classes"]
     if not expected:
         raise CannotCheck("not applicable: the inventory asks for no PriorityClass (priority_classes)")
     problems = []
@@ -149,7 +149,7 @@ def gpu_limits(quotas: tuple[Obj, ...] | list[Obj]) -> dict[str, int]:
 def quota_refuses(node: NodeSpec, probes: dict[str, QuotaProbe]) -> list[str]:
     """In every namespace of ``gpu_resource_quotas`` ({namespace: max GPUs}) a ResourceQuota allows exactly the
     maximum, and a pod asking for one GPU more is refused with the quota named."""
-    expected = node.data.get("gpu_resource_quotas") or {}
+    expected = node.knobs["gpu_resource_quotas"]
     if not expected:
         raise CannotCheck("not applicable: the inventory sets no GPU quota (gpu_resource_quotas)")
     problems = []
@@ -255,7 +255,7 @@ class Preemption:
 
 def highest_priority(node: NodeSpec) -> tuple[str, int]:
     """The inventory's PriorityClass with the highest value, the one a preemption is tried with."""
-    classes = node.data.get("priority_classes") or {}
+    classes = node.knobs["priority_classes"]
     if not classes:
         raise CannotCheck("not applicable: the inventory asks for no PriorityClass (priority_classes)")
     name, value = max(sorted(classes.items()), key=lambda item: item[1])

@@ -79,7 +79,8 @@ def node_labels(node: str, labels: dict[str, str], kubeconfig: str | None = None
     """
     c = cluster(kubeconfig, context)
     try:
-        live = c.core.read_node(node).metadata.labels or {}
+        meta = c.core.read_node(node).metadata
+        live = (meta.labels if meta else None) or {}
     except Exception as exc:
         raise OperationError(
             f"node {node} is not in the cluster ({c.url}): {getattr(exc, 'reason', exc)}"

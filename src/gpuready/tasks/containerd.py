@@ -5,6 +5,7 @@ from __future__ import annotations
 from pyinfra.api import deploy
 from pyinfra.operations import systemd
 
+from gpuready import knobs
 from gpuready.containerd_config import DEFAULT_DROP_IN_DIR, DEFAULT_DROP_IN_NAME
 from gpuready.deploy_context import current_node
 from gpuready.operations import apt as gpu_apt
@@ -20,15 +21,15 @@ def config_paths() -> tuple[str, str]:
     return CONFIG, f"{DEFAULT_DROP_IN_DIR}/{DEFAULT_DROP_IN_NAME}"
 
 
-@deploy("containerd with the nvidia runtime")
+@deploy("containerd with the nvidia runtime", data_defaults=knobs.defaults("deploy"))
 def containerd() -> None:
     node = current_node()
     gpu_apt.installed(name="Install containerd", packages=node.apt_packages["containerd"], no_recommends=True)
     config = containerd_ops.nvidia_runtime(
         name="Add the nvidia runtime to containerd (drop-in)",
         config_path=CONFIG,
-        set_as_default=bool(node.data.get("containerd_nvidia_default_runtime", False)),
-        enable_cdi=bool(node.data.get("containerd_enable_cdi", False)),
+        set_as_default=node.knobs["containerd_nvidia_default_runtime"],
+        enable_cdi=node.knobs["containerd_enable_cdi"],
     )
     host_ops.service(name="Enable containerd", unit=UNIT, running=True, enabled=True)
     systemd.service(

@@ -6,6 +6,7 @@ from pyinfra import host, logger
 from pyinfra.api import deploy
 from pyinfra.facts.deb import DebPackages
 
+from gpuready import knobs
 from gpuready.deploy_context import current_node
 from gpuready.node_facts import node_fact
 from gpuready.nvidia.driver_packages import driver_package_names
@@ -40,7 +41,7 @@ def units(node: NodeSpec) -> tuple[str, ...]:
     return ("nvidia-persistenced", "nvidia-fabricmanager") if node.nvswitch else ("nvidia-persistenced",)
 
 
-@deploy("NVIDIA driver")
+@deploy("NVIDIA driver", data_defaults=knobs.defaults("deploy"))
 def nvidia_driver(reboot_follows: bool = False) -> None:
     """``reboot_follows``: the caller reboots the node next (the rolling upgrade), so its services wait for the boot."""
     node = current_node()

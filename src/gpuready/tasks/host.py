@@ -6,6 +6,7 @@ from pyinfra.api import deploy
 from pyinfra.facts.server import Which
 from pyinfra.operations import server
 
+from gpuready import knobs
 from gpuready.node_facts import node_fact
 from gpuready.operations import host as host_ops
 
@@ -26,7 +27,7 @@ SYSCTLS = {
 }
 
 
-@deploy("Host prerequisites")
+@deploy("Host prerequisites", data_defaults=knobs.defaults("deploy"))
 def host_prerequisites() -> None:
     blacklist = host_ops.file_content(name="Blacklist nouveau", path=NOUVEAU_FILE, content=NOUVEAU_BLACKLIST)
     if node_fact(Which, command="update-initramfs"):

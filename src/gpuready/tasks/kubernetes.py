@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pyinfra.api import deploy
 
+from gpuready import knobs
 from gpuready.deploy_context import current_node
 from gpuready.operations import host as host_ops
 from gpuready.operations import kube
@@ -12,7 +13,7 @@ from gpuready.tasks.repos import install_pinned, repository
 UNIT = "kubelet"
 
 
-@deploy("Kubernetes node packages")
+@deploy("Kubernetes node packages", data_defaults=knobs.defaults("deploy"))
 def kubernetes_packages() -> None:
     node = current_node()
     pins = node.apt_packages["kubernetes"]
@@ -26,7 +27,7 @@ def kubernetes_packages() -> None:
     host_ops.service(name="Enable kubelet", unit=UNIT, enabled=True)
 
 
-@deploy("Join the cluster")
+@deploy("Join the cluster", data_defaults=knobs.defaults("deploy"))
 def join_cluster() -> None:
     node = current_node()
     if node.join.enabled:

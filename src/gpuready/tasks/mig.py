@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from pyinfra.api import deploy
 
+from gpuready import knobs
 from gpuready.deploy_context import current_node
 from gpuready.operations import mig
 
 
-@deploy("MIG layout")
+@deploy("MIG layout", data_defaults=knobs.defaults("deploy"))
 def mig_layout() -> None:
     node = current_node()
     if node.sharing.mode != "mig":
@@ -16,5 +17,5 @@ def mig_layout() -> None:
     mig.layout(
         name="Lay out MIG instances",
         per_gpu=node.sharing.mig_layout,
-        destroy_existing=bool(node.data.get("mig_destroy_in_use", False)),
+        destroy_existing=node.knobs["mig_destroy_in_use"],
     )

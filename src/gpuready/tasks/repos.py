@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from pyinfra.api import deploy
 
+from gpuready import knobs
 from gpuready.deploy_context import repo_vars
 from gpuready.operations import apt as gpu_apt
 
@@ -18,7 +19,7 @@ def keyring_path(repo: str) -> str:
     return f"{KEYRING_DIR}/{repo}.gpg"
 
 
-@deploy("Package repository")
+@deploy("Package repository", data_defaults=knobs.defaults("deploy"))
 def repository(repo: str, url_template: str, keyring_url_template: str, pins: list[str]) -> None:
     """Add the repository ``repo`` with its keyring; refresh apt lists only when needed for ``pins``."""
     values = repo_vars()

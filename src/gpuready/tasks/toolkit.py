@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from pyinfra.api import deploy
 
+from gpuready import knobs
 from gpuready.deploy_context import current_node
 from gpuready.tasks.repos import install_pinned, repository
 
 
-@deploy("NVIDIA container toolkit")
+@deploy("NVIDIA container toolkit", data_defaults=knobs.defaults("deploy"))
 def container_toolkit() -> None:
     node = current_node()
     pins = node.apt_packages["toolkit"]

@@ -24,7 +24,7 @@ from pyinfra.context import ctx_config, ctx_host, ctx_state
 from pyinfra.facts.deb import DebPackages
 from pyinfra.operations import systemd
 
-from gpuready import maintenance, upgrade
+from gpuready import knobs, maintenance, upgrade
 from gpuready.deploy_context import current_node, fleet_for, inventory_path
 from gpuready.facts.nvidia import NvidiaSmi
 from gpuready.operations import host as host_ops
@@ -71,7 +71,7 @@ def _make_plan(inventory) -> UpgradePlan | Exception:
     active = {h.name for h in inventory.get_active_hosts()}
     specs = [spec for name, spec in fleet.nodes.items() if name in active]
     first = specs[0]
-    kubeconfig = first.data.get("kubeconfig")
+    kubeconfig = first.knobs["kubeconfig"]
     try:
         views = maintenance.read_nodes(cluster(kubeconfig, None))
     except OperationError as exc:
@@ -85,11 +85,15 @@ def _make_plan(inventory) -> UpgradePlan | Exception:
         upgrade.preflight(specs, smi, fleet_views)
     except upgrade.PlanError as exc:
         return exc
-    work = {s.name: upgrade.node_work(s, packages[s.name], smi[s.name], fleet_views[s.name]) for s in specs}
+    work = {}
+    for s in specs:
+        state = smi[s.name]
+        assert state is not None  # preflight refused every host that stopped answering
+        work[s.name] = upgrade.node_work(s, packages[s.name], state, fleet_views[s.name])
     return UpgradePlan(
         nodes=[s.name for s in specs],
         work=work,
-        batches=upgrade.batches([s.name for s in specs], work, first.upgrade.effective_batch_size),
+        batches=upgrade.batches([s.name for s in specs], work, first.upgrade.batch_size),
         policy=first.upgrade,
         kubeconfig=kubeconfig,
     )
@@ -126,7 +130,7 @@ class RunSummary(BaseStateCallback):
         except Exception as exc:  # the run is over: a summary that cannot be made must not hide its errors
             logger.warning(f"--> Upgrade summary: cannot read the nodes: {exc}")
             return
-        rows = {}
+        rows: dict[str, dict[str, Any]] = {}
         for name in self.plan.nodes:
             view = after.get(name) or maintenance.NodeView(name, exists=False)
             status, detail = upgrade.outcome(self.plan.work[name], view, name in self.validated)
@@ -158,7 +162,7 @@ def _gather_facts(state: State, kinds: tuple[type, ...]) -> dict[str, list[Any]]
     return {name: g.get() for name, g in greenlets.items()}
 
 
-@deploy("Upgrade the node")
+@deploy("Upgrade the node", data_defaults=knobs.defaults("deploy"))
 def upgrade_node(plan: UpgradePlan, conformance_dir: Path) -> None:
     node = current_node()
     work = plan.work[node.name]
@@ -193,7 +197,7 @@ def _say(message: str) -> None:
     logger.info(f"{host.print_prefix}{message}")
 
 
-@deploy("Rolling upgrade")
+@deploy("Rolling upgrade", data_defaults=knobs.defaults("deploy"))
 def rolling_upgrade(conformance_dir: Path) -> None:
     plan = upgrade_plan()
     work = plan.work[host.name]
@@ -218,5 +222,6 @@ def rolling_upgrade(conformance_dir: Path) -> None:
             kubeconfig=plan.kubeconfig,
         )
         if host.name in batch:
-            upgrade_node(plan, conformance_dir)
+            # pyinfra types a @deploy as its operations' global arguments, not the function's own
+            upgrade_node(plan, conformance_dir)  # type: ignore[call-arg,arg-type]
         earlier.extend(batch)
