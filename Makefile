@@ -31,6 +31,7 @@ demo: setup system-deps control-plane
 lint: setup
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/mypy
 
 test: setup system-deps control-plane lint
 	$(BIN)/pytest

@@ -115,9 +115,9 @@ def run_on_device(cuda: CudaDriver, ordinal: int, elements: int = ELEMENTS) -> s
         size = elements * 4
         pointers = []
         for _ in range(3):
-            pointer = ctypes.c_uint64()
-            cuda("cuMemAlloc_v2", ctypes.byref(pointer), ctypes.c_size_t(size))
-            pointers.append(pointer.value)
+            allocated = ctypes.c_uint64()
+            cuda("cuMemAlloc_v2", ctypes.byref(allocated), ctypes.c_size_t(size))
+            pointers.append(allocated.value)
         try:
             for pointer, host in zip(pointers, (a, b), strict=False):
                 cuda(

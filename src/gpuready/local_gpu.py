@@ -112,7 +112,7 @@ class _Reader:
 
     def mig_devices(self, handle: Any) -> tuple[MigDevice, ...]:
         nv = self.nvml
-        devices = []
+        devices: list[MigDevice] = []
         for slot in range(nv.nvmlDeviceGetMaxMigDeviceCount(handle)):
             try:
                 mig = nv.nvmlDeviceGetMigDeviceHandleByIndex(handle, slot)
@@ -137,7 +137,9 @@ def nvml_report(nvml: Any = None) -> tuple[SmiReport, dict[int, int]] | None:
     and the host layer's checks own them.
     """
     if nvml is None:
-        import pynvml as nvml
+        import pynvml
+
+        nvml = pynvml
     try:
         nvml.nvmlInit()
     except nvml.NVMLError:

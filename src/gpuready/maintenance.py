@@ -21,10 +21,13 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from gpuready.kube import Cluster
+from gpuready.nvidia.mig import RESOURCE_PREFIX as MIG_RESOURCE_PREFIX
+from gpuready.spec import GPU_RESOURCE
 
 STATE_ANNOTATION = "gpuready.io/upgrade-state"
 FAILURE_ANNOTATION = "gpuready.io/upgrade-failure"
-GPU_RESOURCE_PREFIXES = ("nvidia.com/gpu", "nvidia.com/mig-")
+# whole GPUs (and their shared replicas, nvidia.com/gpu.shared) and MIG devices (nvidia.com/mig-1g.10gb, ...)
+GPU_RESOURCE_PREFIXES = (GPU_RESOURCE, MIG_RESOURCE_PREFIX)
 MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
 EVICTION_RETRY_SECONDS = 5.0  # kubectl drain waits 5 s between evictions refused by a disruption budget
 POLL_SECONDS = 1.0
@@ -54,6 +57,18 @@ class NodeView:
         return self.exists and self.ready and not self.unschedulable
 
 
+def _meta(obj: client.V1Node | client.V1Pod) -> client.V1ObjectMeta:
+    """The object's metadata: the API server always sends it (the client's models only make it optional)."""
+    assert obj.metadata is not None, "an API object without metadata"
+    return obj.metadata
+
+
+def _key(pod: client.V1Pod) -> tuple[str, str]:
+    """(namespace, name) of a pod."""
+    meta = _meta(pod)
+    return meta.namespace or "", meta.name or ""
+
+
 def node_view(node: client.V1Node | None, name: str) -> NodeView:
     if node is None:
         return NodeView(name, exists=False)
@@ -66,13 +81,14 @@ def node_view(node: client.V1Node | None, name: str) -> NodeView:
         unschedulable=bool(node.spec and node.spec.unschedulable),
         ready=ready,
         boot_id=(info.boot_id if info else "") or "",
-        annotations=dict(node.metadata.annotations or {}),
+        annotations=dict(_meta(node).annotations or {}),
     )
 
 
 def read_nodes(cluster: Cluster) -> dict[str, NodeView]:
     """Every node in one list call (the upgrade plan reads the fleet once, not once per node)."""
-    return {n.metadata.name: node_view(n, n.metadata.name) for n in cluster.core.list_node().items}
+    views = (node_view(n, _meta(n).name or "") for n in cluster.core.list_node().items)
+    return {view.name: view for view in views}
 
 
 def read_node(cluster: Cluster, name: str) -> NodeView:
@@ -108,6 +124,8 @@ def uncordon(cluster: Cluster, name: str, state: str) -> None:
 
 
 def requests_gpu(pod: client.V1Pod) -> bool:
+    if pod.spec is None:
+        return False
     containers = list(pod.spec.containers or []) + list(pod.spec.init_containers or [])
     for c in containers:
         res = c.resources
@@ -118,7 +136,7 @@ def requests_gpu(pod: client.V1Pod) -> bool:
 
 
 def _owner_kinds(pod: client.V1Pod) -> list[str]:
-    return [o.kind for o in pod.metadata.owner_references or [] if o.controller]
+    return [o.kind for o in _meta(pod).owner_references or [] if o.controller]
 
 
 def pods_to_evict(
@@ -127,7 +145,7 @@ def pods_to_evict(
     """The pods a drain evicts, and the reasons it refuses to start (kubectl's rules, GPU pods optionally)."""
     evict, refused = [], []
     for pod in pods:
-        meta = pod.metadata
+        meta = _meta(pod)
         if "DaemonSet" in _owner_kinds(pod) or MIRROR_ANNOTATION in (meta.annotations or {}):
             continue  # they belong to the node: the DaemonSet controller would put them straight back
         if pod.status and pod.status.phase in ("Succeeded", "Failed"):
@@ -147,18 +165,16 @@ def _pods_on(cluster: Cluster, node: str) -> list[client.V1Pod]:
 
 def _evict(cluster: Cluster, pod: client.V1Pod) -> str | None:
     """Ask for one eviction; returns why it was refused for now (a disruption budget), None once accepted."""
-    meta = pod.metadata
-    body = client.V1Eviction(metadata=client.V1ObjectMeta(name=meta.name, namespace=meta.namespace))
+    namespace, name = _key(pod)
+    body = client.V1Eviction(metadata=client.V1ObjectMeta(name=name, namespace=namespace))
     try:
-        cluster.core.create_namespaced_pod_eviction(meta.name, meta.namespace, body)
+        cluster.core.create_namespaced_pod_eviction(name, namespace, body)
     except ApiException as exc:
         if exc.status == 404:
             return None  # already gone
         if exc.status == 429:
             return _status_message(exc)
-        raise MaintenanceError(
-            f"eviction of {meta.namespace}/{meta.name} failed: {_status_message(exc)}"
-        ) from exc
+        raise MaintenanceError(f"eviction of {namespace}/{name} failed: {_status_message(exc)}") from exc
     return None
 
 
@@ -193,10 +209,10 @@ def drain(
             "(delete them, or set drain_force = True to evict them anyway)"
         )
     deadline = clock() + timeout
-    waiting = {(p.metadata.namespace, p.metadata.name): p.metadata.uid for p in pods}
+    waiting = {_key(p): _meta(p).uid for p in pods}
     pending = dict(waiting)  # not yet accepted for eviction
     refusals: dict[tuple[str, str], str] = {}
-    by_key = {(p.metadata.namespace, p.metadata.name): p for p in pods}
+    by_key = {_key(p): p for p in pods}
     while True:
         for key in list(pending):
             reason = _evict(cluster, by_key[key])
@@ -206,7 +222,7 @@ def drain(
                 progress(f"evicted {key[0]}/{key[1]}")
             else:
                 refusals[key] = reason
-        present = {(p.metadata.namespace, p.metadata.name): p.metadata.uid for p in _pods_on(cluster, node)}
+        present = {_key(p): _meta(p).uid for p in _pods_on(cluster, node)}
         left = [k for k, uid in waiting.items() if present.get(k) == uid]
         if not left:
             return [f"{ns}/{name}" for ns, name in waiting]

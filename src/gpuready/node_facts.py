@@ -65,7 +65,7 @@ class Batch(FactBase[dict[str, Any]]):
             out.append((getattr(importlib.import_module(module), name), kwargs))
         return out
 
-    def command(self, specs: str) -> str:  # type: ignore[override]
+    def command(self, specs: str) -> str:
         self._specs = self._classes(specs)
         parts = []
         for index, (cls, kwargs) in enumerate(self._specs):
@@ -83,7 +83,7 @@ class Batch(FactBase[dict[str, Any]]):
             parts.append(f"( {command} ) 2>/dev/null; s=$?; printf '\\n{_MARK} {index} %s\\n' \"$s\"")
         return "\n".join([*parts, "true"])
 
-    def process(self, output: list[str]) -> dict[str, Any]:  # type: ignore[override]
+    def process(self, output: list[str]) -> dict[str, Any]:
         specs = self._specs
         results: dict[str, Any] = {}
         section: list[str] = []

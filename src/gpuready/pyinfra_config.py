@@ -9,7 +9,9 @@ SpecError text and exit status 2, like ``gpuready plan``.
 from __future__ import annotations
 
 import sys
+from typing import Any
 
+from pyinfra.api.host import Host
 from pyinfra.api.state import BaseStateCallback, State
 
 from gpuready.deploy_context import fleet_for
@@ -20,7 +22,7 @@ class ValidateFleetBeforeConnect(BaseStateCallback):
     reported = False
 
     @classmethod
-    def host_before_connect(cls, state: State, host) -> None:  # type: ignore[no-untyped-def]
+    def host_before_connect(cls, state: State, host: Host) -> None:
         try:
             fleet = fleet_for(state.inventory)
         except SpecError as exc:
@@ -41,7 +43,7 @@ def install() -> None:
         return
     original = State.init
 
-    def init(self: State, *args, **kwargs) -> None:  # type: ignore[no-untyped-def]
+    def init(self: State, *args: Any, **kwargs: Any) -> None:
         original(self, *args, **kwargs)
         self.add_callback_handler(ValidateFleetBeforeConnect())
 

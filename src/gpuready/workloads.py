@@ -216,7 +216,8 @@ class Workloads:
         # enforce Pod Security "restricted" on the run's namespace: the API server itself proves every pod the
         # suite runs is hardened as the module docstring says (a regression is refused, not silently run)
         body = {"metadata": {"name": self.namespace, "labels": {**MANAGED_BY, **RESTRICTED}}}
-        self.cluster.core.create_namespace(body)
+        # the client serialises a plain dict body as it does a model; its annotations name only the model
+        self.cluster.core.create_namespace(body)  # type: ignore[arg-type]
         self.requests += 1
         self.created = True
 
@@ -250,7 +251,7 @@ class Workloads:
         for pod, goal in pods:
             if goal not in GOALS:
                 raise ValueError(f"unknown goal {goal!r}; one of {GOALS}")
-            core.create_namespaced_pod(self.namespace, pod)
+            core.create_namespaced_pod(self.namespace, pod)  # type: ignore[arg-type]  # a dict body, as above
             self.requests += 1
             name = pod["metadata"]["name"]
             goals[name] = goal
@@ -307,7 +308,8 @@ class Workloads:
 
     def _list_pods(self) -> Obj:
         self.requests += 1
-        raw = self.cluster.core.list_namespaced_pod(self.namespace, _preload_content=False)
+        # with _preload_content=False the client returns the raw urllib3 response, not the V1PodList it is annotated with
+        raw: Any = self.cluster.core.list_namespaced_pod(self.namespace, _preload_content=False)
         return json.loads(raw.data)
 
     def _collect(self, state: dict[str, PodResult], goals: dict[str, str], deadline: float) -> None:
@@ -330,9 +332,9 @@ class Workloads:
             self.requests += 1
             events = core.list_namespaced_event(self.namespace, _request_timeout=10).items
             for ev in sorted(events, key=_event_time):
-                res = state.get(ev.involved_object.name)
-                if res is not None:
-                    res.events.append(f"{ev.type} {ev.reason}: {ev.message}")
+                involved = state.get(ev.involved_object.name or "")
+                if involved is not None:
+                    involved.events.append(f"{ev.type} {ev.reason}: {ev.message}")
 
     def running_on(self, node: str) -> list[PodResult]:
         """Pods of this run that were running on ``node`` (they hold GPUs until the namespace goes)."""

@@ -89,7 +89,12 @@ def test_optional_quota_and_priority_class(manifests):
 def test_an_immutable_field_change_is_named():
     from gpuready.kube import immutable_changes
 
-    pc = {"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass", "metadata": {"name": "hi"}, "value": 10}
+    pc = {
+        "apiVersion": "scheduling.k8s.io/v1",
+        "kind": "PriorityClass",
+        "metadata": {"name": "hi"},
+        "value": 10,
+    }
     assert immutable_changes(None, pc) == []
     assert immutable_changes({**pc, "value": 10}, pc) == []
     assert immutable_changes({**pc, "value": 500}, pc) == ["value 500 -> 10"]

@@ -94,16 +94,15 @@ def _list(gpus: list[GpuInfo]) -> str:
 
 
 def gpus_match_spec(node: NodeSpec, report: SmiReport, lost: list[str]) -> list[str]:
-    """Count, model and memory of every GPU = the inventory."""
+    """Count, model and memory of every GPU = the inventory. `lost` is what :func:`lost_gpus` found."""
     problems = []
     readable = len(report.gpus)
     if readable != node.gpu_count or report.attached_gpus != node.gpu_count:
         what = f"{readable} GPU(s) answer" + (
             f" of {report.attached_gpus} attached" if report.attached_gpus != readable else ""
         )
-        detail = (
-            f" ({'; '.join(f'GPU {lost_gpu}' for lost_gpu in lost)}: fallen off the bus?)" if lost else ""
-        )
+        # each lost GPU is already named "GPU <bus id> (<error>)"
+        detail = f" ({'; '.join(lost)}: fallen off the bus?)" if lost else ""
         problems.append(f"{what}, the inventory says {node.gpu_count}{detail}")
     wrong_model = [gpu for gpu in report.gpus if gpu.name != node.gpu_model]
     for name in sorted({gpu.name or "?" for gpu in wrong_model}):
@@ -266,15 +265,15 @@ def nvlink(node: NodeSpec, report: SmiReport, out: Output) -> list[str]:
         gpus = parse_nvlink_report(text)
     except ParseError as exc:
         return [*problems, f"`{NVLINK_COMMAND}` (exit {out.rc}): {exc}"]
-    for gpu in gpus:
-        if any("MIG mode" in message for message in gpu.messages):
+    for linked in gpus:
+        if any("MIG mode" in message for message in linked.messages):
             continue  # NVLink cannot be queried on a MIG-enabled GPU; its links are not used by MIG devices
-        down = [link.link for link in gpu.links if link.speed_gbps is None]
-        if not gpu.links:
-            reason = "; ".join(gpu.messages) or "no links listed"
-            problems.append(f"GPU {gpu.index}: NVLink down ({reason})")
+        down = [link.link for link in linked.links if link.speed_gbps is None]
+        if not linked.links:
+            reason = "; ".join(linked.messages) or "no links listed"
+            problems.append(f"GPU {linked.index}: NVLink down ({reason})")
         elif down:
-            problems.append(f"GPU {gpu.index}: NVLink {', '.join(map(str, down))} inactive")
+            problems.append(f"GPU {linked.index}: NVLink {', '.join(map(str, down))} inactive")
     return problems
 
 

@@ -7,26 +7,39 @@ because those are what an operator needs to tell a runtime problem from a schedu
 
 from __future__ import annotations
 
-import re
 from collections import Counter
 
 from gpuready.checks import CannotCheck
+from gpuready.nvidia.errors import ParseError
+from gpuready.nvidia.smi import ListedGpu, parse_list
 from gpuready.spec import GPU_RESOURCE, NodeSpec
 from gpuready.workloads import PodResult
 
 PASSED = "Test PASSED"
-_GPU_LINE = re.compile(r"^GPU (\d+): (.+?) \(UUID: (GPU-[0-9a-fA-F-]+)\)\s*$")
-_MIG_LINE = re.compile(r"^\s+MIG (\S+)\s+Device\s+(\d+): \(UUID: (MIG-[^)]+)\)\s*$")
+
+
+def _listed(log: str) -> list[ListedGpu]:
+    """What ``nvidia-smi -L`` listed in a pod's log. Other lines (an error nvidia-smi printed, a shell's output)
+    are left out; a log without a listing lists nothing."""
+    lines = [
+        line
+        for line in log.splitlines()
+        if "(UUID: " in line and (line.startswith("GPU ") or line.lstrip().startswith("MIG "))
+    ]
+    try:
+        return parse_list("\n".join(lines))
+    except ParseError:
+        return []
 
 
 def gpu_uuids(log: str) -> list[str]:
     """GPU UUIDs ``nvidia-smi -L`` listed."""
-    return [m.group(3) for line in log.splitlines() if (m := _GPU_LINE.match(line))]
+    return [gpu.uuid for gpu in _listed(log)]
 
 
 def mig_devices(log: str) -> list[tuple[str, str]]:
     """(profile, MIG UUID) for each MIG device ``nvidia-smi -L`` listed."""
-    return [(m.group(1), m.group(3)) for line in log.splitlines() if (m := _MIG_LINE.match(line))]
+    return [(device.profile, device.uuid) for gpu in _listed(log) for device in gpu.mig_devices]
 
 
 def pod_resource(node: NodeSpec) -> str:

@@ -15,7 +15,9 @@ class HeldPackages(FactBase[set[str]]):
     """
 
     default = set
-    requires_command = "dpkg-query"
+
+    def requires_command(self, *args: object, **kwargs: object) -> str:
+        return "dpkg-query"
 
     def command(self) -> str:
         # apt-mark keeps holds as dpkg selections; reading them from dpkg does not load apt's cache

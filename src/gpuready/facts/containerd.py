@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from pyinfra.api import FactBase
-
 from gpuready.facts.host import FileText
 
 
@@ -18,20 +16,3 @@ class ContainerdConfigText(FileText):
 
     def command(self, path: str = "/etc/containerd/config.toml") -> str:
         return super().command(path)
-
-
-class ContainerdConfigDump(FactBase[str | None]):
-    """
-    Returns ``containerd config dump``: the config containerd really runs with, imports merged.
-
-    ``None`` when containerd is not installed.
-    """
-
-    requires_command = "containerd"
-
-    def command(self) -> str:
-        return "containerd config dump"
-
-    @staticmethod
-    def process(output: list[str]) -> str | None:
-        return "".join(line + "\n" for line in output) or None

@@ -124,7 +124,8 @@ class UnitState(FactBase[dict[str, str]]):
         {"active": "active", "enabled": "enabled"}
     """
 
-    requires_command = "systemctl"
+    def requires_command(self, *args: object, **kwargs: object) -> str:
+        return "systemctl"
 
     @staticmethod
     def default() -> dict[str, str]:

@@ -67,7 +67,8 @@ class MigInstances(FactBase[MigState]):
         MigState(gpu_instances=(GpuInstanceRow(gpu=0, name="3g.40gb", profile_id=9, instance_id=2, ...),), ...)
     """
 
-    requires_command = "nvidia-smi"
+    def requires_command(self, *args: object, **kwargs: object) -> str:
+        return "nvidia-smi"
 
     def command(self) -> str:
         return f"nvidia-smi mig -lgi 2>&1 || true; echo {_SPLIT}; nvidia-smi mig -lci 2>&1 || true"

@@ -9,10 +9,11 @@ import argparse
 import json
 import os
 import sys
+import textwrap
 from collections.abc import Callable
 from typing import Any
 
-from gpuready.lab import hosts, ssh
+from gpuready.lab import faults, hosts, ssh
 from gpuready.lab.cluster import cluster
 from gpuready.lab.state import LabNotUp, LabPaths, lab_dir, require_state
 
@@ -110,6 +111,26 @@ def _fault(args: argparse.Namespace) -> int:
     return 0
 
 
+def _fault_epilog() -> str:
+    """The faults `lab fault` injects, one entry each, from gpuready.lab.faults.FAULTS."""
+    width = max(len(name) for name in faults.FAULTS) + 4
+    lines = ["faults (per GPU: on the GPU --gpu names, GPU 0 by default; host: on the whole host, no --gpu):"]
+    for fault in faults.FAULTS.values():
+        scope = "per GPU" if fault.per_gpu else "host"
+        needs = f" [needs {fault.needs.replace('_', ' ')}]" if fault.needs else ""
+        head = f"  {fault.name:<{width - 2}}"
+        lines.append(
+            textwrap.fill(
+                f"[{scope}] {fault.description}{needs}",
+                width=100,
+                initial_indent=head,
+                subsequent_indent=" " * width,
+                break_on_hyphens=False,
+            )
+        )
+    return "\n".join(lines)
+
+
 def add_lab_parser(subparsers: Any) -> argparse.ArgumentParser:
     lab = subparsers.add_parser("lab", help="a local fleet of Debian hosts with emulated NVIDIA GPUs")
     sub = lab.add_subparsers(dest="lab_command", required=True)
@@ -139,9 +160,15 @@ def _add_lab_commands(sub: Any) -> None:
     p.add_argument("node")
     p.add_argument("command", nargs=argparse.REMAINDER, help="-- CMD... to run a command instead of a shell")
     _handles(p, _ssh)
-    p = sub.add_parser("fault", help="inject a hardware fault into a host, or --clear all its faults")
+    p = sub.add_parser(
+        "fault",
+        help="inject a hardware fault into a host, or --clear all its faults",
+        description="Inject a hardware fault into a lab host, or --clear all its faults.",
+        epilog=_fault_epilog(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("node")
-    p.add_argument("fault", nargs="?")
+    p.add_argument("fault", nargs="?", metavar="FAULT", help="the fault to inject, one of those below")
     p.add_argument("--gpu", type=int, help="GPU index the fault hits")
     p.add_argument("--clear", action="store_true")
     _handles(p, _fault)

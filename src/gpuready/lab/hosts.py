@@ -799,7 +799,3 @@ def inject_fault(paths: LabPaths, node: str, fault: str | None, gpu: int | None 
         if result.returncode != 0:
             raise LabError(f"{node}: logging the fault's kernel messages failed: {result.stderr.strip()}")
     return lines
-
-
-def state_json(paths: LabPaths) -> str:
-    return json.dumps(status(paths), indent=2, sort_keys=True)

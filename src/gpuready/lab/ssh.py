@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import socket
 import subprocess
-import time
 from pathlib import Path
 
 from gpuready.lab.state import LabPaths, write_atomic
@@ -89,12 +88,3 @@ def read_banner(address: str, port: int, timeout: float = 1.0) -> str | None:
         return None
     line = data.split(b"\r\n", 1)[0].decode(errors="replace")
     return line if line.startswith("SSH-") else None
-
-
-def wait_for_sshd(address: str, port: int, deadline: float) -> bool:
-    """Poll until sshd sends its banner or the monotonic deadline passes."""
-    while time.monotonic() < deadline:
-        if read_banner(address, port) is not None:
-            return True
-        time.sleep(0.1)
-    return False

@@ -324,7 +324,9 @@ def parse_diag_json(text: str, level: int | None = None) -> DiagReport:
     tests = tuple(_tests(diag))
     if not tests:
         raise DiagError(f"dcgmi diag JSON ({root_key!r}) holds no test results")
-    metadata = doc.get("metadata") if isinstance(doc.get("metadata"), dict) else {}
+    metadata = doc.get("metadata")
+    if not isinstance(metadata, dict):
+        metadata = {}
     return DiagReport(
         level=level if level is not None else _infer_level(tests),
         dcgm_version=_text_field(metadata.get("version"), diag.get("version"), doc.get("version")),

@@ -90,7 +90,7 @@ def step(node: str, state: str, kubeconfig: str | None = None):
     Record the step a node is at in its ``gpuready.io/upgrade-state`` annotation.
 
     + node: the Node's name
-    + state: one of gpuready.upgrade.STEPS
+    + state: one of the steps of gpuready.upgrade (CORDONED ... DONE, FAILED)
     """
     yield FunctionCommand(maintenance.set_state, (cluster(kubeconfig, None), node, state), {})
 

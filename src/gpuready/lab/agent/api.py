@@ -12,6 +12,7 @@ kubelet and GPU logic read like they did; what is different is said at each meth
 
 from __future__ import annotations
 
+import builtins
 import json
 import logging
 import queue
@@ -169,7 +170,7 @@ class Mirror:
             ]
             return items, 0
 
-    def pods_on_node(self, node: str) -> list[Obj]:
+    def pods_on_node(self, node: str) -> builtins.list[Obj]:  # `list` here is the method above
         with self.lock:
             return [
                 clone(p) for p in self._objs["pods"].values() if (p.get("spec") or {}).get("nodeName") == node

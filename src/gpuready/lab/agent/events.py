@@ -37,7 +37,7 @@ class Recorder:
         source: Obj = {"component": component}
         if host:
             source["host"] = host
-        ev = {
+        ev: Obj = {
             "kind": "Event",
             "apiVersion": "v1",
             "metadata": {"name": name, "namespace": namespace},

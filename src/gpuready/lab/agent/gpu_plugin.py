@@ -212,7 +212,7 @@ def plugin_devices(config: PluginConfig, host: HostState) -> dict[str, list[Devi
         replicas = config.replicas(resource)
         if replicas > 1 and config.sharing.strategy == "mps" and any(m is not None for _, _, m in items):
             raise PluginError("error starting plugins: MPS sharing is not supported on MIG devices")
-        devices = []
+        devices: list[Device] = []
         for uuid, gpu, mig in items:
             if replicas > 1:
                 devices.extend(Device(f"{uuid}::{i}", uuid, gpu, mig) for i in range(replicas))

@@ -195,7 +195,7 @@ class Kubelet:
         ):
             return
         node = self._store.get("nodes", "", node_name)
-        if not node_ready(node):
+        if node is None or not node_ready(node):
             return
         state = _Pod(pod["metadata"].get("namespace", ""), pod["metadata"]["name"], uid, node_name)
         backend = self._backend(node_name)

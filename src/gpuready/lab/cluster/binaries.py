@@ -190,7 +190,8 @@ def _compile(
         cmd, cwd=work, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
     )
     assert proc.stdout is not None
-    shown, tail = 0, []
+    shown = 0
+    tail: list[str] = []
     for built, line in enumerate(proc.stdout, start=1):
         tail = [*tail[-24:], line.rstrip()]
         step = min(10, built * 10 // max(total, 1))

@@ -164,10 +164,9 @@ def gpu_nodes(view: GpuView, v13: bool) -> list:
     temp = view.temperature()
     mem_temp = g.get("memory_temperature_c")
 
-    mig_nodes: list | str = "None"
     devices = view.mig_devices()
-    if devices:
-        mig_nodes = [("mig_device", "MIG Device", _mig_device_nodes(d, g)) for d in devices]
+    mig_list = [("mig_device", "MIG Device", _mig_device_nodes(d, g)) for d in devices]
+    mig_nodes: list | str = mig_list or "None"
 
     if not view.mig_current and g.get("page_retirement"):
         retired_x = [
@@ -271,7 +270,7 @@ def gpu_nodes(view: GpuView, v13: bool) -> list:
         ),
     ]
 
-    ecc_errors = [
+    ecc_errors: list = [
         (
             "volatile",
             "Volatile",
@@ -342,7 +341,7 @@ def gpu_nodes(view: GpuView, v13: bool) -> list:
         ("mig_devices", "", mig_nodes, "x"),
     ]
     if devices:
-        nodes += [(t, lab, v, "t") for t, lab, v in mig_nodes]  # type: ignore[misc]
+        nodes += [(t, lab, v, "t") for t, lab, v in mig_list]
     nodes += [
         ("accounting_mode", "Accounting Mode", "Disabled"),
         ("accounting_mode_buffer_size", "Accounting Mode Buffer Size", "4000"),
@@ -384,14 +383,14 @@ def gpu_nodes(view: GpuView, v13: bool) -> list:
             ],
         ),
     ]
-    if True:  # present in the v12 (570) and v13 captures alike
-        nodes.append(
-            (
-                "inforom_bbx_flush",
-                "Inforom BBX Object Flush",
-                [("latest_timestamp", "Latest Timestamp", NA), ("latest_duration", "Latest Duration", NA)],
-            )
+    # present in the v12 (570) and v13 captures alike
+    nodes.append(
+        (
+            "inforom_bbx_flush",
+            "Inforom BBX Object Flush",
+            [("latest_timestamp", "Latest Timestamp", NA), ("latest_duration", "Latest Duration", NA)],
         )
+    )
     nodes += [
         (
             "gpu_operation_mode",
@@ -432,7 +431,7 @@ def gpu_nodes(view: GpuView, v13: bool) -> list:
             "pci",
             "PCI",
             [
-                ("pci_bus", "Bus", bus if True else "", "x"),
+                ("pci_bus", "Bus", bus, "x"),
                 ("", "Bus", "0x" + bus, "t"),
                 ("pci_device", "Device", dev, "x"),
                 ("", "Device", "0x" + dev, "t"),

@@ -417,7 +417,7 @@ def run_json(machine: Machine, drv: nvemu.Driver, cases: list[tuple[str, str | N
             "NOTE: You have chosen a buffer size that is smaller than the default buffer size. It is suggested "
             "to use the default buffer size (64MB) to achieve maximal peak bandwidth."
         )
-    testcases = []
+    testcases: list[dict[str, object]] = []
     for given, name in cases:
         if name is None:
             testcases.append({"name": given, "status": "ERROR"})
@@ -427,7 +427,7 @@ def run_json(machine: Machine, drv: nvemu.Driver, cases: list[tuple[str, str | N
             testcases.append({"name": name, "status": "Waived"})
             continue
         total, low, high, average = _summary(matrix)
-        entry = {
+        entry: dict[str, object] = {
             "name": name,
             "status": "Passed",
             "bandwidth_description": DESCRIPTIONS[name],
@@ -514,6 +514,7 @@ def main(argv: list[str]) -> int:
         return EXIT_NOT_EMULATED
 
     header = {"version": VERSION, "git_version": GIT_VERSION}
+    error: tuple[str, str] | None
     try:
         drv = nvemu.Driver()
     except nvemu.NvmlError:

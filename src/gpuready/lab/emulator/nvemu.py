@@ -15,6 +15,7 @@ import hashlib
 import json
 import os
 import tempfile
+import typing
 import uuid as uuidlib
 
 HOST_MACHINE_DIR = "/opt/gpuready-lab/machine"
@@ -143,6 +144,7 @@ class Driver:
         self.path = state_path()
         with contextlib.suppress(OSError):
             os.makedirs(os.path.dirname(self.path) or ".", exist_ok=True)
+        self._lock: typing.TextIO | None
         try:
             self._lock = open(self.path + ".lock", "a+")  # noqa: SIM115 - held for the command's lifetime
             fcntl.flock(self._lock, fcntl.LOCK_EX)
