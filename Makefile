@@ -32,6 +32,7 @@ lint: setup
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
+	$(BIN)/lint-imports
 
 test: setup system-deps control-plane lint
 	$(BIN)/pytest

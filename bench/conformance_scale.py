@@ -33,7 +33,8 @@ from cluster_common import api_client, lab_cluster, request_totals, table
 from kubernetes import client
 from kubernetes.client import rest
 
-from gpuready import addons, kube
+from gpuready import kube
+from gpuready.deploy import addons
 from gpuready.spec import Fleet, load_fleet
 
 REPO = Path(__file__).resolve().parents[1]

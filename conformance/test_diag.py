@@ -2,16 +2,16 @@
 
 Runs after the workloads layer, on every node still in the running at once: over SSH it runs NVIDIA's
 ``nvbandwidth`` and ``dcgmi diag`` where they are installed (each missing tool is a skip with the reason); with
-``--connection local`` the bandwidth comes from the CUDA driver API (``python -m gpuready.cuda_bandwidth``).
+``--connection local`` the bandwidth comes from the CUDA driver API (``python -m gpuready.conformance.cuda.bandwidth``).
 Skip the layer with ``-m "not diag"``; ``diag_dcgm_level`` picks the DCGM run level. Every figure (measured,
 floor, unit) is in the test's JUnit properties, ``verdict.json`` and the fleet table. The judging is in
-:mod:`gpuready.checks.diag`.
+:mod:`gpuready.conformance.checks.diag`.
 """
 
 import pytest
 
-from gpuready.checks import diag
-from gpuready.conformance_plugin import judge, judge_measured
+from gpuready.conformance.checks import diag
+from gpuready.conformance.plugin import judge, judge_measured
 
 pytestmark = pytest.mark.diag
 

@@ -2,15 +2,15 @@
 
 GPU facts come from ``nvidia-smi -q -x`` on the node; with ``--connection local`` they are read through NVML
 (pynvml) when this machine has the NVML library, and each GPU also runs a vectorAdd kernel through the CUDA
-driver API. The judging is in :mod:`gpuready.checks.gpu`.
+driver API. The judging is in :mod:`gpuready.conformance.checks.gpu`.
 """
 
 import sys
 
 import pytest
 
-from gpuready.checks import CannotCheck, gpu, host
-from gpuready.conformance_plugin import judge
+from gpuready.conformance.checks import CannotCheck, gpu, host
+from gpuready.conformance.plugin import judge
 
 pytestmark = pytest.mark.gpu
 
@@ -33,7 +33,7 @@ def _read_facts(node_shell, connection):
     smi = node_shell.run(host.NVIDIA_SMI_COMMAND)
     lost = gpu.lost_gpus(smi)
     if connection == "local":
-        from gpuready import local_gpu
+        from gpuready.conformance import local_gpu
 
         nvml = local_gpu.nvml_report()
         if nvml is not None:
@@ -90,7 +90,7 @@ def test_vector_add(node, node_shell, gpuready_suite):
         pytest.skip(
             f"{node.name}: vectorAdd runs on this machine only (--connection local); the workloads layer runs it as a pod"
         )
-    out = node_shell.run(f"{sys.executable} -m gpuready.cuda_vector_add")
+    out = node_shell.run(f"{sys.executable} -m gpuready.conformance.cuda.vector_add")
     judge(node, gpu.vector_add, node, out)
 
 

@@ -1,11 +1,11 @@
 """Host layer: the node's driver, services and container runtime (over SSH, or on this machine with
 ``--connection local``). Expectations come from the inventory's NodeSpec; the judging is in
-:mod:`gpuready.checks.host`."""
+:mod:`gpuready.conformance.checks.host`."""
 
 import pytest
 
-from gpuready.checks import host
-from gpuready.conformance_plugin import judge
+from gpuready.conformance.checks import host
+from gpuready.conformance.plugin import judge
 
 pytestmark = pytest.mark.host
 

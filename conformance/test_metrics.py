@@ -2,7 +2,7 @@
 
 Every node's exporter is scraped at once. A GPU pod must be running on the node for the pod-label check: the
 workloads layer's sharing pods still hold their GPUs; a node without one gets a pod that holds one GPU (all
-started together, one watch). The judging is in :mod:`gpuready.checks.metrics`.
+started together, one watch). The judging is in :mod:`gpuready.conformance.checks.metrics`.
 """
 
 import json
@@ -10,13 +10,13 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from gpuready import workloads as wl
-from gpuready.checks import CannotCheck
-from gpuready.checks import metrics as checks
-from gpuready.checks.workloads import pod_resource
-from gpuready.conformance_plugin import judge
-from gpuready.kubesyntax import image_repository
+from gpuready.conformance import workloads as wl
+from gpuready.conformance.checks import CannotCheck
+from gpuready.conformance.checks import metrics as checks
+from gpuready.conformance.checks.workloads import pod_resource
+from gpuready.conformance.plugin import judge
 from gpuready.nvidia.dcgm import parse_dcgm_metrics
+from gpuready.spec.kubesyntax import image_repository
 
 pytestmark = pytest.mark.metrics
 

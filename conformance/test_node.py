@@ -2,15 +2,15 @@
 
 One list of nodes, one list of pods and one GET of the RuntimeClass for the whole fleet per run (not one request
 per node per check): on a 1000-node fleet this layer costs three requests. The judging is in
-:mod:`gpuready.checks.node`.
+:mod:`gpuready.conformance.checks.node`.
 """
 
 import json
 
 import pytest
 
-from gpuready.checks import node as checks
-from gpuready.conformance_plugin import judge
+from gpuready.conformance.checks import node as checks
+from gpuready.conformance.plugin import judge
 
 pytestmark = pytest.mark.node
 

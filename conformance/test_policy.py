@@ -15,7 +15,7 @@
   quota allows.
 
 So the layer's requests grow with the tainted nodes and the quota namespaces, not with nodes x checks. The
-judging is in :mod:`gpuready.checks.policy`.
+judging is in :mod:`gpuready.conformance.checks.policy`.
 """
 
 import json
@@ -23,11 +23,11 @@ import time
 
 import pytest
 
-from gpuready import workloads as wl
-from gpuready.checks import CannotCheck
-from gpuready.checks import policy as checks
-from gpuready.checks import workloads as workload_checks
-from gpuready.conformance_plugin import judge
+from gpuready.conformance import workloads as wl
+from gpuready.conformance.checks import CannotCheck
+from gpuready.conformance.checks import policy as checks
+from gpuready.conformance.checks import workloads as workload_checks
+from gpuready.conformance.plugin import judge
 
 pytestmark = pytest.mark.policy
 

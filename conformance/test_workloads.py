@@ -4,15 +4,15 @@ Two rounds, each one create-all + one watch: first a vectorAdd pod per node (sho
 again afterwards), then the sharing checks, whose pods keep running (they hold their GPUs for the metrics
 layer, which looks for them in dcgm-exporter's pod labels): time-slicing nodes get ``replicas`` pods per GPU
 plus one that must stay Unschedulable; MIG nodes one pod per MIG profile. The judging is in
-:mod:`gpuready.checks.workloads`; pods and namespace in :mod:`gpuready.workloads`.
+:mod:`gpuready.conformance.checks.workloads`; pods and namespace in :mod:`gpuready.conformance.workloads`.
 """
 
 import pytest
 
-from gpuready import workloads as wl
-from gpuready.checks import CannotCheck
-from gpuready.checks import workloads as checks
-from gpuready.conformance_plugin import judge
+from gpuready.conformance import workloads as wl
+from gpuready.conformance.checks import CannotCheck
+from gpuready.conformance.checks import workloads as checks
+from gpuready.conformance.plugin import judge
 from gpuready.nvidia import catalogue
 
 pytestmark = pytest.mark.workloads

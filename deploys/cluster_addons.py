@@ -16,16 +16,16 @@ import yaml
 from pyinfra import host
 from pyinfra.api import OperationError
 
-from gpuready.addons import AddonSettings, prometheus_rules, render_all
-from gpuready.deploy_context import current_node, fleet_for
+from gpuready.deploy.addons import AddonSettings, prometheus_rules, render_all
+from gpuready.deploy.context import current_node, fleet_for
+from gpuready.deploy.operations import cluster_objects
 from gpuready.kube import describe
-from gpuready.operations import kubernetes
 
 node = current_node()
 kubeconfig = node.knobs["kubeconfig"]
 settings = AddonSettings.from_node(node)
 try:  # fail in seconds, before any operation, when the cluster cannot be reached
-    kubernetes.cluster(kubeconfig, None)
+    cluster_objects.cluster(kubeconfig, None)
 except OperationError as exc:
     raise SystemExit(
         f"gpuready: {exc} (kubeconfig: {kubeconfig or '$KUBECONFIG or ~/.kube/config'})"
@@ -34,14 +34,14 @@ except OperationError as exc:
 manifests = render_all(fleet_for(host.inventory), settings)
 take_ownership = node.knobs["addons_take_ownership"]
 for manifest in manifests:
-    kubernetes.applied(
+    cluster_objects.applied(
         name=f"Apply {describe(manifest)}",
         manifest=manifest,
         kubeconfig=kubeconfig,
         take_ownership=take_ownership,
         _run_once=True,
     )
-kubernetes.pruned(
+cluster_objects.pruned(
     name="Prune objects the spec no longer renders",
     rendered=manifests,
     prune=node.knobs["addons_prune"],
@@ -49,7 +49,7 @@ kubernetes.pruned(
     _run_once=True,
 )
 
-kubernetes.node_labels(
+cluster_objects.node_labels(
     name="Label the node with its device-plugin config",
     node=node.name,
     labels=node.node_labels,

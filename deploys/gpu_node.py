@@ -1,16 +1,16 @@
 """Turn a bare GPU host into a Kubernetes GPU node: ``pyinfra inventory/<env>.py deploys/gpu_node.py``.
 
 Order as the GPU Operator and holodeck do it: host prerequisites, driver, container toolkit, containerd with the
-``nvidia`` runtime, Kubernetes packages, join, MIG layout. Every step is a ``@deploy`` in ``gpuready.tasks`` that can
+``nvidia`` runtime, Kubernetes packages, join, MIG layout. Every step is a ``@deploy`` in ``gpuready.deploy.tasks`` that can
 be used alone; every expectation comes from the fleet spec (``gpuready plan`` shows it).
 """
 
-from gpuready.tasks.containerd import containerd
-from gpuready.tasks.driver import nvidia_driver
-from gpuready.tasks.host import host_prerequisites
-from gpuready.tasks.kubernetes import join_cluster, kubernetes_packages
-from gpuready.tasks.mig import mig_layout
-from gpuready.tasks.toolkit import container_toolkit
+from gpuready.deploy.tasks.containerd import containerd
+from gpuready.deploy.tasks.driver import nvidia_driver
+from gpuready.deploy.tasks.host import host_prerequisites
+from gpuready.deploy.tasks.kubernetes import join_cluster, kubernetes_packages
+from gpuready.deploy.tasks.mig import mig_layout
+from gpuready.deploy.tasks.toolkit import container_toolkit
 
 host_prerequisites()
 nvidia_driver()

@@ -16,8 +16,8 @@ from pathlib import Path
 
 from pyinfra.api import OperationError
 
-from gpuready.tasks.upgrade import rolling_upgrade, upgrade_plan
-from gpuready.upgrade import PlanError
+from gpuready.deploy.upgrade import PlanError
+from gpuready.deploy.upgrade.tasks import rolling_upgrade, upgrade_plan
 
 try:  # decided once, before any change: unreachable cluster, unjoined or driverless nodes stop the run here
     upgrade_plan()

@@ -11,8 +11,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from gpuready.containerd_config import RuntimeSettings, render_drop_in, render_main
 from gpuready.lab.hardware import make_hardware, write_hardware
+from gpuready.nvidia.containerd_config import RuntimeSettings, render_drop_in, render_main
 
 DRIVER = "580.178.04"
 CONTAINERD_MAIN = """\

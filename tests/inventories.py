@@ -1,4 +1,4 @@
-"""Inventory files for tests, written the way a user must write them: fleet-wide knobs (gpuready.knobs) that every
+"""Inventory files for tests, written the way a user must write them: fleet-wide knobs (gpuready.spec.knobs) that every
 host sets alike go to the group's data, never to one host's (the spec refuses that)."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from gpuready.knobs import KNOBS
+from gpuready.spec.knobs import KNOBS
 
 
 def write_inventory(path: Path, hosts: list[tuple[str, dict[str, Any]]], group: str = "gpu_nodes") -> Path:

@@ -1,6 +1,6 @@
 """Defaults for every host: each knob gpuready reads, with its default and what it means.
 
-Generated from gpuready/knobs.py (`python -m gpuready.knobs > inventory/group_data/all.py`): change a
+Generated from gpuready/spec/knobs.py by `gpuready knobs > inventory/group_data/all.py`: change a
 default or a description there. pyinfra loads this file for every inventory in this directory
 (``example.py``, ``lab.py``, yours). Precedence, first match wins: ``--data`` on the command line > host
 data in the inventory > the host's pool group in the inventory > this file. Knobs marked fleet-wide take

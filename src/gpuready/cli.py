@@ -12,7 +12,7 @@ from gpuready.spec import SpecError, load_fleet
 
 
 def _plan(args: argparse.Namespace) -> int:
-    from gpuready import plan
+    from gpuready.deploy import plan
 
     try:
         fleet = load_fleet(args.inventory)
@@ -36,6 +36,13 @@ def _models(args: argparse.Namespace) -> int:
     return 0
 
 
+def _knobs(args: argparse.Namespace) -> int:
+    from gpuready.spec import knobs
+
+    sys.stdout.write(knobs.render_group_data())
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="gpuready", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -47,6 +54,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_plan)
     m = sub.add_parser("models", help="list the GPU models and MIG profiles gpuready knows")
     m.set_defaults(func=_models)
+    k = sub.add_parser(
+        "knobs", help="print inventory/group_data/all.py: every knob with its default, from the registry"
+    )
+    k.set_defaults(func=_knobs)
     try:
         from gpuready.lab.cli import add_lab_parser
     except ImportError:  # the lab is optional on machines that only deploy and test

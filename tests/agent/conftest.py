@@ -22,7 +22,8 @@ from kubernetes import client, watch
 from kubernetes.client.exceptions import ApiException
 from polling import wait_for
 
-from gpuready import addons, kube
+from gpuready import kube
+from gpuready.deploy import addons
 from gpuready.lab.agent import control
 
 Obj = dict[str, Any]
@@ -127,7 +128,7 @@ class Gpus:
         kube.apply(kube.Cluster(api=self.api, url=""), addons.runtime_class())
 
     def deploy_addons(self, runtime_class: bool = True, configs: dict[str, str] | None = None) -> None:
-        """gpuready.addons' objects in this namespace; the GPU DaemonSets optionally on the nvidia runtime."""
+        """gpuready.deploy.addons' objects in this namespace; the GPU DaemonSets optionally on the nvidia runtime."""
         settings = replace(addons.AddonSettings(), namespace=self.ns)
         self.runtime_class()
         cm = {"apiVersion": "v1", "kind": "ConfigMap", "data": configs or CONFIGS,

@@ -13,7 +13,7 @@ import yaml
 from kubernetes import client
 from polling import wait_for as wait
 
-from gpuready import addons
+from gpuready.deploy import addons
 from gpuready.lab.agent.gpu_images import VECTOR_ADD_OK
 from gpuready.lab.hardware import make_hardware
 from gpuready.nvidia.dcgm import parse_dcgm_metrics

@@ -14,7 +14,9 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from polling import wait_for as wait
 
-from gpuready import addons, kube, maintenance
+from gpuready import kube
+from gpuready.deploy import addons
+from gpuready.deploy.upgrade import maintenance
 from gpuready.lab.agent.gpu import virtual_hardware
 from gpuready.lab.agent.gpu_images import VECTOR_ADD_OK
 from gpuready.lab.hardware import make_hardware

@@ -292,9 +292,9 @@ def test_the_suites_run_namespace_admits_its_gpu_pods_and_refuses_a_privileged_o
     """The conformance suite's per-run namespace enforces Pod Security "restricted" on the real API server: its
     own GPU pods are admitted there, a privileged pod is refused with the policy named."""
     from gpuready import kube
-    from gpuready.addons import runtime_class
+    from gpuready.conformance.workloads import Workloads, gpu_pod
+    from gpuready.deploy.addons import runtime_class
     from gpuready.spec import load_fleet
-    from gpuready.workloads import Workloads, gpu_pod
 
     repo = Path(__file__).resolve().parents[2]
     node = next(iter(load_fleet(str(repo / "inventory/example.py")).nodes.values()))

@@ -27,10 +27,11 @@ from kubernetes.client.exceptions import ApiException
 from polling import wait_for
 from shims import GROUP_DATA, JOIN, PROFILE_INVENTORY
 
-from gpuready import addons, kube
+from gpuready import kube
+from gpuready.conformance.workloads import NAMESPACE_PREFIX
+from gpuready.deploy import addons
 from gpuready.lab.agent import control
 from gpuready.spec import NodeSpec, load_fleet
-from gpuready.workloads import NAMESPACE_PREFIX
 
 WAIT_S = 120.0  # two cores shared with other test sessions: the real controllers take their time
 
@@ -185,7 +186,7 @@ def make_fleet(
 def apply_addons(
     cluster: kube.Cluster, fleet: Any, namespace: str, configs: dict[str, str], dcgm: bool = True
 ) -> None:
-    """gpuready.addons' objects, server-side applied as the add-ons deploy applies them (in its order)."""
+    """gpuready.deploy.addons' objects, server-side applied as the add-ons deploy applies them (in its order)."""
     settings = replace(addons.AddonSettings(), namespace=namespace)
     for manifest in addons.render_all(fleet, settings):
         if manifest["metadata"]["name"] == addons.DEVICE_PLUGIN_CONFIGMAP:

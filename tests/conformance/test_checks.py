@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from shims import DATA
 
-from gpuready.checks import CannotCheck, Output, gpu, host
+from gpuready.conformance.checks import CannotCheck, Output, gpu, host
 from gpuready.lab import faults, hardware
 from gpuready.nvidia.smi import RemappedRows, SmiReport, parse_query_xml
 from gpuready.spec import load_fleet

@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 from shims import GROUP_DATA, JOIN
 
-from gpuready.checks import CannotCheck, metrics, node, workloads
+from gpuready.conformance.checks import CannotCheck, metrics, node, workloads
+from gpuready.conformance.workloads import PodResult, gpu_pod
 from gpuready.nvidia.dcgm import parse_dcgm_metrics
 from gpuready.spec import load_fleet
-from gpuready.workloads import PodResult, gpu_pod
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "dcgm-exporter"
 

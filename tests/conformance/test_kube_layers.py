@@ -13,7 +13,7 @@ from kube_fleet import make_fleet
 from polling import wait_for
 from shims import REPO, read_verdict
 
-from gpuready import workloads as wl
+from gpuready.conformance import workloads as wl
 
 KUBE_LAYERS = ("node", "workloads", "metrics")
 
@@ -222,7 +222,7 @@ def test_namespace_deleted_after_ctrl_c(pytester, kube_suite, fleets):
         "@pytest.hookimpl(tryfirst=True)\n"
         "def pytest_runtest_call(item):\n"
         "    if item.name.startswith('test_time_slicing'):\n"
-        "        suite = item.session.config.stash[__import__('gpuready.conformance_plugin').conformance_plugin.SUITE]\n"
+        "        suite = item.session.config.stash[__import__('importlib').import_module('gpuready.conformance.plugin').SUITE]\n"
         "        open('namespace', 'w').write(suite.workloads.namespace if suite.workloads.created else '')\n"
         "        raise KeyboardInterrupt\n"
     )
@@ -241,7 +241,7 @@ def test_pods_are_hardened_and_labelled(pytester, kube_suite, fleets):
         "@pytest.hookimpl(tryfirst=True)\n"
         "def pytest_runtest_call(item):\n"
         "    if item.name.startswith('test_vector_add'):\n"
-        "        w = item.session.config.stash[__import__('gpuready.conformance_plugin').conformance_plugin.SUITE].workloads\n"
+        "        w = item.session.config.stash[__import__('importlib').import_module('gpuready.conformance.plugin').SUITE].workloads\n"
         "        core = w.cluster.core\n"
         "        ns = core.read_namespace(w.namespace)\n"
         "        pods = [w.cluster.api.sanitize_for_serialization(p) for p in core.list_namespaced_pod(w.namespace).items]\n"

@@ -16,8 +16,9 @@ from kubernetes.client.exceptions import ApiException
 from polling import wait_for
 from shims import REPO, read_verdict
 
-from gpuready import addons, kube
-from gpuready import workloads as wl
+from gpuready import kube
+from gpuready.conformance import workloads as wl
+from gpuready.deploy import addons
 
 PRODUCT = "nvidia.com/gpu.product"
 

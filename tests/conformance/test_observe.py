@@ -9,8 +9,8 @@ import paramiko
 import pytest
 from sshd import SshServer
 
-from gpuready.checks import Output
-from gpuready.observe import CachedRunner, ConnectionFailed, LocalRunner, SshRunner
+from gpuready.conformance.checks import Output
+from gpuready.conformance.runners import CachedRunner, ConnectionFailed, LocalRunner, SshRunner
 
 
 def test_local_runner_reports_exit_status_and_both_streams():

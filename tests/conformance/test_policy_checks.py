@@ -8,10 +8,10 @@ import pytest
 from inventories import write_inventory
 from shims import GROUP_DATA, JOIN
 
-from gpuready.checks import CannotCheck
-from gpuready.checks import policy as checks
+from gpuready.conformance.checks import CannotCheck
+from gpuready.conformance.checks import policy as checks
+from gpuready.conformance.workloads import CUDA_BASE_IMAGE, gpu_pod
 from gpuready.spec import load_fleet
-from gpuready.workloads import CUDA_BASE_IMAGE, gpu_pod
 
 POLICY = {"priority_classes": {"gpu-high": 1000, "gpu-low": 10}, "gpu_resource_quotas": {"ml-team": 4}}
 UNSCHEDULABLE = (

@@ -10,8 +10,9 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
-from gpuready import cuda_vector_add, local_gpu
-from gpuready.report import FleetResults, Measurement, render_table, write_reports
+from gpuready.conformance import local_gpu
+from gpuready.conformance.cuda import vector_add as cuda_vector_add
+from gpuready.conformance.report import FleetResults, Measurement, render_table, write_reports
 
 
 def sample() -> FleetResults:

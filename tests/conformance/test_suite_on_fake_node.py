@@ -286,8 +286,8 @@ def test_pytest_junitxml_keeps_working(make_node, run_suite, pytester):
 TWO_NODE_CONFTEST = """
 import json, os
 import pytest
-from gpuready.conformance_plugin import SUITE
-from gpuready.observe import CachedRunner, LocalRunner
+from gpuready.conformance.plugin import SUITE
+from gpuready.conformance.runners import CachedRunner, LocalRunner
 
 ENVS = json.loads({envs!r})
 

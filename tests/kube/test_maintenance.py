@@ -1,4 +1,4 @@
-"""Cordon, drain and wait-for-Ready (gpuready.maintenance) against the real control plane with the official client.
+"""Cordon, drain and wait-for-Ready (gpuready.deploy.upgrade.maintenance) against the real control plane with the official client.
 
 The pods a drain meets are made by real controllers (ReplicaSets, a DaemonSet) pinned to this test's virtual
 node, so the Eviction API, the garbage collector, the disruption controller and the scheduler all see what they
@@ -15,7 +15,8 @@ import pytest
 from kubernetes import client
 from polling import wait_for
 
-from gpuready import kube, maintenance
+from gpuready import kube
+from gpuready.deploy.upgrade import maintenance
 
 from .conftest import PAUSE
 

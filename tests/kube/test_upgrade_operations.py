@@ -15,9 +15,11 @@ from typing import Any
 
 import pytest
 
-from gpuready import kube, maintenance, upgrade
-from gpuready.facts.host import BootId
-from gpuready.operations import upgrade as upgrade_ops
+from gpuready import kube
+from gpuready.deploy import upgrade
+from gpuready.deploy.facts.host import BootId
+from gpuready.deploy.upgrade import maintenance
+from gpuready.deploy.upgrade import operations as upgrade_ops
 from gpuready.spec import UpgradePolicy
 
 from .test_maintenance import bare_pod, replicaset, running_on, wait_running

@@ -115,9 +115,9 @@ def test_lab_repositories_have_the_real_layout(lab):
 def test_emulated_driver_installs_from_the_lab_cuda_repository(lab):
     """Configured as the deploy does for the real CUDA repository (URL template + keyring URL, signed-by=, the pin):
     no nvidia-smi before, the pinned driver installs, and nvidia-smi then reports this host's GPUs."""
+    from gpuready.deploy.tasks.driver import PREFERENCES_FILE, driver_preferences
     from gpuready.lab import hardware
     from gpuready.nvidia.smi import parse_list, parse_query_xml
-    from gpuready.tasks.driver import PREFERENCES_FILE, driver_preferences
 
     node = "gpu-node-1"
     data = aptrepo.inventory_data(lab.state["repo"]["base_url"], lab.state["repo"]["keyring_url"])

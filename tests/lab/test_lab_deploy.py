@@ -15,10 +15,10 @@ import pytest
 from kubernetes import client, config
 from pyinfra_runs import REPO, run_pyinfra
 
-from gpuready.containerd_config import nvidia_runtime_of
 from gpuready.lab import network
 from gpuready.lab.packages import driver_debs
 from gpuready.nvidia import smi
+from gpuready.nvidia.containerd_config import nvidia_runtime_of
 from gpuready.spec import load_fleet
 
 pytestmark = pytest.mark.lab

@@ -25,7 +25,8 @@ import pytest
 from conftest import Lab, lab_skip_reason
 from pyinfra_runs import PYINFRA, REPO, PyinfraRun, run_pyinfra
 
-from gpuready import kube, maintenance
+from gpuready import kube
+from gpuready.deploy.upgrade import maintenance
 from gpuready.lab import hosts, ssh
 from gpuready.lab.state import LabPaths
 

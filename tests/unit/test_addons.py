@@ -8,7 +8,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from gpuready.addons import AddonSettings, prometheus_rules, render_all
+from gpuready.deploy.addons import AddonSettings, prometheus_rules, render_all
 from gpuready.spec import load_fleet
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "inventory" / "example.py"

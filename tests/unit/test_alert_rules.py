@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 import yaml
 
-from gpuready.addons import (
+from gpuready.deploy.addons import (
     GPU_TEMP_ALERT_C,
     AddonSettings,
     prometheus_rule_groups,

@@ -8,7 +8,7 @@ import subprocess
 import pytest
 import tomlkit
 
-from gpuready.containerd_config import (
+from gpuready.nvidia.containerd_config import (
     ContainerdConfigError,
     RuntimeSettings,
     nvidia_runtime_of,

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuready.checks import CannotCheck, gpu
+from gpuready.conformance.checks import CannotCheck, gpu
 from gpuready.nvidia import cuda
 from gpuready.nvidia.smi import SmiReport
 from gpuready.spec import load_fleet

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from emulated import Machine
 
-from gpuready.checks import CannotCheck, Output, diag
+from gpuready.conformance.checks import CannotCheck, Output, diag
 from gpuready.nvidia.nvbandwidth import NVBANDWIDTH_COMMAND
 from gpuready.spec import Diag, load_fleet
 

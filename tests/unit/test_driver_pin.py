@@ -11,9 +11,9 @@ import re
 
 import pytest
 
+from gpuready.deploy.tasks.driver import driver_preferences
 from gpuready.lab.packages import DRIVER_VERSIONS, driver_debs
 from gpuready.nvidia.driver_packages import driver_package_names
-from gpuready.tasks.driver import driver_preferences
 
 OLD_PIN = re.compile(
     r"^(nvidia-(driver|kernel|smi|persistenced|fabricmanager|modprobe|settings|xconfig|opencl)"

@@ -6,11 +6,11 @@ import json
 import subprocess
 from pathlib import Path
 
-from gpuready.facts.apt import HeldPackages
-from gpuready.facts.containerd import ContainerdConfigText
-from gpuready.facts.host import MISSING
-from gpuready.facts.kube import KubeletJoined
-from gpuready.facts.nvidia import MigInstances, NvidiaSmi
+from gpuready.deploy.facts.apt import HeldPackages
+from gpuready.deploy.facts.containerd import ContainerdConfigText
+from gpuready.deploy.facts.host import MISSING
+from gpuready.deploy.facts.kubeadm import KubeletJoined
+from gpuready.deploy.facts.nvidia import MigInstances, NvidiaSmi
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 
@@ -85,7 +85,7 @@ def test_kubelet_joined(tmp_path):
 
 
 def test_swap_fact_and_swap_off_sed_on_real_files(tmp_path):
-    from gpuready.facts.host import Swap
+    from gpuready.deploy.facts.host import Swap
 
     swaps = tmp_path / "swaps"
     swaps.write_text("Filename\tType\tSize\tUsed\tPriority\n/swapfile   file\t1048572\t0\t-2\n")

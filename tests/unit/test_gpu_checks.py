@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuready.checks import Output, gpu
+from gpuready.conformance.checks import Output, gpu
 from gpuready.nvidia.smi import parse_query_xml
 from gpuready.spec import load_fleet
 

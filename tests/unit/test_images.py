@@ -9,12 +9,11 @@ import pytest
 from test_spec import problems_of, write_inventory
 from test_validate_before_connect import _listener, _run
 
-from gpuready import kubesyntax
-from gpuready import workloads as wl
-from gpuready.addons import AddonSettings, render_all
-from gpuready.checks import node as node_checks
 from gpuready.cli import main
-from gpuready.spec import IMAGE_KNOBS, Images, load_fleet
+from gpuready.conformance import workloads as wl
+from gpuready.conformance.checks import node as node_checks
+from gpuready.deploy.addons import AddonSettings, render_all
+from gpuready.spec import IMAGE_KNOBS, Images, kubesyntax, load_fleet
 
 REPO = Path(__file__).resolve().parents[2]
 DIGEST = "sha256:" + "0123456789abcdef" * 4

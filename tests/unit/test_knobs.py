@@ -10,9 +10,8 @@ from pathlib import Path
 import pytest
 from test_spec import JOIN, problems_of, write_inventory
 
-from gpuready import knobs
-from gpuready.knobs import KNOBS, REQUIRED
-from gpuready.spec import load_fleet
+from gpuready.spec import knobs, load_fleet
+from gpuready.spec.knobs import KNOBS, REQUIRED
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -94,9 +93,9 @@ CONTEXT: dict[str, dict[str, object]] = {
 
 def test_group_data_is_generated_from_the_registry():
     text = (REPO / "inventory" / "group_data" / "all.py").read_text()
-    assert text == knobs.render_group_data(), "run: python -m gpuready.knobs > inventory/group_data/all.py"
+    assert text == knobs.render_group_data(), "run: gpuready knobs > inventory/group_data/all.py"
     generated = subprocess.run(
-        [sys.executable, "-m", "gpuready.knobs"], capture_output=True, text=True, check=True
+        [sys.executable, "-m", "gpuready.cli", "knobs"], capture_output=True, text=True, check=True
     ).stdout
     assert generated == text
     declared: dict = {}
@@ -224,7 +223,7 @@ def test_an_inventory_without_group_data_gets_the_registrys_defaults(tmp_path):
 
 
 def test_the_deploy_tasks_carry_their_defaults():
-    from gpuready.tasks import containerd, driver, kubernetes, mig, toolkit
+    from gpuready.deploy.tasks import containerd, driver, kubernetes, mig, toolkit
 
     for task in (driver.nvidia_driver, toolkit.container_toolkit, containerd.containerd, mig.mig_layout,
                  kubernetes.kubernetes_packages, kubernetes.join_cluster):  # fmt: skip

@@ -13,9 +13,9 @@ from pyinfra.context import ctx_host, ctx_state
 from test_operations import FakeHost
 from test_spec import write_inventory
 
-from gpuready.facts.nvidia import MigState, NvidiaSmiState
+from gpuready.deploy.facts.nvidia import MigState, NvidiaSmiState
+from gpuready.deploy.operations import kubeadm, mig
 from gpuready.nvidia import smi
-from gpuready.operations import kube, mig
 from gpuready.spec import SpecError, load_fleet
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
@@ -125,7 +125,7 @@ def node(tmp_path, monkeypatch):
 
 
 def test_join_sends_the_token_on_stdin_only(node):
-    commands, _ = run(kube.join, {"KubeletJoined": None}, node=node)
+    commands, _ = run(kubeadm.join, {"KubeletJoined": None}, node=node)
     assert all(isinstance(c, StringCommand) for c in commands)
     for command in commands:
         assert TOKEN not in command.get_raw_value()
@@ -144,7 +144,7 @@ def test_join_sends_the_token_on_stdin_only(node):
 
 
 def test_join_skipped_when_joined(node):
-    commands, noops = run(kube.join, {"KubeletJoined": "https://10.0.0.1:6443"}, node=node)
+    commands, noops = run(kubeadm.join, {"KubeletJoined": "https://10.0.0.1:6443"}, node=node)
     assert commands == [] and noops == ["node has joined https://10.0.0.1:6443"]
 
 
@@ -153,5 +153,5 @@ def test_join_without_a_token_says_where_to_put_it(node, monkeypatch):
     with pytest.raises(
         SpecError, match=r"no bootstrap token: set \$GPUREADY_JOIN_TOKEN or write it to /nonexistent/token"
     ):
-        run(kube.join, {"KubeletJoined": None}, node=node)
+        run(kubeadm.join, {"KubeletJoined": None}, node=node)
     assert "GPUREADY_JOIN_TOKEN" not in os.environ

@@ -16,8 +16,8 @@ from typing import Any
 from pyinfra.api import FactBase, StringCommand
 from pyinfra.facts.server import Which
 
-from gpuready.facts.host import FileDigest, FileText, Swap
-from gpuready.node_facts import Batch, _key, prefetch
+from gpuready.deploy.facts.host import FileDigest, FileText, Swap
+from gpuready.deploy.node_facts import Batch, _key, prefetch
 
 MISSING_TOOL = "gpuready-no-such-command"
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuready import cuda_bandwidth
+from gpuready.conformance.cuda import bandwidth as cuda_bandwidth
 from gpuready.nvidia import nvbandwidth
 from gpuready.nvidia.errors import ParseError
 from gpuready.nvidia.nvbandwidth import (
@@ -187,7 +187,7 @@ def test_command_runs_the_three_copy_engine_testcases_with_one_t() -> None:
     assert argv[3:] == [H2D, D2H, READ]
 
 
-# ---- gpuready.cuda_bandwidth prints the same document ------------------------------------------------
+# ---- gpuready.conformance.cuda.bandwidth prints the same document ------------------------------------------------
 def _has_libcuda() -> bool:
     try:
         ctypes.CDLL("libcuda.so.1")
@@ -199,7 +199,10 @@ def _has_libcuda() -> bool:
 @pytest.mark.skipif(_has_libcuda(), reason="this machine has libcuda.so.1: the module would measure for real")
 def test_cuda_bandwidth_without_libcuda_exits_no_libcuda_with_one_line() -> None:
     result = subprocess.run(
-        [sys.executable, "-m", "gpuready.cuda_bandwidth"], capture_output=True, text=True, timeout=60
+        [sys.executable, "-m", "gpuready.conformance.cuda.bandwidth"],
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert result.returncode == cuda_bandwidth.NO_LIBCUDA == 3
     assert result.stdout == ""

@@ -82,7 +82,7 @@ def _facts(raw: dict[str, Any]) -> dict[str, Any]:
 def test_operation(case: Path):
     spec = json.loads(case.read_text())
     module_name, op_name = case.parent.name.rsplit(".", 1)
-    op = getattr(importlib.import_module(f"gpuready.operations.{module_name}"), op_name)
+    op = getattr(importlib.import_module(f"gpuready.deploy.operations.{module_name}"), op_name)
     host = FakeHost(_facts(spec.get("facts", {})))
     state = SimpleNamespace(config=SimpleNamespace(DIFF=False), cwd=None)
     with ctx_state.use(state), ctx_host.use(host):

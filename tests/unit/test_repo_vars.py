@@ -8,7 +8,7 @@ import pytest
 from pyinfra.context import ctx_host
 from pyinfra.facts.server import Arch, LinuxDistribution
 
-from gpuready import deploy_context
+from gpuready.deploy import context as deploy_context
 
 
 @pytest.mark.parametrize(

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from gpuready.knobs import KNOBS
 from gpuready.spec import SpecError, load_fleet
+from gpuready.spec.knobs import KNOBS
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "inventory" / "example.py"

@@ -8,9 +8,9 @@ from types import SimpleNamespace
 import pytest
 from test_spec import EXAMPLE, problems_of, write_inventory
 
-from gpuready import upgrade
-from gpuready.facts.nvidia import NvidiaSmiState
-from gpuready.maintenance import FAILURE_ANNOTATION, STATE_ANNOTATION, NodeView
+from gpuready.deploy import upgrade
+from gpuready.deploy.facts.nvidia import NvidiaSmiState
+from gpuready.deploy.upgrade.maintenance import FAILURE_ANNOTATION, STATE_ANNOTATION, NodeView
 from gpuready.spec import load_fleet
 
 H100 = "gpu-train-01.prod.example.com"
@@ -195,7 +195,7 @@ def test_run_outcome_per_node(needed, validated, annotations, unschedulable, sta
 def test_run_summary_is_reported_once_when_the_run_ends_not_at_a_reboot(monkeypatch) -> None:
     from pyinfra.api.state import StateStage
 
-    from gpuready.tasks.upgrade import RunSummary
+    from gpuready.deploy.upgrade.tasks import RunSummary
 
     summary = RunSummary(plan=None)  # type: ignore[arg-type]
     reports: list[str] = []

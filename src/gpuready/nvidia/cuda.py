@@ -15,6 +15,13 @@ import re
 
 Version = tuple[int, int]
 
+# The last word of a good vectorAdd run: NVIDIA's cuda-samples vectorAdd prints it, and so does gpuready's own
+# (gpuready.conformance.cuda.vector_add) for each device.
+VECTOR_ADD_PASSED = "Test PASSED"
+# The exit status of gpuready's CUDA tools (vectorAdd, copy bandwidth) where the machine has no libcuda.so.1: the
+# check then skips ("no CUDA driver here") instead of failing.
+NO_LIBCUDA = 3
+
 BRANCH_CUDA: dict[int, Version] = {
     525: (12, 0), 530: (12, 1), 535: (12, 2), 545: (12, 3), 550: (12, 4), 555: (12, 5), 560: (12, 6),
     565: (12, 7), 570: (12, 8), 575: (12, 9), 580: (13, 0), 590: (13, 1), 595: (13, 2),

@@ -2,7 +2,7 @@
 
 The diag layer measures each node's copy paths and compares them with per-model floors. Three producers print
 the same document: the real ``nvbandwidth`` on a node, the lab's emulated one, and ``python -m
-gpuready.cuda_bandwidth`` (CUDA driver API, for machines without the tool). One reader serves all three.
+gpuready.conformance.cuda.bandwidth`` (CUDA driver API, for machines without the tool). One reader serves all three.
 
 The layout, read from nvbandwidth's ``json_output.cpp`` (v0.5 to v0.8) and a real ``-v -j`` capture
 (tests/fixtures/SOURCES.md)::

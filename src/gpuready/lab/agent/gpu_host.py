@@ -21,8 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from gpuready.containerd_config import CRI_PLUGIN, NVIDIA_RUNTIME_BINARY, RUNC_TYPE
 from gpuready.lab.emulator.nvemu import CUDA_BY_BRANCH, mig_uuid
+from gpuready.nvidia.containerd_config import CRI_PLUGIN, NVIDIA_RUNTIME_BINARY, RUNC_TYPE
 
 DRIVER_LIB = "usr/lib/nvidia-emu"
 NVML_LIB = "usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1"

@@ -1,0 +1,216 @@
+"""Host layer: the driver, the services and the container runtime a GPU node needs before it can run GPU pods.
+
+Each function judges one check from command outputs (see the ``*_COMMAND`` constants for what to run) and
+returns the problems found. A failure that starts elsewhere is left to the check that owns it: with a
+driver/library mismatch ``nvidia-smi`` cannot report anything, so only :func:`driver_library_mismatch` fails
+and the checks that need nvidia-smi's report raise :class:`~gpuready.conformance.checks.CannotCheck`.
+"""
+
+from __future__ import annotations
+
+import re
+
+import tomlkit.exceptions
+
+from gpuready.conformance.checks import CannotCheck, Output, not_found
+from gpuready.nvidia import security
+from gpuready.nvidia.containerd_config import (
+    NVIDIA_RUNTIME_BINARY,
+    RUNC_TYPE,
+    ContainerdConfigError,
+    nvidia_runtime_of,
+)
+from gpuready.nvidia.errors import ParseError
+from gpuready.nvidia.smi import SmiReport, parse_query_xml
+from gpuready.spec.model import NodeSpec
+
+NVIDIA_SMI_COMMAND = "nvidia-smi -q -x"
+FABRIC_MANAGER_COMMAND = "systemctl is-active nvidia-fabricmanager"
+TOOLKIT_COMMAND = "nvidia-ctk --version"
+CONTAINERD_COMMAND = "containerd config dump"
+KUBELET_COMMAND = "systemctl is-active kubelet"
+
+MISMATCH = "Driver/library version mismatch"
+
+
+def commands(node: NodeSpec) -> list[str]:
+    """What the host layer runs on ``node`` (run fleet-wide at once before its checks)."""
+    return [
+        NVIDIA_SMI_COMMAND,
+        *([FABRIC_MANAGER_COMMAND] if node.nvswitch else []),
+        TOOLKIT_COMMAND,
+        CONTAINERD_COMMAND,
+        *([KUBELET_COMMAND] if node.join.enabled else []),
+    ]
+
+
+_TOOLKIT_VERSION = re.compile(r"NVIDIA Container Toolkit CLI version (\S+)")
+
+
+def smi_report(out: Output) -> SmiReport:
+    """nvidia-smi's report, or CannotCheck when nvidia-smi gave none (``test_nvidia_smi_runs`` owns that)."""
+    if not_found(out):
+        raise CannotCheck("nvidia-smi not found; test_nvidia_smi_runs reports it")
+    if MISMATCH in out.text:
+        raise CannotCheck(f"nvidia-smi cannot report: {MISMATCH}; test_no_driver_library_mismatch reports it")
+    try:
+        return parse_query_xml(out.stdout)
+    except ParseError:
+        raise CannotCheck(
+            f"nvidia-smi gave no report ({out.first_line()}); test_nvidia_smi_runs reports it"
+        ) from None
+
+
+def nvidia_smi_runs(out: Output) -> list[str]:
+    """nvidia-smi starts, initialises NVML and prints a complete report.
+
+    Exit 15 ("GPU is lost") with a readable report passes here: the driver works, and the GPU count check of
+    the gpu layer names the missing GPU.
+    """
+    if not_found(out):
+        return ["nvidia-smi not found (is the NVIDIA driver installed?)"]
+    if MISMATCH in out.text:
+        raise CannotCheck(f"nvidia-smi stops at '{MISMATCH}'; test_no_driver_library_mismatch reports it")
+    if "No devices were found" in out.text:
+        return [
+            f"nvidia-smi finds no GPU (exit {out.rc}: No devices were found): every GPU fell off the bus or none is "
+            "bound to the nvidia driver (see the kernel log)"
+        ]
+    try:
+        parse_query_xml(out.stdout)
+    except ParseError as exc:
+        if out.rc != 0:
+            return [f"`{NVIDIA_SMI_COMMAND}` failed (exit {out.rc}): {out.first_line()}"]
+        return [f"`{NVIDIA_SMI_COMMAND}` printed an unreadable report: {exc}"]
+    return []
+
+
+def driver_version(node: NodeSpec, out: Output) -> list[str]:
+    report = smi_report(out)
+    if report.driver_version != node.versions.driver:
+        return [
+            f"driver version is {report.driver_version}, the inventory pins {node.versions.driver} "
+            "(nvidia_driver_version)"
+        ]
+    return []
+
+
+def driver_library_mismatch(out: Output) -> list[str]:
+    """The loaded kernel module and the user-space libraries are the same version (no upgrade without reboot)."""
+    if not_found(out):
+        raise CannotCheck("nvidia-smi not found; test_nvidia_smi_runs reports it")
+    for line in out.text.splitlines():
+        if MISMATCH in line:
+            return [
+                f"{line.strip()}: the loaded kernel module is not the installed driver's (reboot after the upgrade)"
+            ]
+    return []
+
+
+def persistence_mode(out: Output) -> list[str]:
+    report = smi_report(out)
+    off = [str(gpu.index) for gpu in report.gpus if gpu.persistence_mode is False]
+    if off:
+        return [f"persistence mode is off on GPU {', '.join(off)} (is nvidia-persistenced running?)"]
+    return []
+
+
+def fabric_manager(node: NodeSpec, out: Output) -> list[str]:
+    if not node.nvswitch:
+        raise CannotCheck("not applicable: the inventory says this node has no NVSwitch (nvswitch = False)")
+    if not_found(out):
+        return [f"cannot ask systemd: `{FABRIC_MANAGER_COMMAND}`: {out.first_line()}"]
+    state = out.stdout.strip() or out.first_line()
+    if state != "active":
+        return [
+            f"Fabric Manager is {state} (`{FABRIC_MANAGER_COMMAND}`); on NVSwitch systems CUDA cannot start without it"
+        ]
+    return []
+
+
+def toolkit_version(node: NodeSpec, out: Output) -> list[str]:
+    if not_found(out):
+        return ["nvidia-ctk not found (is the NVIDIA Container Toolkit installed?)"]
+    match = _TOOLKIT_VERSION.search(out.stdout)
+    if match is None:
+        return [f"`{TOOLKIT_COMMAND}` printed no version (exit {out.rc}): {out.first_line()}"]
+    if match.group(1) != node.versions.toolkit:
+        return [
+            f"NVIDIA Container Toolkit is {match.group(1)}, the inventory pins {node.versions.toolkit} "
+            "(nvidia_container_toolkit_version)"
+        ]
+    return []
+
+
+def _advisories(what: str, knob: str, version: str, found: list[security.Advisory]) -> list[str]:
+    if not found:
+        return []
+    sources = ", ".join(sorted({a.source for a in found}))
+    return [f"{what} {version} is affected by {security.describe(found, version)}: pin a fixed release ({knob}); "
+            f"NVIDIA's bulletins: {sources}"]  # fmt: skip
+
+
+def toolkit_security(out: Output) -> list[str]:
+    """The running Container Toolkit is not below a fix of an NVIDIA security bulletin (container escapes)."""
+    match = _TOOLKIT_VERSION.search(out.stdout)
+    if match is None:
+        raise CannotCheck("no toolkit version to judge; test_toolkit_version reports why")
+    version = match.group(1)
+    return _advisories("NVIDIA Container Toolkit", "nvidia_container_toolkit_version", version,
+                       security.toolkit_advisories(version))  # fmt: skip
+
+
+def driver_security(out: Output) -> list[str]:
+    """The loaded driver is not below its branch's fix of an NVIDIA GPU display driver security bulletin."""
+    version = smi_report(out).driver_version
+    return _advisories("NVIDIA driver", "nvidia_driver_version", version, security.driver_advisories(version))
+
+
+def containerd_nvidia_handler(out: Output) -> list[str]:
+    """containerd's merged config has an ``nvidia`` runc handler that runs nvidia-container-runtime and kept
+    runc's options (SystemdCgroup); merged, because a drop-in can be shadowed or lose options when merged."""
+    if not_found(out):
+        return ["containerd not found"]
+    if out.rc != 0:
+        return [f"`{CONTAINERD_COMMAND}` failed (exit {out.rc}): {out.first_line()}"]
+    try:
+        nvidia = nvidia_runtime_of(out.stdout)
+        runc = nvidia_runtime_of(out.stdout, "runc")
+    except (tomlkit.exceptions.TOMLKitError, ContainerdConfigError) as exc:
+        return [f"`{CONTAINERD_COMMAND}` printed no readable config: {exc}"]
+    if nvidia is None:
+        return [
+            f"containerd has no 'nvidia' runtime handler (`{CONTAINERD_COMMAND}`); pods with "
+            "runtimeClassName: nvidia cannot start"
+        ]
+    problems = []
+    options = nvidia.get("options") or {}
+    if nvidia.get("runtime_type") != RUNC_TYPE:
+        problems.append(
+            f"the 'nvidia' handler has runtime_type {nvidia.get('runtime_type')!r}, expected {RUNC_TYPE!r}"
+        )
+    binary = options.get("BinaryName")
+    if not isinstance(binary, str) or not binary.endswith("nvidia-container-runtime"):
+        problems.append(
+            f"the 'nvidia' handler runs BinaryName {binary!r}, expected {NVIDIA_RUNTIME_BINARY!r}"
+        )
+    runc_options = (runc or {}).get("options") or {}
+    # kubeadm's kubelet uses the systemd cgroup driver; runc's own setting is the one the node was built with
+    expected = runc_options.get("SystemdCgroup", True)
+    if options.get("SystemdCgroup", False) != expected:
+        problems.append(
+            f"the 'nvidia' handler has SystemdCgroup = {options.get('SystemdCgroup')!r} but runc has {expected!r}: "
+            "runc's options were not kept"
+        )
+    return problems
+
+
+def kubelet_active(node: NodeSpec, out: Output) -> list[str]:
+    if not node.join.enabled:
+        raise CannotCheck("not applicable: the inventory does not join this node (kube_join = False)")
+    if not_found(out):
+        return [f"cannot ask systemd: `{KUBELET_COMMAND}`: {out.first_line()}"]
+    state = out.stdout.strip() or out.first_line()
+    if state != "active":
+        return [f"kubelet is {state} (`{KUBELET_COMMAND}`)"]
+    return []

@@ -1,0 +1,523 @@
+"""pytest plugin of the conformance suite: options, per-node parametrization, layer gating and the fleet report.
+
+Registered under the ``pytest11`` entry point so ``pytest conformance --inventory ...`` works from any directory.
+Nothing here connects to a host or a cluster at import or ``--help`` time: the inventory is loaded (pure Python,
+no connection; ``load_fleet`` keeps pyinfra's gevent patching out of this process) when the session starts, and a
+node is
+contacted when its layer's commands first run.
+
+A conformance test is a test function carrying one layer marker (``host``, ``gpu``, ``node``, ``workloads``,
+``metrics``, usually as a module ``pytestmark``) and taking the ``node`` argument; the plugin parametrizes it
+with every selected node of the fleet. Adding a layer's tests is adding a file: gating and reporting key on the
+marker only.
+
+Order and gating: collected items are sorted by layer (stable, so file and node order is kept within a layer),
+globally rather than per node. A layer then runs for the whole fleet before the next one starts, which is what
+the fleet-wide layers need: the workloads layer creates one pod per node *at once* and must know, before it
+starts, which nodes are still in the running. When a check of a layer fails on a node, every later layer's
+checks on that node are skipped with "skipped: <layer> layer failed on <node>: <first failure>". Before a
+layer's first check, a layer module may have the suite run that layer's commands on every node still in the
+running at once (:meth:`Suite.prefetch`); the checks then read cached outputs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Generator, Iterator
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, NoReturn
+
+import pytest
+
+from gpuready.conformance import report as fleet_report
+from gpuready.conformance.checks import CannotCheck, Output
+from gpuready.conformance.report import LAYERS, FleetResults, Measurement
+
+if TYPE_CHECKING:
+    from gpuready.spec import NodeSpec
+
+LAYER_HELP = {
+    "host": "host layer: driver, services, container runtime (over SSH or local)",
+    "gpu": "gpu layer: GPU inventory, health and configuration",
+    "node": "node layer: the Kubernetes Node object (allocatable, labels, taints)",
+    "workloads": "workloads layer: GPU pods on every node",
+    "metrics": "metrics layer: dcgm-exporter series per GPU",
+    "policy": "policy layer: cluster policies as behaviour (taints, product affinity, priority and preemption, GPU quotas)",
+    "diag": "diag layer: copy bandwidth against per-model floors and DCGM diagnostics",
+}
+CONNECTIONS = ("ssh", "local")
+DEFAULT_TIMEOUT = 60.0
+NO_INVENTORY = "no --inventory given: the conformance suite needs the fleet's inventory (pytest conformance --inventory inventory/<env>.py)"
+
+
+@dataclass
+class Suite:
+    """Everything one run of the suite shares: the selected nodes, options, runners, gating and results."""
+
+    nodes: list[NodeSpec]
+    inventory: str
+    connection: str
+    timeout: float
+    # the inventory's pod_timeout (the largest of the nodes), never above an explicit --timeout
+    pod_timeout: float
+    kubeconfig: str | None
+    kube_context: str | None
+    report_dir: str | None
+    results: FleetResults
+    failures: dict[tuple[str, str], str] = field(default_factory=dict)
+    runner_factory: Callable[[Any, str, float], Any] | None = None
+    report_paths: list[Any] = field(default_factory=list)
+    _runners: dict[str, Any] = field(default_factory=dict)
+    _facts: dict[tuple[str, str], Any] = field(default_factory=dict)
+    _prefetched: set[str] = field(default_factory=set)
+    cluster: Any = None  # gpuready.kube.Cluster, connected on first use by the Kubernetes layers
+    workloads: Any = None  # gpuready.conformance.workloads.Workloads: the run's namespace and pods
+    restore_signal: Callable[[], None] | None = None
+    notes: list[str] = field(default_factory=list)
+
+    def connect(self) -> Any:
+        """The cluster of --kubeconfig/--kube-context (else the inventory's ``kubeconfig`` data, else the
+        client's defaults), connected once per run with a fast failure."""
+        if self.cluster is None:
+            from gpuready import kube
+
+            kubeconfig = self.kubeconfig or next(
+                (n.knobs["kubeconfig"] for n in self.nodes if n.knobs["kubeconfig"]), None
+            )
+            self.cluster = kube.connect(
+                kubeconfig, self.kube_context, timeout=max(5.0, min(self.timeout, 10.0))
+            )
+        return self.cluster
+
+    def cleanup(self) -> None:
+        """Delete the run's namespace (idempotent): after success, failure, timeout and Ctrl-C alike."""
+        if self.workloads is not None:
+            workloads, self.workloads = self.workloads, None
+            with contextlib.suppress(Exception):  # an unreachable cluster must not hide the run's outcome
+                workloads.delete()
+
+    def cached(self, node: Any, key: str, compute: Callable[[], Any]) -> Any:
+        """Facts derived from a node's outputs, computed once per node per run (checks share them)."""
+        if (node.name, key) not in self._facts:
+            self._facts[(node.name, key)] = compute()
+        return self._facts[(node.name, key)]
+
+    def runner(self, node: Any) -> Any:
+        if node.name not in self._runners:
+            from gpuready.conformance import runners
+
+            factory = self.runner_factory or runners.make_runner
+            self._runners[node.name] = factory(node, self.connection, self.timeout)
+        return self._runners[node.name]
+
+    def gated(self, node: Any, layer: str) -> str | None:
+        """The skip reason when an earlier layer failed on the node, else None."""
+        for earlier in LAYERS[: LAYERS.index(layer)]:
+            message = self.failures.get((node.name, earlier))
+            if message is not None:
+                return f"skipped: {earlier} layer failed on {node.name}: {message}"
+        return None
+
+    def prefetch(self, layer: str, commands_of: Callable[[Any], list[str]], workers: int = 32) -> None:
+        """Run a layer's commands on every node still in the running at once (each node's in order), so the
+        layer costs the slowest node's time, not the sum over the fleet; the checks then read the cache."""
+        from concurrent.futures import ThreadPoolExecutor
+
+        from gpuready.conformance.runners import ConnectionFailed
+
+        if layer in self._prefetched:
+            return
+        self._prefetched.add(layer)
+        jobs = [(self.runner(n), commands_of(n)) for n in self.nodes if self.gated(n, layer) is None]
+
+        def run_all(job: tuple[Any, list[str]]) -> None:
+            runner, commands = job
+            for command in commands:
+                try:
+                    runner.run(command)
+                except ConnectionFailed:
+                    return  # the node's connection check reports it
+
+        if jobs:
+            with ThreadPoolExecutor(max_workers=max(1, min(workers, len(jobs)))) as pool:
+                list(pool.map(run_all, jobs))
+
+    def close(self) -> None:
+        self.cleanup()
+        if self.restore_signal is not None:
+            self.restore_signal()
+            self.restore_signal = None
+        for runner in self._runners.values():
+            runner.close()
+        self._runners.clear()
+
+
+SUITE = pytest.StashKey[Suite]()
+
+
+TESTINFRA = "pytest11.testinfra"  # pytest-testinfra's entry point name
+
+
+def pytest_addoption(parser: pytest.Parser, pluginmanager: pytest.PytestPluginManager) -> None:
+    group = parser.getgroup("gpuready", "gpuready conformance")
+    group.addoption(
+        "--inventory",
+        default=None,
+        help="pyinfra inventory file describing the fleet (e.g. inventory/lab.py); without it the suite skips",
+    )
+    group.addoption("--kubeconfig", default=None, help="kubeconfig for the node/workloads/metrics layers")
+    group.addoption("--kube-context", default=None, help="kubeconfig context (default: the current one)")
+    group.addoption(
+        "--data",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override inventory data as pyinfra's --data does (e.g. nvidia_driver_version=580.178.04), to check "
+        "the fleet against a change before or while it is deployed; repeatable",
+    )
+    group.addoption(
+        "--nodes",
+        default=None,
+        help="comma-separated node names to check (default: every node of the inventory)",
+    )
+    # pytest-testinfra (installed with gpuready) also defines --connection, where "ssh" and "local" mean what
+    # they mean here. Two plugins cannot both add it, and entry points load in no fixed order: register
+    # testinfra first, then share its option (values are checked when the session starts).
+    if pluginmanager.get_plugin(TESTINFRA) is None and not pluginmanager.is_blocked(TESTINFRA):
+        pluginmanager.load_setuptools_entrypoints("pytest11", name=TESTINFRA)
+    with contextlib.suppress(ValueError):  # testinfra's --connection: same flag, same dest
+        group.addoption(
+            "--connection",
+            default=None,
+            help="how the host and gpu layers reach a node: ssh (inventory ssh_* data, strict host keys; the "
+            "default) or local (this machine, e.g. a GPU CI runner)",
+        )
+    # pytest-timeout's --timeout (seconds per test), where installed, is shared the same way
+    with contextlib.suppress(ValueError):
+        group.addoption(
+            "--timeout",
+            default=None,
+            type=float,
+            help="seconds to wait for one command on a node (default 60)",
+        )
+    group.addoption(
+        "--report-dir",
+        default=None,
+        help="write the fleet report here: fleet.xml (junit, one suite per node), verdict.json",
+    )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    for layer in LAYERS:
+        config.addinivalue_line("markers", f"{layer}: {LAYER_HELP[layer]}")
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """Load and validate the inventory before anything is collected or contacted; a bad one is a usage error."""
+    config = session.config
+    inventory = config.getoption("inventory")
+    if not inventory:
+        return
+    from gpuready.spec import SpecError, load_fleet, parse_data_overrides
+
+    names = [n.strip() for n in (config.getoption("nodes") or "").split(",") if n.strip()]
+    connection = config.getoption("connection") or "ssh"
+    if connection not in CONNECTIONS:
+        raise pytest.UsageError(
+            f"--connection {connection}: the conformance suite supports {' or '.join(CONNECTIONS)}"
+        )
+    try:
+        overrides = parse_data_overrides(config.getoption("data"))
+    except ValueError as exc:
+        raise pytest.UsageError(str(exc)) from None
+    try:
+        fleet = load_fleet(inventory, overrides)
+        nodes = fleet.select(names)
+    except SpecError as exc:
+        raise pytest.UsageError(str(exc)) from None
+    if connection == "local" and len(nodes) > 1:
+        raise pytest.UsageError(
+            f"--connection local checks this machine as one node, but {len(nodes)} nodes are selected: "
+            f"add --nodes <this machine's name> (the inventory has {', '.join(n.name for n in nodes)})"
+        )
+    config.stash[SUITE] = Suite(
+        nodes=nodes,
+        inventory=inventory,
+        connection=connection,
+        timeout=float(config.getoption("timeout") or DEFAULT_TIMEOUT),
+        pod_timeout=min(
+            float(max(n.knobs["pod_timeout"] for n in nodes)), float(config.getoption("timeout") or "inf")
+        ),
+        kubeconfig=config.getoption("kubeconfig"),
+        kube_context=config.getoption("kube_context"),
+        report_dir=config.getoption("report_dir"),
+        results=FleetResults([n.name for n in nodes], inventory),
+    )
+    config.stash[SUITE].restore_signal = _interrupt_on_sigterm()
+
+
+def _interrupt_on_sigterm() -> Callable[[], None] | None:
+    """A CI job that is cancelled gets SIGTERM: turn it into Ctrl-C, so pytest tears the session down (and the
+    run's namespace is deleted) instead of dying with pods left behind."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        return None
+    previous = signal.getsignal(signal.SIGTERM)
+    if previous not in (signal.SIG_DFL, None):
+        return None  # someone else handles it
+
+    def interrupt(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    signal.signal(signal.SIGTERM, interrupt)
+
+    def restore() -> None:
+        signal.signal(signal.SIGTERM, previous)
+
+    return restore
+
+
+def layer_of(item: pytest.Item) -> str | None:
+    for layer in LAYERS:
+        if item.get_closest_marker(layer) is not None:
+            return layer
+    return None
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "node" not in metafunc.fixturenames:
+        return
+    if not any(metafunc.definition.get_closest_marker(layer) for layer in LAYERS):
+        return  # not a conformance test: leave any other `node` fixture alone
+    suite = metafunc.config.stash.get(SUITE, None)
+    if suite is None:
+        metafunc.parametrize(
+            "node", [pytest.param(None, marks=pytest.mark.skip(reason=NO_INVENTORY))], ids=["no-inventory"]
+        )
+        return
+    metafunc.parametrize("node", suite.nodes, ids=[n.name for n in suite.nodes])
+
+
+NO_CLUSTER = (
+    "node, workloads, metrics and policy layers not run: no cluster given (--kubeconfig, --kube-context, $KUBECONFIG "
+    "or `kubeconfig` in the inventory's data)"
+)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Layer order, globally (see the module docstring); items without a layer keep their place at the front.
+
+    Without any cluster to look at (a host-only run, e.g. a GPU runner before it joins), the checks that need
+    the ``cluster`` fixture are deselected, and the terminal summary says so, rather than failing every node on a connection error.
+    """
+    import os
+
+    suite = config.stash.get(SUITE, None)
+    given = (
+        config.getoption("kubeconfig")
+        or config.getoption("kube_context")
+        or os.environ.get("KUBECONFIG")
+        or (suite is not None and any(n.knobs["kubeconfig"] for n in suite.nodes))
+    )
+    # only the suite's own checks: another test suite in the same run may have a fixture of that name
+    kube = [item for item in items if layer_of(item) and "cluster" in getattr(item, "fixturenames", ())]
+    if kube and not given:
+        config.hook.pytest_deselected(items=kube)
+        dropped = {id(item) for item in kube}
+        items[:] = [item for item in items if id(item) not in dropped]
+        if suite is not None:
+            suite.notes.append(NO_CLUSTER)
+    rank = {layer: i for i, layer in enumerate(LAYERS)}
+    order = {id(item): i for i, item in enumerate(items)}
+    items.sort(key=lambda item: (rank.get(layer_of(item) or "", -1), order[id(item)]))
+
+
+def _node_and_layer(item: pytest.Item) -> tuple[str, str] | None:
+    layer = layer_of(item)
+    callspec = getattr(item, "callspec", None)
+    node = callspec.params.get("node") if callspec is not None else None
+    if layer is None or node is None:
+        return None
+    return node.name, layer
+
+
+def _check_name(item: pytest.Item) -> str:
+    name = getattr(item, "originalname", item.name)
+    others = {k: v for k, v in item.callspec.params.items() if k != "node"}  # type: ignore[attr-defined]
+    return name + (f"[{','.join(f'{k}={v}' for k, v in others.items())}]" if others else "")
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    where = _node_and_layer(item)
+    if where is None:
+        return
+    _node, layer = where
+    suite = item.config.stash.get(SUITE, None)
+    if suite is None:
+        return
+    reason = suite.gated(item.callspec.params["node"], layer)  # type: ignore[attr-defined]
+    if reason is not None:
+        # reported at the test's location (as a skip marker is), not at this hook's
+        raise pytest.skip.Exception(reason, _use_item_location=True)
+
+
+def _message(report: pytest.TestReport, call: pytest.CallInfo[None]) -> str:
+    if call.excinfo is not None:
+        exc = call.excinfo.value
+        msg = getattr(exc, "msg", None)
+        if isinstance(msg, str) and isinstance(exc, (pytest.fail.Exception, pytest.skip.Exception)):
+            return msg
+        return f"{call.excinfo.typename}: {exc}".strip()
+    return report.longreprtext.strip().splitlines()[-1] if report.longreprtext.strip() else ""
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    report = yield
+    where = _node_and_layer(item)
+    suite = item.config.stash.get(SUITE, None)
+    if where is None or suite is None or getattr(report, "wasxfail", None) is not None:
+        return report
+    node, layer = where
+    if report.when == "call" or report.outcome != "passed":
+        status = {"passed": "pass", "failed": "fail", "skipped": "skip"}[report.outcome]
+        message = _message(report, call)
+        if status == "fail":
+            first = message.removeprefix(f"{node}: ").splitlines()[0] if message else f"{item.name} failed"
+            suite.failures.setdefault((node, layer), first)
+        if status != "pass" or report.when == "call":
+            figures = tuple(
+                v for k, v in item.user_properties if k == MEASUREMENT and isinstance(v, Measurement)
+            )
+            suite.results.record(node, layer, _check_name(item), status, message, report.duration, figures)
+    return report
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    suite = session.config.stash.get(SUITE, None)
+    if suite is None:
+        return
+    suite.close()
+    if suite.report_dir:
+        suite.report_paths = fleet_report.write_reports(suite.results, suite.report_dir, int(exitstatus))
+
+
+def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
+    suite = config.stash.get(SUITE, None)
+    if suite is None or not suite.results.nodes:
+        return
+    terminalreporter.section("gpuready fleet verdict")
+    terminalreporter.write_line(f"inventory: {suite.inventory}")
+    for line in fleet_report.render_table(suite.results).splitlines():
+        terminalreporter.write_line(line)
+    for note in suite.notes:
+        terminalreporter.write_line(note)
+    for path in suite.report_paths:
+        terminalreporter.write_line(f"wrote {path}")
+
+
+# --- what conformance tests use ----------------------------------------------------------------------------------
+
+
+def _skip_here(reason: str) -> NoReturn:
+    """Skip, reported at the test's location (pytest's skip marker does the same) rather than at this helper's."""
+    raise pytest.skip.Exception(reason, _use_item_location=True)
+
+
+class NodeShell:
+    """A node's command runner as conformance tests see it: a node that cannot be reached turns every check but
+    ``test_connection`` into a skip, so the unreachable node fails once, for the right reason."""
+
+    def __init__(self, node: Any, runner: Any) -> None:
+        self.node = node
+        self.runner = runner
+
+    def run(self, command: str) -> Output:
+        from gpuready.conformance.runners import ConnectionFailed
+
+        try:
+            return self.runner.run(command)
+        except ConnectionFailed as exc:
+            _skip_here(f"{self.node.name}: {exc}; test_connection reports it")
+
+    def connection_problems(self) -> list[str]:
+        from gpuready.conformance.runners import ConnectionFailed
+
+        try:
+            self.runner.run("true")
+        except ConnectionFailed as exc:
+            return [str(exc)]
+        return []
+
+
+@pytest.fixture(scope="session")
+def gpuready_suite(request: pytest.FixtureRequest) -> Suite:
+    suite = request.config.stash.get(SUITE, None)
+    if suite is None:
+        pytest.skip(NO_INVENTORY)
+    return suite
+
+
+@pytest.fixture
+def node_shell(node: Any, gpuready_suite: Suite) -> NodeShell:
+    """Run commands on the node under test (``node_shell.run(cmd) -> Output``), each once per run."""
+    return NodeShell(node, gpuready_suite.runner(node))
+
+
+@pytest.fixture(scope="session")
+def cluster(gpuready_suite: Suite) -> Any:
+    """The cluster the Kubernetes layers look at (a :class:`gpuready.kube.Cluster`); an unreachable one fails
+    every check that needs it with the URL and the reason."""
+    from gpuready.kube import KubeError
+
+    try:
+        return gpuready_suite.connect()
+    except KubeError as exc:
+        pytest.fail(str(exc), pytrace=False)
+
+
+@pytest.fixture(scope="session")
+def gpuready_workloads(gpuready_suite: Suite, cluster: Any) -> Iterator[Any]:
+    """The run's namespace and pods (:class:`gpuready.conformance.workloads.Workloads`), deleted when the session ends."""
+    from gpuready.conformance.workloads import Workloads
+
+    if gpuready_suite.workloads is None:
+        gpuready_suite.workloads = Workloads(cluster)
+    yield gpuready_suite.workloads
+    gpuready_suite.cleanup()
+
+
+MEASUREMENT = "gpuready.measurement"
+
+
+def judge_measured(
+    node: Any,
+    item: pytest.Item,
+    check: Callable[..., tuple[list[str], list[Measurement]]],
+    *args: Any,
+) -> None:
+    """``judge`` for a check that measures: its figures (measured, floor, unit) go to the test item's user
+    properties (pytest's JUnit XML, verdict.json and the fleet table) whether it passes or fails. Appended to
+    ``item.user_properties`` directly: the ``record_property`` fixture warns under pytest's default xunit2."""
+
+    def problems(*check_args: Any) -> list[str]:
+        found, figures = check(*check_args)
+        item.user_properties.extend((MEASUREMENT, figure) for figure in figures)
+        return found
+
+    judge(node, problems, *args)
+
+
+def judge(node: Any, check: Callable[..., list[str]], *args: Any) -> None:
+    """Run a pure check: problems fail the test with a message naming the node; CannotCheck skips it."""
+    try:
+        problems = check(*args)
+    except CannotCheck as exc:
+        _skip_here(f"{node.name}: {exc}")
+    if problems:
+        pytest.fail(f"{node.name}: " + "; ".join(problems), pytrace=False)

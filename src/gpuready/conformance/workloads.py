@@ -1,0 +1,294 @@
+"""GPU pods for the whole fleet at once: one per-run namespace, pods created together, ONE watch, cleanup.
+
+Why one watch: a fleet of N nodes followed with N sequential waits costs the sum of the pods' times (and N
+long-polls on the API server); one watch over the run's namespace costs the slowest pod's time and one
+connection. Why one namespace: everything the suite creates is found and deleted with one call, after success,
+failure, timeout or Ctrl-C, and an operator sees at once what belongs to a run
+(``app.kubernetes.io/managed-by=gpuready``).
+
+Pods are built to pass a restricted Pod Security admission where the image allows: non-root user, no privilege
+escalation, all capabilities dropped, RuntimeDefault seccomp, no hostPath, no service account token; they run
+on the ``nvidia`` RuntimeClass, pinned to their node by ``kubernetes.io/hostname`` (the scheduler still runs,
+so device-plugin resources are accounted for and an over-subscribed pod shows as Unschedulable).
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import time
+from collections.abc import Iterable
+from datetime import UTC, datetime
+from typing import Any
+
+from gpuready.conformance.checks import LOG_LINES, PodResult, shown_events  # noqa: F401  (re-exported)
+from gpuready.kube import Cluster
+from gpuready.spec import Images, NodeSpec
+
+Obj = dict[str, Any]
+MANAGED_BY = {"app.kubernetes.io/managed-by": "gpuready"}
+NAMESPACE_PREFIX = "gpuready-conformance-"
+# The defaults only: the suite runs each node's own (NodeSpec.images, knobs vectoradd_image and cuda_base_image).
+VECTOR_ADD_IMAGE = Images.vectoradd
+CUDA_BASE_IMAGE = Images.cuda_base
+NON_ROOT_UID = 1000
+# Waiting reasons after which the kubelet will not start the container without a change to the pod or node.
+FATAL_WAITING = frozenset(
+    {
+        "RunContainerError",
+        "CreateContainerError",
+        "CreateContainerConfigError",
+        "ErrImagePull",
+        "ImagePullBackOff",
+        "InvalidImageName",
+        "CrashLoopBackOff",
+    }
+)
+GOALS = ("finished", "running", "settled")
+
+
+def _event_time(ev: Any) -> datetime:
+    """When an event last happened, whichever API wrote it: core/v1 recorders (the kubelet) set lastTimestamp,
+    events.k8s.io/v1 ones (the scheduler) eventTime and, when repeated, series.lastObservedTime."""
+    series = getattr(ev, "series", None)
+    when = (
+        ev.last_timestamp
+        or (series.last_observed_time if series is not None else None)
+        or ev.event_time
+        or ev.metadata.creation_timestamp
+    )
+    return when if isinstance(when, datetime) else datetime.min.replace(tzinfo=UTC)
+
+
+def tolerations(node: NodeSpec) -> list[Obj]:
+    """Tolerate the node's own taints (from the inventory), the usual GPU taint, and a cordon: a node is validated
+    while cordoned (the rolling upgrade uncordons it only when it passes), as the GPU Operator's validator is."""
+    out: list[Obj] = [
+        {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
+        {"key": "node.kubernetes.io/unschedulable", "operator": "Exists", "effect": "NoSchedule"},
+    ]
+    for t in node.taints:
+        tol: Obj = {"key": t.key, "effect": t.effect}
+        tol.update({"operator": "Equal", "value": t.value} if t.value else {"operator": "Exists"})
+        if tol not in out:
+            out.append(tol)
+    return out
+
+
+def gpu_pod(
+    name: str,
+    node: NodeSpec,
+    image: str,
+    resource: str,
+    *,
+    command: list[str] | None = None,
+    check: str,
+    count: int = 1,
+) -> Obj:
+    """A pod on ``node`` asking for ``count`` of ``resource``, hardened as the module docstring says."""
+    container: Obj = {
+        "name": "main",
+        "image": image,
+        "resources": {"limits": {resource: str(count)}},
+        "securityContext": {
+            "runAsNonRoot": True,
+            "runAsUser": NON_ROOT_UID,
+            "allowPrivilegeEscalation": False,
+            "privileged": False,
+            "capabilities": {"drop": ["ALL"]},
+        },
+    }
+    if command:
+        container["command"] = command
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "labels": {**MANAGED_BY, "gpuready.io/check": check},
+            "annotations": {"gpuready.io/node": node.name},
+        },
+        "spec": {
+            "restartPolicy": "Never",
+            "runtimeClassName": "nvidia",
+            "nodeSelector": {"kubernetes.io/hostname": node.name},
+            "tolerations": tolerations(node),
+            "automountServiceAccountToken": False,
+            "terminationGracePeriodSeconds": 0,
+            "securityContext": {"seccompProfile": {"type": "RuntimeDefault"}},
+            "containers": [container],
+        },
+    }
+
+
+def _result(pod: Obj, node: str) -> PodResult:
+    status = pod.get("status") or {}
+    res = PodResult(name=pod["metadata"]["name"], node=node, phase=status.get("phase") or "Pending")
+    for cond in status.get("conditions") or []:
+        scheduled = cond.get("type") == "PodScheduled" and cond.get("status") == "False"
+        if scheduled and cond.get("reason") == "Unschedulable":
+            res.unschedulable = cond.get("message") or "no node fits"
+    for cs in status.get("containerStatuses") or []:
+        state = cs.get("state") or {}
+        detail = state.get("terminated") or state.get("waiting") or {}
+        if detail.get("reason"):
+            res.reason, res.message = detail["reason"], detail.get("message") or ""
+        if "terminated" in state:
+            res.exit_code = state["terminated"].get("exitCode")
+    if not res.reason and status.get("reason"):
+        res.reason, res.message = status["reason"], status.get("message") or ""
+    return res
+
+
+def _reached(res: PodResult, goal: str) -> bool:
+    finished = res.phase in ("Succeeded", "Failed")
+    fatal = res.reason in FATAL_WAITING or finished
+    if goal == "finished":
+        return fatal
+    if goal == "running":
+        return res.phase == "Running" or fatal
+    return res.phase == "Running" or fatal or res.unschedulable is not None  # settled
+
+
+RESTRICTED = {"pod-security.kubernetes.io/enforce": "restricted"}
+
+
+class Workloads:
+    """One run's namespace and the pods in it. Create it lazily (``ensure_namespace``), delete it with ``delete``."""
+
+    def __init__(self, cluster: Cluster, namespace: str | None = None) -> None:
+        self.cluster = cluster
+        self.namespace = namespace or NAMESPACE_PREFIX + secrets.token_hex(4)
+        self.created = False
+        self.results: dict[str, PodResult] = {}
+        self.requests = 0
+
+    def ensure_namespace(self) -> None:
+        if self.created:
+            return
+        # enforce Pod Security "restricted" on the run's namespace: the API server itself proves every pod the
+        # suite runs is hardened as the module docstring says (a regression is refused, not silently run)
+        body = {"metadata": {"name": self.namespace, "labels": {**MANAGED_BY, **RESTRICTED}}}
+        # the client serialises a plain dict body as it does a model; its annotations name only the model
+        self.cluster.core.create_namespace(body)  # type: ignore[arg-type]
+        self.requests += 1
+        self.created = True
+
+    def delete(self) -> bool:
+        """Delete the run's namespace (and so every pod in it); True when there was one to delete."""
+        if not self.created:
+            return False
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            self.cluster.core.delete_namespace(
+                self.namespace, propagation_policy="Background", _request_timeout=10
+            )
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+        self.created = False
+        return True
+
+    def run(self, pods: Iterable[tuple[Obj, str]], timeout: float) -> dict[str, PodResult]:
+        """Create ``(pod, goal)`` pairs at once, follow them with one watch until each reached its goal
+        (``finished``, ``running`` or ``settled``: running, finished or Unschedulable) or ``timeout`` passed;
+        then read the logs of pods that ran and, for pods that failed or timed out, their events."""
+        from kubernetes import watch
+        from kubernetes.client.exceptions import ApiException
+
+        self.ensure_namespace()
+        core = self.cluster.core
+        goals: dict[str, str] = {}
+        nodes: dict[str, str] = {}
+        for pod, goal in pods:
+            if goal not in GOALS:
+                raise ValueError(f"unknown goal {goal!r}; one of {GOALS}")
+            core.create_namespaced_pod(self.namespace, pod)  # type: ignore[arg-type]  # a dict body, as above
+            self.requests += 1
+            name = pod["metadata"]["name"]
+            goals[name] = goal
+            nodes[name] = pod["metadata"]["annotations"]["gpuready.io/node"]
+        deadline = time.monotonic() + timeout
+        state: dict[str, PodResult] = {}
+
+        def seen(obj: Obj) -> None:
+            name = obj["metadata"]["name"]
+            if name in goals:
+                state[name] = _result(obj, nodes[name])
+
+        def done() -> bool:
+            return all(n in state and _reached(state[n], g) for n, g in goals.items())
+
+        listed = self._list_pods()
+        for obj in listed["items"]:
+            seen(obj)
+        version = listed["metadata"].get("resourceVersion")
+        while goals and not done() and time.monotonic() < deadline:
+            remaining = max(1, int(deadline - time.monotonic() + 0.999))
+            stream = watch.Watch()
+            self.requests += 1
+            try:
+                events = stream.stream(
+                    core.list_namespaced_pod,
+                    self.namespace,
+                    resource_version=version,
+                    timeout_seconds=remaining,
+                    _request_timeout=remaining + 5,
+                )
+                for event in events:
+                    obj = self.cluster.api.sanitize_for_serialization(event["object"])
+                    version = obj["metadata"].get("resourceVersion") or version
+                    seen(obj)
+                    if done() or time.monotonic() >= deadline:
+                        break
+            except ApiException as exc:
+                if exc.status != 410:  # 410 Gone: our version is too old; list again and watch from there
+                    raise
+                listed = self._list_pods()
+                for obj in listed["items"]:
+                    seen(obj)
+                version = listed["metadata"].get("resourceVersion")
+            finally:
+                stream.stop()
+        for name in goals:
+            res = state.get(name) or PodResult(name=name, node=nodes[name])
+            res.timed_out = not _reached(res, goals[name])
+            state[name] = res
+        self._collect(state, goals, deadline)
+        self.results.update(state)
+        return state
+
+    def _list_pods(self) -> Obj:
+        self.requests += 1
+        # with _preload_content=False the client returns the raw urllib3 response, not the V1PodList it is annotated with
+        raw: Any = self.cluster.core.list_namespaced_pod(self.namespace, _preload_content=False)
+        return json.loads(raw.data)
+
+    def _collect(self, state: dict[str, PodResult], goals: dict[str, str], deadline: float) -> None:
+        from kubernetes.client.exceptions import ApiException
+
+        core = self.cluster.core
+        for name, res in state.items():
+            if res.phase not in ("Running", "Succeeded", "Failed"):
+                continue
+            for _attempt in range(20):  # a just-started container may not have printed yet
+                try:
+                    self.requests += 1
+                    res.log = core.read_namespaced_pod_log(name, self.namespace, _request_timeout=10)
+                except ApiException:
+                    res.log = ""
+                if res.log or res.phase != "Running" or time.monotonic() >= deadline:
+                    break
+                time.sleep(0.1)
+        if any(r.timed_out or r.phase == "Failed" or r.reason for r in state.values()):
+            self.requests += 1
+            events = core.list_namespaced_event(self.namespace, _request_timeout=10).items
+            for ev in sorted(events, key=_event_time):
+                involved = state.get(ev.involved_object.name or "")
+                if involved is not None:
+                    involved.events.append(f"{ev.type} {ev.reason}: {ev.message}")
+
+    def running_on(self, node: str) -> list[PodResult]:
+        """Pods of this run that were running on ``node`` (they hold GPUs until the namespace goes)."""
+        return [r for r in self.results.values() if r.node == node and r.phase == "Running"]

@@ -1,0 +1,392 @@
+"""The cluster add-ons as Kubernetes objects, rendered from the fleet spec.
+
+The device-plugin ConfigMap holds one config per distinct node configuration (``Fleet.device_plugin_configs``);
+each node selects its own with the ``nvidia.com/device-plugin.config`` label it joined with, so the expectations
+the conformance suite checks and the configs the plugin runs are the same objects. The keys are derived from the
+config's content, so a sharing change is a new key and a label change, which the plugin's config manager reloads
+on (it does not watch the content of a key it already uses). Workload shapes follow what
+NVIDIA ships upstream (least privilege: no privileged containers where upstream needs none).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from gpuready.spec import DEVICE_PLUGIN_CONFIG_LABEL, GPU_PRESENT_LABEL, Fleet, Images, NodeSpec, knobs
+
+Manifest = dict[str, Any]
+MANAGED_BY = {"app.kubernetes.io/managed-by": "gpuready"}
+GPU_NODE_SELECTOR = {GPU_PRESENT_LABEL: "true"}
+GPU_TOLERATIONS = [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
+DEVICE_PLUGIN_CONFIGMAP = "nvidia-device-plugin-configs"
+DCGM_PORT = 9400
+
+
+@dataclass(frozen=True)
+class AddonSettings:
+    namespace: str = knobs.KNOBS["addons_namespace"].default
+    device_plugin_image: str = Images.device_plugin
+    gfd_image: str = Images.gfd
+    dcgm_exporter_image: str = Images.dcgm_exporter
+    gpu_resource_quotas: tuple[tuple[str, int], ...] = ()
+    priority_classes: tuple[tuple[str, int], ...] = ()
+
+    @classmethod
+    def from_node(cls, node: NodeSpec) -> AddonSettings:
+        """The settings of a validated node (fleet-wide knobs: every node gives the same)."""
+        k = node.knobs
+        return cls(
+            namespace=k["addons_namespace"],
+            device_plugin_image=node.images.device_plugin,
+            gfd_image=node.images.gfd,
+            dcgm_exporter_image=node.images.dcgm_exporter,
+            gpu_resource_quotas=tuple(sorted(k["gpu_resource_quotas"].items())),
+            priority_classes=tuple(sorted(k["priority_classes"].items())),
+        )
+
+
+def _meta(name: str, namespace: str | None = None, labels: dict[str, str] | None = None) -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": name, "labels": {**MANAGED_BY, **(labels or {})}}
+    if namespace:
+        meta["namespace"] = namespace
+    return meta
+
+
+def _daemonset(name: str, namespace: str, pod_spec: dict[str, Any]) -> Manifest:
+    labels = {"app.kubernetes.io/name": name}
+    spec = {
+        "nodeSelector": GPU_NODE_SELECTOR,
+        "tolerations": GPU_TOLERATIONS,
+        "priorityClassName": "system-node-critical",
+        # containerd's default runtime stays runc (nvidia-ctk's default too): without the nvidia handler these
+        # pods get no driver libraries and cannot load NVML
+        "runtimeClassName": "nvidia",
+        **pod_spec,
+    }
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "DaemonSet",
+        "metadata": _meta(name, namespace, labels),
+        "spec": {
+            "selector": {"matchLabels": labels},
+            "updateStrategy": {"type": "RollingUpdate"},
+            "template": {"metadata": {"labels": {**MANAGED_BY, **labels}}, "spec": spec},
+        },
+    }
+
+
+def _no_privilege() -> dict[str, Any]:
+    return {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
+
+
+def _host_path(name: str, path: str, kind: str | None = None) -> dict[str, Any]:
+    host_path: dict[str, Any] = {"path": path}
+    if kind:
+        host_path["type"] = kind
+    return {"name": name, "hostPath": host_path}
+
+
+def runtime_class() -> Manifest:
+    """RuntimeClass ``nvidia``: pods using it land on GPU nodes and tolerate their taint."""
+    return {
+        "apiVersion": "node.k8s.io/v1",
+        "kind": "RuntimeClass",
+        "metadata": _meta("nvidia"),
+        "handler": "nvidia",
+        "scheduling": {"nodeSelector": GPU_NODE_SELECTOR, "tolerations": GPU_TOLERATIONS},
+    }
+
+
+def device_plugin_configmap(fleet: Fleet, settings: AddonSettings) -> Manifest:
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": _meta(DEVICE_PLUGIN_CONFIGMAP, settings.namespace),
+        "data": fleet.device_plugin_configs(),
+    }
+
+
+def _config_env() -> list[dict[str, Any]]:
+    """How upstream's config manager picks a node's config: the node's label names a key of the ConfigMap."""
+    return [
+        {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
+        {"name": "NODE_LABEL", "value": DEVICE_PLUGIN_CONFIG_LABEL},
+        {"name": "CONFIG_FILE_SRCDIR", "value": "/available-configs"},
+        {"name": "CONFIG_FILE_DST", "value": "/config/config.yaml"},
+        {"name": "DEFAULT_CONFIG", "value": "default"},
+        {"name": "CONFIG_FILE", "value": "/config/config.yaml"},
+    ]
+
+
+def _plugin_pod(
+    settings: AddonSettings,
+    name: str,
+    command: list[str],
+    mounts: list[Any],
+    volumes: list[Any],
+    image: str,
+):
+    config_mounts = [
+        {"name": "available-configs", "mountPath": "/available-configs"},
+        {"name": "config", "mountPath": "/config"},
+    ]
+    return {
+        "serviceAccountName": "nvidia-device-plugin",
+        "containers": [
+            {
+                "name": "config-manager",
+                "image": image,
+                "command": ["config-manager"],
+                "env": [*_config_env(), {"name": "ONESHOT", "value": "false"}],
+                "securityContext": _no_privilege(),
+                "volumeMounts": config_mounts,
+            },
+            {
+                "name": name,
+                "image": image,
+                "command": command,
+                "env": _config_env(),
+                "securityContext": _no_privilege(),
+                "volumeMounts": config_mounts + mounts,
+            },
+        ],
+        "volumes": [
+            {"name": "available-configs", "configMap": {"name": DEVICE_PLUGIN_CONFIGMAP}},
+            {"name": "config", "emptyDir": {}},
+            *volumes,
+        ],
+    }
+
+
+def device_plugin(settings: AddonSettings) -> Manifest:
+    return _daemonset(
+        "nvidia-device-plugin",
+        settings.namespace,
+        _plugin_pod(
+            settings,
+            "nvidia-device-plugin",
+            ["nvidia-device-plugin"],
+            [{"name": "device-plugin", "mountPath": "/var/lib/kubelet/device-plugins"}],
+            [_host_path("device-plugin", "/var/lib/kubelet/device-plugins")],
+            settings.device_plugin_image,
+        ),
+    )
+
+
+def gpu_feature_discovery(settings: AddonSettings) -> Manifest:
+    return _daemonset(
+        "gpu-feature-discovery",
+        settings.namespace,
+        _plugin_pod(
+            settings,
+            "gpu-feature-discovery",
+            ["gpu-feature-discovery"],
+            [
+                {"name": "output-dir", "mountPath": "/etc/kubernetes/node-feature-discovery/features.d"},
+                {"name": "host-sys", "mountPath": "/sys", "readOnly": True},
+            ],
+            [
+                _host_path(
+                    "output-dir", "/etc/kubernetes/node-feature-discovery/features.d", "DirectoryOrCreate"
+                ),
+                _host_path("host-sys", "/sys"),
+            ],
+            settings.gfd_image,
+        ),
+    )
+
+
+def device_plugin_rbac(settings: AddonSettings) -> list[Manifest]:
+    """The config manager reads its own Node's labels: get/list/watch nodes, nothing else."""
+    name = "nvidia-device-plugin"
+    return [
+        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": _meta(name, settings.namespace)},
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRole",
+            "metadata": _meta(name),
+            "rules": [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch"]}],
+        },
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRoleBinding",
+            "metadata": _meta(name),
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
+            "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": settings.namespace}],
+        },
+    ]
+
+
+def dcgm_exporter(settings: AddonSettings) -> list[Manifest]:
+    """dcgm-exporter on :9400 with Kubernetes pod mapping (needs the kubelet's pod-resources socket)."""
+    name = "nvidia-dcgm-exporter"
+    pod = {
+        "containers": [
+            {
+                "name": "dcgm-exporter",
+                "image": settings.dcgm_exporter_image,
+                "env": [
+                    {"name": "DCGM_EXPORTER_LISTEN", "value": f":{DCGM_PORT}"},
+                    {"name": "DCGM_EXPORTER_KUBERNETES", "value": "true"},
+                    {"name": "DCGM_EXPORTER_COLLECTORS", "value": "/etc/dcgm-exporter/default-counters.csv"},
+                ],
+                "ports": [{"name": "metrics", "containerPort": DCGM_PORT}],
+                "securityContext": {"capabilities": {"add": ["SYS_ADMIN"]}},
+                "readinessProbe": {"httpGet": {"path": "/health", "port": DCGM_PORT}},
+                "volumeMounts": [{"name": "pod-resources", "mountPath": "/var/lib/kubelet/pod-resources"}],
+            }
+        ],
+        "volumes": [_host_path("pod-resources", "/var/lib/kubelet/pod-resources")],
+    }
+    labels = {"app.kubernetes.io/name": name}
+    service = {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": _meta(name, settings.namespace, labels),
+        "spec": {
+            "selector": labels,
+            "ports": [{"name": "metrics", "port": DCGM_PORT, "targetPort": DCGM_PORT, "protocol": "TCP"}],
+        },
+    }
+    return [_daemonset(name, settings.namespace, pod), service]
+
+
+def quotas_and_priorities(settings: AddonSettings) -> list[Manifest]:
+    out: list[Manifest] = []
+    for namespace, gpus in settings.gpu_resource_quotas:
+        # The team's namespace is created when missing, so a quota for a new team works on the first run. It
+        # carries no managed-by label: it holds the team's workloads, and pruning must never delete it.
+        out.append({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
+        out.append(
+            {
+                "apiVersion": "v1",
+                "kind": "ResourceQuota",
+                "metadata": _meta("gpu-quota", namespace),
+                "spec": {"hard": {"requests.nvidia.com/gpu": str(gpus)}},
+            }
+        )
+    for name, value in settings.priority_classes:
+        out.append(
+            {
+                "apiVersion": "scheduling.k8s.io/v1",
+                "kind": "PriorityClass",
+                "metadata": _meta(name),
+                "value": value,
+                "globalDefault": False,
+                "description": "GPU workloads (gpuready)",
+            }
+        )
+    return out
+
+
+def render_all(fleet: Fleet, settings: AddonSettings) -> list[Manifest]:
+    """Every object the add-ons deploy applies, in apply order (namespace and RBAC before workloads)."""
+    return [
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": _meta(settings.namespace)},
+        runtime_class(),
+        *device_plugin_rbac(settings),
+        device_plugin_configmap(fleet, settings),
+        device_plugin(settings),
+        gpu_feature_discovery(settings),
+        *dcgm_exporter(settings),
+        *quotas_and_priorities(settings),
+    ]
+
+
+# The alert rules (``prometheus_rules``). dcgm-exporter labels each series with gpu, UUID, modelName, the exporter's
+# Hostname (``hostname`` after 4.5.3-4.8.2; the exporter pod's name unless it runs on the host network) and, with
+# Kubernetes mapping on, the namespace/pod holding the GPU (empty, so absent in Prometheus, when none does).
+# A ``node`` label, where the scrape config adds one from __meta_kubernetes_pod_node_name, names the node instead.
+IDLE_GPU_UTIL_PERCENT = 10  # GPUUnderutilised: a GPU held by a pod under this utilisation ...
+IDLE_GPU_FOR = "30m"  # ... at every evaluation for this long
+GPU_TEMP_ALERT_C = 85  # GPUTemperatureHigh: above this (data-centre GPUs slow down at about 87-93 C) ...
+GPU_TEMP_ALERT_FOR = "5m"  # ... for this long (brief peaks under load are normal)
+_WHERE = (
+    "GPU {{ $labels.gpu }} ({{ $labels.modelName }}, {{ $labels.UUID }}) on "
+    "{{ with $labels.node }}{{ . }}{{ else }}{{ $labels.Hostname }}{{ $labels.hostname }}{{ end }}"
+)
+_HELD_BY = "{{ with $labels.pod }} held by {{ $labels.namespace }}/{{ . }}{{ end }}"
+
+
+def _alert(name: str, expr: str, for_: str, severity: str, summary: str, description: str) -> dict[str, Any]:
+    rule: dict[str, Any] = {"alert": name, "expr": expr}
+    if for_:
+        rule["for"] = for_
+    rule["labels"] = {"severity": severity}
+    rule["annotations"] = {"summary": summary, "description": description}
+    return rule
+
+
+def prometheus_rule_groups() -> list[dict[str, Any]]:
+    """The rule groups, as a Prometheus rule file (``groups:``) holds them: ``promtool check rules`` reads this."""
+    return [
+        {
+            "name": "gpuready.gpu",
+            "rules": [
+                _alert(
+                    "GPUUnderutilised",
+                    # instant value + `for`: pending from the first idle sample of a pod-held GPU, reset by any
+                    # busy one, firing after IDLE_GPU_FOR (an avg_over_time window under `for` would wait up to
+                    # twice as long after a busy spell ends)
+                    f'DCGM_FI_DEV_GPU_UTIL{{pod!=""}} < {IDLE_GPU_UTIL_PERCENT}',
+                    IDLE_GPU_FOR,
+                    "warning",
+                    f"{_WHERE} is allocated to {{{{ $labels.namespace }}}}/{{{{ $labels.pod }}}} but under "
+                    f"{IDLE_GPU_UTIL_PERCENT}% busy",
+                    f"Utilisation has stayed below {IDLE_GPU_UTIL_PERCENT}% for {IDLE_GPU_FOR} while a pod holds "
+                    "the GPU; free it for other work or right-size the request.",
+                ),
+                _alert(
+                    "GPUXidError",
+                    "DCGM_FI_DEV_XID_ERRORS > 0",
+                    "",
+                    "warning",
+                    f"{_WHERE} reported XID {{{{ $value }}}}{_HELD_BY}",
+                    "The driver logged an XID error (the value is the last XID code). 13, 31 and 43 are usually "
+                    "the application's fault; 48, 63, 64, 74, 79, 92, 94 and 95 mean drain the node and reset "
+                    "or repair the GPU. `pytest conformance` (gpu layer) names every XID since boot.",
+                ),
+                _alert(
+                    "GPURowRemapFailure",
+                    "DCGM_FI_DEV_ROW_REMAP_FAILURE > 0",
+                    "",
+                    "critical",
+                    f"{_WHERE} failed to remap a memory row{_HELD_BY}",
+                    "Row remapping failed (no spare rows left): the GPU's memory is no longer reliable. Drain "
+                    "the node and have the GPU repaired.",
+                ),
+                _alert(
+                    "GPUUncorrectableRemappedRows",
+                    "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS > 0",
+                    "",
+                    "warning",
+                    f"{_WHERE} has {{{{ $value }}}} rows remapped after uncorrectable ECC errors{_HELD_BY}",
+                    "Uncorrectable ECC errors made the GPU remap memory rows; a remap takes effect after a GPU "
+                    "reset. Drain the node and reset the GPU if `nvidia-smi -q` shows a remap pending (the "
+                    "conformance suite's gpu layer checks it).",
+                ),
+                _alert(
+                    "GPUTemperatureHigh",
+                    f"DCGM_FI_DEV_GPU_TEMP > {GPU_TEMP_ALERT_C}",
+                    GPU_TEMP_ALERT_FOR,
+                    "warning",
+                    f"{_WHERE} is at {{{{ $value }}}} C, above {GPU_TEMP_ALERT_C} C{_HELD_BY}",
+                    f"The GPU has been hotter than {GPU_TEMP_ALERT_C} C for {GPU_TEMP_ALERT_FOR}; it will "
+                    "throttle its clocks near its slowdown temperature. Check airflow, fans and the "
+                    "node's cooling.",
+                ),
+            ],
+        }
+    ]
+
+
+def prometheus_rules(settings: AddonSettings) -> Manifest:
+    """The GPU alerts as a PrometheusRule (Prometheus Operator; its ``spec`` is a plain rule file): GPUs allocated
+    to a pod but idle (the costliest waste in a GPU fleet), XID errors, row remapping, temperature."""
+    return {
+        "apiVersion": "monitoring.coreos.com/v1",
+        "kind": "PrometheusRule",
+        "metadata": _meta("gpuready-gpu-alerts", settings.namespace),
+        "spec": {"groups": prometheus_rule_groups()},
+    }

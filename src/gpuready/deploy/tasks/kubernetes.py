@@ -1,0 +1,34 @@
+"""kubelet/kubeadm/kubectl from the Kubernetes repository of the inventory's minor version, pinned and held."""
+
+from __future__ import annotations
+
+from pyinfra.api import deploy
+
+from gpuready.deploy.context import current_node
+from gpuready.deploy.operations import host as host_ops
+from gpuready.deploy.operations import kubeadm
+from gpuready.deploy.tasks.repos import install_pinned, repository
+from gpuready.spec import knobs
+
+UNIT = "kubelet"
+
+
+@deploy("Kubernetes node packages", data_defaults=knobs.defaults("deploy"))
+def kubernetes_packages() -> None:
+    node = current_node()
+    pins = node.apt_packages["kubernetes"]
+    repository(
+        repo="kubernetes",
+        url_template=node.repos["kubernetes_repo_url"],
+        keyring_url_template=node.repos["kubernetes_repo_keyring_url"],
+        pins=pins,
+    )
+    install_pinned(f"kubelet, kubeadm, kubectl {node.versions.kubernetes}", pins)
+    host_ops.service(name="Enable kubelet", unit=UNIT, enabled=True)
+
+
+@deploy("Join the cluster", data_defaults=knobs.defaults("deploy"))
+def join_cluster() -> None:
+    node = current_node()
+    if node.join.enabled:
+        kubeadm.join(name=f"kubeadm join {node.join.api_endpoint}", node=node)

@@ -1,0 +1,396 @@
+"""The fleet model: one typed view of a validated inventory, and every expectation derived from it.
+
+The deploys and the conformance suite both read a node's expectations from here and nowhere else: if the deploy
+renders a time-slicing config with ``replicas: 4`` for 8 GPUs, the conformance suite gets "32 ``nvidia.com/gpu``
+allocatable" from the same :class:`NodeSpec`. The inventory is read and validated by :mod:`.inventory`.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from gpuready.nvidia import catalogue
+from gpuready.spec import knobs, kubesyntax
+
+SHARING_MODES = knobs.SHARING_MODES
+GPU_RESOURCE = "nvidia.com/gpu"
+DEVICE_PLUGIN_CONFIG_LABEL = "nvidia.com/device-plugin.config"
+GPU_PRESENT_LABEL = "nvidia.com/gpu.present"
+
+
+class SpecError(ValueError):
+    """A bad inventory; ``problems`` holds one line per problem, each naming file, host, key, value and what is allowed."""
+
+    def __init__(self, inventory: str, problems: list[str]):
+        self.inventory = inventory
+        self.problems = problems
+        super().__init__(
+            f"{inventory}: {len(problems)} problem(s) in the inventory:\n"
+            + "\n".join(f"  - {p}" for p in problems)
+        )
+
+
+@dataclass(frozen=True)
+class Sharing:
+    """How a node's GPUs are shared; ``mode`` is one of SHARING_MODES."""
+
+    mode: str = "none"
+    replicas: int = 1
+    rename: bool = False
+    fail_requests_greater_than_one: bool = False
+    mig_strategy: str = "none"  # the device plugin's migStrategy: none | single | mixed
+    mig_layout: tuple[tuple[str, ...] | None, ...] = ()  # per GPU index; None = whole GPU (MIG disabled)
+    mig_replicas: int = 1  # time-slicing of MIG devices
+
+
+@dataclass(frozen=True)
+class Versions:
+    driver: str
+    driver_branch: str
+    driver_package: str  # apt version, e.g. 580.178.04-1
+    driver_source: str
+    toolkit: str
+    toolkit_package: str
+    containerd_package: str
+    kubernetes: str
+    kubernetes_minor: str
+    kubernetes_package: str
+
+
+@dataclass(frozen=True)
+class UpgradePolicy:
+    """How deploys/upgrade_driver.py takes nodes out of service (fleet-wide knobs: set them in group_data/all.py)."""
+
+    batch_size: int = knobs.KNOBS["upgrade_batch_size"].default
+    max_unavailable: int = knobs.KNOBS["upgrade_max_unavailable"].default
+    drain_gpu_pods_only: bool = knobs.KNOBS["drain_gpu_pods_only"].default
+    drain_force: bool = knobs.KNOBS["drain_force"].default
+    drain_timeout: int = knobs.KNOBS["drain_timeout"].default
+    node_ready_timeout: int = knobs.KNOBS["node_ready_timeout"].default
+
+
+DIAG_FLOOR_KEYS = ("h2d_gbps", "d2h_gbps", "peer_gbps")
+
+
+@dataclass(frozen=True)
+class Diag:
+    """How the diag layer judges a node: the DCGM run level and floors that replace the catalogue's."""
+
+    dcgm_level: int = 1
+    floors: Mapping[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Images:
+    """Every container image gpuready runs: the add-ons' and the conformance suite's. The defaults are the knobs'
+    (gpuready.spec.knobs); a mirror or an air-gapped registry is one knob per image."""
+
+    device_plugin: str = knobs.KNOBS["device_plugin_image"].default
+    gfd: str = knobs.KNOBS["device_plugin_image"].default  # GPU feature discovery ships in the plugin's image
+    dcgm_exporter: str = knobs.KNOBS["dcgm_exporter_image"].default
+    vectoradd: str = knobs.KNOBS["vectoradd_image"].default
+    cuda_base: str = knobs.KNOBS["cuda_base_image"].default
+
+
+IMAGE_KNOBS = {
+    "device_plugin_image": "device_plugin",
+    "gfd_image": "gfd",
+    "dcgm_exporter_image": "dcgm_exporter",
+    "vectoradd_image": "vectoradd",
+    "cuda_base_image": "cuda_base",
+}
+
+
+@dataclass(frozen=True)
+class Join:
+    enabled: bool
+    api_endpoint: str | None
+    ca_cert_hash: str | None
+    token_file: str | None
+    token_env: str | None
+    cri_socket: str
+
+    def read_token(self) -> str:
+        """The bootstrap token from the file or environment named in the inventory (never from a command line)."""
+        if self.token_env and os.environ.get(self.token_env):
+            return os.environ[self.token_env].strip()
+        if self.token_file:
+            path = Path(self.token_file).expanduser()
+            if path.exists():
+                return path.read_text().strip()
+        raise SpecError(
+            "join",
+            [
+                f"no bootstrap token: set ${self.token_env} or write it to {self.token_file or '(kube_join_token_file)'}"
+            ],
+        )
+
+
+@dataclass(frozen=True)
+class NodeSpec:
+    """What one GPU node must be. Every expectation the conformance suite checks is a property of this."""
+
+    name: str
+    gpu_model: str  # the name nvidia-smi prints
+    gpu_count: int
+    gpu_memory_mib: int | None
+    nvswitch: bool
+    sharing: Sharing
+    versions: Versions
+    join: Join
+    labels: Mapping[str, str]
+    taints: tuple[kubesyntax.Taint, ...]
+    repos: Mapping[str, str]
+    upgrade: UpgradePolicy = UpgradePolicy()
+    diag: Diag = Diag()
+    images: Images = Images()
+    # every declared knob (gpuready.spec.knobs), validated, the default where the inventory leaves it out: what the
+    # deploys and the suite read; nothing reads the host's raw data
+    knobs: Mapping[str, Any] = field(repr=False, compare=False, default_factory=knobs.defaults)
+    # how pyinfra reaches the host (ssh_*, _sudo: pyinfra's connector data, not gpuready knobs), for the SSH runner
+    connection: Mapping[str, Any] = field(repr=False, compare=False, default_factory=dict)
+
+    @property
+    def model(self) -> catalogue.GpuModel | None:
+        try:
+            return catalogue.lookup_model(self.gpu_model)
+        except KeyError:
+            return None
+
+    @property
+    def product(self) -> str:
+        """The GPU feature discovery product name of a whole GPU, e.g. NVIDIA-H100-80GB-HBM3."""
+        return catalogue.product_label(self.gpu_model)
+
+    @property
+    def mig_enabled_gpus(self) -> list[int]:
+        return [i for i, layout in enumerate(self.sharing.mig_layout) if layout is not None]
+
+    def mig_device_counts(self) -> dict[str, int]:
+        """MIG devices per profile name over all GPUs of the node."""
+        counts: dict[str, int] = {}
+        for layout in self.sharing.mig_layout:
+            for profile in layout or ():
+                counts[profile] = counts.get(profile, 0) + 1
+        return counts
+
+    @property
+    def device_plugin_config(self) -> dict[str, Any]:
+        """The k8s-device-plugin config (schema ``version: v1``) this node runs with."""
+        s = self.sharing
+        config: dict[str, Any] = {"version": "v1", "flags": {"migStrategy": s.mig_strategy}}
+        if s.mode in ("time-slicing", "mps"):
+            name = "timeSlicing" if s.mode == "time-slicing" else "mps"
+            block: dict[str, Any] = {"renameByDefault": s.rename}
+            if s.mode == "time-slicing":
+                block["failRequestsGreaterThanOne"] = s.fail_requests_greater_than_one
+            block["resources"] = [{"name": GPU_RESOURCE, "replicas": s.replicas}]
+            config["sharing"] = {name: block}
+        elif s.mode == "mig" and s.mig_replicas > 1:
+            names = (
+                [GPU_RESOURCE]
+                if s.mig_strategy == "single"
+                else sorted(
+                    catalogue.mig_profiles(self.gpu_model)[p].resource_name for p in self.mig_device_counts()
+                )
+            )
+            config["sharing"] = {
+                "timeSlicing": {
+                    "renameByDefault": s.rename,
+                    "failRequestsGreaterThanOne": s.fail_requests_greater_than_one,
+                    "resources": [{"name": n, "replicas": s.mig_replicas} for n in names],
+                }
+            }
+        return config
+
+    @property
+    def device_plugin_config_key(self) -> str:
+        """The ConfigMap key (and ``nvidia.com/device-plugin.config`` label value) of this node's config.
+
+        Derived from the config's content so nodes with the same config share a key, and a changed config gets a
+        new key (the device plugin reloads when the label changes).
+        """
+        s = self.sharing
+        if s.mode == "none":
+            return "default"
+        if s.mode in ("time-slicing", "mps"):
+            return f"{s.mode}-{s.replicas}{'-renamed' if s.rename else ''}"
+        key = f"mig-{s.mig_strategy}"
+        return key + (f"-time-slicing-{s.mig_replicas}" if s.mig_replicas > 1 else "")
+
+    @property
+    def expected_allocatable(self) -> dict[str, int]:
+        """``nvidia.com/*`` allocatable (and capacity) the device plugin must advertise on this node."""
+        s = self.sharing
+        if s.mode in ("time-slicing", "mps"):
+            name = GPU_RESOURCE + (".shared" if s.rename else "")
+            return {name: self.gpu_count * s.replicas}
+        if s.mode == "none":
+            return {GPU_RESOURCE: self.gpu_count}
+        whole = len(s.mig_layout) - len(self.mig_enabled_gpus)
+        counts = self.mig_device_counts()
+        rename = ".shared" if s.rename and s.mig_replicas > 1 else ""
+        if s.mig_strategy == "single":
+            return {GPU_RESOURCE + rename: sum(counts.values()) * s.mig_replicas}
+        profiles = catalogue.mig_profiles(self.gpu_model)
+        out = {profiles[p].resource_name + rename: n * s.mig_replicas for p, n in sorted(counts.items())}
+        if whole:
+            out[GPU_RESOURCE] = whole
+        return out
+
+    @property
+    def expected_labels(self) -> dict[str, str]:
+        """GPU feature discovery labels that must be on the node (the stable subset; timestamps etc. excluded)."""
+        s = self.sharing
+        labels: dict[str, str] = {}
+        if s.mode in ("none", "time-slicing", "mps"):
+            shared = s.mode != "none" and not s.rename
+            labels["nvidia.com/gpu.product"] = self.product + ("-SHARED" if shared else "")
+            labels["nvidia.com/gpu.count"] = str(self.gpu_count)
+            labels["nvidia.com/gpu.replicas"] = str(s.replicas)
+            labels["nvidia.com/gpu.sharing-strategy"] = s.mode
+            if self.gpu_memory_mib:
+                labels["nvidia.com/gpu.memory"] = str(self.gpu_memory_mib)
+            return labels
+        profiles = catalogue.mig_profiles(self.gpu_model)
+        counts = self.mig_device_counts()
+        shared = s.mig_replicas > 1 and not s.rename
+        sharing_strategy = "time-slicing" if s.mig_replicas > 1 else "none"
+        labels["nvidia.com/mig.strategy"] = s.mig_strategy
+        if s.mig_strategy == "single":
+            (profile,) = counts
+            labels["nvidia.com/gpu.product"] = catalogue.product_label(self.gpu_model, profile) + (
+                "-SHARED" if shared else ""
+            )
+            labels["nvidia.com/gpu.count"] = str(counts[profile])
+            labels["nvidia.com/gpu.replicas"] = str(s.mig_replicas)
+            labels["nvidia.com/gpu.sharing-strategy"] = sharing_strategy
+            labels["nvidia.com/gpu.memory"] = str(profiles[profile].memory_mib)
+            return labels
+        labels["nvidia.com/gpu.product"] = self.product
+        labels["nvidia.com/gpu.count"] = str(self.gpu_count)
+        for profile, n in sorted(counts.items()):
+            prefix = profiles[profile].resource_name
+            labels[f"{prefix}.count"] = str(n)
+            labels[f"{prefix}.product"] = catalogue.product_label(self.gpu_model, profile) + (
+                "-SHARED" if shared else ""
+            )
+            labels[f"{prefix}.replicas"] = str(s.mig_replicas)
+            labels[f"{prefix}.sharing-strategy"] = sharing_strategy
+            labels[f"{prefix}.memory"] = str(profiles[profile].memory_mib)
+        return labels
+
+    @property
+    def node_labels(self) -> dict[str, str]:
+        """Labels the node is joined with: the inventory's, the GPU-node marker the add-ons select on (the GPU
+        Operator's ``nvidia.com/gpu.present``), and the device-plugin config selector."""
+        return {
+            **self.labels,
+            GPU_PRESENT_LABEL: "true",
+            DEVICE_PLUGIN_CONFIG_LABEL: self.device_plugin_config_key,
+        }
+
+    @property
+    def apt_packages(self) -> dict[str, list[str]]:
+        """``name=version`` pins the node deploy installs, per step."""
+        v = self.versions
+        driver = [f"nvidia-driver={v.driver_package}", f"nvidia-persistenced={v.driver_package}"]
+        if self.nvswitch:
+            driver.append(f"nvidia-fabricmanager={v.driver_package}")
+        tk = v.toolkit_package
+        return {
+            "driver": driver,
+            "toolkit": [
+                f"nvidia-container-toolkit={tk}",
+                f"nvidia-container-toolkit-base={tk}",
+                f"libnvidia-container-tools={tk}",
+                f"libnvidia-container1={tk}",
+            ],
+            "containerd": [v.containerd_package],
+            "kubernetes": [f"{p}={v.kubernetes_package}" for p in ("kubelet", "kubeadm", "kubectl")],
+        }
+
+
+@dataclass(frozen=True)
+class Fleet:
+    inventory: str
+    nodes: dict[str, NodeSpec]
+
+    def select(self, names: list[str] | None) -> list[NodeSpec]:
+        """Nodes by name, in inventory order; unknown names are an error listing the known ones."""
+        if not names:
+            return list(self.nodes.values())
+        unknown = [n for n in names if n not in self.nodes]
+        if unknown:
+            raise SpecError(
+                self.inventory, [f"unknown node(s) {unknown}; the inventory has {list(self.nodes)}"]
+            )
+        return [self.nodes[n] for n in names]
+
+    def security_warnings(self) -> list[str]:
+        """Pinned driver and toolkit versions with NVIDIA security advisories, one line per version (not per node):
+        what ``gpuready plan`` and every deploy say before anything is installed."""
+        from gpuready.nvidia import security
+
+        pins: dict[tuple[str, str, str], list[str]] = {}
+        for node in self.nodes.values():
+            pins.setdefault(("NVIDIA driver", "nvidia_driver_version", node.versions.driver), []).append(
+                node.name
+            )
+            toolkit = ("NVIDIA Container Toolkit", "nvidia_container_toolkit_version", node.versions.toolkit)
+            pins.setdefault(toolkit, []).append(node.name)
+        lines = []
+        for (what, knob, version), names in pins.items():
+            found = (
+                security.driver_advisories(version)
+                if knob == "nvidia_driver_version"
+                else security.toolkit_advisories(version)
+            )
+            if found:
+                who = names[0] if len(names) == 1 else f"{len(names)} nodes ({names[0]}, ...)"
+                lines.append(
+                    f"{knob} = {version!r} ({who}): {what} {version} is affected by "
+                    f"{security.describe(found, version)}; sources: "
+                    + ", ".join(sorted({a.source for a in found}))
+                )
+        return lines
+
+    def cuda_warnings(self) -> list[str]:
+        """Images whose CUDA is newer than the pinned driver supports, one line per (driver, image): their pods
+        would fail with "CUDA driver version is insufficient" on those nodes."""
+        from gpuready.nvidia import cuda
+
+        pins: dict[tuple[str, str, str], list[str]] = {}
+        for node in self.nodes.values():
+            for knob, image in (
+                ("vectoradd_image", node.images.vectoradd),
+                ("cuda_base_image", node.images.cuda_base),
+            ):
+                pins.setdefault((node.versions.driver, knob, image), []).append(node.name)
+        lines = []
+        for (driver, knob, image), names in pins.items():
+            needs, supports = cuda.image_cuda(image), cuda.driver_cuda(driver)
+            if needs and supports and needs > supports:
+                who = names[0] if len(names) == 1 else f"{len(names)} nodes ({names[0]}, ...)"
+                lines.append(
+                    f"{knob} = {image!r} needs CUDA {cuda.show(needs)}, but nvidia_driver_version = {driver!r} "
+                    f"({who}) supports CUDA {cuda.show(supports)} at most: its pods would fail there"
+                )
+        return lines
+
+    def device_plugin_configs(self) -> dict[str, str]:
+        """The device-plugin ConfigMap ``data``: one rendered YAML per distinct node configuration."""
+        out: dict[str, str] = {}
+        for node in self.nodes.values():
+            out.setdefault(node.device_plugin_config_key, render_yaml(node.device_plugin_config))
+        return dict(sorted(out.items()))
+
+
+def render_yaml(doc: Any) -> str:
+    return yaml.safe_dump(doc, sort_keys=False, default_flow_style=False)
