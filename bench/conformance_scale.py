@@ -120,7 +120,7 @@ def run_layer(
     with Requests() as counted, contextlib.redirect_stdout(output):
         start = time.monotonic()
         code = pytest.main([str(REPO / "conformance"), "-m", layer, "-q", "-p", "no:cacheprovider", "--tb=no",
-                            "--inventory", str(path), "--kubeconfig", kubeconfig, "--timeout", str(timeout),
+                            "--inventory", str(path), "--kubeconfig", kubeconfig, "--command-timeout", str(timeout), "--pod-timeout", str(timeout),
                             "--report-dir", str(root / layer / "report"), "--no-header",
                             "-o", "console_output_style=classic"])  # fmt: skip
         wall = time.monotonic() - start

@@ -1,10 +1,12 @@
-"""Host layer: the node's driver, services and container runtime (over SSH, or on this machine with
-``--connection local``). Expectations come from the inventory's NodeSpec; the judging is in
-:mod:`gpuready.conformance.checks.host`."""
+"""Host layer: the node's driver, services and container runtime, through testinfra's ``host`` (over SSH, or on
+this machine with ``--connection local``). Expectations come from the inventory's NodeSpec; the judging is in
+:mod:`gpuready.conformance.checks.host`. Every node's commands run at once before the first check (the services'
+``systemctl`` questions included), so the checks read testinfra's answers from the cache."""
 
 import pytest
 
-from gpuready.conformance.checks import host
+from gpuready.conformance.checks import Output
+from gpuready.conformance.checks import host as checks
 from gpuready.conformance.plugin import judge
 
 pytestmark = pytest.mark.host
@@ -13,54 +15,73 @@ pytestmark = pytest.mark.host
 @pytest.fixture(scope="module", autouse=True)
 def _whole_fleet_at_once(gpuready_suite):
     """Every node's host commands run at once, before the first check reads them."""
-    gpuready_suite.prefetch("host", lambda node: ["true", *host.commands(node)])
+    gpuready_suite.prefetch("host", lambda node: ["true", *checks.commands(node)])
+
+
+def output(host, command: str) -> Output:
+    """What a command printed, through testinfra's ``host.run`` (cached for the run)."""
+    result = host.run(command)
+    return Output(result.rc, result.stdout, result.stderr)
+
+
+def unit(host, name: str) -> checks.Unit:
+    """testinfra's view of a systemd unit, with systemctl's word for its state for the message."""
+    state = host.run("systemctl is-active %s", name)  # the question service.is_running asks: one answer
+    if state.rc == 127:
+        return checks.Unit(name, False, None, (state.stderr or state.stdout).strip(), systemd=False)
+    service = host.service(name)
+    try:
+        enabled = service.is_enabled
+    except RuntimeError:  # testinfra: systemd knows no such unit file
+        enabled = None
+    return checks.Unit(name, service.is_running, enabled, state.stdout.strip() or state.stderr.strip())
 
 
 def test_connection(node, node_shell):
     judge(node, node_shell.connection_problems)
 
 
-def test_nvidia_smi_runs(node, node_shell):
-    judge(node, host.nvidia_smi_runs, node_shell.run(host.NVIDIA_SMI_COMMAND))
+def test_nvidia_smi_runs(node, host):
+    judge(node, checks.nvidia_smi_runs, output(host, checks.NVIDIA_SMI_COMMAND))
 
 
-def test_driver_version(node, node_shell):
-    judge(node, host.driver_version, node, node_shell.run(host.NVIDIA_SMI_COMMAND))
+def test_driver_version(node, host):
+    judge(node, checks.driver_version, node, output(host, checks.NVIDIA_SMI_COMMAND))
 
 
-def test_no_driver_library_mismatch(node, node_shell):
-    judge(node, host.driver_library_mismatch, node_shell.run(host.NVIDIA_SMI_COMMAND))
+def test_no_driver_library_mismatch(node, host):
+    judge(node, checks.driver_library_mismatch, output(host, checks.NVIDIA_SMI_COMMAND))
 
 
-def test_persistence_mode(node, node_shell):
-    judge(node, host.persistence_mode, node_shell.run(host.NVIDIA_SMI_COMMAND))
+def test_persistence_mode(node, host):
+    judge(node, checks.persistence_mode, output(host, checks.NVIDIA_SMI_COMMAND))
 
 
-def test_fabric_manager_active(node, node_shell):
+def test_fabric_manager_active(node, host):
     if not node.nvswitch:
         pytest.skip(
             f"{node.name}: not applicable: the inventory says this node has no NVSwitch (nvswitch = False)"
         )
-    judge(node, host.fabric_manager, node, node_shell.run(host.FABRIC_MANAGER_COMMAND))
+    judge(node, checks.fabric_manager, node, unit(host, checks.FABRIC_MANAGER))
 
 
-def test_toolkit_version(node, node_shell):
-    judge(node, host.toolkit_version, node, node_shell.run(host.TOOLKIT_COMMAND))
+def test_toolkit_version(node, host):
+    judge(node, checks.toolkit_version, node, output(host, checks.TOOLKIT_COMMAND))
 
 
-def test_driver_security_floor(node, node_shell):
-    judge(node, host.driver_security, node_shell.run(host.NVIDIA_SMI_COMMAND))
+def test_driver_security_floor(node, host):
+    judge(node, checks.driver_security, output(host, checks.NVIDIA_SMI_COMMAND))
 
 
-def test_toolkit_security_floor(node, node_shell):
-    judge(node, host.toolkit_security, node_shell.run(host.TOOLKIT_COMMAND))
+def test_toolkit_security_floor(node, host):
+    judge(node, checks.toolkit_security, output(host, checks.TOOLKIT_COMMAND))
 
 
-def test_containerd_nvidia_handler(node, node_shell):
-    judge(node, host.containerd_nvidia_handler, node_shell.run(host.CONTAINERD_COMMAND))
+def test_containerd_nvidia_handler(node, host):
+    judge(node, checks.containerd_nvidia_handler, output(host, checks.CONTAINERD_COMMAND))
 
 
-def test_kubelet_active(node, node_shell):
+def test_kubelet_active(node, host):
     if not node.join.enabled:
         pytest.skip(f"{node.name}: not applicable: the inventory does not join this node (kube_join = False)")
-    judge(node, host.kubelet_active, node, node_shell.run(host.KUBELET_COMMAND))
+    judge(node, checks.kubelet_active, node, unit(host, checks.KUBELET))

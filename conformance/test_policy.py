@@ -7,7 +7,7 @@
   ``nvidia.com/gpu.product`` (among the nodes checked), created at once and followed with the same one watch
   until bound or Unschedulable; it must be bound to a node of that product by the inventory. Deleted after.
 - PriorityClasses: one LIST for the whole fleet.
-- preemption: on one node (the fewest whole GPUs that nothing of the run holds) plain pods hold every GPU, then a
+- preemption: on one node (the fewest whole GPUs, none held by any pod: one LIST) plain pods hold every GPU, then a
   GPU pod of the inventory's highest PriorityClass is sent there and followed with one watch until bound: it must
   have preempted one of them. The pods are deleted after.
 - GPU quotas: per quota namespace, one LIST of its ResourceQuotas and one server-side dry-run create
@@ -151,12 +151,29 @@ HOLD = ["sh", "-c", "nvidia-smi -L; sleep infinity"]
 HOPELESS = ("Preemption is not helpful", "No preemption victims found", "preemptionPolicy=Never")
 
 
-def _preemption_candidate(suite, workloads, node):
+def _gpus_held(cluster):
+    """{node: GPUs requested by its pods that have not finished}, every namespace, from one LIST: what the
+    scheduler counts as taken (a terminating pod's GPU included, until the pod is gone)."""
+    raw = cluster.core.list_pod_for_all_namespaces(
+        field_selector="status.phase!=Succeeded,status.phase!=Failed", _preload_content=False
+    )
+    held: dict[str, int] = {}
+    for pod in json.loads(raw.data)["items"]:
+        where = (pod.get("spec") or {}).get("nodeName")
+        for container in (pod.get("spec") or {}).get("containers") or []:
+            wanted = ((container.get("resources") or {}).get("requests") or {}).get(checks.GPU_RESOURCE)
+            if where and wanted:
+                held[where] = held.get(where, 0) + int(wanted)
+    return held
+
+
+def _preemption_candidate(suite, workloads, node, held):
     """(GPUs, name, node, highest class) when the suite can fill the node's GPUs alone, else None."""
     if (
         suite.gated(node, "policy") is not None
         or node.sharing.mode != "none"
         or workloads.running_on(node.name)
+        or held.get(node.name)
     ):
         return None
     try:
@@ -173,10 +190,11 @@ def preemption(gpuready_suite, gpuready_workloads):
     Plain pods hold every GPU of it first; only then, so that the only possible victims are the suite's own,
     a GPU pod of the inventory's highest PriorityClass is sent there and followed until bound."""
     suite, workloads = gpuready_suite, gpuready_workloads
-    options = [c for n in suite.nodes if (c := _preemption_candidate(suite, workloads, n))]
+    held = _gpus_held(workloads.cluster)
+    options = [c for n in suite.nodes if (c := _preemption_candidate(suite, workloads, n, held))]
     if not options:
         return (
-            "no node the suite could fill alone (whole GPUs, sharing none, none held by the run): not tried",
+            "no node the suite could fill alone (whole GPUs, sharing none, none held by any pod): not tried",
             None,
         )
     count, _name, node, (pc, value) = min(options, key=lambda c: c[:2])
@@ -219,6 +237,11 @@ def preemption(gpuready_suite, gpuready_workloads):
                 )  # fmt: skip
 
         _watch(cluster, namespace, seen, lambda: bool(state["node"] or state["hopeless"]), suite.pod_timeout)
+        # a holder preempted and gone before the watch's first LIST was never seen being deleted: it is a victim
+        left = json.loads(cluster.core.list_namespaced_pod(
+            namespace, label_selector="gpuready.io/check=preemption", _preload_content=False).data)["items"]  # fmt: skip
+        alive = {p["metadata"]["name"] for p in left if not p["metadata"].get("deletionTimestamp")}
+        state["victims"] |= {holder for holder in names if holder not in alive}
         result = checks.Preemption(name, pc, state["priority"], names, tuple(sorted(state["victims"])), state["node"],
                                    state["unschedulable"], suite.pod_timeout)  # fmt: skip
         return node.name, result

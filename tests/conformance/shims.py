@@ -53,6 +53,7 @@ class FakeNode:
     )
     journal: list[str] = field(default_factory=list)
     missing: set[str] = field(default_factory=set)
+    disabled: set[str] = field(default_factory=set)  # units whose `systemctl is-enabled` says disabled
     driver_version: str | None = None
     boot: int = 1
 
@@ -91,6 +92,9 @@ class FakeNode:
         units.mkdir(exist_ok=True)
         for unit, state in self.units.items():
             (units / unit).write_text(state + "\n")
+            (units / f"{unit}.disabled").unlink(missing_ok=True)
+            if unit in self.disabled:
+                (units / f"{unit}.disabled").write_text("")
         (self.root / "fabricmanager.pid").write_text(f"{os.getpid()}\n")
         (self.root / "journal").write_text("".join(line + "\n" for line in self.journal))
         log = 'echo "$(basename "$0") $*" >> "$GPUREADY_FAKE_NODE/calls"\n'
@@ -110,10 +114,18 @@ class FakeNode:
                 """),
             "systemctl": textwrap.dedent("""\
                 #!/bin/sh
-                [ "$1" = is-active ] || { echo "systemctl: unsupported here: $*" >&2; exit 2; }
-                state=$(cat "$GPUREADY_FAKE_NODE/units/$2" 2>/dev/null || echo inactive)
-                echo "$state"
-                [ "$state" = active ] || exit 3
+                unit="$GPUREADY_FAKE_NODE/units/$2"
+                case "$1" in
+                  is-active)
+                    state=$(cat "$unit" 2>/dev/null || echo inactive)
+                    echo "$state"
+                    [ "$state" = active ] || exit 3 ;;
+                  is-enabled)
+                    [ -e "$unit" ] || { echo "Failed to get unit file state for $2.service: No such file or directory" >&2; exit 1; }
+                    [ -e "$unit.disabled" ] && { echo disabled; exit 1; }
+                    echo enabled ;;
+                  *) echo "systemctl: unsupported here: $*" >&2; exit 2 ;;
+                esac
                 """),
             "journalctl": textwrap.dedent("""\
                 #!/bin/sh

@@ -109,14 +109,22 @@ def test_persistence_mode_on_real_reports():
     ]
 
 
+def unit(name: str, state: str = "active", enabled: bool | None = True) -> host.Unit:
+    return host.Unit(name, state == "active", enabled, state)
+
+
 def test_fabric_manager(h100, a100_mig):
-    assert host.fabric_manager(h100, ok("active\n")) == []
-    assert host.fabric_manager(h100, Output(3, "failed\n", "")) == [
+    assert host.fabric_manager(h100, unit("nvidia-fabricmanager")) == []
+    assert host.fabric_manager(h100, unit("nvidia-fabricmanager", "failed")) == [
         "Fabric Manager is failed (`systemctl is-active nvidia-fabricmanager`); on NVSwitch systems CUDA cannot "
         "start without it"
     ]
+    assert host.fabric_manager(h100, unit("nvidia-fabricmanager", enabled=False)) == [
+        "Fabric Manager is active but not enabled: it will not start after a reboot "
+        "(`systemctl is-enabled nvidia-fabricmanager`)"
+    ]
     with pytest.raises(CannotCheck, match="no NVSwitch"):
-        host.fabric_manager(a100_mig, ok("inactive\n"))
+        host.fabric_manager(a100_mig, unit("nvidia-fabricmanager", "inactive"))
 
 
 TOOLKIT = "NVIDIA Container Toolkit CLI version 1.20.0\ncommit: 1f8d6a1d0a0b1c2d3e4f5a6b7c8d9e0f1a2b3c4d\n"
@@ -169,13 +177,20 @@ def test_containerd_handler_that_lost_runc_options_or_runs_the_wrong_binary():
 
 
 def test_kubelet(h100):
-    assert host.kubelet_active(h100, ok("active\n")) == []
-    assert host.kubelet_active(h100, Output(3, "activating\n", "")) == [
+    assert host.kubelet_active(h100, unit("kubelet")) == []
+    assert host.kubelet_active(h100, unit("kubelet", "activating")) == [
         "kubelet is activating (`systemctl is-active kubelet`)"
+    ]
+    assert host.kubelet_active(h100, unit("kubelet", enabled=False)) == [
+        "kubelet is active but not enabled: it will not start after a reboot (`systemctl is-enabled kubelet`)"
+    ]
+    no_systemd = host.Unit("kubelet", False, None, "sh: systemctl: not found", systemd=False)
+    assert host.kubelet_active(h100, no_systemd) == [
+        "cannot ask systemd: `systemctl is-active kubelet`: sh: systemctl: not found"
     ]
     not_joined = dataclasses.replace(h100, join=dataclasses.replace(h100.join, enabled=False))
     with pytest.raises(CannotCheck, match="kube_join = False"):
-        host.kubelet_active(not_joined, ok("inactive\n"))
+        host.kubelet_active(not_joined, unit("kubelet", "inactive"))
 
 
 # --- gpu ----------------------------------------------------------------------------------------------------------
@@ -400,3 +415,31 @@ def test_driver_security_floor_on_a_real_report():
     assert problem.startswith("NVIDIA driver 535.54.03 is affected by ") and "CVE-2024-0074" in problem
     fixed = ok(xml("telegraf__a100-sxm4-v12.xml").replace("535.54.03", "580.178.04"))
     assert host.driver_security(fixed) == []
+
+
+# --- each GPU named once: "GPU 3" by index, "GPU 0000:2A:00.0" by bus id (a GPU nvidia-smi lost) ------------------
+# nvidia-smi's real message (exit 15) for a GPU whose handle the driver lost
+LOST = "Unable to determine the device handle for GPU0000:2A:00.0: Unknown Error\n"
+
+
+def test_a_lost_gpu_is_named_once_by_its_bus_id(h100):
+    # the capture is trimmed to one of its 4 GPUs: what a node whose other GPUs fell off the bus reports
+    a100 = dataclasses.replace(h100, gpu_model="NVIDIA A100-SXM4-80GB", gpu_count=4, gpu_memory_mib=81920)
+    report = parse_query_xml((XML / "telegraf__a100-sxm4-v12.xml").read_text())
+    lost = gpu.lost_gpus(Output(15, "", LOST))
+    problems = gpu.gpus_match_spec(a100, report, lost)
+    assert problems == [
+        "1 GPU(s) answer of 4 attached, the inventory says 4 "
+        "(GPU 0000:2A:00.0 (Unknown Error): fallen off the bus?)"
+    ]
+    assert not any("GPU GPU" in problem for problem in problems)
+
+
+def test_several_lost_gpus_are_each_named_once(h100):
+    a100 = dataclasses.replace(h100, gpu_model="NVIDIA A100-SXM4-80GB", gpu_count=4, gpu_memory_mib=81920)
+    report = parse_query_xml((XML / "telegraf__a100-sxm4-v12.xml").read_text())
+    stderr = LOST + "Unable to determine the device handle for GPU0000:3B:00.0: GPU is lost\n"
+    problems = gpu.gpus_match_spec(a100, report, gpu.lost_gpus(Output(15, "", stderr)))
+    assert problems[0].endswith(
+        "(GPU 0000:2A:00.0 (Unknown Error); GPU 0000:3B:00.0 (GPU is lost): fallen off the bus?)"
+    )

@@ -49,7 +49,7 @@ def run(pytester, fleet, *args, **kw):
     report = pytester.path / "report"
     result = pytester.runpytest_inprocess(
         "conformance", "--inventory", str(fleet.inventory), "--kubeconfig", str(fleet.kubeconfig),
-        "--timeout", "60", "--report-dir", str(report), "-p", "no:cacheprovider", "-rs", *args, **kw,
+        "--command-timeout", "60", "--pod-timeout", "60", "--report-dir", str(report), "-p", "no:cacheprovider", "-rs", *args, **kw,
     )  # fmt: skip
     return result, read_verdict(report)
 
@@ -208,7 +208,7 @@ def test_namespace_deleted_after_a_timeout(pytester, kube_suite, fleets):
     fleet = fleets()
     l4 = list(fleet.nodes)[2]
     fleet.remove_nvidia_dropin(l4)
-    result, verdict = run(pytester, fleet, "--nodes", l4, "--timeout", "0.01")
+    result, verdict = run(pytester, fleet, "--nodes", l4, "--pod-timeout", "0.01")
     message = checks(verdict, l4)["workloads/test_vector_add"][1]
     assert "(timed out waiting)" in message or "RunContainerError" in message
     assert result.ret == 1

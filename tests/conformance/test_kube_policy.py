@@ -35,7 +35,7 @@ def run(pytester, fleet):
     report = pytester.path / "report"
     pytester.runpytest_inprocess(
         "conformance", "--inventory", str(fleet.inventory), "--kubeconfig", str(fleet.kubeconfig),
-        "--timeout", "60", "--report-dir", str(report), "-p", "no:cacheprovider", "-rs",
+        "--command-timeout", "60", "--pod-timeout", "60", "--report-dir", str(report), "-p", "no:cacheprovider", "-rs",
     )  # fmt: skip
     verdict = read_verdict(report)
     return {
@@ -205,7 +205,7 @@ def test_policy_after_the_other_kubernetes_layers(pytester, lab_cluster, api, vi
         report = pytester.path / "report"
         result = pytester.runpytest_inprocess(
             "conformance", "--inventory", str(fleet.inventory), "--kubeconfig", str(fleet.kubeconfig),
-            "--timeout", "60", "--report-dir", str(report), "-p", "no:cacheprovider", "-rs",
+            "--command-timeout", "60", "--pod-timeout", "60", "--report-dir", str(report), "-p", "no:cacheprovider", "-rs",
         )  # fmt: skip
         verdict = read_verdict(report)
         assert result.ret == 0, verdict

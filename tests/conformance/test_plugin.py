@@ -68,7 +68,7 @@ def test_help_lists_the_options_and_loads_nothing(pytester, tmp_path):
         ]
     )
     text = result.stdout.str()
-    for option in ("--kubeconfig", "--timeout", "--connection"):
+    for option in ("--kubeconfig", "--command-timeout", "--pod-timeout", "--connection"):
         assert option in text
 
 

@@ -163,6 +163,13 @@ HOST_BREAKAGE = {
     ),
     "no-nvidia-handler": ("test_containerd_nvidia_handler", ["containerd has no 'nvidia' runtime handler"]),
     "kubelet-inactive": ("test_kubelet_active", ["kubelet is inactive (`systemctl is-active kubelet`)"]),
+    # testinfra's host.service("kubelet").is_enabled: running now, but not after the next reboot
+    "kubelet-disabled": (
+        "test_kubelet_active",
+        [
+            "kubelet is active but not enabled: it will not start after a reboot (`systemctl is-enabled kubelet`)"
+        ],
+    ),
 }
 
 
@@ -188,6 +195,8 @@ def _break(node, breakage: str) -> dict[str, str]:
         node.containerd_dump = "containerd-dump-debian-default.toml"
     elif breakage == "kubelet-inactive":
         node.units["kubelet"] = "inactive"
+    elif breakage == "kubelet-disabled":
+        node.disabled.add("kubelet")
     return {}
 
 
@@ -287,15 +296,15 @@ TWO_NODE_CONFTEST = """
 import json, os
 import pytest
 from gpuready.conformance.plugin import SUITE
-from gpuready.conformance.runners import CachedRunner, LocalRunner
+from gpuready.conformance.runners import NodeRunner, TimedLocalBackend
 
 ENVS = json.loads({envs!r})
 
 @pytest.hookimpl(trylast=True)
 def pytest_sessionstart(session):
     suite = session.config.stash[SUITE]
-    suite.runner_factory = lambda node, connection, timeout: CachedRunner(
-        LocalRunner(node.name, timeout, env={{**os.environ, **ENVS[node.name]}})
+    suite.runner_factory = lambda node, connection, timeout: NodeRunner(
+        node.name, TimedLocalBackend(timeout, env={{**os.environ, **ENVS[node.name]}})
     )
 """
 
@@ -307,7 +316,8 @@ def test_two_nodes_one_broken_the_other_passes(make_node, pytester, suite_dir):
     good.activate()
     bad.activate()
     envs = {"gpu-node-1": good.env(), "gpu-node-2": bad.env()}
-    (suite_dir / "conftest.py").write_text(TWO_NODE_CONFTEST.format(envs=json.dumps(envs)))
+    conftest = suite_dir / "conftest.py"  # the suite's own fixtures stay; the runner factory is added
+    conftest.write_text(conftest.read_text() + TWO_NODE_CONFTEST.format(envs=json.dumps(envs)))
     inventory = good.root / "two.py"
     good.inventory()  # group_data beside it
     inventory.write_text(
@@ -351,7 +361,7 @@ def test_unreachable_node_fails_its_connection_check_once(make_node, pytester, s
         str(inventory),
         "--report-dir",
         str(pytester.path / "report"),
-        "--timeout",
+        "--command-timeout",
         "5",
     )
     assert result.ret == 1
@@ -446,3 +456,32 @@ def test_an_image_newer_than_the_drivers_cuda_fails_the_gpu_layer(make_node, run
         f"gpu-node-1: vectoradd_image {newer} needs CUDA 13.1, the driver here supports CUDA 13.0 "
         "(nvidia-smi, driver 580.178.04)"
     )
+
+
+SITE_CHECKS = """
+\"\"\"Checks of our own, beside the layer files: they get the node and its testinfra host, and land in the
+node's report under the host layer.\"\"\"
+import pytest
+
+pytestmark = pytest.mark.host
+
+
+def test_site_hostname_file(node, host):
+    assert host.file("/etc/hostname").exists
+
+
+def test_site_ntp_daemon(node, host):
+    assert host.exists("chronyd-gpuready-site"), f"{node.name}: chrony is not installed"
+"""
+
+
+def test_a_site_check_file_beside_the_layers_lands_in_the_per_node_report(make_node, run_suite, suite_dir):
+    node = make_node("l4-1")
+    node.activate()
+    (suite_dir / "test_site_checks.py").write_text(SITE_CHECKS)
+    result, report_dir = run_suite(node.inventory())
+    host_layer = read_verdict(report_dir)["nodes"]["gpu-node-1"]["layers"]["host"]
+    assert host_layer["checks"]["test_site_hostname_file"]["status"] == "pass"
+    ntp = host_layer["checks"]["test_site_ntp_daemon"]
+    assert ntp["status"] == "fail" and "gpu-node-1: chrony is not installed" in ntp["message"], ntp
+    assert result.ret == 1

@@ -214,7 +214,10 @@ def test_list_limit_continue_and_selectors(api: client.ApiClient, namespace: str
     )
     assert [c.metadata.name for c in rest.items] == ["cm-2", "cm-3", "cm-4"]
     assert not rest.metadata._continue
-    # without a selector it does: the namespace's kube-root-ca.crt (the real root-ca-cert-publisher's) is listed too
+    # without a selector it does: the namespace's kube-root-ca.crt (the real root-ca-cert-publisher's, published
+    # shortly after the namespace) is listed too
+    wait_for(lambda: any(c.metadata.name == "kube-root-ca.crt" for c in v1.list_namespaced_config_map(namespace).items),
+             what="kube-root-ca.crt published")  # fmt: skip
     unfiltered = v1.list_namespaced_config_map(namespace, limit=2)
     assert [c.metadata.name for c in unfiltered.items] == ["cm-0", "cm-1"]
     assert unfiltered.metadata.remaining_item_count == 4

@@ -21,7 +21,7 @@ BAD: dict[str, tuple[object, str]] = {
     "gpu_count": (0, "must be an integer >= 1"),
     "gpu_memory_mib": ("lots", "must be an integer >= 1"),
     "nvswitch": ("no", "must be True or False"),
-    "nvidia_driver_branch": (580, "a driver branch like '580'"),
+    "nvidia_driver_branch": ("r580", "a driver branch like '580'"),
     "nvidia_driver_version": ("580", "must look like 580.178.04"),
     "nvidia_driver_package_revision": ("", "a Debian revision"),
     "nvidia_driver_source": ("ppa", "must be one of cuda-repo, distribution"),

@@ -45,7 +45,6 @@ LAYER_HELP = {
     "policy": "policy layer: cluster policies as behaviour (taints, product affinity, priority and preemption, GPU quotas)",
     "diag": "diag layer: copy bandwidth against per-model floors and DCGM diagnostics",
 }
-CONNECTIONS = ("ssh", "local")
 DEFAULT_TIMEOUT = 60.0
 NO_INVENTORY = "no --inventory given: the conformance suite needs the fleet's inventory (pytest conformance --inventory inventory/<env>.py)"
 
@@ -58,7 +57,7 @@ class Suite:
     inventory: str
     connection: str
     timeout: float
-    # the inventory's pod_timeout (the largest of the nodes), never above an explicit --timeout
+    # --pod-timeout, else the inventory's pod_timeout (the largest of the nodes)
     pod_timeout: float
     kubeconfig: str | None
     kube_context: str | None
@@ -120,7 +119,8 @@ class Suite:
 
     def prefetch(self, layer: str, commands_of: Callable[[Any], list[str]], workers: int = 32) -> None:
         """Run a layer's commands on every node still in the running at once (each node's in order), so the
-        layer costs the slowest node's time, not the sum over the fleet; the checks then read the cache."""
+        layer costs the slowest node's time, not the sum over the fleet; the checks then read the cache (the
+        commands testinfra's modules run, e.g. ``systemctl is-active kubelet``, are cached the same way)."""
         from concurrent.futures import ThreadPoolExecutor
 
         from gpuready.conformance.runners import ConnectionFailed
@@ -192,14 +192,21 @@ def pytest_addoption(parser: pytest.Parser, pluginmanager: pytest.PytestPluginMa
             help="how the host and gpu layers reach a node: ssh (inventory ssh_* data, strict host keys; the "
             "default) or local (this machine, e.g. a GPU CI runner)",
         )
-    # pytest-timeout's --timeout (seconds per test), where installed, is shared the same way
-    with contextlib.suppress(ValueError):
-        group.addoption(
-            "--timeout",
-            default=None,
-            type=float,
-            help="seconds to wait for one command on a node (default 60)",
-        )
+    group.addoption(
+        "--command-timeout",
+        default=DEFAULT_TIMEOUT,
+        type=float,
+        metavar="SECONDS",
+        help=f"seconds to wait for one command on a node or one API request (default {DEFAULT_TIMEOUT:g})",
+    )
+    group.addoption(
+        "--pod-timeout",
+        default=None,
+        type=float,
+        metavar="SECONDS",
+        help="seconds the suite's pods (workloads, metrics, policy) may take from creation to their end "
+        "(default: the inventory's pod_timeout)",
+    )
     group.addoption(
         "--report-dir",
         default=None,
@@ -222,6 +229,8 @@ def pytest_sessionstart(session: pytest.Session) -> None:
 
     names = [n.strip() for n in (config.getoption("nodes") or "").split(",") if n.strip()]
     connection = config.getoption("connection") or "ssh"
+    from gpuready.conformance.runners import CONNECTIONS
+
     if connection not in CONNECTIONS:
         raise pytest.UsageError(
             f"--connection {connection}: the conformance suite supports {' or '.join(CONNECTIONS)}"
@@ -244,10 +253,8 @@ def pytest_sessionstart(session: pytest.Session) -> None:
         nodes=nodes,
         inventory=inventory,
         connection=connection,
-        timeout=float(config.getoption("timeout") or DEFAULT_TIMEOUT),
-        pod_timeout=min(
-            float(max(n.knobs["pod_timeout"] for n in nodes)), float(config.getoption("timeout") or "inf")
-        ),
+        timeout=float(config.getoption("command_timeout")),
+        pod_timeout=float(config.getoption("pod_timeout") or max(n.knobs["pod_timeout"] for n in nodes)),
         kubeconfig=config.getoption("kubeconfig"),
         kube_context=config.getoption("kube_context"),
         report_dir=config.getoption("report_dir"),
@@ -461,6 +468,17 @@ def gpuready_suite(request: pytest.FixtureRequest) -> Suite:
     if suite is None:
         pytest.skip(NO_INVENTORY)
     return suite
+
+
+def node_host(node: Any, suite: Suite) -> Any:
+    """The node under test as a testinfra host (``host.service(...)``, ``host.package(...)``, ``host.file(...)``,
+    ``host.run(...)``) on the suite's one connection to it, whose answers are cached for the run. A node that
+    cannot be reached skips the check: ``test_connection`` fails it once, for that reason. The ``host`` fixture of
+    ``conformance/conftest.py`` hands it to the host layer and to any site check file beside it."""
+    shell = NodeShell(node, suite.runner(node))
+    for problem in shell.connection_problems():
+        _skip_here(f"{node.name}: {problem}; test_connection reports it")
+    return shell.runner.host
 
 
 @pytest.fixture

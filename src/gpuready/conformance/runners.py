@@ -1,58 +1,86 @@
-"""Run commands on a node, over SSH or on this machine, each command once per node per run.
+"""How the host and gpu layers reach a node: a testinfra host per node, over SSH or on this machine.
 
-One small interface, ``run(command) -> Output``, so the conformance checks never know where a node is. SSH
-keeps host-key checking strict whatever the inventory says (a conformance verdict about an impostor host is
-worthless): the host key must be in ``ssh_known_hosts_file`` or the user's/system known_hosts, or the node
-fails its connection check. Nothing connects until the first command runs.
+There is one way to run a command on a node: testinfra's backend for it. ``ssh`` is testinfra's paramiko backend
+with host-key checking made strict whatever the inventory or ~/.ssh/config says (a conformance verdict about an
+impostor host is worthless): the host key must be in ``ssh_known_hosts_file`` or the user's/system known_hosts,
+or the node fails its connection check. ``local`` is testinfra's local backend (a nightly job on a GPU runner).
+Both stop waiting for a command after ``--command-timeout`` seconds.
+
+Each node gets one :class:`NodeRunner`: the suite's checks read ``run(command) -> Output``, and host checks
+written in testinfra's idiom get its ``host`` (``host.service(...)``, ``host.package(...)``, ``host.file(...)``,
+``host.run(...)``). Both go through the same backend, which runs each distinct command once per node per run, so
+checks that read the same output share it, and what the suite fetched for the whole fleet at once is what
+``host.service("kubelet").is_running`` reads. Nothing connects until the first command runs.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import getpass
 import os
-import shlex
 import signal
 import subprocess
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
+
+import testinfra.host
+from testinfra.backend.base import BaseBackend, CommandResult
+from testinfra.backend.local import LocalBackend
+from testinfra.backend.paramiko import ParamikoBackend
 
 from gpuready.conformance.checks import Output
 from gpuready.spec import NodeSpec
 
 TIMEOUT_RC = 124  # what coreutils' timeout(1) exits with; a command we stopped waiting for reports it too
+CONNECTIONS = ("ssh", "local")
 
 
 class ConnectionFailed(Exception):
     """The node could not be reached or authenticated; the message says which and why."""
 
 
-class Runner(Protocol):
-    name: str
+class _OncePerRun:
+    """Mixed into a testinfra backend: each distinct command (as it would run, sudo included) runs once."""
 
-    def run(self, command: str) -> Output: ...
+    timeout: float
 
-    def close(self) -> None: ...
+    def _start_cache(self) -> None:
+        self._cache: dict[str, CommandResult] = {}
+        self.commands_run = 0
+
+    def run(self, command: str, *args: str, **kwargs: Any) -> CommandResult:
+        final = self.get_command(command, *args)  # type: ignore[attr-defined]
+        if final not in self._cache:
+            self.commands_run += 1
+            self._cache[final] = self.execute(final)
+        return self._cache[final]
+
+    def execute(self, command: str) -> CommandResult:
+        raise NotImplementedError
+
+    def timed_out(self, command: str) -> tuple[int, bytes, bytes]:
+        message = f"{command}: no answer within {self.timeout:g} s (--command-timeout)"
+        return TIMEOUT_RC, b"", message.encode()
 
 
-class LocalRunner:
-    """Commands on this machine through ``/bin/sh -c`` (what a nightly job on a GPU runner uses)."""
+class TimedLocalBackend(_OncePerRun, LocalBackend):
+    """testinfra's local backend, with a timeout that stops the command's whole process group."""
 
-    def __init__(self, name: str, timeout: float, env: Mapping[str, str] | None = None) -> None:
-        self.name = name
+    def __init__(self, timeout: float, env: Mapping[str, str] | None = None) -> None:
+        super().__init__()
         self.timeout = timeout
         self.env = dict(env) if env is not None else None
+        self._start_cache()
 
-    def run(self, command: str) -> Output:
+    def execute(self, command: str) -> CommandResult:
         # Its own process group, so a timeout stops the command's children too (they would hold the pipes open).
         proc = subprocess.Popen(
             ["/bin/sh", "-c", command],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             stdin=subprocess.DEVNULL,
-            text=True,
-            errors="replace",
             env=self.env,
             start_new_session=True,
         )
@@ -62,40 +90,44 @@ class LocalRunner:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, signal.SIGKILL)
             proc.communicate()
-            return Output(TIMEOUT_RC, "", f"{command}: no answer within {self.timeout:g} s (--timeout)")
-        return Output(proc.returncode, stdout, stderr)
-
-    def close(self) -> None:
-        pass
+            return self.result(*_with_command(self.timed_out(command), self.encode(command)))
+        return self.result(proc.returncode, self.encode(command), stdout, stderr)
 
 
-class SshRunner:
-    """Commands on a node over SSH (paramiko), with the inventory's ssh_* data and strict host keys."""
+class StrictSshBackend(_OncePerRun, ParamikoBackend):
+    """testinfra's paramiko backend with the inventory's ssh_* data, strict host keys, ``sudo -n`` (never a
+    password prompt that would hang the run) and a timeout per command. A failure to connect is remembered, so an
+    unreachable node is tried once per run."""
 
-    def __init__(self, name: str, data: Mapping[str, Any], timeout: float) -> None:
-        self.name = name
+    def __init__(self, node: str, data: Mapping[str, Any], timeout: float) -> None:
+        user = str(data.get("ssh_user") or getpass.getuser())
+        hostname = str(data.get("ssh_hostname") or node)
+        port = int(data.get("ssh_port") or 22)
+        address = f"[{hostname}]" if ":" in hostname else hostname
+        key = data.get("ssh_key")
+        super().__init__(
+            f"{user}@{address}:{port}",
+            ssh_identity_file=str(Path(str(key)).expanduser()) if key else None,
+            timeout=max(1, round(timeout)),
+            sudo=bool(data.get("_sudo")),
+        )
         self.timeout = timeout
-        self.hostname = str(data.get("ssh_hostname") or name)
-        self.port = int(data.get("ssh_port") or 22)
-        self.user = str(data.get("ssh_user") or getpass.getuser())
-        self.key = data.get("ssh_key")
+        self.where = f"{user}@{hostname}:{port}"
         self.known_hosts = data.get("ssh_known_hosts_file")
-        self.sudo = bool(data.get("_sudo"))
-        self._client: Any = None
         self._error: ConnectionFailed | None = None
+        self._start_cache()
 
-    @property
-    def where(self) -> str:
-        return f"{self.user}@{self.hostname}:{self.port}"
+    def get_sudo_command(self, command: str, sudo_user: str | None) -> str:
+        if sudo_user is None:
+            return self.quote("sudo -n /bin/sh -c %s", command)
+        return self.quote("sudo -n -u %s /bin/sh -c %s", sudo_user, command)
 
-    def connect(self) -> Any:
-        """The connected client; a failure is remembered so an unreachable node is tried once per run."""
-        if self._client is not None:
-            return self._client
+    @functools.cached_property
+    def client(self) -> Any:
+        import paramiko
+
         if self._error is not None:
             raise self._error
-        import paramiko  # imported here: a plain `pytest --help` must not pay for it
-
         client = paramiko.SSHClient()
         client.set_missing_host_key_policy(paramiko.RejectPolicy())
         try:
@@ -103,15 +135,15 @@ class SshRunner:
             if self.known_hosts:
                 client.load_host_keys(str(Path(str(self.known_hosts)).expanduser()))
             client.connect(
-                self.hostname,
-                port=self.port,
-                username=self.user,
-                key_filename=str(Path(str(self.key)).expanduser()) if self.key else None,
+                self.host.name,
+                port=int(self.host.port or 22),
+                username=self.host.user,
+                key_filename=self.ssh_identity_file,
                 timeout=self.timeout,
                 banner_timeout=self.timeout,
                 auth_timeout=self.timeout,
-                allow_agent=not self.key,
-                look_for_keys=not self.key,
+                allow_agent=not self.ssh_identity_file,
+                look_for_keys=not self.ssh_identity_file,
             )
         except (OSError, paramiko.SSHException) as exc:
             client.close()
@@ -120,53 +152,79 @@ class SshRunner:
                 reason += " (host keys are always checked: add the node's key to ssh_known_hosts_file)"
             self._error = ConnectionFailed(f"cannot connect over SSH to {self.where}: {reason}")
             raise self._error from None
-        self._client = client
         return client
 
-    def run(self, command: str) -> Output:
-        client = self.connect()
-        line = f"sudo -n sh -c {shlex.quote(command)}" if self.sudo else command
+    def execute(self, command: str) -> CommandResult:
+        cmd = self.encode(command)
         try:
-            _stdin, stdout, stderr = client.exec_command(line, timeout=self.timeout)
-            out = stdout.read().decode(errors="replace")
-            err = stderr.read().decode(errors="replace")
-            return Output(stdout.channel.recv_exit_status(), out, err)
+            transport = self.client.get_transport()
+            channel = transport.open_session()
+            channel.settimeout(self.timeout)
+            channel.exec_command(cmd)
+            stdout = b"".join(channel.makefile("rb"))
+            stderr = b"".join(channel.makefile_stderr("rb"))
+            return self.result(channel.recv_exit_status(), cmd, stdout, stderr)
+        except ConnectionFailed:
+            raise
         except TimeoutError:
-            return Output(TIMEOUT_RC, "", f"{command}: no answer within {self.timeout:g} s (--timeout)")
+            return self.result(*_with_command(self.timed_out(command), cmd))
         except Exception as exc:  # a dropped session: the node is gone for the rest of the run
             self._error = ConnectionFailed(f"SSH session to {self.where} failed: {type(exc).__name__}: {exc}")
             self.close()
             raise self._error from None
 
     def close(self) -> None:
-        if self._client is not None:
-            self._client.close()
-            self._client = None
+        client = self.__dict__.pop("client", None)
+        if client is not None:
+            client.close()
 
 
-class CachedRunner:
-    """Each command runs once per node per run: checks that read the same output share it."""
+def _with_command(outcome: tuple[int, bytes, bytes], cmd: bytes) -> tuple[int, bytes, bytes, bytes]:
+    rc, stdout, stderr = outcome
+    return rc, cmd, stdout, stderr
 
-    def __init__(self, runner: Runner) -> None:
-        self.runner = runner
-        self.name = runner.name
-        self._cache: dict[str, Output] = {}
-        self.commands_run = 0
+
+class SystemdHost(testinfra.host.Host):
+    """A testinfra host whose ``service`` is systemd's without probing for the init system: a GPU node gpuready
+    deploys runs systemd (the deploy manages units with it), and probing costs round trips and depends, in local
+    mode, on the runner machine's /sbin/init."""
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "service":
+            from testinfra.modules.service import SystemdService
+
+            module = type("SystemdService", (SystemdService,), {"_host": self})
+            setattr(self, name, module)
+            return module
+        return super().__getattr__(name)
+
+
+class NodeRunner:
+    """One node's testinfra host and the suite's view of it: ``run(command) -> Output``."""
+
+    def __init__(self, name: str, backend: BaseBackend) -> None:
+        self.name = name
+        self.backend = backend
+        self.host = SystemdHost(backend)
+
+    @property
+    def commands_run(self) -> int:
+        return int(getattr(self.backend, "commands_run", 0))
 
     def run(self, command: str) -> Output:
-        if command not in self._cache:
-            self.commands_run += 1
-            self._cache[command] = self.runner.run(command)
-        return self._cache[command]
+        result = self.host.run(command)
+        return Output(result.rc, result.stdout, result.stderr)
 
     def close(self) -> None:
-        self.runner.close()
+        close = getattr(self.backend, "close", None)
+        if close is not None:
+            close()
 
 
-def make_runner(node: NodeSpec, connection: str, timeout: float) -> CachedRunner:
+def make_runner(node: NodeSpec, connection: str, timeout: float) -> NodeRunner:
     """The runner for one node: ``local`` runs on this machine, ``ssh`` uses the node's ssh_* inventory data."""
     if connection == "local":
-        return CachedRunner(LocalRunner(node.name, timeout, env=os.environ))
+        return NodeRunner(node.name, TimedLocalBackend(timeout, env=os.environ))
     if connection == "ssh":
-        return CachedRunner(SshRunner(node.name, node.connection, timeout))
-    raise ValueError(f"connection must be 'ssh' or 'local', not {connection!r}")
+        return NodeRunner(node.name, StrictSshBackend(node.name, node.connection, timeout))
+    raise ValueError(f"connection must be one of {', '.join(CONNECTIONS)}, not {connection!r}")

@@ -272,8 +272,7 @@ def quotas_and_priorities(settings: AddonSettings) -> list[Manifest]:
                 "apiVersion": "scheduling.k8s.io/v1",
                 "kind": "PriorityClass",
                 "metadata": _meta(name),
-                "value": value,
-                "globalDefault": False,
+                "value": value,  # globalDefault stays unset (false): the API server omits a false one
                 "description": "GPU workloads (gpuready)",
             }
         )

@@ -444,7 +444,7 @@ class _HostReader:
 
     def versions(self) -> Versions | None:
         before = len(self.problems)
-        branch = str(self.get("nvidia_driver_branch", ""))
+        branch = str(self.settings["nvidia_driver_branch"])
         driver = self.get("nvidia_driver_version")
         m = _DRIVER_VERSION.match(driver) if isinstance(driver, str) else None
         if not m:

@@ -79,6 +79,12 @@ MIG_SHARING_MODES = ("none", "time-slicing")
 DRIVER_SOURCES = ("cuda-repo", "distribution")
 
 
+def _branch(value: Any) -> str | None:
+    # --data nvidia_driver_branch=570 arrives as an int (pyinfra parses it): both forms are the branch
+    ok = isinstance(value, int | str) and not isinstance(value, bool) and re.fullmatch(r"\d{3}", str(value))
+    return None if ok else "must be a driver branch like '580'"
+
+
 def _image(value: Any) -> str | None:
     return kubesyntax.image_reference_problem(value)
 
@@ -179,7 +185,7 @@ KNOBS: dict[str, Knob] = {k.name: k for k in (
        "gpus", "both", _boolean),
     # --- versions
     _K("nvidia_driver_branch", "580", "the driver branch; nvidia_driver_version must belong to it", "versions",
-       "both", _text(r"\d{3}", "a driver branch like '580' (a string)")),
+       "both", _branch),
     _K("nvidia_driver_version", "580.178.04", "what `nvidia-smi` reports as driver_version", "versions", "both"),
     _K("nvidia_driver_package_revision", "1", "Debian revision in the repository: nvidia-driver=580.178.04-1",
        "versions", "deploy", _REVISION),

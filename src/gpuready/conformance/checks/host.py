@@ -9,6 +9,7 @@ and the checks that need nvidia-smi's report raise :class:`~gpuready.conformance
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 
 import tomlkit.exceptions
 
@@ -25,23 +26,48 @@ from gpuready.nvidia.smi import SmiReport, parse_query_xml
 from gpuready.spec.model import NodeSpec
 
 NVIDIA_SMI_COMMAND = "nvidia-smi -q -x"
-FABRIC_MANAGER_COMMAND = "systemctl is-active nvidia-fabricmanager"
 TOOLKIT_COMMAND = "nvidia-ctk --version"
 CONTAINERD_COMMAND = "containerd config dump"
-KUBELET_COMMAND = "systemctl is-active kubelet"
+FABRIC_MANAGER = "nvidia-fabricmanager"
+KUBELET = "kubelet"
 
 MISMATCH = "Driver/library version mismatch"
 
 
+def units(node: NodeSpec) -> list[str]:
+    """The systemd units the host layer asks testinfra about on ``node``."""
+    return [*([FABRIC_MANAGER] if node.nvswitch else []), *([KUBELET] if node.join.enabled else [])]
+
+
 def commands(node: NodeSpec) -> list[str]:
-    """What the host layer runs on ``node`` (run fleet-wide at once before its checks)."""
-    return [
-        NVIDIA_SMI_COMMAND,
-        *([FABRIC_MANAGER_COMMAND] if node.nvswitch else []),
-        TOOLKIT_COMMAND,
-        CONTAINERD_COMMAND,
-        *([KUBELET_COMMAND] if node.join.enabled else []),
+    """What the host layer runs on ``node`` (run fleet-wide at once before its checks): its tools, and for each
+    unit the two questions testinfra's ``host.service(unit)`` asks systemd (so it reads them from the cache)."""
+    asked = [
+        f"systemctl {question} {unit}" for unit in units(node) for question in ("is-active", "is-enabled")
     ]
+    return [NVIDIA_SMI_COMMAND, TOOLKIT_COMMAND, CONTAINERD_COMMAND, *asked]
+
+
+@dataclass(frozen=True)
+class Unit:
+    """A systemd unit as testinfra's ``host.service(name)`` sees it, with systemctl's word for its state."""
+
+    name: str
+    running: bool
+    enabled: bool | None  # None: systemd knows no such unit file
+    state: str  # what `systemctl is-active <name>` printed: active, inactive, failed, activating, ...
+    systemd: bool = True  # False: systemctl could not be run at all
+
+
+def _unit_problems(unit: Unit, what: str, consequence: str = "") -> list[str]:
+    if not unit.systemd:
+        return [f"cannot ask systemd: `systemctl is-active {unit.name}`: {unit.state}"]
+    if not unit.running:
+        return [f"{what} is {unit.state} (`systemctl is-active {unit.name}`){consequence}"]
+    if unit.enabled is False:
+        return [f"{what} is active but not enabled: it will not start after a reboot "
+                f"(`systemctl is-enabled {unit.name}`)"]  # fmt: skip
+    return []
 
 
 _TOOLKIT_VERSION = re.compile(r"NVIDIA Container Toolkit CLI version (\S+)")
@@ -115,17 +141,11 @@ def persistence_mode(out: Output) -> list[str]:
     return []
 
 
-def fabric_manager(node: NodeSpec, out: Output) -> list[str]:
+def fabric_manager(node: NodeSpec, unit: Unit) -> list[str]:
+    """Fabric Manager runs, and starts at boot, on an NVSwitch system."""
     if not node.nvswitch:
         raise CannotCheck("not applicable: the inventory says this node has no NVSwitch (nvswitch = False)")
-    if not_found(out):
-        return [f"cannot ask systemd: `{FABRIC_MANAGER_COMMAND}`: {out.first_line()}"]
-    state = out.stdout.strip() or out.first_line()
-    if state != "active":
-        return [
-            f"Fabric Manager is {state} (`{FABRIC_MANAGER_COMMAND}`); on NVSwitch systems CUDA cannot start without it"
-        ]
-    return []
+    return _unit_problems(unit, "Fabric Manager", "; on NVSwitch systems CUDA cannot start without it")
 
 
 def toolkit_version(node: NodeSpec, out: Output) -> list[str]:
@@ -205,12 +225,8 @@ def containerd_nvidia_handler(out: Output) -> list[str]:
     return problems
 
 
-def kubelet_active(node: NodeSpec, out: Output) -> list[str]:
+def kubelet_active(node: NodeSpec, unit: Unit) -> list[str]:
+    """The kubelet runs, and starts at boot, on a node that joined."""
     if not node.join.enabled:
         raise CannotCheck("not applicable: the inventory does not join this node (kube_join = False)")
-    if not_found(out):
-        return [f"cannot ask systemd: `{KUBELET_COMMAND}`: {out.first_line()}"]
-    state = out.stdout.strip() or out.first_line()
-    if state != "active":
-        return [f"kubelet is {state} (`{KUBELET_COMMAND}`)"]
-    return []
+    return _unit_problems(unit, "kubelet")

@@ -1,5 +1,6 @@
-"""Running commands on a node: local shell semantics, once-per-run caching, and SSH with strict host keys against
-an in-process paramiko server (no sshd needed)."""
+"""Reaching a node through testinfra: local shell semantics and a timeout, each command once per run (the suite's
+``run`` and testinfra's ``host`` share it), and testinfra's paramiko backend with strict host keys against an
+in-process paramiko server (no sshd needed)."""
 
 from __future__ import annotations
 
@@ -10,39 +11,35 @@ import pytest
 from sshd import SshServer
 
 from gpuready.conformance.checks import Output
-from gpuready.conformance.runners import CachedRunner, ConnectionFailed, LocalRunner, SshRunner
+from gpuready.conformance.runners import ConnectionFailed, NodeRunner, StrictSshBackend, TimedLocalBackend
+
+
+def local(timeout: float = 10) -> NodeRunner:
+    return NodeRunner("n1", TimedLocalBackend(timeout))
 
 
 def test_local_runner_reports_exit_status_and_both_streams():
-    runner = LocalRunner("n1", timeout=10)
+    runner = local()
     assert runner.run("echo out; echo err >&2; exit 3") == Output(3, "out\n", "err\n")
     missing = runner.run("no-such-tool-gpuready --version")
     assert missing.rc == 127 and "not found" in missing.stderr
 
 
 def test_local_runner_stops_waiting_at_the_timeout():
-    out = LocalRunner("n1", timeout=0.2).run("sleep 5")
+    out = local(timeout=0.2).run("sleep 5")
     assert out.rc == 124
-    assert "no answer within 0.2 s (--timeout)" in out.stderr
+    assert "no answer within 0.2 s (--command-timeout)" in out.stderr
 
 
-def test_cached_runner_runs_each_command_once():
-    class Counting:
-        name = "n1"
-        calls: list[str] = []
-
-        def run(self, command):
-            self.calls.append(command)
-            return Output(0, command, "")
-
-        def close(self):
-            pass
-
-    inner = Counting()
-    runner = CachedRunner(inner)
-    assert runner.run("a") == runner.run("a") == Output(0, "a", "")
-    runner.run("b")
-    assert inner.calls == ["a", "b"] and runner.commands_run == 2
+def test_each_command_runs_once_and_testinfra_reads_the_same_cache(tmp_path):
+    marker = tmp_path / "runs"
+    runner = local()
+    command = f"echo x >> {marker}; cat {marker} | wc -l"
+    assert runner.run(command) == runner.run(command) == Output(0, "1\n", "")
+    assert runner.host.run(command).stdout == "1\n"  # testinfra's host.run: the same backend, the same answer
+    assert runner.commands_run == 1 and marker.read_text() == "x\n"
+    assert runner.host.file(str(marker)).exists and runner.host.file(str(marker)).contains("x")
+    assert runner.host.exists("sh") and not runner.host.exists("no-such-tool-gpuready")
 
 
 # --- SSH ----------------------------------------------------------------------------------------------------------
@@ -72,7 +69,7 @@ def _runner(tmp_path, port, client_key, known: paramiko.PKey | None, sudo=False)
         "ssh_known_hosts_file": str(known_hosts),
         "_sudo": sudo,
     }
-    return SshRunner("gpu-node-1", data, timeout=10)
+    return NodeRunner("gpu-node-1", StrictSshBackend("gpu-node-1", data, timeout=10))
 
 
 def test_ssh_runs_commands_on_a_known_host(tmp_path, ssh_server):
@@ -82,7 +79,7 @@ def test_ssh_runs_commands_on_a_known_host(tmp_path, ssh_server):
         assert runner.run("systemctl is-active kubelet") == Output(3, "active\n", "a warning\n")
     finally:
         runner.close()
-    assert commands == ["sudo -n sh -c 'systemctl is-active kubelet'"]
+    assert commands == ["sudo -n /bin/sh -c 'systemctl is-active kubelet'"]  # -n: never a password prompt
 
 
 def test_ssh_refuses_a_host_whose_key_is_not_known(tmp_path, ssh_server):
