@@ -66,8 +66,11 @@ def settle(api: client.ApiClient, timeout: float = 300.0, window: float = 5.0) -
         before = request_totals(api)
         time.sleep(window)  # one sampling window
         after = request_totals(api)
-        busy = {k: after[k] - before.get(k, 0) for k in after
-                if k[0] in ("POST", "PUT", "PATCH", "DELETE") and k[1] != "leases" and after[k] > before.get(k, 0)}  # fmt: skip
+        busy = {
+            k: after[k] - before.get(k, 0)
+            for k in after
+            if k[0] in ("POST", "PUT", "PATCH", "DELETE") and k[1] != "leases" and after[k] > before.get(k, 0)
+        }
         if not busy:
             return time.monotonic() - start
         if time.monotonic() - start > timeout:
@@ -86,15 +89,28 @@ def idle_cpu(entry: dict, api: client.ApiClient, window: float) -> dict[str, flo
     after = {c: cpu_seconds(p) for c, p in procs.items()}
     requests_after = request_totals(api)
     used = {c: after[c] - before[c] for c in procs}
-    rows = [(f"idle CPU {c} over {elapsed:.0f} s", f"{used[c]:8.2f} s = {100 * used[c] / elapsed:5.1f} % of a core")
-            for c in procs]  # fmt: skip
+    rows = [
+        (
+            f"idle CPU {c} over {elapsed:.0f} s",
+            f"{used[c]:8.2f} s = {100 * used[c] / elapsed:5.1f} % of a core",
+        )
+        for c in procs
+    ]
     total = sum(used.values())
-    rows.append((f"idle CPU all components over {elapsed:.0f} s", f"{total:8.2f} s = {100 * total / elapsed:5.1f} % of a core "
-                 f"({os.cpu_count()} cores here)"))  # fmt: skip
+    rows.append(
+        (
+            f"idle CPU all components over {elapsed:.0f} s",
+            f"{total:8.2f} s = {100 * total / elapsed:5.1f} % of a core ({os.cpu_count()} cores here)",
+        )
+    )
     delta = {k: requests_after[k] - requests_before.get(k, 0) for k in requests_after}
     busiest = sorted(((v, k) for k, v in delta.items() if v > 0), reverse=True)[:5]
-    rows.append((f"idle API requests/s (top: {', '.join(f'{k[0]} {k[1]}' for _, k in busiest)})",
-                 f"{sum(delta.values()) / elapsed:8.1f} /s ({', '.join(f'{v / elapsed:.1f}' for v, _ in busiest)})"))  # fmt: skip
+    rows.append(
+        (
+            f"idle API requests/s (top: {', '.join(f'{k[0]} {k[1]}' for _, k in busiest)})",
+            f"{sum(delta.values()) / elapsed:8.1f} /s ({', '.join(f'{v / elapsed:.1f}' for v, _ in busiest)})",
+        )
+    )
     table(rows)
     return used
 
@@ -123,8 +139,10 @@ def main() -> int:
         timed("kubectl get nodes -o wide", run_kubectl, "get", "nodes", "-o", "wide")
         timed("kubectl get nodes -o json", run_kubectl, "get", "nodes", "-o", "json")
         timed("python client list_node", v1.list_node)
-        timed("python client list_node (raw JSON, no model objects)",
-              lambda: v1.list_node(_preload_content=False).data)  # fmt: skip
+        timed(
+            "python client list_node (raw JSON, no model objects)",
+            lambda: v1.list_node(_preload_content=False).data,
+        )
 
         def watch_all() -> int:
             n = 0
@@ -143,8 +161,11 @@ def main() -> int:
             wait_for_account(v1)
 
             def pod(i: int) -> dict:
-                container = {"name": "c", "image": "registry.k8s.io/pause:3.10",
-                             "resources": {"limits": {"nvidia.com/gpu": "1"}}}  # fmt: skip
+                container = {
+                    "name": "c",
+                    "image": "registry.k8s.io/pause:3.10",
+                    "resources": {"limits": {"nvidia.com/gpu": "1"}},
+                }
                 return {"metadata": {"name": f"gpu-{i:04d}"}, "spec": {"containers": [container]}}
 
             t0 = time.perf_counter()
@@ -152,8 +173,9 @@ def main() -> int:
                 v1.create_namespaced_pod("bench", pod(i), _preload_content=False)
             table([(f"create {args.pods} pods (sequential POSTs)", f"{time.perf_counter() - t0:8.3f} s")])
             bound, running, t_bound = set(), set(), None
-            for ev in watch.Watch().stream(v1.list_namespaced_pod, "bench", timeout_seconds=900,
-                                           deserialize=False):  # fmt: skip
+            for ev in watch.Watch().stream(
+                v1.list_namespaced_pod, "bench", timeout_seconds=900, deserialize=False
+            ):
                 obj = ev["object"]  # a dict: deserialize=False
                 if (obj.get("spec") or {}).get("nodeName"):
                     bound.add(obj["metadata"]["name"])
@@ -164,8 +186,15 @@ def main() -> int:
                 if len(running) == args.pods:
                     break
             t_running = time.perf_counter() - t0
-            table([(f"first create -> all {args.pods} pods bound", f"{t_bound or float('nan'):8.3f} s"),
-                   (f"first create -> all {args.pods} pods Running ({len(running)} seen)", f"{t_running:8.3f} s")])  # fmt: skip
+            table(
+                [
+                    (f"first create -> all {args.pods} pods bound", f"{t_bound or float('nan'):8.3f} s"),
+                    (
+                        f"first create -> all {args.pods} pods Running ({len(running)} seen)",
+                        f"{t_running:8.3f} s",
+                    ),
+                ]
+            )
             per_node: dict[str, int] = {}
             for item in json.loads(v1.list_namespaced_pod("bench", _preload_content=False).data)["items"]:
                 node = item["spec"].get("nodeName")

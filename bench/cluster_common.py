@@ -37,9 +37,15 @@ def lab_cluster(
         network.ensure(net)
         try:
             start = time.monotonic()
-            entry = cluster.up(root, net, "http://deb.debian.org/debian", lambda line: print(f"  {line}", flush=True),
-                               virtual_nodes=virtual_nodes, virtual_profile=profile,
-                               node_monitor_grace_period=grace)  # fmt: skip
+            entry = cluster.up(
+                root,
+                net,
+                "http://deb.debian.org/debian",
+                lambda line: print(f"  {line}", flush=True),
+                virtual_nodes=virtual_nodes,
+                virtual_profile=profile,
+                node_monitor_grace_period=grace,
+            )
             took = time.monotonic() - start
             try:
                 yield entry, took

@@ -38,9 +38,15 @@ from gpuready.deploy import addons
 from gpuready.spec import Fleet, load_fleet
 
 REPO = Path(__file__).resolve().parents[1]
-DGX_H100 = {"gpu_model": "NVIDIA H100 80GB HBM3", "gpu_count": 8, "nvswitch": True,
-            "kube_api_endpoint": "10.0.0.1:6443", "kube_ca_cert_hash": "sha256:" + "ab" * 32,
-            "kube_join_token_file": "/nonexistent/token", "node_taints": ["nvidia.com/gpu=present:NoSchedule"]}  # fmt: skip
+DGX_H100 = {
+    "gpu_model": "NVIDIA H100 80GB HBM3",
+    "gpu_count": 8,
+    "nvswitch": True,
+    "kube_api_endpoint": "10.0.0.1:6443",
+    "kube_ca_cert_hash": "sha256:" + "ab" * 32,
+    "kube_join_token_file": "/nonexistent/token",
+    "node_taints": ["nvidia.com/gpu=present:NoSchedule"],
+}
 ADDONS_NS = "gpu-system"
 
 
@@ -60,8 +66,13 @@ def converge(api: client.ApiClient, fleet: Fleet, timeout: float = 1800.0) -> No
 
     def join(name: str) -> None:
         spec = fleet.nodes[name]
-        core.patch_node(name, {"metadata": {"labels": spec.node_labels},
-                               "spec": {"taints": [t.as_dict() for t in spec.taints]}})  # fmt: skip
+        core.patch_node(
+            name,
+            {
+                "metadata": {"labels": spec.node_labels},
+                "spec": {"taints": [t.as_dict() for t in spec.taints]},
+            },
+        )
 
     with ThreadPoolExecutor(8) as pool:
         list(pool.map(join, fleet.nodes))
@@ -83,8 +94,10 @@ def converge(api: client.ApiClient, fleet: Fleet, timeout: float = 1800.0) -> No
             return
         if elapsed - shown >= 15:
             shown = elapsed
-            print(f"  add-ons after {elapsed:.0f} s: {len(pods)} pods created, {bound} bound, {dict(phases)}",
-                  flush=True)  # fmt: skip
+            print(
+                f"  add-ons after {elapsed:.0f} s: {len(pods)} pods created, {bound} bound, {dict(phases)}",
+                flush=True,
+            )
         if elapsed > timeout:
             raise SystemExit(f"add-ons not running on every node after {timeout} s ({dict(phases)})")
         time.sleep(2)
@@ -130,29 +143,49 @@ def run_layer(
     reads = {
         f"{verb} {resource}": after[(verb, resource)] - before[(verb, resource)]
         for verb, resource in after
-        if verb in ("GET", "LIST", "WATCH") and resource not in ("leases",)
+        if verb in ("GET", "LIST", "WATCH")
+        and resource not in ("leases",)
         and after[(verb, resource)] > before[(verb, resource)]
-    }  # fmt: skip
+    }
     writes = sum(after.values()) - sum(before.values()) - sum(reads.values())
     verdict = json.loads((root / layer / "report" / "verdict.json").read_text())
     outcomes: Counter[str] = Counter()
     for node in verdict["nodes"].values():
         for check in (node["layers"].get(layer) or {}).get("checks", {}).values():
             outcomes[check["status"]] += 1
-    return {"layer": layer, "nodes": len(names), "wall_s": round(wall, 1), "exit": int(code),
-            "requests": counted.n, "per_node": round(counted.n / len(names), 3), "apiserver_reads": reads,
-            "apiserver_other": writes, "outcomes": dict(outcomes)}  # fmt: skip
+    return {
+        "layer": layer,
+        "nodes": len(names),
+        "wall_s": round(wall, 1),
+        "exit": int(code),
+        "requests": counted.n,
+        "per_node": round(counted.n / len(names), 3),
+        "apiserver_reads": reads,
+        "apiserver_other": writes,
+        "outcomes": dict(outcomes),
+    }
 
 
 def report(r: dict[str, Any]) -> None:
     n = r["nodes"]
-    table([
-        (f"{r['layer']} layer on {n} nodes: wall", f"{r['wall_s']:8.1f} s (pytest exit {r['exit']})"),
-        (f"{r['layer']} layer: suite's API requests (client-side)", f"{r['requests']:8d} = {r['per_node']:.3f} per node"),
-        (f"{r['layer']} layer: API server reads meanwhile (all clients)", json.dumps(r["apiserver_reads"])),
-        (f"{r['layer']} layer: other API server requests meanwhile", f"{r['apiserver_other']:8d} (agent, controllers)"),
-        (f"{r['layer']} layer: check outcomes", json.dumps(r["outcomes"])),
-    ])  # fmt: skip
+    table(
+        [
+            (f"{r['layer']} layer on {n} nodes: wall", f"{r['wall_s']:8.1f} s (pytest exit {r['exit']})"),
+            (
+                f"{r['layer']} layer: suite's API requests (client-side)",
+                f"{r['requests']:8d} = {r['per_node']:.3f} per node",
+            ),
+            (
+                f"{r['layer']} layer: API server reads meanwhile (all clients)",
+                json.dumps(r["apiserver_reads"]),
+            ),
+            (
+                f"{r['layer']} layer: other API server requests meanwhile",
+                f"{r['apiserver_other']:8d} (agent, controllers)",
+            ),
+            (f"{r['layer']} layer: check outcomes", json.dumps(r["outcomes"])),
+        ]
+    )
 
 
 def main() -> int:

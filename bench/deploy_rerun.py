@@ -42,8 +42,12 @@ def deploy(env: dict[str, str], *args: str) -> tuple[float, str]:
     start = time.perf_counter()
     result = subprocess.run(
         [PYINFRA, "-y", *args, "inventory/lab.py", "deploys/gpu_node.py"],
-        cwd=REPO, env=env, capture_output=True, text=True, timeout=1800,
-    )  # fmt: skip
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=1800,
+    )
     elapsed = time.perf_counter() - start
     if result.returncode != 0:
         sys.exit(f"deploy failed:\n{(result.stdout + result.stderr)[-3000:]}")

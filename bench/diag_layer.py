@@ -27,8 +27,9 @@ BIN = Path(sys.executable).parent
 
 def run(env: dict[str, str], *args: str) -> float:
     start = time.perf_counter()
-    done = subprocess.run([str(BIN / args[0]), *args[1:]], cwd=REPO, env=env, capture_output=True, text=True,
-                          timeout=1800)  # fmt: skip
+    done = subprocess.run(
+        [str(BIN / args[0]), *args[1:]], cwd=REPO, env=env, capture_output=True, text=True, timeout=1800
+    )
     if done.returncode != 0:
         sys.exit(f"{' '.join(args)} failed:\n{(done.stdout + done.stderr)[-3000:]}")
     return time.perf_counter() - start
@@ -45,8 +46,17 @@ def main() -> int:
             state = hosts.up(paths, nodes=3)
             run(env, "pyinfra", "-y", "inventory/lab.py", "deploys/gpu_node.py")
             for node in state["hosts"]:
-                hosts.run_on_host(paths, node, ["sh", "-c", "DEBIAN_FRONTEND=noninteractive apt-get install "
-                                                "-y -q datacenter-gpu-manager-4-core nvbandwidth"], timeout=300)  # fmt: skip
+                hosts.run_on_host(
+                    paths,
+                    node,
+                    [
+                        "sh",
+                        "-c",
+                        "DEBIAN_FRONTEND=noninteractive apt-get install "
+                        "-y -q datacenter-gpu-manager-4-core nvbandwidth",
+                    ],
+                    timeout=300,
+                )
             suite = [
                 "pytest",
                 "conformance",
@@ -70,8 +80,10 @@ def main() -> int:
     medians = {name: statistics.median(values) for name, values in times.items()}
     for name, seconds in medians.items():
         print(f"{name:24s} (pytest conformance, whole process) median of {args.runs}: {seconds:6.2f} s")
-    print(f"the diag layer on 3 nodes at once costs {medians['diag, 3 nodes'] / medians['diag, 1 node']:.2f}x "
-          "its cost on 1 node (the nodes measure in parallel)")  # fmt: skip
+    print(
+        f"the diag layer on 3 nodes at once costs {medians['diag, 3 nodes'] / medians['diag, 1 node']:.2f}x "
+        "its cost on 1 node (the nodes measure in parallel)"
+    )
     return 0
 
 

@@ -68,16 +68,23 @@ def main() -> None:
     try:
         state = hosts.up(paths, nodes=args.nodes)
         for deploy in ("deploys/gpu_node.py", "deploys/cluster_addons.py"):
-            subprocess.run([pyinfra, "-y", "inventory/lab.py", deploy], cwd=REPO, env=env, check=True,
-                           capture_output=True)  # fmt: skip
+            subprocess.run(
+                [pyinfra, "-y", "inventory/lab.py", deploy],
+                cwd=REPO,
+                env=env,
+                check=True,
+                capture_output=True,
+            )
         time.sleep(10.0)  # pods start, first status posts: the window measures the steady state only
         before = {name: cpu_seconds(pids) for name, pids in parts(paths, state).items()}
         start = time.monotonic()
         time.sleep(args.window)
         elapsed = time.monotonic() - start
         after = {name: cpu_seconds(pids) for name, pids in parts(paths, state).items()}
-        print(f"idle joined lab, {args.nodes} hosts with the add-ons, {elapsed:.1f} s window "
-              f"(CPU from /proc, {1 / TICK:.2f} s ticks):")  # fmt: skip
+        print(
+            f"idle joined lab, {args.nodes} hosts with the add-ons, {elapsed:.1f} s window "
+            f"(CPU from /proc, {1 / TICK:.2f} s ticks):"
+        )
         total = 0.0
         for name in after:
             used = max(0.0, after[name] - before.get(name, 0.0))

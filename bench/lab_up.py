@@ -66,8 +66,10 @@ def main() -> None:
         time.sleep(1.0)  # the SSH sessions above end; their processes leave the hosts' cgroups
         rows = [host_memory(paths, n, h["pid"]) for n, h in state["hosts"].items()]
         procs, rss, pss = (statistics.mean(col) for col in zip(*rows, strict=True))
-        print(f"memory per running host (mean of {len(rows)}): {procs:.0f} processes, "
-              f"RSS {rss / 1024:.1f} MiB, PSS {pss / 1024:.1f} MiB")  # fmt: skip
+        print(
+            f"memory per running host (mean of {len(rows)}): {procs:.0f} processes, "
+            f"RSS {rss / 1024:.1f} MiB, PSS {pss / 1024:.1f} MiB"
+        )
 
         start = time.perf_counter()
         hosts.down(paths, quiet=True)

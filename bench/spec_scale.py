@@ -17,12 +17,19 @@ from gpuready.spec import load_fleet
 REPO = Path(__file__).resolve().parents[1]
 POOLS = [
     {"gpu_model": "NVIDIA H100 80GB HBM3", "gpu_count": 8, "nvswitch": True},
-    {"gpu_model": "NVIDIA A100-SXM4-80GB", "gpu_count": 4, "gpu_sharing": "mig",
-     "mig_layout": ["3g.40gb", "2g.20gb", "1g.10gb", "1g.10gb"]},
+    {
+        "gpu_model": "NVIDIA A100-SXM4-80GB",
+        "gpu_count": 4,
+        "gpu_sharing": "mig",
+        "mig_layout": ["3g.40gb", "2g.20gb", "1g.10gb", "1g.10gb"],
+    },
     {"gpu_model": "NVIDIA L4", "gpu_count": 1, "gpu_sharing": "time-slicing", "sharing_replicas": 4},
-]  # fmt: skip
-JOIN = {"kube_api_endpoint": "10.0.0.1:6443", "kube_ca_cert_hash": "sha256:" + "ab" * 32,
-        "kube_join_token_file": "/etc/gpuready/token"}  # fmt: skip
+]
+JOIN = {
+    "kube_api_endpoint": "10.0.0.1:6443",
+    "kube_ca_cert_hash": "sha256:" + "ab" * 32,
+    "kube_join_token_file": "/etc/gpuready/token",
+}
 
 
 def measure(n: int, workdir: Path) -> float:

@@ -30,8 +30,12 @@ def pyinfra(env: dict[str, str], deploy: str, driver: tuple[str, str], *args: st
     start = time.perf_counter()
     result = subprocess.run(
         [PYINFRA, "-y", *data, *args, "inventory/lab.py", deploy],
-        cwd=REPO, env=env, capture_output=True, text=True, timeout=3600,
-    )  # fmt: skip
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=3600,
+    )
     elapsed = time.perf_counter() - start
     if result.returncode != 0:
         sys.exit(f"{deploy} failed:\n{(result.stdout + result.stderr)[-3000:]}")
@@ -59,8 +63,10 @@ def main() -> int:
         finally:
             hosts.down(paths, quiet=True)
     for size, seconds in times.items():
-        print(f"batches of {size}: {seconds:6.1f} s, {seconds / args.hosts:5.1f} s/node, "
-              f"{times[1] / seconds:.2f}x faster than batches of 1")  # fmt: skip
+        print(
+            f"batches of {size}: {seconds:6.1f} s, {seconds / args.hosts:5.1f} s/node, "
+            f"{times[1] / seconds:.2f}x faster than batches of 1"
+        )
     print(f"no-change run (every node at the pinned versions): {unchanged:.1f} s")
     return 0
 

@@ -42,8 +42,9 @@ def scrapes(gpuready_suite, cluster, gpuready_workloads):
                 res = pod_resource(n)
             except CannotCheck:
                 continue
-            pod = wl.gpu_pod(f"holder-{n.name}", n, n.images.cuda_base, res, command=["sleep", "infinity"],
-                             check="metrics")  # fmt: skip
+            pod = wl.gpu_pod(
+                f"holder-{n.name}", n, n.images.cuda_base, res, command=["sleep", "infinity"], check="metrics"
+            )
             holders.append((pod, "running"))
     if holders:
         gpuready_workloads.run(holders, gpuready_suite.pod_timeout)
@@ -64,9 +65,11 @@ def scrapes(gpuready_suite, cluster, gpuready_workloads):
         meta = pod["metadata"]
         try:
             text = core.connect_get_namespaced_pod_proxy_with_path(
-                f"{meta['name']}:{_exporter_port(pod)}", meta["namespace"], "metrics",
+                f"{meta['name']}:{_exporter_port(pod)}",
+                meta["namespace"],
+                "metrics",
                 _request_timeout=gpuready_suite.timeout,
-            )  # fmt: skip
+            )
             return node.name, parse_dcgm_metrics(text)
         except Exception as exc:  # reported by the node's checks, with the pod scraped
             return (

@@ -55,8 +55,13 @@ def _watch(cluster, namespace, seen, done, timeout):
         remaining = max(1, int(deadline - time.monotonic() + 0.999))
         stream = watch.Watch()
         try:
-            for event in stream.stream(core.list_namespaced_pod, namespace, resource_version=version,
-                                       timeout_seconds=remaining, _request_timeout=remaining + 5):  # fmt: skip
+            for event in stream.stream(
+                core.list_namespaced_pod,
+                namespace,
+                resource_version=version,
+                timeout_seconds=remaining,
+                _request_timeout=remaining + 5,
+            ):
                 obj = cluster.api.sanitize_for_serialization(event["object"])
                 version = obj["metadata"].get("resourceVersion") or version
                 seen(event["type"], obj)
@@ -97,8 +102,14 @@ def plain_pods(gpuready_suite, gpuready_workloads):
         return {}
     pods = {}
     for n in nodes:
-        base = wl.gpu_pod(f"plain-{n.name}", n, n.images.cuda_base, checks.GPU_RESOURCE, check="plain-pod",
-                          command=["sleep", "infinity"])  # fmt: skip
+        base = wl.gpu_pod(
+            f"plain-{n.name}",
+            n,
+            n.images.cuda_base,
+            checks.GPU_RESOURCE,
+            check="plain-pod",
+            command=["sleep", "infinity"],
+        )
         pods[n.name] = checks.plain_pod(f"plain-{n.name}", base)
     gpuready_workloads.ensure_namespace()
     namespace = gpuready_workloads.namespace
@@ -129,8 +140,14 @@ def affinity_pods(gpuready_suite, gpuready_workloads):
     pods = {}
     for i, (label, members) in enumerate(sorted(groups.items())):
         first, resource = members[0]
-        pod = wl.gpu_pod(f"affinity-{i}", first, first.images.cuda_base, resource, check="affinity",
-                         command=["nvidia-smi", "-L"])  # fmt: skip
+        pod = wl.gpu_pod(
+            f"affinity-{i}",
+            first,
+            first.images.cuda_base,
+            resource,
+            check="affinity",
+            command=["nvidia-smi", "-L"],
+        )
         tolerations = [t for n, _ in members for t in wl.tolerations(n)]
         pod["spec"]["tolerations"] = [t for i, t in enumerate(tolerations) if t not in tolerations[:i]]
         pods[label] = checks.by_product(pod, label, [n.name for n in nodes])
@@ -198,8 +215,20 @@ def preemption(gpuready_suite, gpuready_workloads):
             None,
         )
     count, _name, node, (pc, value) = min(options, key=lambda c: c[:2])
-    holders = [(wl.gpu_pod(f"holder-{node.name}-{i}", node, node.images.cuda_base, checks.GPU_RESOURCE, command=HOLD,
-                           check="preemption"), "settled") for i in range(count)]  # fmt: skip
+    holders = [
+        (
+            wl.gpu_pod(
+                f"holder-{node.name}-{i}",
+                node,
+                node.images.cuda_base,
+                checks.GPU_RESOURCE,
+                command=HOLD,
+                check="preemption",
+            ),
+            "settled",
+        )
+        for i in range(count)
+    ]
     workloads.ensure_namespace()
     cluster, namespace = workloads.cluster, workloads.namespace
     try:
@@ -210,8 +239,14 @@ def preemption(gpuready_suite, gpuready_workloads):
                 f"preemption not tried on {node.name}: the plain pods did not hold every GPU ({states})",
                 None,
             )
-        pod = wl.gpu_pod(f"preemptor-{node.name}", node, node.images.cuda_base, checks.GPU_RESOURCE, command=HOLD,
-                         check="preemption")  # fmt: skip
+        pod = wl.gpu_pod(
+            f"preemptor-{node.name}",
+            node,
+            node.images.cuda_base,
+            checks.GPU_RESOURCE,
+            command=HOLD,
+            check="preemption",
+        )
         pod["spec"]["priorityClassName"] = pc
         cluster.core.create_namespaced_pod(namespace, pod)
         name, names = pod["metadata"]["name"], tuple(sorted(held))
@@ -232,18 +267,31 @@ def preemption(gpuready_suite, gpuready_workloads):
                 state["node"] = found.node_name if found else None
                 state["unschedulable"] = found.unschedulable if found else None
                 state["hopeless"] = bool(
-                    found and found.unschedulable and not status.get("nominatedNodeName")
+                    found
+                    and found.unschedulable
+                    and not status.get("nominatedNodeName")
                     and any(h in found.unschedulable for h in HOPELESS)
-                )  # fmt: skip
+                )
 
         _watch(cluster, namespace, seen, lambda: bool(state["node"] or state["hopeless"]), suite.pod_timeout)
         # a holder preempted and gone before the watch's first LIST was never seen being deleted: it is a victim
-        left = json.loads(cluster.core.list_namespaced_pod(
-            namespace, label_selector="gpuready.io/check=preemption", _preload_content=False).data)["items"]  # fmt: skip
+        left = json.loads(
+            cluster.core.list_namespaced_pod(
+                namespace, label_selector="gpuready.io/check=preemption", _preload_content=False
+            ).data
+        )["items"]
         alive = {p["metadata"]["name"] for p in left if not p["metadata"].get("deletionTimestamp")}
         state["victims"] |= {holder for holder in names if holder not in alive}
-        result = checks.Preemption(name, pc, state["priority"], names, tuple(sorted(state["victims"])), state["node"],
-                                   state["unschedulable"], suite.pod_timeout)  # fmt: skip
+        result = checks.Preemption(
+            name,
+            pc,
+            state["priority"],
+            names,
+            tuple(sorted(state["victims"])),
+            state["node"],
+            state["unschedulable"],
+            suite.pod_timeout,
+        )
         return node.name, result
     finally:  # give the GPUs back
         cluster.core.delete_collection_namespaced_pod(
@@ -272,8 +320,14 @@ def quota_probes(gpuready_suite, cluster):
     for namespace, (n, most) in sorted(wanted.items()):
         raw = cluster.core.list_namespaced_resource_quota(namespace, _preload_content=False)
         quotas = tuple(json.loads(raw.data)["items"])
-        pod = wl.gpu_pod(f"over-quota-{namespace}"[:63], n, n.images.cuda_base, checks.GPU_RESOURCE,
-                         check="quota", count=most + 1)  # fmt: skip
+        pod = wl.gpu_pod(
+            f"over-quota-{namespace}"[:63],
+            n,
+            n.images.cuda_base,
+            checks.GPU_RESOURCE,
+            check="quota",
+            count=most + 1,
+        )
         pod["spec"].pop("nodeSelector")  # dry-run: never scheduled, and no node name in the quota's business
         try:
             cluster.core.create_namespaced_pod(namespace, pod, dry_run="All")

@@ -58,8 +58,14 @@ def pods(gpuready_suite, gpuready_workloads):
             res = checks.pod_resource(n)
             for i in range(total + 1):
                 name = f"timeslice-{n.name}-{i}"
-                second.append((wl.gpu_pod(name, n, n.images.cuda_base, res, command=LIST_AND_HOLD,
-                                          check="time-slicing"), "settled"))  # fmt: skip
+                second.append(
+                    (
+                        wl.gpu_pod(
+                            name, n, n.images.cuda_base, res, command=LIST_AND_HOLD, check="time-slicing"
+                        ),
+                        "settled",
+                    )
+                )
         for profile, res in _mig_resources(n).items():
             name = f"mig-{n.name}-{profile.replace('.', '-')}"
             pod = wl.gpu_pod(name, n, n.images.cuda_base, res, command=LIST_AND_HOLD, check="mig")
@@ -79,7 +85,7 @@ def test_vector_add(node, pods):
 
 def test_time_slicing(node, pods):
     if node.sharing.mode != "time-slicing":
-        pytest.skip(f"{node.name}: not applicable: sharing mode is {node.sharing.mode!r}")
+        pytest.skip(f"{node.name}: not applicable: sharing mode is '{node.sharing.mode}'")
     results = pods.get((node.name, "time-slicing", ""), [])
     # every pod asks for the same thing: whichever the scheduler left out is "the one more"
     extra = next((r for r in results if r.unschedulable is not None and not r.running), None)
@@ -89,7 +95,7 @@ def test_time_slicing(node, pods):
 
 def test_mig_devices(node, pods):
     if node.sharing.mode != "mig":
-        pytest.skip(f"{node.name}: not applicable: sharing mode is {node.sharing.mode!r}")
+        pytest.skip(f"{node.name}: not applicable: sharing mode is '{node.sharing.mode}'")
 
     def all_profiles():
         problems = []

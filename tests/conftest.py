@@ -47,8 +47,9 @@ class LabCluster:
     def add_nodes(self, count: int, profile: str = "dgx-h100", prefix: str | None = None) -> list[str]:
         """Register `count` virtual nodes of `profile` with the agent (Ready, heartbeating) and return their names."""
         prefix = prefix or f"vn{next(_names)}-"
-        names: list[str] = control.call(self.control, {"op": "add_virtual", "count": count, "profile": profile,
-                                                       "prefix": prefix})["names"]  # fmt: skip
+        names: list[str] = control.call(
+            self.control, {"op": "add_virtual", "count": count, "profile": profile, "prefix": prefix}
+        )["names"]
         self._nodes.extend(names)
         return names
 
@@ -86,8 +87,13 @@ def lab_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LabCluster
     network.ensure(net)
     started = time.monotonic()
     try:
-        entry = cluster.up(root, net, "http://deb.debian.org/debian", lambda line: print(line, flush=True),
-                           node_monitor_grace_period="6s")  # fmt: skip
+        entry = cluster.up(
+            root,
+            net,
+            "http://deb.debian.org/debian",
+            lambda line: print(line, flush=True),
+            node_monitor_grace_period="6s",
+        )
     except BaseException:
         network.destroy(net.netns, net.root_veth)
         raise
@@ -150,8 +156,9 @@ def kubectl(lab_cluster: LabCluster, tmp_path_factory: pytest.TempPathFactory) -
     home = tmp_path_factory.mktemp("kubectl-home")
     env = {**os.environ, "KUBECONFIG": str(lab_cluster.kubeconfig), "HOME": str(home)}
 
-    def run(*args: str, input: str | None = None, check: bool = True, timeout: float = 60
-            ) -> subprocess.CompletedProcess[str]:  # fmt: skip
+    def run(
+        *args: str, input: str | None = None, check: bool = True, timeout: float = 60
+    ) -> subprocess.CompletedProcess[str]:
         proc = subprocess.run(
             [path, *args], env=env, input=input, capture_output=True, text=True, timeout=timeout
         )

@@ -43,8 +43,13 @@ def make_host(
     hw = make_hardware(profile, index)
     hw["faults"] = list(faults or [])
     write_hardware(hardware, hw)
-    for d in ("usr/bin", "usr/lib/nvidia-emu", "usr/lib/x86_64-linux-gnu", "etc/containerd/conf.d",
-              "var/lib/nvidia-emu"):  # fmt: skip
+    for d in (
+        "usr/bin",
+        "usr/lib/nvidia-emu",
+        "usr/lib/x86_64-linux-gnu",
+        "etc/containerd/conf.d",
+        "var/lib/nvidia-emu",
+    ):
         (root / d).mkdir(parents=True, exist_ok=True)
     if driver:
         (root / "usr/bin/nvidia-smi").write_text("#!/usr/bin/python3\n")
@@ -64,8 +69,15 @@ def make_host(
         start = 0
         for gi_id, prof_name in enumerate((mig or {}).get(g["index"], []), start=1):
             p = by_name[prof_name]
-            gis.append({"id": gi_id, "profile_id": p["profile_id"], "start": start, "size": p["placement_size"],
-                        "cis": [{"id": 0, "profile_id": 0, "start": 0, "size": p["compute_slices"]}]})  # fmt: skip
+            gis.append(
+                {
+                    "id": gi_id,
+                    "profile_id": p["profile_id"],
+                    "start": start,
+                    "size": p["placement_size"],
+                    "cis": [{"id": 0, "profile_id": 0, "start": 0, "size": p["compute_slices"]}],
+                }
+            )
             start += p["placement_size"]
         on = g["index"] in (mig or {})
         gpus[g["uuid"]] = {"mig_current": on, "mig_pending": on, "persistence": persistence, "gis": gis}

@@ -16,7 +16,8 @@ from kubernetes import client, config
 from kubernetes.dynamic import DynamicClient
 
 FIELD_MANAGER = "gpuready"
-MANAGED_BY_SELECTOR = "app.kubernetes.io/managed-by=gpuready"
+MANAGED_BY = {"app.kubernetes.io/managed-by": "gpuready"}  # on every object gpuready creates
+MANAGED_BY_SELECTOR = ",".join(f"{key}={value}" for key, value in MANAGED_BY.items())
 
 
 class KubeError(RuntimeError):

@@ -57,8 +57,12 @@ def gpu_pod(
         container["resources"] = {"limits": {resource: str(gpus)}}
     if command:
         container["command"] = command
-    spec: Obj = {"restartPolicy": restart, "nodeSelector": {"kubernetes.io/hostname": node},
-                 "tolerations": addons.GPU_TOLERATIONS, "containers": [container]}  # fmt: skip
+    spec: Obj = {
+        "restartPolicy": restart,
+        "nodeSelector": {"kubernetes.io/hostname": node},
+        "tolerations": addons.GPU_TOLERATIONS,
+        "containers": [container],
+    }
     if runtime_class:
         spec["runtimeClassName"] = runtime_class
     return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": spec}
@@ -131,8 +135,12 @@ class Gpus:
         """gpuready.deploy.addons' objects in this namespace; the GPU DaemonSets optionally on the nvidia runtime."""
         settings = replace(addons.AddonSettings(), namespace=self.ns)
         self.runtime_class()
-        cm = {"apiVersion": "v1", "kind": "ConfigMap", "data": configs or CONFIGS,
-              "metadata": {"name": addons.DEVICE_PLUGIN_CONFIGMAP, "namespace": self.ns}}  # fmt: skip
+        cm = {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "data": configs or CONFIGS,
+            "metadata": {"name": addons.DEVICE_PLUGIN_CONFIGMAP, "namespace": self.ns},
+        }
         self.core.create_namespaced_config_map(self.ns, cm)
         self.core.create_namespaced_service_account(self.ns, {"metadata": {"name": "nvidia-device-plugin"}})
         dcgm, service = addons.dcgm_exporter(settings)
@@ -153,8 +161,14 @@ class Gpus:
             self.create_pod(gpu_pod(name, PAUSE, node, gpus=0, runtime_class=None, restart="Always"))
             wait_for(lambda n=name: self.running(n), what=f"{name} running")
 
-    def watch_resources(self, node: str, start: Callable[[], None], until: tuple[str, str],
-                        key: str = GPU, timeout: float = WAIT_S) -> list[tuple[str | None, str | None]]:  # fmt: skip
+    def watch_resources(
+        self,
+        node: str,
+        start: Callable[[], None],
+        until: tuple[str, str],
+        key: str = GPU,
+        timeout: float = WAIT_S,
+    ) -> list[tuple[str | None, str | None]]:
         """Call `start()`, then every distinct (capacity, allocatable) of `key` the node goes through (from a
         watch, so none is missed) until it reaches `until`."""
         current = self.core.read_node(node)
@@ -167,9 +181,12 @@ class Gpus:
                 left = deadline - time.monotonic()
                 if left <= 0:
                     raise AssertionError(f"{node}: {key} never reached {until}; went through {seen}")
-                for ev in w.stream(self.core.list_node, field_selector=f"metadata.name={node}",
-                                   resource_version=current.metadata.resource_version,
-                                   timeout_seconds=max(1, int(left))):  # fmt: skip
+                for ev in w.stream(
+                    self.core.list_node,
+                    field_selector=f"metadata.name={node}",
+                    resource_version=current.metadata.resource_version,
+                    timeout_seconds=max(1, int(left)),
+                ):
                     obj = ev["object"]
                     current = obj
                     state = ((obj.status.capacity or {}).get(key), (obj.status.allocatable or {}).get(key))
@@ -209,8 +226,9 @@ def gpu_host(
     selects `config_key` of the device plugin's ConfigMap; returns its name."""
     core = client.CoreV1Api(api)
 
-    def add(profile: str, config_key: str | None = "ts4", index: int = 0, grace_s: float | None = None,
-            **kw: Any) -> str:  # fmt: skip
+    def add(
+        profile: str, config_key: str | None = "ts4", index: int = 0, grace_s: float | None = None, **kw: Any
+    ) -> str:
         (name,) = virtual_nodes(1, "cpu")
         root, hardware = make_host(tmp_path / "hosts", name, profile, index, **kw)
         request: Obj = {"op": "attach_host", "name": name, "root": str(root), "hardware": str(hardware)}

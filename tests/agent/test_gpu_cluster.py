@@ -44,8 +44,10 @@ def test_time_slicing_follows_label_and_configmap_restart(gpus: Gpus, gpu_host: 
     # new plugin pod, which loads the edited config.
     old = gpus.plugin_pod(node)
     kubectl("delete", "pod", "-n", gpus.ns, old["metadata"]["name"])
-    wait(lambda: (p := gpus.plugin_pod(node)) is not None and p["metadata"]["uid"] != old["metadata"]["uid"],
-         what="the DaemonSet controller's new plugin pod")  # fmt: skip
+    wait(
+        lambda: (p := gpus.plugin_pod(node)) is not None and p["metadata"]["uid"] != old["metadata"]["uid"],
+        what="the DaemonSet controller's new plugin pod",
+    )
     wait(lambda: gpus.resources(node) == ("16", "16"), what="2 GPUs x 8 replicas after restart")
 
     # The node label selects another config and the config manager makes the plugin reload at once.
@@ -74,8 +76,9 @@ def test_mig_mixed_and_single_from_host_state(gpus: Gpus, gpu_host: Any) -> None
     mixed = gpu_host(
         "a100-80gb-4", config_key="mig-mixed", mig={0: ["3g.40gb", "2g.20gb", "1g.10gb"], 1: ["1g.10gb"]}
     )
-    single = gpu_host("a100-80gb-4", config_key="mig-single", index=1,
-                      mig={i: ["3g.40gb", "3g.40gb"] for i in range(4)})  # fmt: skip
+    single = gpu_host(
+        "a100-80gb-4", config_key="mig-single", index=1, mig={i: ["3g.40gb", "3g.40gb"] for i in range(4)}
+    )
     gpus.deploy_addons()
     wait(lambda: gpus.resources(mixed, "nvidia.com/mig-1g.10gb") == ("2", "2"), what="mixed 1g.10gb")
     assert gpus.resources(mixed, "nvidia.com/mig-3g.40gb") == ("1", "1")
@@ -148,8 +151,10 @@ def test_vector_add_ready_host_missing_handler_and_faulty_gpu(
     nohandler = wait(lambda: gpus.finished("va-nohandler"), what="va-nohandler done")
     term = terminated(nohandler)
     assert term["reason"] == "RunContainerError"
-    assert term["message"] == ('rpc error: code = Unknown desc = failed to get sandbox runtime: no runtime for '
-                               '"nvidia" is configured')  # fmt: skip
+    assert term["message"] == (
+        "rpc error: code = Unknown desc = failed to get sandbox runtime: no runtime for "
+        '"nvidia" is configured'
+    )
     events = kubectl(
         "get", "events", "-n", gpus.ns, "--field-selector", "involvedObject.name=va-nohandler", "-o", "json"
     ).stdout
@@ -237,7 +242,12 @@ def test_dcgm_mig_instances(gpus: Gpus, gpu_host: Any) -> None:
     text = gpus.core.connect_get_namespaced_pod_proxy_with_path(f"{name}:9400", gpus.ns, "metrics")
     temps = [s for s in parse_dcgm_metrics(text) if s.metric == "DCGM_FI_DEV_GPU_TEMP"]
     assert sorted((s.gpu, s.gpu_instance_profile, s.gpu_instance_id) for s in temps) == [
-        (0, "1g.10gb", 2), (0, "3g.40gb", 1), (1, None, None), (2, None, None), (3, None, None)]  # fmt: skip
+        (0, "1g.10gb", 2),
+        (0, "3g.40gb", 1),
+        (1, None, None),
+        (2, None, None),
+        (3, None, None),
+    ]
     assert not [s for s in parse_dcgm_metrics(text) if s.metric == "DCGM_FI_DEV_GPU_UTIL" and s.gpu == 0]
 
 

@@ -37,9 +37,14 @@ def mig_state(hw: dict, layout: dict[int, list[str]]) -> dict:
     out = {}
     for g in hw["gpus"]:
         by_name = {p["name"]: p for p in g["mig_profiles"]}
-        gis = [{"id": i + 1, "profile_id": by_name[n]["profile_id"],
-                "cis": [{"id": 0, "size": by_name[n]["compute_slices"]}]}
-               for i, n in enumerate(layout.get(g["index"], []))]  # fmt: skip
+        gis = [
+            {
+                "id": i + 1,
+                "profile_id": by_name[n]["profile_id"],
+                "cis": [{"id": 0, "size": by_name[n]["compute_slices"]}],
+            }
+            for i, n in enumerate(layout.get(g["index"], []))
+        ]
         out[g["uuid"]] = {"mig_current": g["index"] in layout, "gis": gis}
     return out
 
@@ -64,8 +69,10 @@ def test_config_manager_selection(keys, label, default, expected) -> None:
 
 
 def test_time_slicing_replicas_rename_and_cli_precedence() -> None:
-    text = ("version: v1\nflags: {migStrategy: single}\nsharing:\n  timeSlicing:\n    renameByDefault: true\n"
-            "    resources: [{name: nvidia.com/gpu, replicas: 3}]\n")  # fmt: skip
+    text = (
+        "version: v1\nflags: {migStrategy: single}\nsharing:\n  timeSlicing:\n    renameByDefault: true\n"
+        "    resources: [{name: nvidia.com/gpu, replicas: 3}]\n"
+    )
     config = parse_config(text, "k", {**PLUGIN, "env": [{"name": "MIG_STRATEGY", "value": "none"}]})
     assert config.mig_strategy == "none"  # env beats the file
     devices = plugin_devices(config, host())
@@ -90,8 +97,11 @@ def test_off_bus_gpu_not_advertised_and_invalid_single_layout() -> None:
         1
     ]
     hw = make_hardware("a100-80gb-4", 0)
-    mixed_layout = VirtualGpuView("n", hw, mig_state={"gpus": mig_state(hw, {0: ["1g.10gb"], 1: ["2g.20gb"],
-                                                                             2: ["1g.10gb"], 3: ["1g.10gb"]})})  # fmt: skip
+    mixed_layout = VirtualGpuView(
+        "n",
+        hw,
+        mig_state={"gpus": mig_state(hw, {0: ["1g.10gb"], 1: ["2g.20gb"], 2: ["1g.10gb"], 3: ["1g.10gb"]})},
+    )
     single = parse_config("flags: {migStrategy: single}\n", "", PLUGIN)
     with pytest.raises(PluginError, match="More than one MIG device type"):
         plugin_devices(single, mixed_layout.snapshot())
@@ -134,8 +144,12 @@ def test_vector_add_errors_and_smi_list() -> None:
 
 def test_dcgm_scrape_parses_with_kubernetes_labels() -> None:
     state = host("h100-sxm-8", faults=[{"fault": "xid-79", "gpu": 7}])
-    pod = {"metadata": {"name": "dcgm-x"}, "spec": {"containers": [
-        {"name": "e", "env": [{"name": "DCGM_EXPORTER_KUBERNETES", "value": "true"}]}]}}  # fmt: skip
+    pod = {
+        "metadata": {"name": "dcgm-x"},
+        "spec": {
+            "containers": [{"name": "e", "env": [{"name": "DCGM_EXPORTER_KUBERNETES", "value": "true"}]}]
+        },
+    }
     owners = {state.gpus[2].uuid: ("ml", "train-0", "worker")}
     samples = parse_dcgm_metrics(
         dcgm_scrape(state, pod, owners, 0.0, "x/dcgm-exporter:4.4.1-4.6.0-ubuntu22.04")

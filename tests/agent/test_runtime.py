@@ -7,8 +7,15 @@ from gpuready.lab.agent.runtime import CatalogueRuntime, normalize_image
 
 def test_catalogue_runtime() -> None:
     rt = CatalogueRuntime()
-    plan = rt.plan({}, {"image": "busybox", "args": ["sh", "-c", "echo a; sleep 2; echo $X; exit 4"],
-                        "env": [{"name": "X", "value": "b"}]}, None)  # fmt: skip
+    plan = rt.plan(
+        {},
+        {
+            "image": "busybox",
+            "args": ["sh", "-c", "echo a; sleep 2; echo $X; exit 4"],
+            "env": [{"name": "X", "value": "b"}],
+        },
+        None,
+    )
     assert (plan.logs, plan.exit_code, plan.run_seconds) == ("a\nb\n", 4, 2.0)
     assert rt.plan({}, {"image": "registry.k8s.io/pause:3.10"}, None).exit_code is None
     missing = rt.plan({}, {"image": "busybox", "command": ["nvidia-smi"]}, None)

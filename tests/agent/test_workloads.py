@@ -87,8 +87,12 @@ def test_gpu_job_completes(gpus: Gpus, virtual_nodes: Any) -> None:
     (node,) = virtual_nodes(1, "dgx-h100")
     gpus.runtime_class()
     template = _template(node, VECTOR_ADD, None, 1, {"app": "vector-add"}, restart="Never")
-    job = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "vector-add"},
-           "spec": {"completions": 2, "parallelism": 2, "backoffLimit": 0, "template": template}}  # fmt: skip
+    job = {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": "vector-add"},
+        "spec": {"completions": 2, "parallelism": 2, "backoffLimit": 0, "template": template},
+    }
     batch = client.BatchV1Api(gpus.api)
     batch.create_namespaced_job(gpus.ns, job)
 
@@ -112,12 +116,21 @@ def test_gpu_deployment_rolls_out(gpus: Gpus, virtual_nodes: Any, kubectl: Any) 
     plugin gives the replicas disjoint GPUs."""
     (node,) = virtual_nodes(1, "dgx-h100")
     gpus.deploy_addons(configs={**CONFIGS, "default": CONFIGS["none"]})
-    wait(lambda: gpus.running(gpus.plugin_pod(node)["metadata"]["name"]) if gpus.plugin_pod(node) else None,
-         what="the device plugin running")  # fmt: skip
+    wait(
+        lambda: gpus.running(gpus.plugin_pod(node)["metadata"]["name"]) if gpus.plugin_pod(node) else None,
+        what="the device plugin running",
+    )
     labels = {"app": "trainer"}
-    deployment = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "trainer"},
-                  "spec": {"replicas": 2, "selector": {"matchLabels": labels},
-                           "template": _template(node, CUDA_BASE, SMI_AND_SLEEP, 4, labels)}}  # fmt: skip
+    deployment = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "trainer"},
+        "spec": {
+            "replicas": 2,
+            "selector": {"matchLabels": labels},
+            "template": _template(node, CUDA_BASE, SMI_AND_SLEEP, 4, labels),
+        },
+    }
     client.AppsV1Api(gpus.api).create_namespaced_deployment(gpus.ns, deployment)
     out = kubectl("rollout", "status", "-n", gpus.ns, "deployment/trainer", "--timeout=120s", timeout=150)
     assert 'deployment "trainer" successfully rolled out' in out.stdout
@@ -147,8 +160,10 @@ def test_time_sliced_pod_beyond_the_replicas_stays_unschedulable(gpus: Gpus, gpu
 
     def unschedulable() -> dict | None:
         pod = gpus.pod("ts-4") or {}
-        cond = next((c for c in (pod.get("status") or {}).get("conditions") or [] if c["type"] == "PodScheduled"),
-                    None)  # fmt: skip
+        cond = next(
+            (c for c in (pod.get("status") or {}).get("conditions") or [] if c["type"] == "PodScheduled"),
+            None,
+        )
         return cond if cond and cond.get("reason") == "Unschedulable" else None
 
     cond = wait(unschedulable, what="the scheduler's verdict on ts-4")
@@ -171,12 +186,23 @@ def test_drain_is_refused_by_a_pod_disruption_budget(
     """gpuready's drain goes through the real eviction API, which refuses a GPU pod its budget protects (429)."""
     (node,) = virtual_nodes(1, "dgx-h100")
     labels = {"app": "inference"}
-    deployment = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "inference"},
-                  "spec": {"replicas": 1, "selector": {"matchLabels": labels},
-                           "template": _template(node, CUDA_BASE, ["sleep", "infinity"], 1, labels)}}  # fmt: skip
+    deployment = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "inference"},
+        "spec": {
+            "replicas": 1,
+            "selector": {"matchLabels": labels},
+            "template": _template(node, CUDA_BASE, ["sleep", "infinity"], 1, labels),
+        },
+    }
     client.AppsV1Api(api).create_namespaced_deployment(gpus.ns, deployment)
-    pdb = {"apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": {"name": "inference"},
-           "spec": {"minAvailable": 1, "selector": {"matchLabels": labels}}}  # fmt: skip
+    pdb = {
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": {"name": "inference"},
+        "spec": {"minAvailable": 1, "selector": {"matchLabels": labels}},
+    }
     policy = client.PolicyV1Api(api)
     policy.create_namespaced_pod_disruption_budget(gpus.ns, pdb)
 

@@ -302,8 +302,13 @@ def test_the_suites_run_namespace_admits_its_gpu_pods_and_refuses_a_privileged_o
     kube.apply(run.cluster, runtime_class())  # what the add-ons deploy applies; the pods name it
     run.ensure_namespace()
     try:
-        pod = gpu_pod("vectoradd", node, "nvcr.io/nvidia/k8s/cuda-sample:vectoradd-cuda12.5.0", "nvidia.com/gpu",
-                      check="vectoradd")  # fmt: skip
+        pod = gpu_pod(
+            "vectoradd",
+            node,
+            "nvcr.io/nvidia/k8s/cuda-sample:vectoradd-cuda12.5.0",
+            "nvidia.com/gpu",
+            check="vectoradd",
+        )
         admitted = run.cluster.core.create_namespaced_pod(run.namespace, pod)
         assert admitted.metadata.name == "vectoradd"
         privileged = _pod("privileged", container={"securityContext": {"privileged": True}})

@@ -78,9 +78,10 @@ class KubeFleet:
     def run_namespaces(self) -> set[str]:
         """The conformance suite's per-run namespaces that exist now (terminating ones included)."""
         return {
-            ns.metadata.name for ns in self.core.list_namespace().items
+            ns.metadata.name
+            for ns in self.core.list_namespace().items
             if ns.metadata.name.startswith(NAMESPACE_PREFIX)
-        }  # fmt: skip
+        }
 
     def remove_nvidia_dropin(self, name: str) -> None:
         (self.hosts[name] / "etc/containerd/conf.d/99-nvidia.toml").unlink()
@@ -92,8 +93,10 @@ class KubeFleet:
     def delete_daemonset(self, name: str) -> None:
         """Delete one add-on DaemonSet and wait until the garbage collector and the kubelets removed its pods."""
         client.AppsV1Api(self.api).delete_namespaced_daemon_set(name, self.namespace)
-        wait_for(lambda: not [p for p in self.pods(self.namespace) if p["metadata"]["name"].startswith(name)],
-                 what=f"{name} pods gone")  # fmt: skip
+        wait_for(
+            lambda: not [p for p in self.pods(self.namespace) if p["metadata"]["name"].startswith(name)],
+            what=f"{name} pods gone",
+        )
 
     def converged(self, skip: tuple[str, ...] = ()) -> None:
         """Every node (but `skip`) advertises what its spec expects, carries its GFD labels, and runs a
@@ -108,9 +111,12 @@ class KubeFleet:
                     k: int(v) for k, v in node["status"]["allocatable"].items() if k.startswith("nvidia.com/")
                 }
                 labels = node["metadata"]["labels"]
-                exporter = [p for p in self.pods(self.namespace, name)
-                            if p["metadata"]["name"].startswith("nvidia-dcgm-exporter")
-                            and p["status"].get("phase") == "Running"]  # fmt: skip
+                exporter = [
+                    p
+                    for p in self.pods(self.namespace, name)
+                    if p["metadata"]["name"].startswith("nvidia-dcgm-exporter")
+                    and p["status"].get("phase") == "Running"
+                ]
                 return (
                     {k: v for k, v in alloc.items() if v} == spec.expected_allocatable
                     and all(labels.get(k) == v for k, v in spec.expected_labels.items())
@@ -130,11 +136,23 @@ class KubeFleet:
 
 # (lab hardware profile, inventory data besides PROFILE_INVENTORY)
 HEALTHY = [
-    ("h100-sxm-8", {"node_labels": {"gpuready.io/pool": "training"}, "node_taints": ["nvidia.com/gpu=present:NoSchedule"]}),
-    ("a100-80gb-4", {"gpu_sharing": "mig", "mig_strategy": "mixed",
-                     "mig_layout": {0: ["3g.40gb", "2g.20gb", "1g.10gb", "1g.10gb"]}}),
+    (
+        "h100-sxm-8",
+        {
+            "node_labels": {"gpuready.io/pool": "training"},
+            "node_taints": ["nvidia.com/gpu=present:NoSchedule"],
+        },
+    ),
+    (
+        "a100-80gb-4",
+        {
+            "gpu_sharing": "mig",
+            "mig_strategy": "mixed",
+            "mig_layout": {0: ["3g.40gb", "2g.20gb", "1g.10gb", "1g.10gb"]},
+        },
+    ),
     ("l4-1", {"gpu_sharing": "time-slicing", "sharing_replicas": 4}),
-]  # fmt: skip
+]
 
 
 def make_fleet(
@@ -173,8 +191,16 @@ def make_fleet(
         host_root, hardware = write_host(root / "hosts", name, profile, i, mig)
         kf.hosts[name] = host_root
         # the endpoint grace period short, so a stopped plugin's capacity drops in a test's time
-        control.call(lab.control, {"op": "attach_host", "name": name, "root": str(host_root),
-                                   "hardware": str(hardware), "grace_s": 1.0})  # fmt: skip
+        control.call(
+            lab.control,
+            {
+                "op": "attach_host",
+                "name": name,
+                "root": str(host_root),
+                "hardware": str(hardware),
+                "grace_s": 1.0,
+            },
+        )
         patch: dict[str, Any] = {"metadata": {"labels": spec.node_labels}}
         if spec.taints:
             patch["spec"] = {"taints": [t.as_dict() for t in spec.taints]}

@@ -23,11 +23,22 @@ def specs(tmp_path_factory):
     (root / "group_data").mkdir()
     shutil.copy(GROUP_DATA, root / "group_data" / "all.py")
     hosts = [
-        ("l4", {"gpu_model": "NVIDIA L4", "gpu_count": 1, "gpu_sharing": "time-slicing", "sharing_replicas": 4}),
-        ("a100", {"gpu_model": "NVIDIA A100-SXM4-80GB", "gpu_count": 2, "gpu_sharing": "mig", "mig_strategy": "mixed",
-                  "mig_layout": {0: ["3g.40gb", "1g.10gb", "1g.10gb"]}}),
+        (
+            "l4",
+            {"gpu_model": "NVIDIA L4", "gpu_count": 1, "gpu_sharing": "time-slicing", "sharing_replicas": 4},
+        ),
+        (
+            "a100",
+            {
+                "gpu_model": "NVIDIA A100-SXM4-80GB",
+                "gpu_count": 2,
+                "gpu_sharing": "mig",
+                "mig_strategy": "mixed",
+                "mig_layout": {0: ["3g.40gb", "1g.10gb", "1g.10gb"]},
+            },
+        ),
         ("t4", {"gpu_model": "Tesla T4", "gpu_count": 1, "node_taints": ["dedicated=gpu:NoSchedule"]}),
-    ]  # fmt: skip
+    ]
     path = root / "inventory.py"
     path.write_text(f"gpu_nodes = ({[(n, {**d, **JOIN}) for n, d in hosts]!r}, {{}})\n")
     return load_fleet(path).nodes
@@ -40,9 +51,16 @@ def node_obj(allocatable=None, capacity=None, labels=None, ready="True", taints=
         "status": {
             "allocatable": allocatable or {},
             "capacity": capacity or {},
-            "conditions": [{"type": "Ready", "status": ready, "reason": "KubeletNotReady", "message": "PLEG is not healthy"}],
+            "conditions": [
+                {
+                    "type": "Ready",
+                    "status": ready,
+                    "reason": "KubeletNotReady",
+                    "message": "PLEG is not healthy",
+                }
+            ],
         },
-    }  # fmt: skip
+    }
 
 
 def test_resources_name_key_expected_actual_and_why(specs):
@@ -55,8 +73,14 @@ def test_resources_name_key_expected_actual_and_why(specs):
     zero = node_obj(allocatable={"nvidia.com/gpu": "4", "nvidia.com/mig-1g.10gb": "0"})
     assert node.gpu_resources(l4, zero, "allocatable") == []  # a 0 counts as absent
     a100 = specs["a100"]
-    obj = node_obj(allocatable={"nvidia.com/gpu": "1", "nvidia.com/mig-3g.40gb": "1", "nvidia.com/mig-1g.10gb": "2",
-                                "nvidia.com/mig-2g.20gb": "1"})  # fmt: skip
+    obj = node_obj(
+        allocatable={
+            "nvidia.com/gpu": "1",
+            "nvidia.com/mig-3g.40gb": "1",
+            "nvidia.com/mig-1g.10gb": "2",
+            "nvidia.com/mig-2g.20gb": "1",
+        }
+    )
     assert node.gpu_resources(a100, obj, "allocatable") == [
         "allocatable nvidia.com/mig-2g.20gb = 1, expected 0 (the inventory expects none)"
     ]
@@ -93,15 +117,23 @@ def test_addon_pod_not_ready_says_why(specs):
     crashing = {
         "metadata": {"name": "nvidia-device-plugin-x", "namespace": "gpu-system"},
         "spec": {"containers": [{"name": "plugin", "image": "nvcr.io/nvidia/k8s-device-plugin:v0.17.1"}]},
-        "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "False"}],
-                   "containerStatuses": [{"name": "plugin", "restartCount": 3,
-                                          "state": {"waiting": {"reason": "CrashLoopBackOff"}}}]},
-    }  # fmt: skip
+        "status": {
+            "phase": "Running",
+            "conditions": [{"type": "Ready", "status": "False"}],
+            "containerStatuses": [
+                {"name": "plugin", "restartCount": 3, "state": {"waiting": {"reason": "CrashLoopBackOff"}}}
+            ],
+        },
+    }
     gfd = {
         "metadata": {"name": "gpu-feature-discovery-y", "namespace": "gpu-system"},
-        "spec": {"containers": [{"image": "nvcr.io/nvidia/k8s-device-plugin:v0.17.1", "command": ["gpu-feature-discovery"]}]},
+        "spec": {
+            "containers": [
+                {"image": "nvcr.io/nvidia/k8s-device-plugin:v0.17.1", "command": ["gpu-feature-discovery"]}
+            ]
+        },
         "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]},
-    }  # fmt: skip
+    }
     assert node.addon_pod_ready(specs["t4"], [crashing, gfd], "device plugin") == [
         "device plugin pod gpu-system/nvidia-device-plugin-x not Ready "
         "(Running, plugin waiting CrashLoopBackOff, plugin restarted 3x)"
@@ -148,8 +180,15 @@ def test_mig_device_and_vector_add_messages(specs):
     assert workloads.mig_device(a100, "3g.40gb", ok)[0].startswith(
         "MIG 3g.40gb pod saw 1g.10gb, expected exactly one 3g.40gb"
     )
-    failed = PodResult("vectoradd-t4", "t4", "Failed", reason="Error", exit_code=1, events=["Normal Pulled: pulled"],
-                       log="[Vector addition of 50000 elements]\nFailed to allocate device vector A (error code no CUDA-capable device is detected)!\n")  # fmt: skip
+    failed = PodResult(
+        "vectoradd-t4",
+        "t4",
+        "Failed",
+        reason="Error",
+        exit_code=1,
+        events=["Normal Pulled: pulled"],
+        log="[Vector addition of 50000 elements]\nFailed to allocate device vector A (error code no CUDA-capable device is detected)!\n",
+    )
     assert workloads.vector_add(specs["t4"], failed) == [
         "vectorAdd did not pass: pod vectoradd-t4: phase Failed; reason Error; exit code 1; events: Normal Pulled: "
         "pulled; last log lines: [Vector addition of 50000 elements] / Failed to allocate device vector A "
@@ -161,9 +200,13 @@ def test_mig_device_and_vector_add_messages(specs):
 def test_a_failed_pod_quotes_its_warning_events_first():
     """The kubelet's events outnumber the one that says why (a real pod: Scheduled, Pulled, Created, Started,
     and the sandbox failure among them): Warnings are kept, the other slots go to the latest events."""
-    events = ["Warning FailedCreatePodSandBox: Failed to create pod sandbox: no runtime for \"nvidia\"",
-              "Normal Pulled: pulled", "Normal Created: created", "Normal Started: started",
-              "Normal Scheduled: assigned"]  # fmt: skip
+    events = [
+        'Warning FailedCreatePodSandBox: Failed to create pod sandbox: no runtime for "nvidia"',
+        "Normal Pulled: pulled",
+        "Normal Created: created",
+        "Normal Started: started",
+        "Normal Scheduled: assigned",
+    ]
     described = PodResult("p", "n", "Failed", events=events).describe()
     assert described == ("pod p: phase Failed; events: " + " | ".join([events[0], *events[2:]]))
     normal = [f"Normal E{i}: e" for i in range(6)]

@@ -109,8 +109,10 @@ def only_failing_node(verdict, node):
 
 
 def test_wrong_time_slicing_replicas_fail_allocatable(pytester, kube_suite, fleets):
-    config = "version: v1\nflags:\n  migStrategy: none\nsharing:\n  timeSlicing:\n    resources:\n" \
-             "    - name: nvidia.com/gpu\n      replicas: 2\n"  # fmt: skip
+    config = (
+        "version: v1\nflags:\n  migStrategy: none\nsharing:\n  timeSlicing:\n    resources:\n"
+        "    - name: nvidia.com/gpu\n      replicas: 2\n"
+    )
     fleet = fleets(converge=False, configs={"time-slicing-4": config})
     l4 = list(fleet.nodes)[2]
     wait_for(lambda: fleet.node(l4)["status"]["allocatable"].get("nvidia.com/gpu") == "2", what="2 replicas")

@@ -68,14 +68,25 @@ def policy_fleet(lab_cluster, api, virtual_nodes, tmp_path):
         fleet.converged()  # the GPUs advertised: the affinity pods can be placed
         for name, spec in fleet.nodes.items():  # only the inventory's taints (the agent's nodes start Ready)
             want = sorted(str(t) for t in spec.taints)
-            wait_for(lambda name=name, want=want: sorted(
-                f"{t['key']}={t['value']}:{t['effect']}" if t.get("value") else f"{t['key']}:{t['effect']}"
-                for t in fleet.node(name)["spec"].get("taints") or []) == want, what=f"{name} taints")  # fmt: skip
+            wait_for(
+                lambda name=name, want=want: (
+                    sorted(
+                        f"{t['key']}={t['value']}:{t['effect']}"
+                        if t.get("value")
+                        else f"{t['key']}:{t['effect']}"
+                        for t in fleet.node(name)["spec"].get("taints") or []
+                    )
+                    == want
+                ),
+                what=f"{name} taints",
+            )
         yield fleet, pc, namespace
     finally:
         fleet.delete()
-        for delete in (lambda: core.delete_namespace(namespace),
-                       lambda: client.SchedulingV1Api(api).delete_priority_class(pc)):  # fmt: skip
+        for delete in (
+            lambda: core.delete_namespace(namespace),
+            lambda: client.SchedulingV1Api(api).delete_priority_class(pc),
+        ):
             try:
                 delete()
             except ApiException as exc:
@@ -104,8 +115,16 @@ def test_healthy_policies_pass_and_broken_ones_fail_naming_the_policy(
     status, message = healthy[plain]["test_priority_preempts"]
     assert status == "skip" and f"preemption is tried on one node per run: {tainted}" in message
     # the plain pods are gone right after the decision, and the run's namespace after the run
-    wait_for(lambda: not [p for p in fleet.pods(node=tainted) if p["metadata"]["namespace"].startswith(
-        wl.NAMESPACE_PREFIX)], what="no plain pod left")  # fmt: skip
+    wait_for(
+        lambda: (
+            not [
+                p
+                for p in fleet.pods(node=tainted)
+                if p["metadata"]["namespace"].startswith(wl.NAMESPACE_PREFIX)
+            ]
+        ),
+        what="no plain pod left",
+    )
 
     # break every policy: taint removed, PriorityClass value changed (immutable: recreated), quota too large
     fleet.core.patch_node(tainted, {"spec": {"taints": None}})
@@ -137,17 +156,19 @@ def test_healthy_policies_pass_and_broken_ones_fail_naming_the_policy(
             f"{node}: PriorityClass {pc} has value 500, expected 1000 (priority_classes in the inventory)",
         )
         assert broken[node]["test_gpu_quota_refuses"] == (
-            "fail", f"{node}: {where}: a pod requesting 3 nvidia.com/gpu was admitted, no quota refused it "
-            "(gpu-quota allows 8)"
-        )  # fmt: skip
+            "fail",
+            f"{node}: {where}: a pod requesting 3 nvidia.com/gpu was admitted, no quota refused it "
+            "(gpu-quota allows 8)",
+        )
 
     # the quota deleted: the over-quota pod is admitted, and the message says no quota is there
     fleet.core.delete_namespaced_resource_quota("gpu-quota", namespace)
     gone = run(pytester, fleet)
     assert gone[plain]["test_gpu_quota_refuses"] == (
-        "fail", f"{plain}: {where}: a pod requesting 3 nvidia.com/gpu was admitted, no quota refused it "
-        "(no ResourceQuota on GPUs)"
-    )  # fmt: skip
+        "fail",
+        f"{plain}: {where}: a pod requesting 3 nvidia.com/gpu was admitted, no quota refused it "
+        "(no ResourceQuota on GPUs)",
+    )
 
 
 def test_gpu_pod_by_product_lands_only_on_that_product(
@@ -180,9 +201,10 @@ def test_gpu_pod_by_product_lands_only_on_that_product(
         broken = run(pytester, fleet)
         status, message = broken[a100]["test_gpu_pod_by_product_affinity"]
         assert (status, message) == (
-            "fail", f"{a100}: GPU pod affinity-0 asking for {PRODUCT} {a100_label} by node affinity was scheduled on "
-            f"{l4}, whose GPUs are {l4_label} by the inventory: its {PRODUCT} label is wrong"
-        ), message  # fmt: skip
+            "fail",
+            f"{a100}: GPU pod affinity-0 asking for {PRODUCT} {a100_label} by node affinity was scheduled on "
+            f"{l4}, whose GPUs are {l4_label} by the inventory: its {PRODUCT} label is wrong",
+        ), message
         status, message = broken[l4]["test_gpu_pod_by_product_affinity"]
         assert status == "fail" and message.startswith(
             f"{l4}: GPU pod affinity-1 asking for {PRODUCT} {l4_label} by node affinity was left Unschedulable: "

@@ -24,10 +24,17 @@ UNSCHEDULABLE = (
 def specs(tmp_path_factory):
     """t4 from a fleet that asks for the policies, l4 from one that asks for none (policies are fleet-wide)."""
     hosts = [
-        ("t4", {"gpu_model": "Tesla T4", "gpu_count": 1, **POLICY,
-                "node_taints": ["nvidia.com/gpu=present:NoSchedule", "soft=yes:PreferNoSchedule"]}),
+        (
+            "t4",
+            {
+                "gpu_model": "Tesla T4",
+                "gpu_count": 1,
+                **POLICY,
+                "node_taints": ["nvidia.com/gpu=present:NoSchedule", "soft=yes:PreferNoSchedule"],
+            },
+        ),
         ("l4", {"gpu_model": "NVIDIA L4", "gpu_count": 1, "node_taints": ["soft=yes:PreferNoSchedule"]}),
-    ]  # fmt: skip
+    ]
     nodes = {}
     for name, data in hosts:
         root = tmp_path_factory.mktemp(f"inventory-{name}")

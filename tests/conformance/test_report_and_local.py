@@ -73,8 +73,11 @@ def test_measurements_reach_verdict_json_fleet_xml_and_the_table(tmp_path):
     write_reports(results, tmp_path, exit_code=1)
     check = json.loads((tmp_path / "verdict.json").read_text())["nodes"]["gpu-node-1"]["layers"]["diag"]
     assert check["checks"]["test_host_to_device_bandwidth"]["measurements"][0] == {
-        "name": "GPU 0 host->device", "measured": 12.5, "floor": 44.11, "unit": "GB/s"
-    }  # fmt: skip
+        "name": "GPU 0 host->device",
+        "measured": 12.5,
+        "floor": 44.11,
+        "unit": "GB/s",
+    }
     suite = ET.parse(tmp_path / "fleet.xml").getroot().find("testsuite")
     props = {p.get("name"): p.get("value") for p in suite.iter("property")}
     assert (

@@ -21,8 +21,12 @@ NO_NODE = {"gpuready.test/no-such-node": "true"}  # a selector no node matches: 
 
 
 def _pod(name: str, image: str = PAUSE, **spec: Any) -> dict[str, Any]:
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
-            "spec": {"containers": [{"name": "c", "image": image, **spec.pop("container", {})}], **spec}}  # fmt: skip
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name},
+        "spec": {"containers": [{"name": "c", "image": image, **spec.pop("container", {})}], **spec},
+    }
 
 
 def _on(node: str) -> dict[str, str]:
@@ -65,8 +69,13 @@ def test_watch_from_resource_version_sees_modifications_and_deletes(
     v1.patch_namespaced_config_map("w", namespace, {"data": {"a": "2"}})
     v1.delete_namespaced_config_map("w", namespace)
     events = []
-    for ev in watch.Watch().stream(v1.list_namespaced_config_map, namespace, field_selector="metadata.name=w",
-                                   resource_version=cm.metadata.resource_version, timeout_seconds=30):  # fmt: skip
+    for ev in watch.Watch().stream(
+        v1.list_namespaced_config_map,
+        namespace,
+        field_selector="metadata.name=w",
+        resource_version=cm.metadata.resource_version,
+        timeout_seconds=30,
+    ):
         events.append((ev["type"], ev["object"].data))
         if len(events) == 2:
             break
@@ -78,8 +87,16 @@ def test_create_pod_run_and_read_log(
 ) -> None:
     (node,) = virtual_nodes(1)
     v1 = client.CoreV1Api(api)
-    pod = v1.create_namespaced_pod(namespace, _pod("echo", "busybox:1.36", restartPolicy="Never", nodeSelector=_on(node),
-                                                   container={"command": ["echo", "from", "python"]}))  # fmt: skip
+    pod = v1.create_namespaced_pod(
+        namespace,
+        _pod(
+            "echo",
+            "busybox:1.36",
+            restartPolicy="Never",
+            nodeSelector=_on(node),
+            container={"command": ["echo", "from", "python"]},
+        ),
+    )
     assert pod.metadata.uid and pod.metadata.creation_timestamp is not None
     assert pod.status.phase == "Pending"
     assert pod.spec.containers[0].image_pull_policy == "IfNotPresent"
@@ -112,8 +129,10 @@ def test_generate_name_and_resource_version_conflict(api: client.ApiClient, name
     assert exc.value.status == 409
     body = json.loads(exc.value.body)
     assert body["reason"] == "Conflict"
-    assert body["message"] == (f'Operation cannot be fulfilled on configmaps "{cm.metadata.name}": the object has '
-                               "been modified; please apply your changes to the latest version and try again")  # fmt: skip
+    assert body["message"] == (
+        f'Operation cannot be fulfilled on configmaps "{cm.metadata.name}": the object has '
+        "been modified; please apply your changes to the latest version and try again"
+    )
 
 
 def test_error_statuses(api: client.ApiClient, namespace: str) -> None:
@@ -121,9 +140,16 @@ def test_error_statuses(api: client.ApiClient, namespace: str) -> None:
     with pytest.raises(ApiException) as nf:
         v1.read_namespaced_pod("nope", namespace)
     assert nf.value.status == 404
-    assert json.loads(nf.value.body) == {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
-                                         "message": 'pods "nope" not found', "reason": "NotFound",
-                                         "details": {"name": "nope", "kind": "pods"}, "code": 404}  # fmt: skip
+    assert json.loads(nf.value.body) == {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure",
+        "message": 'pods "nope" not found',
+        "reason": "NotFound",
+        "details": {"name": "nope", "kind": "pods"},
+        "code": 404,
+    }
     v1.create_namespaced_config_map(namespace, {"metadata": {"name": "dup"}})
     with pytest.raises(ApiException) as dup:
         v1.create_namespaced_config_map(namespace, {"metadata": {"name": "dup"}})
@@ -133,15 +159,25 @@ def test_error_statuses(api: client.ApiClient, namespace: str) -> None:
         v1.create_namespaced_pod(namespace, _pod("Bad_Name"))
     body = json.loads(inv.value.body)
     assert inv.value.status == 422 and body["reason"] == "Invalid"
-    assert body["message"].startswith('Pod "Bad_Name" is invalid: metadata.name: Invalid value: "Bad_Name": a '
-                                      "lowercase RFC 1123 subdomain")  # fmt: skip
+    assert body["message"].startswith(
+        'Pod "Bad_Name" is invalid: metadata.name: Invalid value: "Bad_Name": a lowercase RFC 1123 subdomain'
+    )
     assert body["details"]["causes"][0]["field"] == "metadata.name"
     with pytest.raises(ApiException) as gpu:
-        v1.create_namespaced_pod(namespace, _pod("gpu", container={"resources": {
-            "requests": {"nvidia.com/gpu": "1"}, "limits": {"nvidia.com/gpu": "2"}}}))  # fmt: skip
+        v1.create_namespaced_pod(
+            namespace,
+            _pod(
+                "gpu",
+                container={
+                    "resources": {"requests": {"nvidia.com/gpu": "1"}, "limits": {"nvidia.com/gpu": "2"}}
+                },
+            ),
+        )
     assert gpu.value.status == 422
-    assert json.loads(gpu.value.body)["message"] == ('Pod "gpu" is invalid: spec.containers[0].resources.requests: '
-                                                     'Invalid value: "1": must be equal to nvidia.com/gpu limit of 2')  # fmt: skip
+    assert json.loads(gpu.value.body)["message"] == (
+        'Pod "gpu" is invalid: spec.containers[0].resources.requests: '
+        'Invalid value: "1": must be equal to nvidia.com/gpu limit of 2'
+    )
     missing = unique("missing")
     with pytest.raises(ApiException) as ns:
         v1.create_namespaced_config_map(missing, {"metadata": {"name": "x"}})
@@ -156,21 +192,45 @@ def test_error_statuses(api: client.ApiClient, namespace: str) -> None:
 
 def test_strategic_merge_and_json_patches(api: client.ApiClient, namespace: str) -> None:
     v1 = client.CoreV1Api(api)
-    v1.create_namespaced_pod(namespace, _pod("p", container={"env": [{"name": "A", "value": "1"}]},
-                                             nodeSelector=NO_NODE))  # fmt: skip
+    v1.create_namespaced_pod(
+        namespace, _pod("p", container={"env": [{"name": "A", "value": "1"}]}, nodeSelector=NO_NODE)
+    )
     # strategic: containers merge by name, env by name
-    patched = v1.patch_namespaced_pod("p", namespace, {"metadata": {"labels": {"l": "1"}}, "spec": {"containers": [
-        {"name": "c", "image": "registry.k8s.io/pause:3.9"}]}})  # fmt: skip
+    patched = v1.patch_namespaced_pod(
+        "p",
+        namespace,
+        {
+            "metadata": {"labels": {"l": "1"}},
+            "spec": {"containers": [{"name": "c", "image": "registry.k8s.io/pause:3.9"}]},
+        },
+    )
     assert patched.spec.containers[0].image == "registry.k8s.io/pause:3.9"
     assert [(e.name, e.value) for e in patched.spec.containers[0].env] == [("A", "1")]
     assert patched.metadata.labels == {"l": "1"}
     apps = client.AppsV1Api(api)
-    ds = {"metadata": {"name": "ds"}, "spec": {"selector": {"matchLabels": {"a": "b"}}, "template": {
-        "metadata": {"labels": {"a": "b"}}, "spec": {"nodeSelector": NO_NODE, "containers": [
-            {"name": "c", "image": "busybox", "env": [{"name": "A", "value": "1"}]}]}}}}  # fmt: skip
+    ds = {
+        "metadata": {"name": "ds"},
+        "spec": {
+            "selector": {"matchLabels": {"a": "b"}},
+            "template": {
+                "metadata": {"labels": {"a": "b"}},
+                "spec": {
+                    "nodeSelector": NO_NODE,
+                    "containers": [{"name": "c", "image": "busybox", "env": [{"name": "A", "value": "1"}]}],
+                },
+            },
+        },
+    }
     apps.create_namespaced_daemon_set(namespace, ds)
-    out = apps.patch_namespaced_daemon_set("ds", namespace, {"spec": {"template": {"spec": {"containers": [
-        {"name": "c", "env": [{"name": "B", "value": "2"}]}]}}}})  # fmt: skip
+    out = apps.patch_namespaced_daemon_set(
+        "ds",
+        namespace,
+        {
+            "spec": {
+                "template": {"spec": {"containers": [{"name": "c", "env": [{"name": "B", "value": "2"}]}]}}
+            }
+        },
+    )
     # merged by name; the real strategic merge puts the patch's new items before the ones it kept
     assert [(e.name, e.value) for e in out.spec.template.spec.containers[0].env] == [("B", "2"), ("A", "1")]
     assert out.metadata.generation == 2
@@ -182,8 +242,12 @@ def test_strategic_merge_and_json_patches(api: client.ApiClient, namespace: str)
 def test_server_side_apply_with_dynamic_client(api: client.ApiClient, namespace: str) -> None:
     dyn = dynamic.DynamicClient(api)
     cms = dyn.resources.get(api_version="v1", kind="ConfigMap")
-    body = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "ssa", "namespace": namespace},
-            "data": {"a": "1", "b": "2"}}  # fmt: skip
+    body = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": "ssa", "namespace": namespace},
+        "data": {"a": "1", "b": "2"},
+    }
     first = cms.server_side_apply(body=body, field_manager="gpuready-test")
     assert first.to_dict()["data"] == {"a": "1", "b": "2"}
     assert [(m["manager"], m["operation"]) for m in first.to_dict()["metadata"]["managedFields"]] == [
@@ -216,8 +280,12 @@ def test_list_limit_continue_and_selectors(api: client.ApiClient, namespace: str
     assert not rest.metadata._continue
     # without a selector it does: the namespace's kube-root-ca.crt (the real root-ca-cert-publisher's, published
     # shortly after the namespace) is listed too
-    wait_for(lambda: any(c.metadata.name == "kube-root-ca.crt" for c in v1.list_namespaced_config_map(namespace).items),
-             what="kube-root-ca.crt published")  # fmt: skip
+    wait_for(
+        lambda: any(
+            c.metadata.name == "kube-root-ca.crt" for c in v1.list_namespaced_config_map(namespace).items
+        ),
+        what="kube-root-ca.crt published",
+    )
     unfiltered = v1.list_namespaced_config_map(namespace, limit=2)
     assert [c.metadata.name for c in unfiltered.items] == ["cm-0", "cm-1"]
     assert unfiltered.metadata.remaining_item_count == 4
@@ -250,8 +318,10 @@ def test_node_status_subresource_and_binding(
 ) -> None:
     node, target = virtual_nodes(2)
     v1 = client.CoreV1Api(api)
-    v1.patch_node_status(node, {"status": {"capacity": {"example.com/widget": "4"},
-                                           "allocatable": {"example.com/widget": "4"}}})  # fmt: skip
+    v1.patch_node_status(
+        node,
+        {"status": {"capacity": {"example.com/widget": "4"}, "allocatable": {"example.com/widget": "4"}}},
+    )
     read = v1.read_node(node)
     assert read.status.allocatable["example.com/widget"] == "4"
     assert read.status.allocatable["nvidia.com/gpu"] == "8"
@@ -260,9 +330,11 @@ def test_node_status_subresource_and_binding(
     assert v1.read_node(node).status.allocatable["example.com/widget"] == "4"
     # a pod for a scheduler that does not run: only a Binding places it (the real scheduler leaves it alone)
     v1.create_namespaced_pod(namespace, _pod("manual", schedulerName="my-scheduler"))
-    v1.create_namespaced_binding(namespace, {"metadata": {"name": "manual"},
-                                             "target": {"kind": "Node", "name": target}},
-                                 _preload_content=False)  # fmt: skip
+    v1.create_namespaced_binding(
+        namespace,
+        {"metadata": {"name": "manual"}, "target": {"kind": "Node", "name": target}},
+        _preload_content=False,
+    )
     assert v1.read_namespaced_pod("manual", namespace).spec.node_name == target
     wait_for(lambda: pod_phase(api, "manual", namespace) == "Running", what="the bound pod Running")
 
@@ -274,10 +346,16 @@ def test_runtime_class_and_priority_class_admission(api: client.ApiClient, names
     with pytest.raises(ApiException) as missing:
         v1.create_namespaced_pod(namespace, _pod("gpu", runtimeClassName=handler))
     assert missing.value.status == 403
-    assert json.loads(missing.value.body)["message"] == (f'pods "gpu" is forbidden: pod rejected: RuntimeClass '
-                                                         f'"{handler}" not found')  # fmt: skip
-    node.create_runtime_class({"metadata": {"name": handler}, "handler": "nvidia", "scheduling": {
-        "nodeSelector": {"nvidia.com/gpu.present": "true"}}})  # fmt: skip
+    assert json.loads(missing.value.body)["message"] == (
+        f'pods "gpu" is forbidden: pod rejected: RuntimeClass "{handler}" not found'
+    )
+    node.create_runtime_class(
+        {
+            "metadata": {"name": handler},
+            "handler": "nvidia",
+            "scheduling": {"nodeSelector": {"nvidia.com/gpu.present": "true"}},
+        }
+    )
     try:
         pod = v1.create_namespaced_pod(namespace, _pod("gpu", runtimeClassName=handler))
         assert pod.spec.node_selector == {"nvidia.com/gpu.present": "true"}
@@ -304,8 +382,12 @@ def test_method_not_allowed_and_unknown_resource(api: client.ApiClient, namespac
     ctx.load_cert_chain(cfg.cert_file, cfg.key_file)  # the admin kubeconfig's client certificate
 
     def call(method: str, path: str) -> tuple[int, dict[str, Any]]:
-        req = urllib.request.Request(cfg.host + path, method=method, data=b"{}" if method == "POST" else None,
-                                     headers={"Content-Type": "application/json"})  # fmt: skip
+        req = urllib.request.Request(
+            cfg.host + path,
+            method=method,
+            data=b"{}" if method == "POST" else None,
+            headers={"Content-Type": "application/json"},
+        )
         try:
             with urllib.request.urlopen(req, context=ctx, timeout=30) as resp:
                 return resp.status, json.loads(resp.read())

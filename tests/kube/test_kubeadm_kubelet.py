@@ -120,8 +120,13 @@ class Host:
     def kubeadm(
         self, *args: str, stdin: str | None = None, watch_ps: bool = False
     ) -> subprocess.CompletedProcess[str]:
-        proc = subprocess.Popen([sys.executable, str(KUBEADM), *args], env=self.env, text=True,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
+        proc = subprocess.Popen(
+            [sys.executable, str(KUBEADM), *args],
+            env=self.env,
+            text=True,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
         sampler = None
         stop = threading.Event()
         if watch_ps:
@@ -139,8 +144,9 @@ class Host:
             self.seen_args.extend(ps.splitlines())
 
     def kubelet(self, *args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, str(KUBELET), *args], env=self.env, capture_output=True, text=True,
-                              timeout=60)  # fmt: skip
+        return subprocess.run(
+            [sys.executable, str(KUBELET), *args], env=self.env, capture_output=True, text=True, timeout=60
+        )
 
     def systemctl(self, *args: str) -> None:
         subprocess.run(
@@ -158,16 +164,25 @@ class Host:
         doc: dict[str, Any] = {
             "apiVersion": "kubeadm.k8s.io/v1beta4",
             "kind": "JoinConfiguration",
-            "discovery": {"bootstrapToken": {"apiServerEndpoint": self.cluster["endpoint"], "token": self.token,
-                                             "caCertHashes": [self.cluster["ca_cert_hash"]]}},
+            "discovery": {
+                "bootstrapToken": {
+                    "apiServerEndpoint": self.cluster["endpoint"],
+                    "token": self.token,
+                    "caCertHashes": [self.cluster["ca_cert_hash"]],
+                }
+            },
             "nodeRegistration": {
                 "name": self.node,
                 "criSocket": "unix:///run/containerd/containerd.sock",
-                "taints": [{"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"},
-                           {"key": "gpuready.io/burn-in", "effect": "NoExecute"}],
-                "kubeletExtraArgs": [{"name": "node-labels", "value": "nvidia.com/gpu.present=true,pool=gpu"}],
+                "taints": [
+                    {"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"},
+                    {"key": "gpuready.io/burn-in", "effect": "NoExecute"},
+                ],
+                "kubeletExtraArgs": [
+                    {"name": "node-labels", "value": "nvidia.com/gpu.present=true,pool=gpu"}
+                ],
             },
-        }  # fmt: skip
+        }
         doc["discovery"]["bootstrapToken"].update(overrides)
         path = self.state / "join.yaml"
         # the file the deploy writes (operations/kube.py: yaml.safe_dump, root-only)
@@ -191,8 +206,13 @@ def host(lab_cluster: Any, api: client.ApiClient, tmp_path: Path) -> Iterator[Ho
     root.mkdir()
     state.mkdir()
     (state / "systemctl.py").write_text(FAKE_SYSTEMCTL)
-    env = {**os.environ, "GPUREADY_LAB_K8S_ROOT": str(root), "FAKE_SYSTEMCTL_STATE": str(state),
-           "FAKE_KUBELET": str(KUBELET), "GPUREADY_LAB_SYSTEMCTL": f"{sys.executable} {state / 'systemctl.py'}"}  # fmt: skip
+    env = {
+        **os.environ,
+        "GPUREADY_LAB_K8S_ROOT": str(root),
+        "FAKE_SYSTEMCTL_STATE": str(state),
+        "FAKE_KUBELET": str(KUBELET),
+        "GPUREADY_LAB_SYSTEMCTL": f"{sys.executable} {state / 'systemctl.py'}",
+    }
     h = Host(root, state, env, lab_cluster.entry, f"lab-gpu-{uuid.uuid4().hex[:6]}")
     try:
         yield h
@@ -261,16 +281,26 @@ def test_join_registers_a_ready_node_with_labels_taints_and_host_capacity(
 ) -> None:
     # the kubelet registers with the not-ready taint; the real node lifecycle controller lifts it once Ready
     wait_for(
-        lambda: not any(t["key"] == "node.kubernetes.io/not-ready"
-                        for t in (_node(api, joined.node) or {}).get("spec", {}).get("taints") or []),
-        60, "the node lifecycle controller to lift the not-ready taint",
-    )  # fmt: skip
+        lambda: (
+            not any(
+                t["key"] == "node.kubernetes.io/not-ready"
+                for t in (_node(api, joined.node) or {}).get("spec", {}).get("taints") or []
+            )
+        ),
+        60,
+        "the node lifecycle controller to lift the not-ready taint",
+    )
     node = _node(api, joined.node)
     assert node is not None
     labels = node["metadata"]["labels"]
-    assert {k: labels[k] for k in ("nvidia.com/gpu.present", "pool", "kubernetes.io/hostname", "kubernetes.io/os")} == {
-        "nvidia.com/gpu.present": "true", "pool": "gpu", "kubernetes.io/hostname": joined.node,
-        "kubernetes.io/os": "linux"}  # fmt: skip
+    assert {
+        k: labels[k] for k in ("nvidia.com/gpu.present", "pool", "kubernetes.io/hostname", "kubernetes.io/os")
+    } == {
+        "nvidia.com/gpu.present": "true",
+        "pool": "gpu",
+        "kubernetes.io/hostname": joined.node,
+        "kubernetes.io/os": "linux",
+    }
     taints = [(t["key"], t.get("value"), t["effect"]) for t in node["spec"]["taints"]]
     assert taints == [("nvidia.com/gpu", "true", "NoSchedule"), ("gpuready.io/burn-in", None, "NoExecute")]
     assert node["spec"]["podCIDR"].startswith("10.244.")  # the real controller-manager's node IPAM took it in
@@ -294,8 +324,11 @@ def test_join_registers_a_ready_node_with_labels_taints_and_host_capacity(
         ]
         assert info["containerRuntimeVersion"] == f"containerd://{version.lstrip('v')}"
     ready = next(c for c in status["conditions"] if c["type"] == "Ready")
-    assert (ready["status"], ready["reason"], ready["message"]) == ("True", "KubeletReady",
-                                                                    "kubelet is posting ready status")  # fmt: skip
+    assert (ready["status"], ready["reason"], ready["message"]) == (
+        "True",
+        "KubeletReady",
+        "kubelet is posting ready status",
+    )
     lease = client.CoordinationV1Api(api).read_namespaced_lease(joined.node, "kube-node-lease")
     assert lease.spec.holder_identity == joined.node
     assert lease.metadata.owner_references[0].uid == node["metadata"]["uid"]
@@ -307,7 +340,8 @@ def test_join_writes_what_kubeadm_writes_and_never_the_token(joined: Host, api: 
     root, cluster = joined.root, joined.cluster
     assert (root / "var/lib/kubelet/kubeadm-flags.env").read_text() == (
         f'KUBELET_KUBEADM_ARGS="--hostname-override={joined.node} --node-labels=nvidia.com/gpu.present=true,pool=gpu '
-        '--register-with-taints=nvidia.com/gpu=true:NoSchedule,gpuready.io/burn-in:NoExecute"\n')  # fmt: skip
+        '--register-with-taints=nvidia.com/gpu=true:NoSchedule,gpuready.io/burn-in:NoExecute"\n'
+    )
     kubeconfig = yaml.safe_load((root / "etc/kubernetes/kubelet.conf").read_text())
     server = kubeconfig["clusters"][0]["cluster"]
     assert server["server"] == cluster["url"]
@@ -338,7 +372,8 @@ def test_join_writes_what_kubeadm_writes_and_never_the_token(joined: Host, api: 
     # auto-approved (kubeadm's RBAC for bootstrap tokens) and signed with the cluster CA
     csrs = _csrs_for(api, joined.node)
     assert [(c.spec.username, c.spec.signer_name) for c in csrs] == [
-        (f"system:bootstrap:{joined.token_id}", "kubernetes.io/kube-apiserver-client-kubelet")]  # fmt: skip
+        (f"system:bootstrap:{joined.token_id}", "kubernetes.io/kube-apiserver-client-kubelet")
+    ]
     approved = next(c for c in csrs[0].status.conditions if c.type == "Approved")
     assert (approved.status, approved.reason) == ("True", "AutoApproved")
     cert = x509.load_pem_x509_certificate(joined.path(pem).read_bytes())
@@ -392,10 +427,13 @@ def test_kubelet_stop_makes_the_node_not_ready(joined: Host, api: client.ApiClie
     )
     assert kubectl("get", "nodes", joined.node, "--no-headers").stdout.split()[1] == "NotReady"
     wait_for(
-        lambda: {"node.kubernetes.io/unreachable"}
-        <= {t["key"] for t in (_node(api, joined.node) or {}).get("spec", {}).get("taints") or []},
-        60, "the node lifecycle controller to taint the unreachable node",
-    )  # fmt: skip
+        lambda: (
+            {"node.kubernetes.io/unreachable"}
+            <= {t["key"] for t in (_node(api, joined.node) or {}).get("spec", {}).get("taints") or []}
+        ),
+        60,
+        "the node lifecycle controller to taint the unreachable node",
+    )
     assert '"Shutting down kubelet"' in joined.kubelet_log()
     joined.systemctl("restart", "kubelet")
     wait_for(
@@ -434,7 +472,8 @@ def test_wrong_token_is_refused(host: Host, api: client.ApiClient) -> None:
     assert out.stderr.splitlines()[0] == (
         'error execution phase preflight: couldn\'t validate the identity of the API Server: token id "abcdef" is '
         'invalid for this cluster or it has expired. Use "kubeadm token create" on the control-plane node to '
-        "create a new valid token")  # fmt: skip
+        "create a new valid token"
+    )
     assert "ffffffffffffffff" not in out.stdout + out.stderr
     assert not host.path("/etc/kubernetes/kubelet.conf").exists()
     assert _node(api, host.node) is None
@@ -446,7 +485,8 @@ def test_wrong_ca_hash_is_refused_with_kubeadms_text(host: Host) -> None:
     assert out.returncode == 1
     assert out.stderr.splitlines()[0] == (
         "error execution phase preflight: couldn't validate the identity of the API Server: cluster CA found in "
-        f'cluster-info ConfigMap is invalid: none of the public keys "{host.cluster["ca_cert_hash"]}" are pinned')  # fmt: skip
+        f'cluster-info ConfigMap is invalid: none of the public keys "{host.cluster["ca_cert_hash"]}" are pinned'
+    )
     assert _files(host.root) == {}
 
 
@@ -461,7 +501,8 @@ def test_token_checked_by_the_cluster_info_signature_flag_form(host: Host, api: 
     assert bad.returncode == 1
     assert bad.stderr.splitlines()[0] == (
         "error execution phase preflight: couldn't validate the identity of the API Server: failed to verify JWS "
-        "signature of received cluster info object, can't trust this API Server")  # fmt: skip
+        "signature of received cluster info object, can't trust this API Server"
+    )
     assert _files(host.root) == {}
     good = host.kubeadm("join", endpoint, "--token", host.token, "--discovery-token-ca-cert-hash", digest,
                         "--node-name", host.node, watch_ps=True)  # fmt: skip
@@ -479,12 +520,15 @@ def test_config_and_flags_do_not_mix(host: Host) -> None:
 
 
 def test_kubelet_without_kubeconfig_exits_like_an_unjoined_kubelet(host: Host) -> None:
-    out = host.kubelet("--bootstrap-kubeconfig=/etc/kubernetes/bootstrap-kubelet.conf",
-                       "--kubeconfig=/etc/kubernetes/kubelet.conf")  # fmt: skip
+    out = host.kubelet(
+        "--bootstrap-kubeconfig=/etc/kubernetes/bootstrap-kubelet.conf",
+        "--kubeconfig=/etc/kubernetes/kubelet.conf",
+    )
     assert out.returncode == 1
     assert out.stderr.splitlines()[-1].endswith(
         '"command failed" err="failed to run Kubelet: unable to load bootstrap kubeconfig: stat '
-        '/etc/kubernetes/bootstrap-kubelet.conf: no such file or directory"')  # fmt: skip
+        '/etc/kubernetes/bootstrap-kubelet.conf: no such file or directory"'
+    )
     assert host.kubelet("--version").stdout == f"Kubernetes {KUBELET_VERSION}\n"
 
 
@@ -501,16 +545,27 @@ def test_expired_token_is_refused(host: Host, api: client.ApiClient) -> None:
     """A bootstrap token past its expiration: the real bootstrap signer does not sign cluster-info with it (and the
     token cleaner deletes it), so the join fails in discovery the way kubeadm's does."""
     token_id, secret = "exp1r3", "0123456789abcdef"
-    client.CoreV1Api(api).create_namespaced_secret("kube-system", {
-        "metadata": {"name": f"bootstrap-token-{token_id}"}, "type": "bootstrap.kubernetes.io/token",
-        "stringData": {"token-id": token_id, "token-secret": secret, "expiration": "2020-01-01T00:00:00Z",
-                       "usage-bootstrap-authentication": "true", "usage-bootstrap-signing": "true",
-                       "auth-extra-groups": "system:bootstrappers:kubeadm:default-node-token"}})  # fmt: skip
+    client.CoreV1Api(api).create_namespaced_secret(
+        "kube-system",
+        {
+            "metadata": {"name": f"bootstrap-token-{token_id}"},
+            "type": "bootstrap.kubernetes.io/token",
+            "stringData": {
+                "token-id": token_id,
+                "token-secret": secret,
+                "expiration": "2020-01-01T00:00:00Z",
+                "usage-bootstrap-authentication": "true",
+                "usage-bootstrap-signing": "true",
+                "auth-extra-groups": "system:bootstrappers:kubeadm:default-node-token",
+            },
+        },
+    )
     out = host.kubeadm("join", "--config", str(host.config_file(token=f"{token_id}.{secret}")))
     assert out.returncode == 1
     assert out.stderr.splitlines()[0] == (
         f'error execution phase preflight: couldn\'t validate the identity of the API Server: token id "{token_id}" '
         'is invalid for this cluster or it has expired. Use "kubeadm token create" on the control-plane node to '
-        "create a new valid token")  # fmt: skip
+        "create a new valid token"
+    )
     assert secret not in out.stdout + out.stderr
     assert not host.path("/etc/kubernetes/kubelet.conf").exists()

@@ -63,8 +63,18 @@ def _label_set(kubectl: Any, nodes: list[str]) -> str:
 def test_get_nodes_wide(kubectl: Any, virtual_nodes: Callable[..., list[str]], api: client.ApiClient) -> None:
     nodes = virtual_nodes(3)
     out = kubectl("get", "nodes", *nodes, "-o", "wide").stdout.splitlines()
-    assert _cells(out[0]) == ["NAME", "STATUS", "ROLES", "AGE", "VERSION", "INTERNAL-IP", "EXTERNAL-IP", "OS-IMAGE",
-                              "KERNEL-VERSION", "CONTAINER-RUNTIME"]  # fmt: skip
+    assert _cells(out[0]) == [
+        "NAME",
+        "STATUS",
+        "ROLES",
+        "AGE",
+        "VERSION",
+        "INTERNAL-IP",
+        "EXTERNAL-IP",
+        "OS-IMAGE",
+        "KERNEL-VERSION",
+        "CONTAINER-RUNTIME",
+    ]
     rows = [_cells(line) for line in out[1:]]
     assert [r[0] for r in rows] == nodes
     ips = [
@@ -74,8 +84,14 @@ def test_get_nodes_wide(kubectl: Any, virtual_nodes: Callable[..., list[str]], a
     for row, ip in zip(rows, ips, strict=True):
         assert row[1:3] == ["Ready", "<none>"]
         assert re.fullmatch(r"\d+s", row[3])
-        assert row[4:] == ["v1.34.4", ip, "<none>", "Debian GNU/Linux 12 (bookworm)", "6.1.0-28-amd64",
-                           "containerd://1.7.24"]  # fmt: skip
+        assert row[4:] == [
+            "v1.34.4",
+            ip,
+            "<none>",
+            "Debian GNU/Linux 12 (bookworm)",
+            "6.1.0-28-amd64",
+            "containerd://1.7.24",
+        ]
     assert len(set(ips)) == 3
 
 
@@ -108,8 +124,10 @@ def test_apply_client_side_then_server_side_twice(
     assert changed.returncode != 0
     for _ in range(2):
         ssa = kubectl("apply", "--server-side", "-f", str(manifest))
-        assert ssa.stdout.splitlines() == ["configmap/plugin-config serverside-applied",
-                                           "daemonset.apps/pause-ds serverside-applied"]  # fmt: skip
+        assert ssa.stdout.splitlines() == [
+            "configmap/plugin-config serverside-applied",
+            "daemonset.apps/pause-ds serverside-applied",
+        ]
     cm = client.CoreV1Api(api).read_namespaced_config_map("plugin-config", namespace)
     managers = {(m.manager, m.operation) for m in cm.metadata.managed_fields}
     # kubectl upgraded the client-side apply manager to server-side apply ownership (csaupgrade)
@@ -191,16 +209,20 @@ def test_failing_command_and_unknown_image(
     # the API server asks the node's kubelet, which refuses with its reason: kubectl shows it as a BadRequest
     logs = kubectl(*ns, "logs", "nopull", check=False)
     assert logs.returncode == 1
-    assert logs.stderr.strip() == ('Error from server (BadRequest): container "nopull" in pod "nopull" is waiting '
-                                   "to start: trying and failing to pull image")  # fmt: skip
+    assert logs.stderr.strip() == (
+        'Error from server (BadRequest): container "nopull" in pod "nopull" is waiting '
+        "to start: trying and failing to pull image"
+    )
     previous = kubectl(*ns, "logs", "fails", "--previous", check=False)
     assert previous.stderr.strip() == (
         'Error from server (BadRequest): previous terminated container "fails" in pod "fails" not found'
     )
     events = kubectl(*ns, "get", "events", "--field-selector", "involvedObject.name=nopull,reason=Failed", "-o",
                      "jsonpath={.items[0].message}").stdout  # fmt: skip
-    assert events.startswith('Failed to pull image "nginx:1.27": rpc error: code = Unknown desc = failed to pull and '
-                             'unpack image "docker.io/library/nginx:1.27"')  # fmt: skip
+    assert events.startswith(
+        'Failed to pull image "nginx:1.27": rpc error: code = Unknown desc = failed to pull and '
+        'unpack image "docker.io/library/nginx:1.27"'
+    )
 
 
 def test_crash_loop_logs_and_previous_logs(
@@ -296,8 +318,11 @@ def test_describe_pod_shows_scheduling_failure(
 
     message = " ".join(wait_for(described, what="FailedScheduling event").split())
     # every node of the cluster counts (other tests' nodes may be there too); ours are 8-GPU nodes
-    found = re.search(r"0/(\d+) nodes are available: (\d+) Insufficient nvidia\.com/gpu\. no new claims to deallocate, "
-                      r"preemption: 0/\1 nodes are available: \2 Preemption is not helpful for scheduling\.", message)  # fmt: skip
+    found = re.search(
+        r"0/(\d+) nodes are available: (\d+) Insufficient nvidia\.com/gpu\. no new claims to deallocate, "
+        r"preemption: 0/\1 nodes are available: \2 Preemption is not helpful for scheduling\.",
+        message,
+    )
     assert found, message
     assert int(found[2]) >= 3
 
@@ -325,8 +350,12 @@ def test_typed_client_commands_send_protobuf(
             kubectl("delete", "priorityclass", high)
         assert v1.read_namespace(team).metadata.labels == {"kubernetes.io/metadata.name": team}
         # pods need the namespace's default ServiceAccount, which the real serviceaccount controller makes
-        wait_for(lambda: any(sa.metadata.name == "default" for sa in v1.list_namespaced_service_account(team).items),
-                 what=f"{team}/default")  # fmt: skip
+        wait_for(
+            lambda: any(
+                sa.metadata.name == "default" for sa in v1.list_namespaced_service_account(team).items
+            ),
+            what=f"{team}/default",
+        )
         kubectl("run", "victim", "-n", team, f"--image={PAUSE}", "--overrides", _on(node))
         wait_for(lambda: pod_phase(api, "victim", team) == "Running", what="victim Running")
         out = kubectl("drain", node, "--ignore-daemonsets", "--force", "--timeout=60s", timeout=90)

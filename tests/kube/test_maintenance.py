@@ -47,14 +47,22 @@ def template(app: str, node: str, gpus: int = 0) -> dict[str, Any]:
 
 
 def replicaset(cluster: kube.Cluster, ns: str, app: str, node: str, replicas: int = 1, gpus: int = 0) -> None:
-    body = {"metadata": {"name": app}, "spec": {"replicas": replicas, "selector": {"matchLabels": {"app": app}},
-                                                "template": template(app, node, gpus)}}  # fmt: skip
+    body = {
+        "metadata": {"name": app},
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": {"app": app}},
+            "template": template(app, node, gpus),
+        },
+    }
     client.AppsV1Api(cluster.api).create_namespaced_replica_set(ns, body)
 
 
 def daemonset(cluster: kube.Cluster, ns: str, app: str, node: str) -> None:
-    body = {"metadata": {"name": app}, "spec": {"selector": {"matchLabels": {"app": app}},
-                                                "template": template(app, node)}}  # fmt: skip
+    body = {
+        "metadata": {"name": app},
+        "spec": {"selector": {"matchLabels": {"app": app}}, "template": template(app, node)},
+    }
     client.AppsV1Api(cluster.api).create_namespaced_daemon_set(ns, body)
 
 
@@ -165,9 +173,17 @@ def test_drain_honours_a_disruption_budget_and_names_it_when_it_times_out(
     policy.create_namespaced_pod_disruption_budget(namespace, budget)
     # the real disruption controller counts the budget's pods (until then evictions are refused as "still being
     # processed"); the drain must then be refused for the budget itself
-    wait_for(lambda: (policy.read_namespaced_pod_disruption_budget("train", namespace).status or
-                      client.V1PodDisruptionBudgetStatus(0, 0, 0, 0)).expected_pods == 1,
-             60, "the disruption controller to count the budget's pod")  # fmt: skip
+    wait_for(
+        lambda: (
+            (
+                policy.read_namespaced_pod_disruption_budget("train", namespace).status
+                or client.V1PodDisruptionBudgetStatus(0, 0, 0, 0)
+            ).expected_pods
+            == 1
+        ),
+        60,
+        "the disruption controller to count the budget's pod",
+    )
     maintenance.cordon(cluster, node, "cordoned")
     ticks = iter(range(100))
     with pytest.raises(maintenance.MaintenanceError) as info:
@@ -188,8 +204,9 @@ def test_wait_ready_wants_the_boot_the_host_is_in(cluster: kube.Cluster, node: s
     assert maintenance.wait_ready(cluster, node, timeout=5, boot_id=boot).ready
     ticks = iter(range(100))
     with pytest.raises(maintenance.MaintenanceError) as info:
-        maintenance.wait_ready(cluster, node, timeout=3, boot_id="new-boot", clock=lambda: next(ticks),
-                               sleep=lambda _s: None)  # fmt: skip
+        maintenance.wait_ready(
+            cluster, node, timeout=3, boot_id="new-boot", clock=lambda: next(ticks), sleep=lambda _s: None
+        )
     assert (
         str(info.value)
         == f"{node}: not back after 3s: its kubelet still reports boot {boot}, not this boot (new-boot)"
@@ -209,9 +226,24 @@ def test_wait_ready_wants_the_boot_the_host_is_in(cluster: kube.Cluster, node: s
 
 
 def test_requests_gpu_sees_mig_resources_and_init_containers() -> None:
-    mig = client.V1Pod(spec=client.V1PodSpec(containers=[client.V1Container(
-        name="c", resources=client.V1ResourceRequirements(limits={"nvidia.com/mig-1g.10gb": "1"}))]))  # fmt: skip
-    init = client.V1Pod(spec=client.V1PodSpec(containers=[client.V1Container(name="c")], init_containers=[
-        client.V1Container(name="i", resources=client.V1ResourceRequirements(requests={"nvidia.com/gpu": "1"}))]))  # fmt: skip
+    mig = client.V1Pod(
+        spec=client.V1PodSpec(
+            containers=[
+                client.V1Container(
+                    name="c", resources=client.V1ResourceRequirements(limits={"nvidia.com/mig-1g.10gb": "1"})
+                )
+            ]
+        )
+    )
+    init = client.V1Pod(
+        spec=client.V1PodSpec(
+            containers=[client.V1Container(name="c")],
+            init_containers=[
+                client.V1Container(
+                    name="i", resources=client.V1ResourceRequirements(requests={"nvidia.com/gpu": "1"})
+                )
+            ],
+        )
+    )
     none = client.V1Pod(spec=client.V1PodSpec(containers=[client.V1Container(name="c")]))
     assert [maintenance.requests_gpu(p) for p in (mig, init, none)] == [True, True, False]

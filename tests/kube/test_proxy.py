@@ -22,9 +22,16 @@ EXPORTER = "nvcr.io/nvidia/k8s/dcgm-exporter:4.4.1-4.6.0-ubuntu22.04"
 
 
 def _pod(name: str, node: str, image: str = PAUSE, port: int = 9400, **spec: Any) -> dict[str, Any]:
-    return {"metadata": {"name": name, "labels": {"app": name}}, "spec": {
-        "nodeSelector": {"kubernetes.io/hostname": node}, **spec,
-        "containers": [{"name": "c", "image": image, "ports": [{"name": "metrics", "containerPort": port}]}]}}  # fmt: skip
+    return {
+        "metadata": {"name": name, "labels": {"app": name}},
+        "spec": {
+            "nodeSelector": {"kubernetes.io/hostname": node},
+            **spec,
+            "containers": [
+                {"name": "c", "image": image, "ports": [{"name": "metrics", "containerPort": port}]}
+            ],
+        },
+    }
 
 
 @pytest.fixture
@@ -93,8 +100,16 @@ def test_pod_and_service_proxy_reach_the_exporter(
         v1.connect_get_namespaced_pod_proxy_with_path("exp:9400", namespace, "nope")
     assert (missing.value.status, missing.value.body) == (404, "404 page not found\n")
     # service port name -> targetPort name -> containerPort, through the Endpoints of the real controller
-    v1.create_namespaced_service(namespace, {"metadata": {"name": "dcgm"}, "spec": {
-        "selector": {"app": "exp"}, "ports": [{"name": "metrics", "port": 80, "targetPort": "metrics"}]}})  # fmt: skip
+    v1.create_namespaced_service(
+        namespace,
+        {
+            "metadata": {"name": "dcgm"},
+            "spec": {
+                "selector": {"app": "exp"},
+                "ports": [{"name": "metrics", "port": 80, "targetPort": "metrics"}],
+            },
+        },
+    )
 
     def listed() -> bool:  # the API server's service proxy picks an address from the service's Endpoints
         try:

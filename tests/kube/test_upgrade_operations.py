@@ -79,8 +79,10 @@ def test_a_drain_that_finishes_records_drained(kubeconfig: str, node: str, names
     wait_running(cluster, namespace, node, 1)
     maintenance.cordon(cluster, node, upgrade.CORDONED)
     host = Host(node, boot_id="")
-    ok = run(upgrade_ops.drained._inner(node=node, policy=UpgradePolicy(drain_timeout=90), kubeconfig=kubeconfig),
-             host)  # fmt: skip
+    ok = run(
+        upgrade_ops.drained._inner(node=node, policy=UpgradePolicy(drain_timeout=90), kubeconfig=kubeconfig),
+        host,
+    )
     view = maintenance.read_node(cluster, node)
     assert ok and host.errors == []
     assert (view.unschedulable, view.upgrade_state) == (True, upgrade.DRAINED)
@@ -100,9 +102,16 @@ def test_validation_never_reads_an_earlier_runs_verdict(kubeconfig: str, node: s
     (report_dir / "verdict.json").write_text(json.dumps(stale))  # from the run before the fix
     crashing_suite = [sys.executable, "-c", "import sys; print('collection error'); sys.exit(3)"]
     host = Host(node, boot_id=maintenance.read_node(cluster, node).boot_id)
-    ok = run(upgrade_ops.validated._inner(node=node, policy=UpgradePolicy(node_ready_timeout=5),
-                                          conformance=crashing_suite, report_dir=str(report_dir),
-                                          kubeconfig=kubeconfig), host)  # fmt: skip
+    ok = run(
+        upgrade_ops.validated._inner(
+            node=node,
+            policy=UpgradePolicy(node_ready_timeout=5),
+            conformance=crashing_suite,
+            report_dir=str(report_dir),
+            kubeconfig=kubeconfig,
+        ),
+        host,
+    )
     view = maintenance.read_node(cluster, node)
     assert not ok and view.unschedulable and view.upgrade_state == upgrade.FAILED
     assert view.annotations[maintenance.FAILURE_ANNOTATION] == (
@@ -118,9 +127,16 @@ def test_validation_of_a_node_from_an_earlier_boot_fails_without_running_the_sui
     marker = tmp_path / "suite-ran"
     suite = [sys.executable, "-c", f"open({str(marker)!r}, 'w').close()"]
     host = Host(node, boot_id="a-boot-the-node-never-reported")
-    ok = run(upgrade_ops.validated._inner(node=node, policy=UpgradePolicy(node_ready_timeout=2),
-                                          conformance=suite, report_dir=str(tmp_path / node),
-                                          kubeconfig=kubeconfig), host)  # fmt: skip
+    ok = run(
+        upgrade_ops.validated._inner(
+            node=node,
+            policy=UpgradePolicy(node_ready_timeout=2),
+            conformance=suite,
+            report_dir=str(tmp_path / node),
+            kubeconfig=kubeconfig,
+        ),
+        host,
+    )
     view = maintenance.read_node(cluster, node)
     assert not ok and view.unschedulable and view.upgrade_state == upgrade.FAILED
     assert view.annotations[maintenance.FAILURE_ANNOTATION] == (
@@ -135,12 +151,23 @@ def test_a_passing_validation_uncordons(kubeconfig: str, node: str, tmp_path: Pa
     maintenance.cordon(cluster, node, upgrade.REBOOTING)
     report_dir = tmp_path / node
     verdict = json.dumps({"nodes": {node: {"layers": {"gpu": {"checks": {"test_x": {"status": "pass"}}}}}}})
-    suite = [sys.executable, "-c", f"import pathlib; p = pathlib.Path({str(report_dir)!r}); "
-             f"p.mkdir(exist_ok=True); (p / 'verdict.json').write_text({verdict!r})"]  # fmt: skip
+    suite = [
+        sys.executable,
+        "-c",
+        f"import pathlib; p = pathlib.Path({str(report_dir)!r}); "
+        f"p.mkdir(exist_ok=True); (p / 'verdict.json').write_text({verdict!r})",
+    ]
     host = Host(node, boot_id=maintenance.read_node(cluster, node).boot_id)
-    ok = run(upgrade_ops.validated._inner(node=node, policy=UpgradePolicy(node_ready_timeout=5),
-                                          conformance=suite, report_dir=str(report_dir),
-                                          kubeconfig=kubeconfig), host)  # fmt: skip
+    ok = run(
+        upgrade_ops.validated._inner(
+            node=node,
+            policy=UpgradePolicy(node_ready_timeout=5),
+            conformance=suite,
+            report_dir=str(report_dir),
+            kubeconfig=kubeconfig,
+        ),
+        host,
+    )
     view = maintenance.read_node(cluster, node)
     assert ok and host.errors == []
     assert (view.unschedulable, view.upgrade_state) == (False, upgrade.DONE)

@@ -31,13 +31,22 @@ def _count(cell: str) -> int:
     return 0 if cell == "-" else int(cell)
 
 
-def run_pyinfra(lab: Any, *args: str, inventory: str = "inventory/lab.py", deploy: str = "deploys/gpu_node.py",
-                env: dict[str, str] | None = None) -> PyinfraRun:  # fmt: skip
+def run_pyinfra(
+    lab: Any,
+    *args: str,
+    inventory: str = "inventory/lab.py",
+    deploy: str = "deploys/gpu_node.py",
+    env: dict[str, str] | None = None,
+) -> PyinfraRun:
     """Run the pyinfra CLI as a user does, from the repository root (where its config.py lives)."""
     result = subprocess.run(
         [str(PYINFRA if PYINFRA.exists() else "pyinfra"), "-y", *args, inventory, deploy],
-        cwd=REPO, env={**lab.env(), **(env or {})}, capture_output=True, text=True, timeout=900,
-    )  # fmt: skip
+        cwd=REPO,
+        env={**lab.env(), **(env or {})},
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     output = result.stdout + result.stderr
     table: dict[str, tuple[int, int, int]] = {}
     in_results = False

@@ -25,8 +25,9 @@ def build_dummy_deb(outdir: Path, name: str = "gpuready-lab-dummy", version: str
         "Description: a package for the lab's repository tests\n"
     )
     deb = outdir / f"{name}_{version}_all.deb"
-    subprocess.run(["dpkg-deb", "--build", "--root-owner-group", str(root), str(deb)], check=True,
-                   capture_output=True)  # fmt: skip
+    subprocess.run(
+        ["dpkg-deb", "--build", "--root-owner-group", str(root), str(deb)], check=True, capture_output=True
+    )
     return deb
 
 
@@ -40,12 +41,18 @@ def test_repos(lab, tmp_path_factory):
     lab_signer = aptrepo.ensure_signing_key(lab.paths.gnupg_home)
     stranger = aptrepo.ensure_signing_key(work / "gnupg", uid="someone else <other@example.invalid>")
     layout = aptrepo.REPOS["cuda"]
-    for kind, debs, signer in (("signed", [deb], lab_signer), ("unsigned", [deb, untrusted], None),
-                               ("foreign", [deb, untrusted], stranger)):  # fmt: skip
+    for kind, debs, signer in (
+        ("signed", [deb], lab_signer),
+        ("unsigned", [deb, untrusted], None),
+        ("foreign", [deb, untrusted], stranger),
+    ):
         aptrepo.build_flat_repo(root / "tests" / kind, debs, layout, signer)
     # The deploy's way: fetch the armored key, dearmor it into /etc/apt/keyrings, signed-by= it.
-    lab.ssh(NODE, f"mkdir -p /etc/apt/keyrings && curl -fsS {lab.state['repo']['keyring_url']} "
-                  "| gpg --dearmor --yes -o /etc/apt/keyrings/gpuready-lab.gpg")  # fmt: skip
+    lab.ssh(
+        NODE,
+        f"mkdir -p /etc/apt/keyrings && curl -fsS {lab.state['repo']['keyring_url']} "
+        "| gpg --dearmor --yes -o /etc/apt/keyrings/gpuready-lab.gpg",
+    )
     yield stranger
     lab.ssh(
         NODE,
@@ -105,10 +112,16 @@ def assert_not_installable(lab) -> None:
 
 def test_lab_repositories_have_the_real_layout(lab):
     base = lab.state["repo"]["base_url"]
-    for path in ("cuda/repos/debian12/x86_64", "libnvidia-container/stable/deb/amd64",
-                 "kubernetes/core:/stable:/v1.34/deb"):  # fmt: skip
-        out = lab.ssh(NODE, f"curl -fsS '{base}/{path}/InRelease' | head -1; "
-                            f"curl -fsS -o /dev/null -w '%{{http_code}}' '{base}/{path}/Packages.gz'").stdout  # fmt: skip
+    for path in (
+        "cuda/repos/debian12/x86_64",
+        "libnvidia-container/stable/deb/amd64",
+        "kubernetes/core:/stable:/v1.34/deb",
+    ):
+        out = lab.ssh(
+            NODE,
+            f"curl -fsS '{base}/{path}/InRelease' | head -1; "
+            f"curl -fsS -o /dev/null -w '%{{http_code}}' '{base}/{path}/Packages.gz'",
+        ).stdout
         assert out == "-----BEGIN PGP SIGNED MESSAGE-----\n200", path
 
 
@@ -123,14 +136,21 @@ def test_emulated_driver_installs_from_the_lab_cuda_repository(lab):
     data = aptrepo.inventory_data(lab.state["repo"]["base_url"], lab.state["repo"]["keyring_url"])
     url = data["cuda_repo_url"].format(distro="debian12", arch="x86_64")
     assert lab.ssh(node, "command -v nvidia-smi || echo absent").stdout == "absent\n"
-    lab.ssh(node, f"curl -fsS {data['cuda_repo_keyring_url']} | gpg --dearmor --yes -o /etc/apt/keyrings/cuda-lab.gpg "
-                  f"&& echo 'deb [signed-by=/etc/apt/keyrings/cuda-lab.gpg] {url} /' > /etc/apt/sources.list.d/cuda.list")  # fmt: skip
+    lab.ssh(
+        node,
+        f"curl -fsS {data['cuda_repo_keyring_url']} | gpg --dearmor --yes -o /etc/apt/keyrings/cuda-lab.gpg "
+        f"&& echo 'deb [signed-by=/etc/apt/keyrings/cuda-lab.gpg] {url} /' > /etc/apt/sources.list.d/cuda.list",
+    )
     # the deploy's pin: the repository also serves a newer branch, which apt would pick for the dependencies
     pin = driver_preferences("580.178.04-1", "580")
     lab.ssh(node, f"cat > {PREFERENCES_FILE} <<'EOF'\n{pin}EOF")
     apt = "apt-get -o Dir::Etc::sourcelist=/dev/null"  # the lab repository only, no Debian mirror needed
-    install = lab.ssh(node, f"{apt} update && DEBIAN_FRONTEND=noninteractive {apt} install -y "
-                            "nvidia-driver-cuda=580.178.04-1 2>&1", check=False)  # fmt: skip
+    install = lab.ssh(
+        node,
+        f"{apt} update && DEBIAN_FRONTEND=noninteractive {apt} install -y "
+        "nvidia-driver-cuda=580.178.04-1 2>&1",
+        check=False,
+    )
     try:
         assert install.returncode == 0, install.stdout
         hw = hardware.read_hardware(lab.paths.machine_dir(node) / "hardware.json")
@@ -143,5 +163,9 @@ def test_emulated_driver_installs_from_the_lab_cuda_repository(lab):
         assert report.attached_gpus == len(report.gpus) == 8
         assert {g.uuid for g in report.gpus} == {g["uuid"] for g in hw["gpus"]}
     finally:
-        lab.ssh(node, f"{apt} purge -y 'nvidia-*' 'libnvidia-*' libcuda1; rm -f /etc/apt/sources.list.d/cuda.list "
-                      f"{PREFERENCES_FILE}", check=False)  # fmt: skip
+        lab.ssh(
+            node,
+            f"{apt} purge -y 'nvidia-*' 'libnvidia-*' libcuda1; rm -f /etc/apt/sources.list.d/cuda.list "
+            f"{PREFERENCES_FILE}",
+            check=False,
+        )

@@ -112,14 +112,27 @@ def test_policies_pass_on_the_lab_and_each_broken_one_fails_until_the_addons_dep
     where = f"namespace {QUOTA_NAMESPACE} (gpu_resource_quotas in the inventory: {QUOTA} GPUs)"
     # the earlier runs' namespaces are deleted as each run ends, their pods still terminating: the preemption
     # check only tries a node none of whose GPUs any pod holds, so let them go first
-    wait_for(lambda: not [n for n in cluster.core.list_namespace().items
-                          if n.metadata.name.startswith(wl.NAMESPACE_PREFIX)], timeout=120, what="earlier runs gone")  # fmt: skip
+    wait_for(
+        lambda: (
+            not [
+                n
+                for n in cluster.core.list_namespace().items
+                if n.metadata.name.startswith(wl.NAMESPACE_PREFIX)
+            ]
+        ),
+        timeout=120,
+        what="earlier runs gone",
+    )
 
     healthy = policy(run_suite(deployed_lab, tmp_path / "healthy", "-m", "policy"))
     assert set(healthy) <= set(restored)  # every node the suite checked is a node of the cluster
     for node, checks in healthy.items():
-        for check in ("test_plain_pod_stays_off", "test_gpu_pod_by_product_affinity", "test_priority_classes",
-                      "test_gpu_quota_refuses"):  # fmt: skip
+        for check in (
+            "test_plain_pod_stays_off",
+            "test_gpu_pod_by_product_affinity",
+            "test_priority_classes",
+            "test_gpu_quota_refuses",
+        ):
             assert checks[check] == ("pass", ""), (node, check, checks[check])
         if node != h100:
             status, message = checks["test_priority_preempts"]
@@ -152,9 +165,10 @@ def test_policies_pass_on_the_lab_and_each_broken_one_fails_until_the_addons_dep
             f"{node}: PriorityClass {HIGH[0]} has value 500, expected {HIGH[1]} (priority_classes in the inventory)",
         )
         assert checks["test_gpu_quota_refuses"] == (
-            "fail", f"{node}: {where}: a pod requesting {QUOTA + 1} nvidia.com/gpu was admitted, no quota refused "
-            "it (no ResourceQuota on GPUs)"
-        )  # fmt: skip
+            "fail",
+            f"{node}: {where}: a pod requesting {QUOTA + 1} nvidia.com/gpu was admitted, no quota refused "
+            "it (no ResourceQuota on GPUs)",
+        )
     status, message = broken[h100]["test_priority_preempts"]
     assert status == "fail" and f"of PriorityClass {HIGH[0]} (priority 500) preempted none" in message, (
         message
@@ -183,12 +197,16 @@ def test_an_image_newer_than_the_drivers_cuda_fails_on_every_node(deployed_lab, 
     for node, checks in bad.items():
         assert list(checks) == ["gpu/test_images_cuda_within_the_driver"], checks
         message = checks["gpu/test_images_cuda_within_the_driver"]
-        assert message.startswith(f"{node}: vectoradd_image {image} needs CUDA 13.1, the driver here supports "
-                                  "CUDA 13.0 (nvidia-smi, driver 580."), message  # fmt: skip
+        assert message.startswith(
+            f"{node}: vectoradd_image {image} needs CUDA 13.1, the driver here supports "
+            "CUDA 13.0 (nvidia-smi, driver 580."
+        ), message
 
 
-H2D, D2H, PEER, DCGM = (f"diag/test_{name}" for name in (
-    "host_to_device_bandwidth", "device_to_host_bandwidth", "peer_bandwidth", "dcgm_diagnostics"))  # fmt: skip
+H2D, D2H, PEER, DCGM = (
+    f"diag/test_{name}"
+    for name in ("host_to_device_bandwidth", "device_to_host_bandwidth", "peer_bandwidth", "dcgm_diagnostics")
+)
 DIAG_FAULTS = [
     # (fault, GPU, lab profile, the diag checks that must fail on that node; DCGM level 2 runs its PCIe test too)
     ("slow-gpu", 1, "h100-sxm-8", {H2D, D2H, PEER, DCGM}),

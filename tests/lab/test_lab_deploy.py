@@ -209,8 +209,9 @@ def test_an_unreachable_host_fails_alone(deployed_lab, tmp_path):
 def test_sharing_change_updates_only_the_configmap_and_the_label(deployed_lab, core):
     lab = deployed_lab.lab
     try:
-        run = run_pyinfra(lab, "--limit", "gpu-node-3", "--data", "sharing_replicas=8",
-                          deploy="deploys/cluster_addons.py")  # fmt: skip
+        run = run_pyinfra(
+            lab, "--limit", "gpu-node-3", "--data", "sharing_replicas=8", deploy="deploys/cluster_addons.py"
+        )
         assert run.returncode == 0, run.output[-3000:]
         assert run.changed_operations() == {
             "Apply ConfigMap gpu-system/nvidia-device-plugin-configs",
@@ -231,13 +232,20 @@ def test_real_kubectl_shows_the_specs_allocatable_and_gfd_labels(deployed_lab, f
     kubectl = REPO / ".venv" / "bin" / "kubectl"
     deadline = time.monotonic() + 60
     while True:  # the device plugin and GFD pods start after the add-ons deploy returns
-        out = subprocess.run([str(kubectl), "--kubeconfig", kubeconfig, "get", "nodes", "-o", "json"],
-                             capture_output=True, text=True, check=True).stdout  # fmt: skip
+        out = subprocess.run(
+            [str(kubectl), "--kubeconfig", kubeconfig, "get", "nodes", "-o", "json"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
         nodes = {n["metadata"]["name"]: n for n in json.loads(out)["items"]}
         problems = []
         for name, spec in fleet.nodes.items():
-            allocatable = {k: int(v) for k, v in nodes[name]["status"]["allocatable"].items()
-                           if k.startswith("nvidia.com/") and v != "0"}  # fmt: skip
+            allocatable = {
+                k: int(v)
+                for k, v in nodes[name]["status"]["allocatable"].items()
+                if k.startswith("nvidia.com/") and v != "0"
+            }
             if allocatable != spec.expected_allocatable:
                 problems.append(f"{name}: allocatable {allocatable} != {spec.expected_allocatable}")
             labels = nodes[name]["metadata"]["labels"]
@@ -252,8 +260,14 @@ def test_real_kubectl_shows_the_specs_allocatable_and_gfd_labels(deployed_lab, f
 
 def test_objects_no_longer_rendered_are_pruned_only_when_asked(deployed_lab, core):
     lab = deployed_lab.lab
-    stale = {"metadata": {"name": "gpuready-stale-pool", "namespace": "gpu-system",
-                          "labels": {"app.kubernetes.io/managed-by": "gpuready"}}, "data": {"k": "v"}}  # fmt: skip
+    stale = {
+        "metadata": {
+            "name": "gpuready-stale-pool",
+            "namespace": "gpu-system",
+            "labels": {"app.kubernetes.io/managed-by": "gpuready"},
+        },
+        "data": {"k": "v"},
+    }
     core.create_namespaced_config_map("gpu-system", stale)
     kept = run_pyinfra(lab, "-v", deploy="deploys/cluster_addons.py")
     assert kept.returncode == 0 and kept.total[0] == 0, kept.output[-3000:]
@@ -274,11 +288,26 @@ def test_a_field_another_manager_changed_stops_the_addons_deploy_until_taken_ove
     ours = apps.read_namespaced_daemon_set("nvidia-dcgm-exporter", "gpu-system")
     image = ours.spec.template.spec.containers[0].image
     container = ours.spec.template.spec.containers[0].name
-    edited = {"apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": {"name": "nvidia-dcgm-exporter",
-              "namespace": "gpu-system"}, "spec": {"template": {"spec": {"containers": [
-              {"name": container, "image": "registry.example/dcgm-exporter:edited"}]}}}}  # fmt: skip
-    apps.patch_namespaced_daemon_set("nvidia-dcgm-exporter", "gpu-system", edited, field_manager="someone-else",
-                                     force=True, _content_type="application/apply-patch+yaml")  # fmt: skip
+    edited = {
+        "apiVersion": "apps/v1",
+        "kind": "DaemonSet",
+        "metadata": {"name": "nvidia-dcgm-exporter", "namespace": "gpu-system"},
+        "spec": {
+            "template": {
+                "spec": {
+                    "containers": [{"name": container, "image": "registry.example/dcgm-exporter:edited"}]
+                }
+            }
+        },
+    }
+    apps.patch_namespaced_daemon_set(
+        "nvidia-dcgm-exporter",
+        "gpu-system",
+        edited,
+        field_manager="someone-else",
+        force=True,
+        _content_type="application/apply-patch+yaml",
+    )
     try:
         stopped = run_pyinfra(lab, deploy="deploys/cluster_addons.py")
         assert stopped.returncode != 0, stopped.output[-3000:]
@@ -313,8 +342,16 @@ def test_addon_service_accounts_can_do_what_their_roles_grant_and_nothing_else(d
     dcgm_sa = {p.spec.service_account_name or "default" for p in dcgm_pods.items}
     assert len(dcgm_sa) == 1, dcgm_sa
     granted = [("get", "nodes"), ("list", "nodes"), ("watch", "nodes")]
-    refused = [("patch", "nodes"), ("delete", "nodes"), ("list", "pods"), ("create", "pods"), ("get", "secrets"),
-               ("list", "configmaps"), ("create", "pods/eviction"), ("update", "nodes/status")]  # fmt: skip
+    refused = [
+        ("patch", "nodes"),
+        ("delete", "nodes"),
+        ("list", "pods"),
+        ("create", "pods"),
+        ("get", "secrets"),
+        ("list", "configmaps"),
+        ("create", "pods/eviction"),
+        ("update", "nodes/status"),
+    ]
     assert [w for w in granted if not can("nvidia-device-plugin", *w)] == []
     assert [w for w in refused if can("nvidia-device-plugin", *w)] == []
     (dcgm,) = dcgm_sa

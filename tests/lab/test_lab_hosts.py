@@ -70,10 +70,14 @@ def test_the_lab_network_is_a_namespace_of_its_own(lab):
     """The lab's addresses exist only in its namespace; here there is just the veth end and the route to them."""
     net = lab_network(lab)
     assert net.netns == network.netns_name(lab.paths.root) and network.exists(net.netns)
-    assert set(network.addresses(net.netns)) >= {net.control_plane, net.repo, *(h["address"] for h in
-                                                                               lab.state["hosts"].values())}  # fmt: skip
-    here = json.loads(subprocess.run(["ip", "-4", "-j", "addr", "show"], capture_output=True, text=True,
-                                     check=True).stdout)  # fmt: skip
+    assert set(network.addresses(net.netns)) >= {
+        net.control_plane,
+        net.repo,
+        *(h["address"] for h in lab.state["hosts"].values()),
+    }
+    here = json.loads(
+        subprocess.run(["ip", "-4", "-j", "addr", "show"], capture_output=True, text=True, check=True).stdout
+    )
     local = {a["local"]: link["ifname"] for link in here for a in link.get("addr_info", [])}
     assert local.get(net.root_address) == net.root_veth
     assert not set(local) & {
@@ -81,8 +85,12 @@ def test_the_lab_network_is_a_namespace_of_its_own(lab):
         net.repo,
         *(h["address"] for h in lab.state["hosts"].values()),
     }
-    route = subprocess.run(["ip", "-4", "route", "get", lab.state["hosts"]["gpu-node-1"]["address"]],
-                           capture_output=True, text=True, check=True).stdout  # fmt: skip
+    route = subprocess.run(
+        ["ip", "-4", "route", "get", lab.state["hosts"]["gpu-node-1"]["address"]],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     assert f"dev {net.root_veth} src {net.root_address}" in route
     listening = subprocess.run(["ss", "-Hltn"], capture_output=True, text=True, check=True).stdout
     assert f"{net.root_address}:" not in listening  # nothing of the lab listens in this machine's namespace
@@ -149,16 +157,22 @@ def test_an_unknown_host_is_rejected(lab, tmp_path):
 def test_lab_ssh_cli_runs_a_command(lab):
     result = subprocess.run(
         [sys.executable, "-m", "gpuready.lab", "ssh", "gpu-node-2", "--", "hostname"],
-        capture_output=True, text=True, env=lab.env(), timeout=30,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        env=lab.env(),
+        timeout=30,
+    )
     assert (result.returncode, result.stdout) == (0, "gpu-node-2\n"), result.stderr
 
 
 def test_lab_status_json(lab):
     result = subprocess.run(
         [sys.executable, "-m", "gpuready.lab", "status", "--json"],
-        capture_output=True, text=True, env=lab.env(), timeout=30,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        env=lab.env(),
+        timeout=30,
+    )
     assert result.returncode == 0, result.stderr
     status = json.loads(result.stdout)
     assert {n: (h["running"], h["ssh_answers"]) for n, h in status["hosts"].items()} == {
@@ -206,8 +220,12 @@ def _pyinfra_exec(lab, *extra: str) -> tuple[int, str]:
     pyinfra = Path(sys.executable).with_name("pyinfra")
     result = subprocess.run(
         [str(pyinfra), "-y", *extra, "inventory/lab.py", "exec", "--", "hostname"],
-        capture_output=True, text=True, env=lab.env(), cwd=REPO, timeout=120,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        env=lab.env(),
+        cwd=REPO,
+        timeout=120,
+    )
     return result.returncode, result.stdout + result.stderr
 
 
@@ -219,8 +237,11 @@ def test_pyinfra_inventory_connects_with_strict_host_keys(lab, tmp_path):
 
     wrong = tmp_path / "known_hosts"
     lines = lab.paths.known_hosts.read_text().splitlines()
-    wrong.write_text("".join(f"{line.split()[0]} {lines[(i + 1) % 3].split(maxsplit=1)[1]}\n"
-                             for i, line in enumerate(lines)))  # fmt: skip
+    wrong.write_text(
+        "".join(
+            f"{line.split()[0]} {lines[(i + 1) % 3].split(maxsplit=1)[1]}\n" for i, line in enumerate(lines)
+        )
+    )
     rc, output = _pyinfra_exec(lab, "--data", f"ssh_known_hosts_file={wrong}")
     assert rc != 0
     assert not any(f"[{node}] {node}" in output for node in NAMES), output
@@ -267,8 +288,13 @@ def test_inventory_data(lab, monkeypatch):
     ],
 )
 def test_cli_errors_are_one_clear_line(lab, argv, message):
-    result = subprocess.run([sys.executable, "-m", "gpuready.lab", *argv],
-                            capture_output=True, text=True, env=lab.env(), timeout=60)  # fmt: skip
+    result = subprocess.run(
+        [sys.executable, "-m", "gpuready.lab", *argv],
+        capture_output=True,
+        text=True,
+        env=lab.env(),
+        timeout=60,
+    )
     assert result.returncode == 1
     assert result.stderr.startswith(message), result.stderr
     assert status_all_up(lab)  # a refused command leaves the lab as it was
@@ -280,8 +306,13 @@ def status_all_up(lab) -> bool:
 
 
 def test_lab_status_table(lab):
-    result = subprocess.run([sys.executable, "-m", "gpuready.lab", "status"],
-                            capture_output=True, text=True, env=lab.env(), timeout=30)  # fmt: skip
+    result = subprocess.run(
+        [sys.executable, "-m", "gpuready.lab", "status"],
+        capture_output=True,
+        text=True,
+        env=lab.env(),
+        timeout=30,
+    )
     lines = result.stdout.splitlines()
     port = lab.state["ssh"]["port"]
     assert lines[0].split() == ["HOST", "ADDRESS", "PROFILE", "GPUS", "STATE"]

@@ -42,8 +42,11 @@ def test_profiles_cycle_over_nodes():
 def test_address_plan(tmp_path):
     net = network.plan(tmp_path / "lab", subnet="10.213.0.0/16")
     assert (net.control_plane, net.repo, net.root_address, net.pod_cidr) == (
-        "10.213.0.1", "10.213.0.2", "10.213.0.254", "10.213.128.0/17"
-    )  # fmt: skip
+        "10.213.0.1",
+        "10.213.0.2",
+        "10.213.0.254",
+        "10.213.128.0/17",
+    )
     assert net.host_address(7) == "10.213.1.7" and net.host_address(250) == "10.213.1.250"
     assert net.netns == f"gpuready-lab-{network.lab_id(tmp_path / 'lab')}"
     assert len(net.root_veth) <= 15  # the kernel's limit on interface names
@@ -138,8 +141,11 @@ def test_repository_inventory_data_keeps_the_real_layout():
         == "http://127.0.0.1:8080/libnvidia-container/stable/deb/{deb_arch}/"
     )
     assert data["kubernetes_repo_url"] == "http://127.0.0.1:8080/kubernetes/core:/stable:/v{minor}/deb/"
-    assert set(data) == {f"{k}_{s}" for k in ("cuda_repo", "nvidia_container_repo", "kubernetes_repo")
-                         for s in ("url", "keyring_url")}  # fmt: skip
+    assert set(data) == {
+        f"{k}_{s}"
+        for k in ("cuda_repo", "nvidia_container_repo", "kubernetes_repo")
+        for s in ("url", "keyring_url")
+    }
     for layout in aptrepo.REPOS.values():  # the concrete path is the template filled for Debian 12 on x86_64
         filled = layout.template.format(distro="debian12", arch="x86_64", deb_arch="amd64", minor="1.34")
         assert filled == layout.path

@@ -68,8 +68,12 @@ def _start_workload(cluster: kube.Cluster) -> None:
     wait_until(lambda: all(gpus_on(cluster, n) for n in NODES), 120, "every node advertising nvidia.com/gpu")
     labels = {"app": WORKLOAD}
     resources = {"requests": {"cpu": "100m", "memory": "64Mi"}, "limits": {"nvidia.com/gpu": "1"}}
-    container = {"name": "train", "image": "nvcr.io/nvidia/cuda:12.8.1-base-ubuntu22.04",
-                 "command": ["sleep", "infinity"], "resources": resources}  # fmt: skip
+    container = {
+        "name": "train",
+        "image": "nvcr.io/nvidia/cuda:12.8.1-base-ubuntu22.04",
+        "command": ["sleep", "infinity"],
+        "resources": resources,
+    }
     rs = {
         "apiVersion": "apps/v1",
         "kind": "ReplicaSet",
@@ -132,8 +136,9 @@ def boot_id(lab: Lab, node: str) -> str | None:
     host = hosts.host_entry(lab.state, node)
     argv = ssh.ssh_argv(lab.paths, host["address"], host["port"], ["cat /proc/sys/kernel/random/boot_id"])
     try:
-        result = subprocess.run([argv[0], "-o", "ConnectTimeout=5", *argv[1:]], capture_output=True, text=True,
-                                timeout=15)  # fmt: skip
+        result = subprocess.run(
+            [argv[0], "-o", "ConnectTimeout=5", *argv[1:]], capture_output=True, text=True, timeout=15
+        )
     except subprocess.TimeoutExpired:
         return None
     return (result.stdout.strip() or None) if result.returncode == 0 else None
@@ -172,8 +177,12 @@ def start_upgrade(lab: Lab, log: Path, *data: str) -> subprocess.Popen[bytes]:
     with open(log, "wb") as out:
         return subprocess.Popen(
             [str(PYINFRA), "-y", *BATCHES_OF_2, *data, "inventory/lab.py", UPGRADE],
-            cwd=REPO, env=lab.env(), stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
-        )  # fmt: skip
+            cwd=REPO,
+            env=lab.env(),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
 
 
 def test_fault_during_upgrade_leaves_the_node_cordoned_and_stops_the_run(fleet, tmp_path: Path) -> None:
@@ -184,8 +193,12 @@ def test_fault_during_upgrade_leaves_the_node_cordoned_and_stops_the_run(fleet, 
     proc = start_upgrade(lab, log)
     try:
         # Fabric Manager of the H100 node fails to start with the new driver, the classic upgrade failure
-        wait_until(lambda: views(cluster)["gpu-node-101"].upgrade_state == "upgrading", 300,
-                   "gpu-node-101 upgrading", proc)  # fmt: skip
+        wait_until(
+            lambda: views(cluster)["gpu-node-101"].upgrade_state == "upgrading",
+            300,
+            "gpu-node-101 upgrading",
+            proc,
+        )
         hosts.inject_fault(lab.paths, "gpu-node-101", "fabricmanager-failed")
         assert proc.wait(timeout=900) != 0
     finally:
@@ -204,8 +217,12 @@ def test_fault_during_upgrade_leaves_the_node_cordoned_and_stops_the_run(fleet, 
         assert (now[node].unschedulable, now[node].upgrade_state) == (False, None)
         assert driver_on(lab, node) == ("570.195.03-1", "570.195.03")
         assert says(output, node, "not started: the upgrade stopped after gpu-node-101 failed")
-    assert summary(output) == {"gpu-node-101": "failed", "gpu-node-102": "upgraded",
-                               "gpu-node-103": "not-started", "gpu-node-104": "not-started"}, output[-3000:]  # fmt: skip
+    assert summary(output) == {
+        "gpu-node-101": "failed",
+        "gpu-node-102": "upgraded",
+        "gpu-node-103": "not-started",
+        "gpu-node-104": "not-started",
+    }, output[-3000:]
     written = json.loads((REPO / "reports" / "upgrade" / "summary.json").read_text())["nodes"]
     assert written["gpu-node-101"]["cordoned"] and "fabric" in written["gpu-node-101"]["detail"].lower()
     after = workload(cluster)
@@ -221,8 +238,12 @@ def test_rerun_after_the_fix_finishes_the_failed_node_and_the_fleet(fleet) -> No
     run: PyinfraRun = run_pyinfra(lab, *BATCHES_OF_2, deploy=UPGRADE)
     assert run.returncode == 0, run.output[-5000:]
     assert says(run.output, "gpu-node-102", "at the pinned driver and toolkit: skipped, not cordoned")
-    assert summary(run.output) == {"gpu-node-101": "upgraded", "gpu-node-102": "skipped",
-                                   "gpu-node-103": "upgraded", "gpu-node-104": "upgraded"}  # fmt: skip
+    assert summary(run.output) == {
+        "gpu-node-101": "upgraded",
+        "gpu-node-102": "skipped",
+        "gpu-node-103": "upgraded",
+        "gpu-node-104": "upgraded",
+    }
     for node, view in views(cluster).items():
         assert (view.unschedulable, view.upgrade_state) == (False, "done"), node
         assert driver_on(lab, node) == ("580.178.04-1", "580.178.04")
@@ -245,8 +266,15 @@ def test_run_killed_while_a_node_reboots_is_finished_by_the_next(fleet, tmp_path
     proc = start_upgrade(lab, tmp_path / "killed.log", *NEXT)
     try:
         # killed while gpu-node-101 is down for its reboot (its batch-mate reboots at the same time)
-        wait_until(lambda: views(cluster)["gpu-node-101"].upgrade_state == "rebooting"
-                   and boot_id(lab, "gpu-node-101") is None, 300, "gpu-node-101 down for its reboot", proc)  # fmt: skip
+        wait_until(
+            lambda: (
+                views(cluster)["gpu-node-101"].upgrade_state == "rebooting"
+                and boot_id(lab, "gpu-node-101") is None
+            ),
+            300,
+            "gpu-node-101 down for its reboot",
+            proc,
+        )
     finally:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()

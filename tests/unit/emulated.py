@@ -21,8 +21,16 @@ class Machine:
     """``Machine(tmp, "h100-sxm-8", ("slow-gpu", 1))``; ``persistence``/``fabric_up``: those daemons' pid files
     name a live process (this one) so the tools see them running."""
 
-    def __init__(self, tmp: Path, profile: str, *fault: tuple[str, int | None], node: int = 0,
-                 driver: str = "580.178.04", persistence: bool = False, fabric_up: bool = False) -> None:  # fmt: skip
+    def __init__(
+        self,
+        tmp: Path,
+        profile: str,
+        *fault: tuple[str, int | None],
+        node: int = 0,
+        driver: str = "580.178.04",
+        persistence: bool = False,
+        fabric_up: bool = False,
+    ) -> None:
         self.tmp = tmp
         self.hw_path = tmp / "hardware.json"
         self.hw = hardware.make_hardware(profile, node)

@@ -26,8 +26,11 @@ def test_unreachable_api_server_stops_the_addons_deploy(tmp_path):
     (tmp_path / "inv.py").write_text(f"nodes = ([('@local', {data!r})], {fleet!r})\n")
     result = subprocess.run(
         [str(PYINFRA), "-y", "inv.py", str(REPO / "deploys" / "cluster_addons.py")],
-        cwd=tmp_path, capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert result.returncode != 0
     assert "gpuready: cannot reach the Kubernetes API at https://127.0.0.1:1" in result.stderr
     assert f"(kubeconfig: {kubeconfig})" in result.stderr

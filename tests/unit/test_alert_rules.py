@@ -30,12 +30,23 @@ from gpuready.lab.cluster import binaries
 from gpuready.spec import load_fleet
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "inventory" / "example.py"
-ALERTS = ("GPUUnderutilised", "GPUXidError", "GPURowRemapFailure", "GPUUncorrectableRemappedRows",
-          "GPUTemperatureHigh")  # fmt: skip
+ALERTS = (
+    "GPUUnderutilised",
+    "GPUXidError",
+    "GPURowRemapFailure",
+    "GPUUncorrectableRemappedRows",
+    "GPUTemperatureHigh",
+)
 
-GPU = {"gpu": "3", "UUID": "GPU-5f587dd4-6505-0873-c6db-8324dbfe5ba9", "pci_bus_id": "00000000:3B:00.0",
-       "device": "nvidia3", "modelName": "NVIDIA H100 80GB HBM3", "Hostname": "nvidia-dcgm-exporter-s228n",
-       "DCGM_FI_DRIVER_VERSION": "570.195.03"}  # fmt: skip
+GPU = {
+    "gpu": "3",
+    "UUID": "GPU-5f587dd4-6505-0873-c6db-8324dbfe5ba9",
+    "pci_bus_id": "00000000:3B:00.0",
+    "device": "nvidia3",
+    "modelName": "NVIDIA H100 80GB HBM3",
+    "Hostname": "nvidia-dcgm-exporter-s228n",
+    "DCGM_FI_DRIVER_VERSION": "570.195.03",
+}
 POD = {"container": "trainer", "namespace": "ml-team", "pod": "train-7f9c4"}
 NO_POD_EMPTY = {"container": "", "namespace": "", "pod": ""}  # as the exporter writes it
 HELD = {**GPU, **POD}
@@ -136,12 +147,18 @@ SCENARIOS: dict[str, tuple[list[dict[str, str]], list[dict[str, Any]]]] = {
     # GPUUnderutilised
     "idle GPU held by a pod fires at 30 minutes, not before": (
         [series("DCGM_FI_DEV_GPU_UTIL", HELD, "4x45")],
-        [*quiet("0m", "GPUUnderutilised"), *quiet("29m", "GPUUnderutilised"),
-         firing("30m", "GPUUnderutilised", HELD, IDLE_SUMMARY), firing("45m", "GPUUnderutilised", HELD, IDLE_SUMMARY)],
+        [
+            *quiet("0m", "GPUUnderutilised"),
+            *quiet("29m", "GPUUnderutilised"),
+            firing("30m", "GPUUnderutilised", HELD, IDLE_SUMMARY),
+            firing("45m", "GPUUnderutilised", HELD, IDLE_SUMMARY),
+        ],
     ),
     "just under 10% counts as idle, 10% does not": (
-        [series("DCGM_FI_DEV_GPU_UTIL", HELD, "9x40"),
-         series("DCGM_FI_DEV_GPU_UTIL", {**HELD, "gpu": "4", "device": "nvidia4"}, "10x40")],
+        [
+            series("DCGM_FI_DEV_GPU_UTIL", HELD, "9x40"),
+            series("DCGM_FI_DEV_GPU_UTIL", {**HELD, "gpu": "4", "device": "nvidia4"}, "10x40"),
+        ],
         [firing("35m", "GPUUnderutilised", HELD, IDLE_SUMMARY)],
     ),
     "busy GPU held by a pod never fires": (
@@ -154,8 +171,11 @@ SCENARIOS: dict[str, tuple[list[dict[str, str]], list[dict[str, Any]]]] = {
     ),
     "one busy sample restarts the 30 minutes": (
         [series("DCGM_FI_DEV_GPU_UTIL", HELD, "2x19 60 2x45")],
-        [*quiet("30m", "GPUUnderutilised"), *quiet("50m", "GPUUnderutilised"),
-         firing("51m", "GPUUnderutilised", HELD, IDLE_SUMMARY)],
+        [
+            *quiet("30m", "GPUUnderutilised"),
+            *quiet("50m", "GPUUnderutilised"),
+            firing("51m", "GPUUnderutilised", HELD, IDLE_SUMMARY),
+        ],
     ),
     "idle GPU no pod holds never fires (labels absent)": (
         [series("DCGM_FI_DEV_GPU_UTIL", GPU, "0x90")],
@@ -166,15 +186,19 @@ SCENARIOS: dict[str, tuple[list[dict[str, str]], list[dict[str, Any]]]] = {
         quiet("30m", "GPUUnderutilised") + quiet("90m", "GPUUnderutilised"),
     ),
     "a pod that lets the GPU go after 20 idle minutes stops the alert": (
-        [series("DCGM_FI_DEV_GPU_UTIL", HELD, "0x20 stale"),
-         series("DCGM_FI_DEV_GPU_UTIL", GPU, "_x21 0x70")],
+        [
+            series("DCGM_FI_DEV_GPU_UTIL", HELD, "0x20 stale"),
+            series("DCGM_FI_DEV_GPU_UTIL", GPU, "_x21 0x70"),
+        ],
         quiet("31m", "GPUUnderutilised") + quiet("90m", "GPUUnderutilised"),
     ),
     # GPUXidError
     "an XID fires at once, naming the code and the pod": (
         [series("DCGM_FI_DEV_XID_ERRORS", HELD, "0x9 79x10")],
-        [*quiet("9m", "GPUXidError"),
-         firing("10m", "GPUXidError", HELD, f"{WHERE} reported XID 79 held by ml-team/train-7f9c4")],
+        [
+            *quiet("9m", "GPUXidError"),
+            firing("10m", "GPUXidError", HELD, f"{WHERE} reported XID 79 held by ml-team/train-7f9c4"),
+        ],
     ),
     "an XID on a GPU no pod holds names no pod": (
         [series("DCGM_FI_DEV_XID_ERRORS", {**GPU, **NO_POD_EMPTY}, "0 48x5")],
@@ -183,22 +207,40 @@ SCENARIOS: dict[str, tuple[list[dict[str, str]], list[dict[str, Any]]]] = {
     # GPURowRemapFailure and GPUUncorrectableRemappedRows
     "a failed row remap fires at once": (
         [series("DCGM_FI_DEV_ROW_REMAP_FAILURE", HELD, "0x4 1x10")],
-        [*quiet("4m", "GPURowRemapFailure"),
-         firing("5m", "GPURowRemapFailure", HELD,
-                f"{WHERE} failed to remap a memory row held by ml-team/train-7f9c4")],
+        [
+            *quiet("4m", "GPURowRemapFailure"),
+            firing(
+                "5m",
+                "GPURowRemapFailure",
+                HELD,
+                f"{WHERE} failed to remap a memory row held by ml-team/train-7f9c4",
+            ),
+        ],
     ),
     "rows remapped after uncorrectable errors fire at once": (
         [series("DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS", GPU, "0x4 2x10")],
-        [*quiet("4m", "GPUUncorrectableRemappedRows"),
-         firing("5m", "GPUUncorrectableRemappedRows", GPU,
-                f"{WHERE} has 2 rows remapped after uncorrectable ECC errors")],
+        [
+            *quiet("4m", "GPUUncorrectableRemappedRows"),
+            firing(
+                "5m",
+                "GPUUncorrectableRemappedRows",
+                GPU,
+                f"{WHERE} has 2 rows remapped after uncorrectable ECC errors",
+            ),
+        ],
     ),
     # GPUTemperatureHigh
     f"above {GPU_TEMP_ALERT_C} C for 5 minutes fires, not before": (
         [series("DCGM_FI_DEV_GPU_TEMP", HELD, "60x4 92x20")],
-        [*quiet("9m", "GPUTemperatureHigh"),
-         firing("10m", "GPUTemperatureHigh", HELD,
-                f"{WHERE} is at 92 C, above {GPU_TEMP_ALERT_C} C held by ml-team/train-7f9c4")],
+        [
+            *quiet("9m", "GPUTemperatureHigh"),
+            firing(
+                "10m",
+                "GPUTemperatureHigh",
+                HELD,
+                f"{WHERE} is at 92 C, above {GPU_TEMP_ALERT_C} C held by ml-team/train-7f9c4",
+            ),
+        ],
     ),
     "a brief peak does not fire": (
         [series("DCGM_FI_DEV_GPU_TEMP", HELD, "60x4 95x3 60x20")],
@@ -206,14 +248,17 @@ SCENARIOS: dict[str, tuple[list[dict[str, str]], list[dict[str, Any]]]] = {
     ),
     # every alert on a healthy, busy, pod-held GPU (all default counters as the lab exporter renders them)
     "a healthy busy GPU fires nothing": (
-        [series("DCGM_FI_DEV_GPU_UTIL", HELD, "97x120"), series("DCGM_FI_DEV_XID_ERRORS", HELD, "0x120"),
-         series("DCGM_FI_DEV_ROW_REMAP_FAILURE", HELD, "0x120"),
-         series("DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS", HELD, "0x120"),
-         series("DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS", HELD, "3x120"),
-         series("DCGM_FI_DEV_GPU_TEMP", HELD, f"{GPU_TEMP_ALERT_C}x120")],
+        [
+            series("DCGM_FI_DEV_GPU_UTIL", HELD, "97x120"),
+            series("DCGM_FI_DEV_XID_ERRORS", HELD, "0x120"),
+            series("DCGM_FI_DEV_ROW_REMAP_FAILURE", HELD, "0x120"),
+            series("DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS", HELD, "0x120"),
+            series("DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS", HELD, "3x120"),
+            series("DCGM_FI_DEV_GPU_TEMP", HELD, f"{GPU_TEMP_ALERT_C}x120"),
+        ],
         quiet("1m") + quiet("40m") + quiet("120m"),
     ),
-}  # fmt: skip
+}
 
 
 def promtool_test(promtool: Path, work: Path, rules: str, scenario: str) -> subprocess.CompletedProcess[str]:
@@ -244,13 +289,15 @@ def mutated(expr: str) -> str:
     ("expr", "scenario"),
     [
         # the rule before it was proven: a 30-minute average under a 30-minute `for` waits ~an hour after work ends
-        ('avg_over_time(DCGM_FI_DEV_GPU_UTIL{pod!=""}[30m]) < 10', "a GPU going idle after a busy hour fires 30 "
-         "minutes later"),
+        (
+            'avg_over_time(DCGM_FI_DEV_GPU_UTIL{pod!=""}[30m]) < 10',
+            "a GPU going idle after a busy hour fires 30 minutes later",
+        ),
         ("DCGM_FI_DEV_GPU_UTIL < 10", "idle GPU no pod holds never fires (labels absent)"),
         ('DCGM_FI_DEV_GPU_UTIL{pod!=""} < 90', "busy GPU held by a pod never fires"),
     ],
     ids=["30m-average", "no-pod-matcher", "threshold-90"],
-)  # fmt: skip
+)
 def test_the_rule_tests_catch_a_wrong_idle_rule(promtool, tmp_path, expr, scenario):
     result = promtool_test(promtool, tmp_path, mutated(expr), scenario)
     assert result.returncode != 0 and "FAILED:" in result.stdout + result.stderr, (

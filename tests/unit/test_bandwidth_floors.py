@@ -60,9 +60,17 @@ def test_pcie_bad_link_is_rejected(gen: int, width: int) -> None:
 
 @pytest.mark.parametrize(
     ("architecture", "generation"),
-    [("Hopper", 4), ("Ampere", 3), ("Volta", 2), ("Blackwell", 5), (" hopper ", 4), ("Ada Lovelace", None),
-     ("Turing", None), ("", None)],
-)  # fmt: skip
+    [
+        ("Hopper", 4),
+        ("Ampere", 3),
+        ("Volta", 2),
+        ("Blackwell", 5),
+        (" hopper ", 4),
+        ("Ada Lovelace", None),
+        ("Turing", None),
+        ("", None),
+    ],
+)
 def test_nvlink_generation(architecture: str, generation: int | None) -> None:
     assert bandwidth.nvlink_generation(architecture) == generation
 

@@ -166,14 +166,26 @@ def test_two_t4_with_one_pod() -> None:
 @pytest.mark.parametrize(
     ("name", "host", "instances", "fb_used"),
     [
-        ("fake-gpu-operator__dcgm_a100-40gb-mig_active-1g.5gb.ini", "nvidia-dcgm-exporter-km55s",
-         [("1g.5gb", 9)], [4384.0]),
-        ("fake-gpu-operator__dcgm_a100-40gb-mig_active-2x1g.5gb+2g.10gb.ini", "nvidia-dcgm-exporter-q28k4",
-         [("1g.5gb", 7), ("1g.5gb", 9), ("2g.10gb", 5)], [98.0, 4384.0, 153.0]),
-        ("fake-gpu-operator__dcgm_a100-40gb-mig_idle-1g.5gb-allocated.ini", "nvidia-dcgm-exporter-m48cc",
-         [("1g.5gb", 8)], [6.0]),
+        (
+            "fake-gpu-operator__dcgm_a100-40gb-mig_active-1g.5gb.ini",
+            "nvidia-dcgm-exporter-km55s",
+            [("1g.5gb", 9)],
+            [4384.0],
+        ),
+        (
+            "fake-gpu-operator__dcgm_a100-40gb-mig_active-2x1g.5gb+2g.10gb.ini",
+            "nvidia-dcgm-exporter-q28k4",
+            [("1g.5gb", 7), ("1g.5gb", 9), ("2g.10gb", 5)],
+            [98.0, 4384.0, 153.0],
+        ),
+        (
+            "fake-gpu-operator__dcgm_a100-40gb-mig_idle-1g.5gb-allocated.ini",
+            "nvidia-dcgm-exporter-m48cc",
+            [("1g.5gb", 8)],
+            [6.0],
+        ),
     ],
-)  # fmt: skip
+)
 def test_mig_instances_are_labelled(name: str, host: str, instances: list, fb_used: list) -> None:
     samples = parse_dcgm_metrics(only_scrape(name))
     assert series(samples) == {

@@ -97,8 +97,10 @@ def test_query_text_parses_to_the_same_gpus_as_the_xml(tmp_path: Path, profile: 
     xml = smi.parse_query_xml(host.ok("-q", "-x"))
     assert text.gpus == xml.gpus
     assert (text.driver_version, text.cuda_version, text.attached_gpus) == (
-        xml.driver_version, xml.cuda_version, xml.attached_gpus
-    )  # fmt: skip
+        xml.driver_version,
+        xml.cuda_version,
+        xml.attached_gpus,
+    )
 
 
 def test_query_display_filter(tmp_path: Path) -> None:
@@ -114,8 +116,14 @@ def test_query_display_filter(tmp_path: Path) -> None:
 
 def _relevant(paths: set[str]) -> set[str]:
     """Paths every datacenter GPU has; consumer-only or process-specific ones are left out."""
-    skip = ("supported_clocks", "process_info", "/gpu_temp_max_threshold", "/gpu_temp_slow_threshold",
-            "/gpu_temp_max_gpu_threshold", "/gpu_temp_max_mem_threshold")  # fmt: skip
+    skip = (
+        "supported_clocks",
+        "process_info",
+        "/gpu_temp_max_threshold",
+        "/gpu_temp_slow_threshold",
+        "/gpu_temp_max_gpu_threshold",
+        "/gpu_temp_max_mem_threshold",
+    )
     return {p for p in paths if not any(s in p for s in skip)}
 
 
@@ -153,16 +161,36 @@ def test_mig_device_xml_paths_match_the_real_a100_capture(tmp_path: Path) -> Non
     assert emulated == MIG_DEVICE_PATHS
     report = smi.parse_query_xml(out)
     assert [(d.gpu_instance_id, d.memory_total_mib, d.sm_count) for d in report.gpus[0].mig_devices] == [
-        (3, 19968, 14), (4, 19968, 14), (5, 19968, 14), (6, 19968, 14)
-    ]  # fmt: skip
+        (3, 19968, 14),
+        (4, 19968, 14),
+        (5, 19968, 14),
+        (6, 19968, 14),
+    ]
 
 
 CSV_FIELDS = [
-    "index", "name", "uuid", "pci.bus_id", "driver_version", "memory.total", "memory.used", "memory.free",
-    "persistence_mode", "mig.mode.current", "mig.mode.pending", "temperature.gpu", "power.draw",
-    "utilization.gpu", "ecc.errors.uncorrected.volatile.total", "pcie.link.gen.current", "pcie.link.gen.max",
-    "pcie.link.width.current", "pcie.link.width.max", "clocks_event_reasons.active", "power.limit",
-]  # fmt: skip
+    "index",
+    "name",
+    "uuid",
+    "pci.bus_id",
+    "driver_version",
+    "memory.total",
+    "memory.used",
+    "memory.free",
+    "persistence_mode",
+    "mig.mode.current",
+    "mig.mode.pending",
+    "temperature.gpu",
+    "power.draw",
+    "utilization.gpu",
+    "ecc.errors.uncorrected.volatile.total",
+    "pcie.link.gen.current",
+    "pcie.link.gen.max",
+    "pcie.link.width.current",
+    "pcie.link.width.max",
+    "clocks_event_reasons.active",
+    "power.limit",
+]
 
 
 @pytest.mark.parametrize("profile", sorted(hardware.PROFILES))
@@ -181,8 +209,9 @@ def test_query_gpu_csv_parses_to_profile_gpus(tmp_path: Path, profile: str) -> N
 
 def test_csv_header_and_units_are_spelled_like_real_nvidia_smi(tmp_path: Path) -> None:
     host = Host(tmp_path, "h100-sxm-8")
-    out = host.ok("-i", "0", "--query-gpu=memory.total,power.draw,utilization.gpu,temperature.gpu,name",
-                  "--format=csv")  # fmt: skip
+    out = host.ok(
+        "-i", "0", "--query-gpu=memory.total,power.draw,utilization.gpu,temperature.gpu,name", "--format=csv"
+    )
     header, row = out.splitlines()
     assert header == "memory.total [MiB], power.draw [W], utilization.gpu [%], temperature.gpu, name"
     assert row == "81559 MiB, 69.85 W, 0 %, 41, NVIDIA H100 80GB HBM3"
@@ -267,8 +296,9 @@ def test_mig_mode_is_pending_until_reboot(tmp_path: Path) -> None:
     fields = ["index", "mig.mode.current", "mig.mode.pending"]
     rows = smi.parse_query_gpu_csv(host.ok("--query-gpu=" + ",".join(fields), "--format=csv"), fields)
     assert [(r["mig.mode.current"], r["mig.mode.pending"]) for r in rows[:2]] == [
-        ("Disabled", "Enabled"), ("Disabled", "Disabled")
-    ]  # fmt: skip
+        ("Disabled", "Enabled"),
+        ("Disabled", "Disabled"),
+    ]
     listing = host.smi("mig", "-lgi")
     assert (listing.returncode, listing.stdout) == (6, "No MIG-enabled devices found.\n")
     host.reboot("boot-2")
@@ -302,8 +332,11 @@ def test_mig_layout_created_with_cgi_is_listed_by_lgi_lci_and_L(a100_mig: Host) 
     ]
     gis = smi.parse_mig_lgi(host.ok("mig", "-lgi"))
     assert sorted((g.gpu, g.name, g.profile_id) for g in gis) == [
-        (0, "1g.10gb", 19), (0, "1g.10gb", 19), (0, "2g.20gb", 14), (0, "3g.40gb", 9)
-    ]  # fmt: skip
+        (0, "1g.10gb", 19),
+        (0, "1g.10gb", 19),
+        (0, "2g.20gb", 14),
+        (0, "3g.40gb", 9),
+    ]
     # No two instances share a memory slice, and every one sits at a placement the profile allows.
     profiles = {p.profile_id: p for p in catalogue.mig_profiles("NVIDIA A100-SXM4-80GB").values()}
     slots = [s for g in gis for s in range(g.placement_start, g.placement_start + g.placement_size)]
@@ -458,8 +491,14 @@ def _toolkit(host: Host, tool: str, *args: str, **env: str) -> subprocess.Comple
     link = host.tmp / tool
     if not link.exists():
         link.symlink_to(EMULATOR / "toolkit.py")
-    return subprocess.run([PYTHON, "-E", "-s", str(link), *args], env={**host.env, **env}, capture_output=True,
-                          text=True, timeout=30, cwd=EMULATOR)  # fmt: skip
+    return subprocess.run(
+        [PYTHON, "-E", "-s", str(link), *args],
+        env={**host.env, **env},
+        capture_output=True,
+        text=True,
+        timeout=30,
+        cwd=EMULATOR,
+    )
 
 
 def test_cdi_generate_writes_a_real_shaped_spec(tmp_path: Path) -> None:
@@ -489,8 +528,9 @@ def test_container_cli_info_and_runtime_handoff(tmp_path: Path) -> None:
     fake_runc = tmp_path / "runc"
     fake_runc.write_text('#!/bin/sh\necho "runc $*"\n')
     fake_runc.chmod(0o755)
-    handed = _toolkit(host, "nvidia-container-runtime", "create", "--bundle", "/b", "c1",
-                      GPUREADY_LAB_RUNC=str(fake_runc))  # fmt: skip
+    handed = _toolkit(
+        host, "nvidia-container-runtime", "create", "--bundle", "/b", "c1", GPUREADY_LAB_RUNC=str(fake_runc)
+    )
     assert (handed.returncode, handed.stdout) == (0, "runc create --bundle /b c1\n")
 
 
@@ -500,8 +540,13 @@ def test_container_cli_without_driver_fails_like_the_real_one(tmp_path: Path) ->
     lonely.mkdir()
     shutil.copy(EMULATOR / "toolkit.py", lonely / "toolkit.py")
     (lonely / "nvidia-container-cli").symlink_to(lonely / "toolkit.py")
-    result = subprocess.run([PYTHON, "-E", "-s", str(lonely / "nvidia-container-cli"), "info"], env=host.env,
-                            capture_output=True, text=True, timeout=30)  # fmt: skip
+    result = subprocess.run(
+        [PYTHON, "-E", "-s", str(lonely / "nvidia-container-cli"), "info"],
+        env=host.env,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     assert result.returncode == 1
     assert result.stderr == (
         "nvidia-container-cli: initialization error: load library failed: libnvidia-ml.so.1: "
@@ -544,8 +589,14 @@ def test_every_layout_the_catalogue_fits_can_be_created_in_its_order(model: str)
                 if not starts:
                     placed = False
                     break
-                state["gis"].append({"profile_id": by_name[name]["profile_id"], "start": max(starts),
-                                     "size": by_name[name]["placement_size"], "cis": []})  # fmt: skip
+                state["gis"].append(
+                    {
+                        "profile_id": by_name[name]["profile_id"],
+                        "start": max(starts),
+                        "size": by_name[name]["placement_size"],
+                        "cis": [],
+                    }
+                )
             if fit is None:
                 continue
             fitting += 1
@@ -607,8 +658,11 @@ def test_profile_gpus_come_from_the_catalogue(profile: str) -> None:
         assert gpu["index"] == index
         assert re.fullmatch(r"00000000:[0-9A-F]{2}:[0-9A-F]{2}\.0", gpu["pci_bus_id"])
         assert (gpu["name"], gpu["memory_mib"], gpu["nvlink_links"], gpu["mig_capable"]) == (
-            model.name, model.memory_mib, model.nvlink_links, model.mig_capable
-        )  # fmt: skip
+            model.name,
+            model.memory_mib,
+            model.nvlink_links,
+            model.mig_capable,
+        )
         assert "0x" + gpu["pci_device_id"] == model.pci_device_id
     assert len({g["pci_bus_id"] for g in hw["gpus"]}) == prof.gpu_count
     if model.mig_capable:

@@ -36,8 +36,13 @@ class Host:
         }
 
     def run(self, *args: str, tool: str = "nvidia_smi.py") -> subprocess.CompletedProcess:
-        return subprocess.run([PYTHON, "-E", "-s", str(EMULATOR / tool), *args], env=self.env,
-                              capture_output=True, text=True, timeout=30)  # fmt: skip
+        return subprocess.run(
+            [PYTHON, "-E", "-s", str(EMULATOR / tool), *args],
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
 
     def csv(self, *fields: str) -> list[dict]:
         result = self.run(f"--query-gpu={','.join(fields)}", "--format=csv")
@@ -46,10 +51,19 @@ class Host:
 
 def test_fault_names_and_descriptions() -> None:
     assert set(faults.FAULTS) == {
-        "off-bus", "xid-79", "xid-48", "ecc-uncorrectable", "row-remap-pending", "retired-pages-pending",
-        "pcie-downgrade", "nvlink-down", "fabricmanager-failed", "driver-mismatch", "slow-gpu",
+        "off-bus",
+        "xid-79",
+        "xid-48",
+        "ecc-uncorrectable",
+        "row-remap-pending",
+        "retired-pages-pending",
+        "pcie-downgrade",
+        "nvlink-down",
+        "fabricmanager-failed",
+        "driver-mismatch",
+        "slow-gpu",
         "dcgm-memory",
-    }  # fmt: skip
+    }
     assert all(f.description and "\n" not in f.description for f in faults.FAULTS.values())
 
 

@@ -44,10 +44,15 @@ def files(deb: Path) -> dict[str, tuple[int, bytes]]:
 
 def test_names_and_versions_are_pkgs_k8s_ios(built: dict[tuple[str, str], Path]) -> None:
     assert sorted(built) == [
-        ("cri-tools", "1.34.0-1.1"), ("kubeadm", "1.34.3-1.1"), ("kubeadm", "1.34.4-1.1"), ("kubectl", "1.34.3-1.1"),
-        ("kubectl", "1.34.4-1.1"), ("kubelet", "1.34.3-1.1"), ("kubelet", "1.34.4-1.1"),
+        ("cri-tools", "1.34.0-1.1"),
+        ("kubeadm", "1.34.3-1.1"),
+        ("kubeadm", "1.34.4-1.1"),
+        ("kubectl", "1.34.3-1.1"),
+        ("kubectl", "1.34.4-1.1"),
+        ("kubelet", "1.34.3-1.1"),
+        ("kubelet", "1.34.4-1.1"),
         ("kubernetes-cni", "1.7.1-1.1"),
-    ]  # fmt: skip
+    ]
     for (name, version), deb in built.items():
         assert deb.name == f"{name}_{version}_amd64.deb"
         assert field(deb, "Architecture") == "amd64"
@@ -82,12 +87,21 @@ def test_kubelet_unit_and_kubeadm_dropin(built: dict[tuple[str, str], Path]) -> 
     ]
     lines = dropin[1].decode().splitlines()
     assert "EnvironmentFile=-/var/lib/kubelet/kubeadm-flags.env" in lines
-    assert lines[-2:] == ["ExecStart=", "ExecStart=/usr/bin/kubelet $KUBELET_KUBECONFIG_ARGS $KUBELET_CONFIG_ARGS "
-                                        "$KUBELET_KUBEADM_ARGS $KUBELET_EXTRA_ARGS"]  # fmt: skip
-    assert ('Environment="KUBELET_KUBECONFIG_ARGS=--bootstrap-kubeconfig=/etc/kubernetes/bootstrap-kubelet.conf '
-            '--kubeconfig=/etc/kubernetes/kubelet.conf"') in lines  # fmt: skip
-    postinst = subprocess.run(["dpkg-deb", "--info", str(built[("kubelet", "1.34.4-1.1")]), "postinst"],
-                              capture_output=True, text=True, check=True).stdout  # fmt: skip
+    assert lines[-2:] == [
+        "ExecStart=",
+        "ExecStart=/usr/bin/kubelet $KUBELET_KUBECONFIG_ARGS $KUBELET_CONFIG_ARGS "
+        "$KUBELET_KUBEADM_ARGS $KUBELET_EXTRA_ARGS",
+    ]
+    assert (
+        'Environment="KUBELET_KUBECONFIG_ARGS=--bootstrap-kubeconfig=/etc/kubernetes/bootstrap-kubelet.conf '
+        '--kubeconfig=/etc/kubernetes/kubelet.conf"'
+    ) in lines
+    postinst = subprocess.run(
+        ["dpkg-deb", "--info", str(built[("kubelet", "1.34.4-1.1")]), "postinst"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     assert "systemctl enable kubelet.service" in postinst and "systemctl restart kubelet.service" in postinst
 
 
@@ -148,6 +162,10 @@ def test_rebuild_is_skipped_when_nothing_changed(tmp_path: Path) -> None:
     mtimes = {p: p.stat().st_mtime_ns for p in first}
     again = k8s_packages.build_kubernetes_packages(tmp_path, versions=("1.34.4",))
     assert again == first and {p: p.stat().st_mtime_ns for p in again} == mtimes
-    assert [p.name for p in first] == ["kubeadm_1.34.4-1.1_amd64.deb", "kubelet_1.34.4-1.1_amd64.deb",
-                                       "kubectl_1.34.4-1.1_amd64.deb", "cri-tools_1.34.0-1.1_amd64.deb",
-                                       "kubernetes-cni_1.7.1-1.1_amd64.deb"]  # fmt: skip
+    assert [p.name for p in first] == [
+        "kubeadm_1.34.4-1.1_amd64.deb",
+        "kubelet_1.34.4-1.1_amd64.deb",
+        "kubectl_1.34.4-1.1_amd64.deb",
+        "cri-tools_1.34.0-1.1_amd64.deb",
+        "kubernetes-cni_1.7.1-1.1_amd64.deb",
+    ]

@@ -39,8 +39,13 @@ def document(*testcases: dict, **top: object) -> str:
 
 
 def passed(name: str, *rows: list[str]) -> dict:
-    return {"name": name, "status": "Passed", "bandwidth_description": "memcpy CE", "bandwidth_matrix": list(rows),
-            "sum": 0.0}  # fmt: skip
+    return {
+        "name": name,
+        "status": "Passed",
+        "bandwidth_description": "memcpy CE",
+        "bandwidth_matrix": list(rows),
+        "sum": 0.0,
+    }
 
 
 H2D = nvbandwidth.HOST_TO_DEVICE
@@ -71,8 +76,12 @@ def test_eight_gpus_with_na_diagonal_and_an_impossible_pair() -> None:
         f"{i}: NVIDIA H100 80GB HBM3 (00000000:{b}:00): (node-3)"
         for i, b in enumerate(["18", "2a", "3a", "5d", "9a", "ab", "ba", "db"])
     ]
-    text = document(passed(H2D, h2d), passed(D2H, list(reversed(h2d))), passed(READ, *peer_rows),
-                    **{"GPU Device list": devices})  # fmt: skip
+    text = document(
+        passed(H2D, h2d),
+        passed(D2H, list(reversed(h2d))),
+        passed(READ, *peer_rows),
+        **{"GPU Device list": devices},
+    )
     report = parse_nvbandwidth_json(text)
     assert report.host_to_device == {i: 53 + i / 10 for i in range(8)}
     assert report.device_to_host[0] == 53.7
@@ -225,7 +234,13 @@ def test_gbps_from_event_timings() -> None:
 def test_cuda_bandwidth_document_reads_back_with_the_parser() -> None:
     mib256 = 256 * 1024 * 1024
     ms = {"h2d": [40.1, 40.0, 40.3], "d2h": [39.0, 39.2, 39.1], "peer": [5.6, 5.7, 5.65]}
-    m = cuda_bandwidth.Measurements(devices=["NVIDIA H100 80GB HBM3 (00000000:18:00)", "NVIDIA H100 80GB HBM3 (00000000:2a:00)", "NVIDIA H100 80GB HBM3 (00000000:3a:00)"])  # fmt: skip
+    m = cuda_bandwidth.Measurements(
+        devices=[
+            "NVIDIA H100 80GB HBM3 (00000000:18:00)",
+            "NVIDIA H100 80GB HBM3 (00000000:2a:00)",
+            "NVIDIA H100 80GB HBM3 (00000000:3a:00)",
+        ]
+    )
     for d in range(3):
         m.host_to_device[d] = cuda_bandwidth.median_gbps(mib256, 8, ms["h2d"])
         m.device_to_host[d] = cuda_bandwidth.median_gbps(mib256, 8, ms["d2h"])

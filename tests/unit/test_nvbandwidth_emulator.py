@@ -113,7 +113,10 @@ def test_pcie_downgrade_lowers_that_gpus_host_copies_only(tmp: Path) -> None:
 def test_slow_gpu_is_at_40_percent_in_every_figure_it_is_in(tmp: Path) -> None:
     healthy = Machine(tmp / "a", "a100-80gb-4").report()
     faulty = Machine(tmp / "b", "a100-80gb-4", ("slow-gpu", 1)).report()
-    for figures_h, figures_f in ((healthy.host_to_device, faulty.host_to_device), (healthy.device_to_host, faulty.device_to_host)):  # fmt: skip
+    for figures_h, figures_f in (
+        (healthy.host_to_device, faulty.host_to_device),
+        (healthy.device_to_host, faulty.device_to_host),
+    ):
         assert figures_f[1] == pytest.approx(figures_h[1] * 0.4, rel=1e-5)
         assert {k: v for k, v in figures_f.items() if k != 1} == {
             k: v for k, v in figures_h.items() if k != 1

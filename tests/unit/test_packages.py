@@ -46,13 +46,23 @@ def test_repositories_and_package_names(built: dict[str, list[Path]]) -> None:
     assert set(built) == {"cuda", "libnvidia-container"}
     names = {key: sorted({field(p, "Package") for p in paths}) for key, paths in built.items()}
     assert names["cuda"] == [
-        "datacenter-gpu-manager-4-core", "libcuda1", "libnvidia-ml1", "nvbandwidth", "nvidia-driver",
-        "nvidia-driver-cuda", "nvidia-fabricmanager", "nvidia-kernel-open-dkms", "nvidia-persistenced", "nvidia-smi",
-    ]  # fmt: skip
+        "datacenter-gpu-manager-4-core",
+        "libcuda1",
+        "libnvidia-ml1",
+        "nvbandwidth",
+        "nvidia-driver",
+        "nvidia-driver-cuda",
+        "nvidia-fabricmanager",
+        "nvidia-kernel-open-dkms",
+        "nvidia-persistenced",
+        "nvidia-smi",
+    ]
     assert names["libnvidia-container"] == [
-        "libnvidia-container-tools", "libnvidia-container1", "nvidia-container-toolkit",
+        "libnvidia-container-tools",
+        "libnvidia-container1",
+        "nvidia-container-toolkit",
         "nvidia-container-toolkit-base",
-    ]  # fmt: skip
+    ]
     versions = {field(p, "Version") for p in built["cuda"]}
     assert versions == {"580.178.04-1", "570.195.03-1", "595.91.07-1", "1:4.5.2-1", "0.8-1"}
     assert {field(p, "Version") for p in built["libnvidia-container"]} == {"1.20.0-1"}
@@ -114,13 +124,21 @@ def test_driver_contents(built: dict[str, list[Path]]) -> None:
     assert smi["/usr/bin/nvidia-smi"].startswith("-rwxr-xr-x")
     assert "/usr/lib/nvidia-emu/nvidia_smi.py" in smi
     ml = contents(debs[("libnvidia-ml1", "580.178.04-1")])
-    assert {"/usr/lib/nvidia-emu/nvemu.py", "/usr/lib/nvidia-emu/gpu_tree.py", "/usr/lib/nvidia-emu/mig.py",
-            "/usr/lib/nvidia-emu/driver-version", "/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1"} <= set(ml)  # fmt: skip
+    assert {
+        "/usr/lib/nvidia-emu/nvemu.py",
+        "/usr/lib/nvidia-emu/gpu_tree.py",
+        "/usr/lib/nvidia-emu/mig.py",
+        "/usr/lib/nvidia-emu/driver-version",
+        "/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1",
+    } <= set(ml)
     pd = contents(debs[("nvidia-persistenced", "580.178.04-1")])
     assert "/lib/systemd/system/nvidia-persistenced.service" in pd and "/usr/bin/nvidia-persistenced" in pd
     fm = contents(debs[("nvidia-fabricmanager", "580.178.04-1")])
-    assert {"/usr/bin/nv-fabricmanager", "/lib/systemd/system/nvidia-fabricmanager.service",
-            "/usr/share/nvidia/nvswitch/fabricmanager.cfg"} <= set(fm)  # fmt: skip
+    assert {
+        "/usr/bin/nv-fabricmanager",
+        "/lib/systemd/system/nvidia-fabricmanager.service",
+        "/usr/share/nvidia/nvswitch/fabricmanager.cfg",
+    } <= set(fm)
     assert "/usr/bin/nvidia-smi" not in contents(debs[("nvidia-driver", "580.178.04-1")])
     tk = by_name(built)
     assert "/usr/bin/nvidia-ctk" in contents(tk[("nvidia-container-toolkit-base", "1.20.0-1")])
@@ -144,8 +162,12 @@ def test_no_file_is_shipped_by_two_packages_of_one_version(built: dict[str, list
 def test_files_are_the_emulator_sources_and_versions(built: dict[str, list[Path]], tmp_path: Path) -> None:
     debs = by_name(built)
     root = tmp_path / "root"
-    for key in (("libnvidia-ml1", "570.195.03-1"), ("nvidia-smi", "570.195.03-1"),
-                ("nvidia-kernel-open-dkms", "570.195.03-1"), ("nvidia-persistenced", "570.195.03-1")):  # fmt: skip
+    for key in (
+        ("libnvidia-ml1", "570.195.03-1"),
+        ("nvidia-smi", "570.195.03-1"),
+        ("nvidia-kernel-open-dkms", "570.195.03-1"),
+        ("nvidia-persistenced", "570.195.03-1"),
+    ):
         subprocess.run(["dpkg-deb", "-x", str(debs[key]), str(root)], check=True)
     assert (root / "usr/lib/nvidia-emu/driver-version").read_text() == "570.195.03\n"
     assert (root / "usr/lib/nvidia-emu/kmod-version").read_text() == "570.195.03\n"

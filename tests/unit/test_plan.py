@@ -39,8 +39,13 @@ def test_plan_bad_inventory_exits_2_with_the_problems(tmp_path, capsys):
 
 
 def test_plan_names_known_vulnerabilities_of_the_pins(tmp_path, capsys):
-    data = {"gpu_model": "NVIDIA L4", "gpu_count": 1, "kube_join": False,
-            "nvidia_container_toolkit_version": "1.17.3", "nvidia_driver_version": "580.178.04"}  # fmt: skip
+    data = {
+        "gpu_model": "NVIDIA L4",
+        "gpu_count": 1,
+        "kube_join": False,
+        "nvidia_container_toolkit_version": "1.17.3",
+        "nvidia_driver_version": "580.178.04",
+    }
     (tmp_path / "group_data").mkdir()
     shutil.copy(Path(EXAMPLE).parent / "group_data" / "all.py", tmp_path / "group_data" / "all.py")
     (tmp_path / "inv.py").write_text(f"pool = [('n1', {data!r})]\n")

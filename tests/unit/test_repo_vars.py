@@ -14,14 +14,23 @@ from gpuready.deploy import context as deploy_context
 @pytest.mark.parametrize(
     ("distro", "arch", "expected"),
     [
-        ({"name": "Ubuntu", "major": 22, "release_meta": {"VERSION_ID": "22.04"}}, "x86_64",
-         {"distro": "ubuntu2204", "arch": "x86_64", "deb_arch": "amd64"}),
-        ({"name": "Ubuntu", "major": 24, "release_meta": {"VERSION_ID": "24.04"}}, "aarch64",
-         {"distro": "ubuntu2404", "arch": "sbsa", "deb_arch": "arm64"}),
-        ({"name": "Debian", "major": 12, "release_meta": {"VERSION_ID": "12"}}, "x86_64",
-         {"distro": "debian12", "arch": "x86_64", "deb_arch": "amd64"}),
+        (
+            {"name": "Ubuntu", "major": 22, "release_meta": {"VERSION_ID": "22.04"}},
+            "x86_64",
+            {"distro": "ubuntu2204", "arch": "x86_64", "deb_arch": "amd64"},
+        ),
+        (
+            {"name": "Ubuntu", "major": 24, "release_meta": {"VERSION_ID": "24.04"}},
+            "aarch64",
+            {"distro": "ubuntu2404", "arch": "sbsa", "deb_arch": "arm64"},
+        ),
+        (
+            {"name": "Debian", "major": 12, "release_meta": {"VERSION_ID": "12"}},
+            "x86_64",
+            {"distro": "debian12", "arch": "x86_64", "deb_arch": "amd64"},
+        ),
     ],
-)  # fmt: skip
+)
 def test_repo_vars(monkeypatch, distro, arch, expected):
     facts = {LinuxDistribution: distro, Arch: arch}
     fake = SimpleNamespace(get_fact=lambda cls, **kw: facts[cls])

@@ -130,11 +130,24 @@ def test_preflight_refuses_a_node_that_stopped_answering(spec) -> None:
 
 
 def test_failed_checks_from_a_verdict() -> None:
-    verdict = {"nodes": {"n1": {"layers": {
-        "gpu": {"checks": {"test_no_xid_errors[n1]": {"status": "fail", "message": "GPU 0: Xid 79\n  fallen off"},
-                           "test_gpu_count[n1]": {"status": "pass", "message": ""}}},
-        "host": {"checks": {"test_driver_version[n1]": {"status": "pass", "message": ""}}},
-    }}}}  # fmt: skip
+    verdict = {
+        "nodes": {
+            "n1": {
+                "layers": {
+                    "gpu": {
+                        "checks": {
+                            "test_no_xid_errors[n1]": {
+                                "status": "fail",
+                                "message": "GPU 0: Xid 79\n  fallen off",
+                            },
+                            "test_gpu_count[n1]": {"status": "pass", "message": ""},
+                        }
+                    },
+                    "host": {"checks": {"test_driver_version[n1]": {"status": "pass", "message": ""}}},
+                }
+            }
+        }
+    }
     assert upgrade.failed_checks(verdict, "n1") == ["gpu::test_no_xid_errors[n1]: GPU 0: Xid 79 fallen off"]
     assert upgrade.failed_checks(verdict, "n2") == []
 

@@ -35,8 +35,15 @@ def _run(tmp_path: Path, gpu_count: int, port: int, **extra: object) -> subproce
     shutil.copy(REPO / "config.py", tmp_path / "config.py")
     (tmp_path / "group_data").mkdir(exist_ok=True)
     shutil.copy(REPO / "inventory" / "group_data" / "all.py", tmp_path / "group_data" / "all.py")
-    data = {"ssh_hostname": "127.0.0.1", "ssh_port": port, "ssh_connect_retries": 0, "gpu_model": "NVIDIA L4",
-            "gpu_count": gpu_count, "kube_join": False, **extra}  # fmt: skip
+    data = {
+        "ssh_hostname": "127.0.0.1",
+        "ssh_port": port,
+        "ssh_connect_retries": 0,
+        "gpu_model": "NVIDIA L4",
+        "gpu_count": gpu_count,
+        "kube_join": False,
+        **extra,
+    }
     (tmp_path / "inv.py").write_text(f"pool = [('node-a', {data!r})]\n")
     (tmp_path / "deploy.py").write_text(
         "from pyinfra.operations import server\nserver.shell(commands=['true'])\n"

@@ -22,11 +22,11 @@ from datetime import UTC, datetime
 from typing import Any
 
 from gpuready.conformance.checks import LOG_LINES, PodResult, shown_events  # noqa: F401  (re-exported)
-from gpuready.kube import Cluster
+from gpuready.kube import MANAGED_BY, Cluster
 from gpuready.spec import Images, NodeSpec
+from gpuready.spec.model import CORDON_TOLERATION, GPU_TOLERATION
 
 Obj = dict[str, Any]
-MANAGED_BY = {"app.kubernetes.io/managed-by": "gpuready"}
 NAMESPACE_PREFIX = "gpuready-conformance-"
 # The defaults only: the suite runs each node's own (NodeSpec.images, knobs vectoradd_image and cuda_base_image).
 VECTOR_ADD_IMAGE = Images.vectoradd
@@ -63,10 +63,7 @@ def _event_time(ev: Any) -> datetime:
 def tolerations(node: NodeSpec) -> list[Obj]:
     """Tolerate the node's own taints (from the inventory), the usual GPU taint, and a cordon: a node is validated
     while cordoned (the rolling upgrade uncordons it only when it passes), as the GPU Operator's validator is."""
-    out: list[Obj] = [
-        {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
-        {"key": "node.kubernetes.io/unschedulable", "operator": "Exists", "effect": "NoSchedule"},
-    ]
+    out: list[Obj] = [dict(GPU_TOLERATION), dict(CORDON_TOLERATION)]
     for t in node.taints:
         tol: Obj = {"key": t.key, "effect": t.effect}
         tol.update({"operator": "Equal", "value": t.value} if t.value else {"operator": "Exists"})

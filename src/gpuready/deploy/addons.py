@@ -13,12 +13,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from gpuready.kube import MANAGED_BY
 from gpuready.spec import DEVICE_PLUGIN_CONFIG_LABEL, GPU_PRESENT_LABEL, Fleet, Images, NodeSpec, knobs
+from gpuready.spec.model import GPU_TOLERATION
 
 Manifest = dict[str, Any]
-MANAGED_BY = {"app.kubernetes.io/managed-by": "gpuready"}
 GPU_NODE_SELECTOR = {GPU_PRESENT_LABEL: "true"}
-GPU_TOLERATIONS = [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
+GPU_TOLERATIONS = [GPU_TOLERATION]
 DEVICE_PLUGIN_CONFIGMAP = "nvidia-device-plugin-configs"
 DCGM_PORT = 9400
 

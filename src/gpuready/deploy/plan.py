@@ -13,7 +13,7 @@ from gpuready.spec import Fleet, NodeSpec
 
 def node_plan(node: NodeSpec) -> dict[str, Any]:
     s = node.sharing
-    sharing: dict[str, Any] = {"mode": s.mode}
+    sharing: dict[str, Any] = {"mode": str(s.mode)}
     if s.mode in ("time-slicing", "mps"):
         sharing |= {"replicas": s.replicas, "rename": s.rename}
     if s.mode == "mig":

@@ -53,8 +53,10 @@ def _status(args: argparse.Namespace) -> int:
     else:
         _print_hosts(state)
         repo = state["repo"]
-        print(f"repositories: {repo['base_url']}/ ({'serving' if repo['running'] else 'NOT RUNNING'}), "
-              f"keyring {repo['keyring_path']}")  # fmt: skip
+        print(
+            f"repositories: {repo['base_url']}/ ({'serving' if repo['running'] else 'NOT RUNNING'}), "
+            f"keyring {repo['keyring_path']}"
+        )
         _print_network(state)
     return 0
 
@@ -63,8 +65,10 @@ def _print_network(state: dict[str, Any]) -> None:
     net = state.get("network")
     if net:
         present = "present" if net.get("present") else "MISSING"
-        print(f"network: namespace {net['netns']} ({present}), subnet {net['subnet']}, pods {net['pod_cidr']}; "
-              f"this machine is {net['root_address']} on {net['root_veth']}")  # fmt: skip
+        print(
+            f"network: namespace {net['netns']} ({present}), subnet {net['subnet']}, pods {net['pod_cidr']}; "
+            f"this machine is {net['root_address']} on {net['root_veth']}"
+        )
     api = state.get("apiserver")
     if api:
         print(
@@ -72,8 +76,10 @@ def _print_network(state: dict[str, Any]) -> None:
         )
     egress = state.get("egress")
     if egress:
-        print(f"egress proxy: {egress['address']}:{egress['port']} to {', '.join(egress['allow']) or 'nothing'} "
-              f"({'running' if egress.get('running') else 'NOT RUNNING'})")  # fmt: skip
+        print(
+            f"egress proxy: {egress['address']}:{egress['port']} to {', '.join(egress['allow']) or 'nothing'} "
+            f"({'running' if egress.get('running') else 'NOT RUNNING'})"
+        )
 
 
 def _print_hosts(state: dict[str, Any]) -> None:
@@ -141,15 +147,32 @@ def add_lab_parser(subparsers: Any) -> argparse.ArgumentParser:
 def _add_lab_commands(sub: Any) -> None:
     p = sub.add_parser("up", help="boot a fresh lab (cleans up whatever a previous lab left)")
     p.add_argument("--nodes", type=int, default=3, help="number of hosts (default 3)")
-    p.add_argument("--control-plane", action=argparse.BooleanOptionalAction, default=True,
-                   help="start the Kubernetes control plane and node agent the hosts join (default: on)")  # fmt: skip
-    p.add_argument("--kubernetes-version", default=cluster.DEFAULT_VERSION, metavar="X.Y.Z",
-                   help="control plane version, built from k8s.io/kubernetes once and cached (default "
-                        f"{cluster.DEFAULT_VERSION}, the kubernetes_version default in inventory/group_data/all.py)")  # fmt: skip
-    p.add_argument("--virtual-nodes", type=int, default=0, metavar="N",
-                   help="add N simulated GPU nodes with no host behind them (for scale tests)")  # fmt: skip
-    p.add_argument("--profile", action="append", metavar="NAME",
-                   help="hardware profile; repeat to cycle over nodes (default: h100-sxm-8, a100-80gb-4, l4-1)")  # fmt: skip
+    p.add_argument(
+        "--control-plane",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="start the Kubernetes control plane and node agent the hosts join (default: on)",
+    )
+    p.add_argument(
+        "--kubernetes-version",
+        default=cluster.DEFAULT_VERSION,
+        metavar="X.Y.Z",
+        help="control plane version, built from k8s.io/kubernetes once and cached (default "
+        f"{cluster.DEFAULT_VERSION}, the kubernetes_version default in inventory/group_data/all.py)",
+    )
+    p.add_argument(
+        "--virtual-nodes",
+        type=int,
+        default=0,
+        metavar="N",
+        help="add N simulated GPU nodes with no host behind them (for scale tests)",
+    )
+    p.add_argument(
+        "--profile",
+        action="append",
+        metavar="NAME",
+        help="hardware profile; repeat to cycle over nodes (default: h100-sxm-8, a100-80gb-4, l4-1)",
+    )
     _handles(p, _up)
     p = sub.add_parser("down", help="stop every host and the repository server, remove what the lab made")
     _handles(p, _down)

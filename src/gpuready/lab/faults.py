@@ -24,28 +24,65 @@ class Fault:
 FAULTS: dict[str, Fault] = {
     f.name: f
     for f in (
-        Fault("off-bus", "GPU fell off the PCIe bus: NVML cannot get its handle ('Unknown Error'), "
-              "nvidia-smi exits 15, 'No devices were found' when no GPU is left", True),
+        Fault(
+            "off-bus",
+            "GPU fell off the PCIe bus: NVML cannot get its handle ('Unknown Error'), "
+            "nvidia-smi exits 15, 'No devices were found' when no GPU is left",
+            True,
+        ),
         Fault("xid-79", "XID 79 in the kernel log and the GPU off the bus (what XID 79 means)", True),
-        Fault("xid-48", "XID 48 (double-bit ECC error) in the kernel log; volatile and aggregate uncorrectable "
-              "ECC counts go up", True, "ecc"),
-        Fault("ecc-uncorrectable", "uncorrectable DRAM ECC errors (volatile and aggregate) on the GPU", True, "ecc"),
-        Fault("row-remap-pending", "a row remapping is pending (uncorrectable remapped row; GPU reset needed)",
-              True, "row_remapping"),
-        Fault("retired-pages-pending", "a double-bit ECC page retirement is pending (pre-Ampere GPUs)", True,
-              "page_retirement"),
+        Fault(
+            "xid-48",
+            "XID 48 (double-bit ECC error) in the kernel log; volatile and aggregate uncorrectable "
+            "ECC counts go up",
+            True,
+            "ecc",
+        ),
+        Fault(
+            "ecc-uncorrectable",
+            "uncorrectable DRAM ECC errors (volatile and aggregate) on the GPU",
+            True,
+            "ecc",
+        ),
+        Fault(
+            "row-remap-pending",
+            "a row remapping is pending (uncorrectable remapped row; GPU reset needed)",
+            True,
+            "row_remapping",
+        ),
+        Fault(
+            "retired-pages-pending",
+            "a double-bit ECC page retirement is pending (pre-Ampere GPUs)",
+            True,
+            "page_retirement",
+        ),
         Fault("pcie-downgrade", "PCIe link trained below its maximum (generation and width)", True),
         Fault("nvlink-down", "all NVLinks of the GPU inactive", True, "nvlink"),
-        Fault("slow-gpu", "the GPU moves data at 40% of its normal rate, link trained at its maximum (a degraded "
-              "board or a throttled path only a bandwidth test sees)", True),
-        Fault("dcgm-memory", "DCGM's memory test fails on the GPU (a bad HBM/GDDR cell nvidia-smi does not show)",
-              True),
-        Fault("fabricmanager-failed", "NVIDIA Fabric Manager fails to start; GPU fabric state stays In Progress",
-              False, "nvswitch"),
-        Fault("driver-mismatch", "NVML reports 'Driver/library version mismatch' (exit 18), as after a driver "
-              "upgrade without reboot", False),
+        Fault(
+            "slow-gpu",
+            "the GPU moves data at 40% of its normal rate, link trained at its maximum (a degraded "
+            "board or a throttled path only a bandwidth test sees)",
+            True,
+        ),
+        Fault(
+            "dcgm-memory",
+            "DCGM's memory test fails on the GPU (a bad HBM/GDDR cell nvidia-smi does not show)",
+            True,
+        ),
+        Fault(
+            "fabricmanager-failed",
+            "NVIDIA Fabric Manager fails to start; GPU fabric state stays In Progress",
+            False,
+            "nvswitch",
+        ),
+        Fault(
+            "driver-mismatch",
+            "NVML reports 'Driver/library version mismatch' (exit 18), as after a driver "
+            "upgrade without reboot",
+            False,
+        ),
     )
-}  # fmt: skip
+}
 
 
 class FaultError(ValueError):
@@ -128,12 +165,18 @@ def journal_messages(hw: dict, fault: str, gpu: int | None) -> list[str]:
             f"(DBE) has been detected on GPU ({pci}).",
         ]
     if fault == "row-remap-pending":
-        return [f"NVRM: Xid (PCI:{pci}): 63, pid='<unknown>', name=<unknown>, Row Remapper: New row marked for "
-                "remapping, reset gpu to activate."]  # fmt: skip
+        return [
+            f"NVRM: Xid (PCI:{pci}): 63, pid='<unknown>', name=<unknown>, Row Remapper: New row marked for "
+            "remapping, reset gpu to activate."
+        ]
     if fault == "retired-pages-pending":
-        return [f"NVRM: Xid (PCI:{pci}): 63, pid='<unknown>', name=<unknown>, Dynamic Page Retirement: New page "
-                "retired, reboot to activate (0x00000000000123a4)."]  # fmt: skip
+        return [
+            f"NVRM: Xid (PCI:{pci}): 63, pid='<unknown>', name=<unknown>, Dynamic Page Retirement: New page "
+            "retired, reboot to activate (0x00000000000123a4)."
+        ]
     if fault == "nvlink-down":
-        return [f"NVRM: Xid (PCI:{pci}): 74, pid='<unknown>', name=<unknown>, NVLink: fatal error detected on "
-                "link 0(0x0, 0x0, 0x10000, 0x0, 0x0, 0x0, 0x0)"]  # fmt: skip
+        return [
+            f"NVRM: Xid (PCI:{pci}): 74, pid='<unknown>', name=<unknown>, NVLink: fatal error detected on "
+            "link 0(0x0, 0x0, 0x10000, 0x0, 0x0, 0x0, 0x0)"
+        ]
     return []

@@ -57,9 +57,22 @@ from gpuready.lab.state import LabPaths, cache_dir, load_state, require_state, s
 SUITE = "bookworm"
 # What a minimal Debian server image has: init, sshd, apt with https + keyrings, and the usual admin tools.
 BASE_PACKAGES = (
-    "systemd", "systemd-sysv", "dbus", "openssh-server", "python3", "ca-certificates", "gnupg",
-    "apt-transport-https", "iproute2", "procps", "kmod", "sudo", "curl", "less", "iputils-ping",
-)  # fmt: skip
+    "systemd",
+    "systemd-sysv",
+    "dbus",
+    "openssh-server",
+    "python3",
+    "ca-certificates",
+    "gnupg",
+    "apt-transport-https",
+    "iproute2",
+    "procps",
+    "kmod",
+    "sudo",
+    "curl",
+    "less",
+    "iputils-ping",
+)
 # Units a cloud image would run but that only slow down boot or wake up at random times in a test.
 MASKED_UNITS = (
     "apt-daily.timer",
@@ -148,8 +161,14 @@ def ensure_base(cache: Path | None = None, rebuild: bool = False) -> tuple[Path,
         tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=".build-"))
         try:
             root = tmp / "root"
-            cmd = ["debootstrap", "--variant=minbase", f"--include={','.join(BASE_PACKAGES)}", SUITE, str(root),
-                   mirror]  # fmt: skip
+            cmd = [
+                "debootstrap",
+                "--variant=minbase",
+                f"--include={','.join(BASE_PACKAGES)}",
+                SUITE,
+                str(root),
+                mirror,
+            ]
             result = subprocess.run(cmd, capture_output=True, text=True, stdin=subprocess.DEVNULL)
             if result.returncode != 0:
                 tail = "\n".join((result.stdout + result.stderr).splitlines()[-20:])
@@ -358,8 +377,14 @@ def console_tail(paths: LabPaths, name: str, lines: int = 25) -> str:
 
 
 # tool -> the Debian package that has it
-HOST_TOOLS = {"systemd-nspawn": "systemd-container", "ssh": "openssh-client", "ssh-keygen": "openssh-client",
-              "gpg": "gnupg", "dpkg-deb": "dpkg", "dpkg-scanpackages": "dpkg-dev"}  # fmt: skip
+HOST_TOOLS = {
+    "systemd-nspawn": "systemd-container",
+    "ssh": "openssh-client",
+    "ssh-keygen": "openssh-client",
+    "gpg": "gnupg",
+    "dpkg-deb": "dpkg",
+    "dpkg-scanpackages": "dpkg-dev",
+}
 
 
 def prerequisite_problems(
@@ -374,8 +399,11 @@ def prerequisite_problems(
     tools = dict(HOST_TOOLS)
     if not base_path(cache).is_dir():
         tools["debootstrap"] = "debootstrap"
-    found += [f"{tool} not found: apt-get install {package}" for tool, package in tools.items()
-              if shutil.which(tool) is None]  # fmt: skip
+    found += [
+        f"{tool} not found: apt-get install {package}"
+        for tool, package in tools.items()
+        if shutil.which(tool) is None
+    ]
     if control_plane and not re.fullmatch(r"1\.\d+\.\d+", kubernetes_version):
         found.append(
             f"Kubernetes version {kubernetes_version!r} must be a release like {cluster.DEFAULT_VERSION}"
@@ -784,8 +812,16 @@ def inject_fault(paths: LabPaths, node: str, fault: str | None, gpu: int | None 
             hardware.write_hardware(path, faults.clear_faults(hw))
             # On real hardware a fault is cleared by replacing or resetting the GPU and rebooting, after which
             # its XIDs are no longer "since boot": drop the journal's kernel lines the same way.
-            run_on_host(paths, node, ["sh", "-c", "journalctl --rotate >/dev/null 2>&1; sleep 1; "
-                                      "journalctl --vacuum-time=1s >/dev/null 2>&1; true"])  # fmt: skip
+            run_on_host(
+                paths,
+                node,
+                [
+                    "sh",
+                    "-c",
+                    "journalctl --rotate >/dev/null 2>&1; sleep 1; "
+                    "journalctl --vacuum-time=1s >/dev/null 2>&1; true",
+                ],
+            )
             return []
         hw = faults.apply_fault(hw, fault, gpu)
         lines = faults.journal_messages(hw, fault, gpu)

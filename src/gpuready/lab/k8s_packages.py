@@ -110,15 +110,25 @@ class KubeDeb(Deb):
 
     def control(self) -> str:
         size_kib = max(1, sum(len(c) for c, _m in self.files.values()) // 1024)
-        lines = [f"Package: {self.name}", f"Version: {self.version}", "Architecture: amd64",
-                 f"Maintainer: {self.maintainer}", f"Installed-Size: {size_kib}"]  # fmt: skip
+        lines = [
+            f"Package: {self.name}",
+            f"Version: {self.version}",
+            "Architecture: amd64",
+            f"Maintainer: {self.maintainer}",
+            f"Installed-Size: {size_kib}",
+        ]
         if self.depends:
             lines.append("Depends: " + ", ".join(self.depends))
         if self.recommends:
             lines.append("Recommends: " + ", ".join(self.recommends))
         lines += [f"{k}: {v}" for k, v in self.extra.items()]
-        lines += [f"Section: {self.section}", "Priority: optional", "Homepage: https://kubernetes.io",
-                  f"Description: {self.description}", f" {self.description}."]  # fmt: skip
+        lines += [
+            f"Section: {self.section}",
+            "Priority: optional",
+            "Homepage: https://kubernetes.io",
+            f"Description: {self.description}",
+            f" {self.description}.",
+        ]
         return "\n".join(lines) + "\n"
 
 
@@ -151,8 +161,13 @@ def kubernetes_debs(kube_version: str, kubectl: bytes) -> list[KubeDeb]:
     _emulated(kubeadm, "kubeadm", ("kubeadm", "kubelet"), kube_version)
     kubeadm.add(f"{UNIT_DIR}/kubelet.service.d/10-kubeadm.conf", KUBEADM_DROPIN)
 
-    kubelet = _deb("kubelet", kube_version, "net", "Node agent for Kubernetes clusters",
-                   ["kubernetes-cni (>= 1.2.0)", "mount", "util-linux"])  # fmt: skip
+    kubelet = _deb(
+        "kubelet",
+        kube_version,
+        "net",
+        "Node agent for Kubernetes clusters",
+        ["kubernetes-cni (>= 1.2.0)", "mount", "util-linux"],
+    )
     kubelet.recommends = ["iptables (>= 1.8.4)"]
     _emulated(kubelet, "kubelet", ("kubelet",), kube_version)
     kubelet.add(f"{UNIT_DIR}/kubelet.service", KUBELET_UNIT)

@@ -415,8 +415,17 @@ def listening_socket(address: str, port: int, netns: str | None = None, backlog:
 
 # --- the egress proxy ---------------------------------------------------------------------------------------------
 
-HOP_BY_HOP = {"connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "proxy-connection", "te",
-              "trailer", "transfer-encoding", "upgrade"}  # fmt: skip
+HOP_BY_HOP = {
+    "connection",
+    "keep-alive",
+    "proxy-authenticate",
+    "proxy-authorization",
+    "proxy-connection",
+    "te",
+    "trailer",
+    "transfer-encoding",
+    "upgrade",
+}
 
 
 def start_egress(sock: socket.socket, allow: Sequence[str], log_path: Path, lab: str = "") -> int:

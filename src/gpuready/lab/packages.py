@@ -152,8 +152,12 @@ def driver_debs(driver: str) -> list[Deb]:
     smi.add_module(DRIVER_LIB, "nvidia_smi.py")
     smi.add_wrapper("nvidia-smi", drv_path, "nvidia_smi", "main")
 
-    pd = pkg("nvidia-persistenced", "utils", "daemon to maintain persistent software state in the NVIDIA driver",
-             [f"libnvidia-ml1 (= {v})"])  # fmt: skip
+    pd = pkg(
+        "nvidia-persistenced",
+        "utils",
+        "daemon to maintain persistent software state in the NVIDIA driver",
+        [f"libnvidia-ml1 (= {v})"],
+    )
     pd.add_module(DRIVER_LIB, "nvidia_persistenced.py")
     pd.add_wrapper("nvidia-persistenced", drv_path, "nvidia_persistenced", "main")
     pd.add("/lib/systemd/system/nvidia-persistenced.service", pf.PERSISTENCED_UNIT)
@@ -163,8 +167,12 @@ def driver_debs(driver: str) -> list[Deb]:
         "postrm": pf.postrm_disable("nvidia-persistenced.service"),
     }
 
-    fm = pkg("nvidia-fabricmanager", "utils", "Fabric Manager for NVSwitch based systems",
-             [f"libnvidia-ml1 (= {v})", f"nvidia-kernel-open-dkms (= {v}) | nvidia-kernel-dkms-any (= {v})"])  # fmt: skip
+    fm = pkg(
+        "nvidia-fabricmanager",
+        "utils",
+        "Fabric Manager for NVSwitch based systems",
+        [f"libnvidia-ml1 (= {v})", f"nvidia-kernel-open-dkms (= {v}) | nvidia-kernel-dkms-any (= {v})"],
+    )
     fm.extra["Provides"] = f"nvidia-fabricmanager-{branch} (= {v})"
     fm.add_module(DRIVER_LIB, "nv_fabricmanager.py")
     fm.add_wrapper("nv-fabricmanager", drv_path, "nv_fabricmanager", "main")
@@ -206,8 +214,12 @@ def toolkit_debs(toolkit: str) -> list[Deb]:
     lib.links[f"{MULTIARCH_LIB}/libnvidia-container.so.1"] = f"libnvidia-container.so.{toolkit}"
     lib.add(f"{TOOLKIT_LIB}/version", toolkit + "\n")
 
-    tools = pkg("libnvidia-container-tools", "utils", "NVIDIA container runtime library (command-line tools)",
-                [f"libnvidia-container1 (>= {v})"])  # fmt: skip
+    tools = pkg(
+        "libnvidia-container-tools",
+        "utils",
+        "NVIDIA container runtime library (command-line tools)",
+        [f"libnvidia-container1 (>= {v})"],
+    )
     tools.add_module(TOOLKIT_LIB, "toolkit.py", "container_cli.py")
     tools.add_wrapper("nvidia-container-cli", tk_path, "container_cli", "cli_main")
 
@@ -224,9 +236,12 @@ def toolkit_debs(toolkit: str) -> list[Deb]:
         "nvidia-container-toolkit",
         "utils",
         "NVIDIA Container toolkit\nProvides tools and utilities to enable GPU support in containers.",
-        [f"nvidia-container-toolkit-base (= {v})", f"libnvidia-container-tools (>= {v})",
-         "libnvidia-container-tools (<< 2.0.0)"],
-    )  # fmt: skip
+        [
+            f"nvidia-container-toolkit-base (= {v})",
+            f"libnvidia-container-tools (>= {v})",
+            "libnvidia-container-tools (<< 2.0.0)",
+        ],
+    )
     tk.add("/usr/bin/nvidia-container-runtime-hook", pf.RUNTIME_HOOK, 0o755)
     return [lib, tools, base, tk]
 
@@ -243,12 +258,24 @@ def diag_debs() -> list[Deb]:
     emulation under the tool's name so a test host gets it with apt like the rest.
     """
     drv_path = [DRIVER_LIB]
-    dcgm = Deb("datacenter-gpu-manager-4-core", DCGM_VERSION, CUDA_MAINTAINER, "utils",
-               "NVIDIA Data Center GPU Manager (DCGM) 4: core libraries and dcgmi", ["libnvidia-ml1"])  # fmt: skip
+    dcgm = Deb(
+        "datacenter-gpu-manager-4-core",
+        DCGM_VERSION,
+        CUDA_MAINTAINER,
+        "utils",
+        "NVIDIA Data Center GPU Manager (DCGM) 4: core libraries and dcgmi",
+        ["libnvidia-ml1"],
+    )
     dcgm.add_module(DRIVER_LIB, "dcgmi.py")
     dcgm.add_wrapper("dcgmi", drv_path, "dcgmi", "main")
-    nvbw = Deb("nvbandwidth", NVBANDWIDTH_VERSION, CUDA_MAINTAINER, "utils",
-               "NVIDIA nvbandwidth: copy bandwidth between host and GPUs and between GPUs", ["libcuda1"])  # fmt: skip
+    nvbw = Deb(
+        "nvbandwidth",
+        NVBANDWIDTH_VERSION,
+        CUDA_MAINTAINER,
+        "utils",
+        "NVIDIA nvbandwidth: copy bandwidth between host and GPUs and between GPUs",
+        ["libcuda1"],
+    )
     nvbw.add_module(DRIVER_LIB, "nvbandwidth.py")
     nvbw.add_wrapper("nvbandwidth", drv_path, "nvbandwidth", "main")
     return [dcgm, nvbw]

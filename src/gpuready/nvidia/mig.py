@@ -117,8 +117,13 @@ class UnknownMigProfileError(KeyError):
         return str(self.args[0])
 
 
-_ENGINES = (("copy_engines", "copy engines"), ("decoders", "decoders"), ("encoders", "encoders"),
-            ("jpeg", "JPEG decoders"), ("ofa", "OFA units"))  # fmt: skip
+_ENGINES = (
+    ("copy_engines", "copy engines"),
+    ("decoders", "decoders"),
+    ("encoders", "encoders"),
+    ("jpeg", "JPEG decoders"),
+    ("ofa", "OFA units"),
+)
 
 # Start slots and size by placement class, from -lgipp (8-slot GPUs) and the A30 session (4 slots).
 _S8 = {

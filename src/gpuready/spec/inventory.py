@@ -19,12 +19,14 @@ from gpuready.spec import knobs, kubesyntax
 from gpuready.spec.model import (
     DIAG_FLOOR_KEYS,
     IMAGE_KNOBS,
+    SHARED_BY_TIME,
     Diag,
     Fleet,
     Images,
     Join,
     NodeSpec,
     Sharing,
+    SharingMode,
     SpecError,
     UpgradePolicy,
     Versions,
@@ -348,10 +350,10 @@ class _HostReader:
         )
 
     def sharing(self, model: catalogue.GpuModel | None, count: int) -> Sharing | None:
-        mode = self.settings["gpu_sharing"]
+        mode = SharingMode(self.settings["gpu_sharing"])
         rename = self.settings["sharing_rename"]
         fail_gt1 = self.settings["sharing_fail_requests_greater_than_one"]
-        if mode in ("time-slicing", "mps"):
+        if mode in SHARED_BY_TIME:
             replicas = self.get("sharing_replicas")
             if isinstance(replicas, bool) or not isinstance(replicas, int) or replicas < 2:
                 self.bad(
@@ -364,9 +366,9 @@ class _HostReader:
                 mode=mode,
                 replicas=replicas,
                 rename=rename,
-                fail_requests_greater_than_one=fail_gt1 or mode == "mps",
+                fail_requests_greater_than_one=fail_gt1 or mode == SharingMode.MPS,
             )
-        if mode == "none":
+        if mode == SharingMode.NONE:
             return Sharing()
         # MIG
         strategy = self.settings["mig_strategy"]
@@ -388,7 +390,7 @@ class _HostReader:
         if layout is None:
             return None
         return Sharing(
-            mode="mig",
+            mode=SharingMode.MIG,
             rename=rename,
             fail_requests_greater_than_one=fail_gt1,
             mig_strategy=strategy,

@@ -19,6 +19,7 @@ import json
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import Any
 
 from gpuready.spec import kubesyntax
@@ -73,7 +74,16 @@ def _mig_sharing(value: Any) -> str | None:
     return _choice(MIG_SHARING_MODES)(value)
 
 
-SHARING_MODES = ("none", "time-slicing", "mps", "mig")
+class SharingMode(StrEnum):
+    """How a node's GPUs are shared (``gpu_sharing``); a StrEnum, so it is also the string the inventory says."""
+
+    NONE = "none"
+    TIME_SLICING = "time-slicing"
+    MPS = "mps"
+    MIG = "mig"
+
+
+SHARING_MODES = tuple(mode.value for mode in SharingMode)
 MIG_STRATEGIES = ("single", "mixed")
 MIG_SHARING_MODES = ("none", "time-slicing")
 DRIVER_SOURCES = ("cuda-repo", "distribution")

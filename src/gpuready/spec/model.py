@@ -19,9 +19,15 @@ from gpuready.nvidia import catalogue
 from gpuready.spec import knobs, kubesyntax
 
 SHARING_MODES = knobs.SHARING_MODES
+SharingMode = knobs.SharingMode
+SHARED_BY_TIME = (SharingMode.TIME_SLICING, SharingMode.MPS)  # replicas of whole GPUs
 GPU_RESOURCE = "nvidia.com/gpu"
 DEVICE_PLUGIN_CONFIG_LABEL = "nvidia.com/device-plugin.config"
 GPU_PRESENT_LABEL = "nvidia.com/gpu.present"
+# What a GPU pod tolerates: the usual GPU-node taint (node_taints' default), and a cordon (a node is validated while
+# cordoned: the rolling upgrade uncordons it only when it passes, as the GPU Operator's validator does).
+GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+CORDON_TOLERATION = {"key": "node.kubernetes.io/unschedulable", "operator": "Exists", "effect": "NoSchedule"}
 
 
 class SpecError(ValueError):
@@ -38,9 +44,9 @@ class SpecError(ValueError):
 
 @dataclass(frozen=True)
 class Sharing:
-    """How a node's GPUs are shared; ``mode`` is one of SHARING_MODES."""
+    """How a node's GPUs are shared."""
 
-    mode: str = "none"
+    mode: SharingMode = SharingMode.NONE
     replicas: int = 1
     rename: bool = False
     fail_requests_greater_than_one: bool = False
@@ -185,14 +191,14 @@ class NodeSpec:
         """The k8s-device-plugin config (schema ``version: v1``) this node runs with."""
         s = self.sharing
         config: dict[str, Any] = {"version": "v1", "flags": {"migStrategy": s.mig_strategy}}
-        if s.mode in ("time-slicing", "mps"):
-            name = "timeSlicing" if s.mode == "time-slicing" else "mps"
+        if s.mode in SHARED_BY_TIME:
+            name = "timeSlicing" if s.mode == SharingMode.TIME_SLICING else "mps"
             block: dict[str, Any] = {"renameByDefault": s.rename}
-            if s.mode == "time-slicing":
+            if s.mode == SharingMode.TIME_SLICING:
                 block["failRequestsGreaterThanOne"] = s.fail_requests_greater_than_one
             block["resources"] = [{"name": GPU_RESOURCE, "replicas": s.replicas}]
             config["sharing"] = {name: block}
-        elif s.mode == "mig" and s.mig_replicas > 1:
+        elif s.mode == SharingMode.MIG and s.mig_replicas > 1:
             names = (
                 [GPU_RESOURCE]
                 if s.mig_strategy == "single"
@@ -217,9 +223,9 @@ class NodeSpec:
         new key (the device plugin reloads when the label changes).
         """
         s = self.sharing
-        if s.mode == "none":
+        if s.mode == SharingMode.NONE:
             return "default"
-        if s.mode in ("time-slicing", "mps"):
+        if s.mode in SHARED_BY_TIME:
             return f"{s.mode}-{s.replicas}{'-renamed' if s.rename else ''}"
         key = f"mig-{s.mig_strategy}"
         return key + (f"-time-slicing-{s.mig_replicas}" if s.mig_replicas > 1 else "")
@@ -228,10 +234,10 @@ class NodeSpec:
     def expected_allocatable(self) -> dict[str, int]:
         """``nvidia.com/*`` allocatable (and capacity) the device plugin must advertise on this node."""
         s = self.sharing
-        if s.mode in ("time-slicing", "mps"):
+        if s.mode in SHARED_BY_TIME:
             name = GPU_RESOURCE + (".shared" if s.rename else "")
             return {name: self.gpu_count * s.replicas}
-        if s.mode == "none":
+        if s.mode == SharingMode.NONE:
             return {GPU_RESOURCE: self.gpu_count}
         whole = len(s.mig_layout) - len(self.mig_enabled_gpus)
         counts = self.mig_device_counts()
@@ -249,8 +255,8 @@ class NodeSpec:
         """GPU feature discovery labels that must be on the node (the stable subset; timestamps etc. excluded)."""
         s = self.sharing
         labels: dict[str, str] = {}
-        if s.mode in ("none", "time-slicing", "mps"):
-            shared = s.mode != "none" and not s.rename
+        if s.mode != SharingMode.MIG:
+            shared = s.mode != SharingMode.NONE and not s.rename
             labels["nvidia.com/gpu.product"] = self.product + ("-SHARED" if shared else "")
             labels["nvidia.com/gpu.count"] = str(self.gpu_count)
             labels["nvidia.com/gpu.replicas"] = str(s.replicas)

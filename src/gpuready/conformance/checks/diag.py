@@ -106,8 +106,13 @@ def _whole_gpus(node: NodeSpec) -> list[int]:
     return gpus
 
 
-def _per_gpu(node: NodeSpec, out: Output, pick: Callable[[nvbandwidth.BandwidthReport], dict[int, float]],
-             floor_of: Callable[[bandwidth.Floors], float | None], what: str) -> Result:  # fmt: skip
+def _per_gpu(
+    node: NodeSpec,
+    out: Output,
+    pick: Callable[[nvbandwidth.BandwidthReport], dict[int, float]],
+    floor_of: Callable[[bandwidth.Floors], float | None],
+    what: str,
+) -> Result:
     gpus = _whole_gpus(node)
     try:
         report = bandwidth_report(node, out)

@@ -65,8 +65,10 @@ def _unit_problems(unit: Unit, what: str, consequence: str = "") -> list[str]:
     if not unit.running:
         return [f"{what} is {unit.state} (`systemctl is-active {unit.name}`){consequence}"]
     if unit.enabled is False:
-        return [f"{what} is active but not enabled: it will not start after a reboot "
-                f"(`systemctl is-enabled {unit.name}`)"]  # fmt: skip
+        return [
+            f"{what} is active but not enabled: it will not start after a reboot "
+            f"(`systemctl is-enabled {unit.name}`)"
+        ]
     return []
 
 
@@ -166,8 +168,10 @@ def _advisories(what: str, knob: str, version: str, found: list[security.Advisor
     if not found:
         return []
     sources = ", ".join(sorted({a.source for a in found}))
-    return [f"{what} {version} is affected by {security.describe(found, version)}: pin a fixed release ({knob}); "
-            f"NVIDIA's bulletins: {sources}"]  # fmt: skip
+    return [
+        f"{what} {version} is affected by {security.describe(found, version)}: pin a fixed release ({knob}); "
+        f"NVIDIA's bulletins: {sources}"
+    ]
 
 
 def toolkit_security(out: Output) -> list[str]:
@@ -176,8 +180,12 @@ def toolkit_security(out: Output) -> list[str]:
     if match is None:
         raise CannotCheck("no toolkit version to judge; test_toolkit_version reports why")
     version = match.group(1)
-    return _advisories("NVIDIA Container Toolkit", "nvidia_container_toolkit_version", version,
-                       security.toolkit_advisories(version))  # fmt: skip
+    return _advisories(
+        "NVIDIA Container Toolkit",
+        "nvidia_container_toolkit_version",
+        version,
+        security.toolkit_advisories(version),
+    )
 
 
 def driver_security(out: Output) -> list[str]:

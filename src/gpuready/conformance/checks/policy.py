@@ -13,13 +13,13 @@ from typing import Any
 
 from gpuready.conformance.checks import CannotCheck
 from gpuready.spec.kubesyntax import Taint
-from gpuready.spec.model import NodeSpec
+from gpuready.spec.model import CORDON_TOLERATION, NodeSpec
 
 Obj = dict[str, Any]
 GPU_RESOURCE = "nvidia.com/gpu"
 QUOTA_KEYS = ("requests.nvidia.com/gpu", "nvidia.com/gpu")  # what a ResourceQuota on GPUs limits
 KEEPS_OFF = ("NoSchedule", "NoExecute")  # PreferNoSchedule only asks the scheduler to avoid the node
-CORDON = {"key": "node.kubernetes.io/unschedulable", "operator": "Exists", "effect": "NoSchedule"}
+CORDON = CORDON_TOLERATION
 
 
 def scheduling_taints(node: NodeSpec) -> list[Taint]:

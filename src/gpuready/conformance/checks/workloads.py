@@ -64,7 +64,7 @@ def time_slicing(node: NodeSpec, shared: list[PodResult], extra: PodResult | Non
     """``replicas`` pods per GPU run at the same time and see the same GPU UUID; one pod more is Unschedulable."""
     s = node.sharing
     if s.mode != "time-slicing":
-        raise CannotCheck(f"not applicable: sharing mode is {s.mode!r}, not time-slicing")
+        raise CannotCheck(f"not applicable: sharing mode is '{s.mode}', not time-slicing")
     problems = []
     total = node.gpu_count * s.replicas
     ran = [r for r in shared if r.running]

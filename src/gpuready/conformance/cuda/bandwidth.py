@@ -194,8 +194,16 @@ class _Bench:
         cuda("cuDeviceGet", ctypes.byref(handle), ordinal)
         context = ctypes.c_void_p()
         cuda("cuDevicePrimaryCtxRetain", ctypes.byref(context), handle)
-        dev = _Device(ordinal, handle, context, ctypes.c_void_p(), ctypes.c_void_p(), ctypes.c_void_p(),
-                      ctypes.c_uint64(), ctypes.c_void_p())  # fmt: skip
+        dev = _Device(
+            ordinal,
+            handle,
+            context,
+            ctypes.c_void_p(),
+            ctypes.c_void_p(),
+            ctypes.c_void_p(),
+            ctypes.c_uint64(),
+            ctypes.c_void_p(),
+        )
         self.devices.append(dev)  # registered first, so close() releases whatever was made
         cuda("cuCtxSetCurrent", context)
         cuda("cuStreamCreate", ctypes.byref(dev.stream), CU_STREAM_NON_BLOCKING)

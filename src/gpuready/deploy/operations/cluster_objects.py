@@ -47,11 +47,11 @@ def applied(
     if changes := kube.immutable_changes(live, manifest):
         # e.g. a PriorityClass's value: pods admitted before keep the priority they were given
         labels = (live or {}).get("metadata", {}).get("labels") or {}
-        key, _, value = kube.MANAGED_BY_SELECTOR.partition("=")
-        if labels.get(key) != value and not take_ownership:
+        ours = all(labels.get(key) == value for key, value in kube.MANAGED_BY.items())
+        if not ours and not take_ownership:
             raise OperationError(
                 f"{kube.describe(manifest)}: {', '.join(changes)} cannot change on a live object, and this one is "
-                "not gpuready's (no app.kubernetes.io/managed-by=gpuready label): delete it, or set "
+                f"not gpuready's (no {kube.MANAGED_BY_SELECTOR} label): delete it, or set "
                 "addons_take_ownership = True to let the deploy replace it"
             )
         yield FunctionCommand(kube.delete, (c, manifest), {})
@@ -110,8 +110,12 @@ def _stale(c: kube.Cluster, rendered: list[dict[str, Any]]) -> list[dict[str, An
 
 
 @operation()
-def pruned(rendered: list[dict[str, Any]], prune: bool = False, kubeconfig: str | None = None,
-           context: str | None = None):  # fmt: skip
+def pruned(
+    rendered: list[dict[str, Any]],
+    prune: bool = False,
+    kubeconfig: str | None = None,
+    context: str | None = None,
+):
     """
     Delete gpuready's objects the spec no longer renders (a removed pool's config, quota, priority class).
 

@@ -24,8 +24,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--kubelet-version", required=True, help="what virtual nodes report, e.g. v1.34.4")
     parser.add_argument("--lab-state", type=Path, help="lab state directory: run pods for its hosts")
     parser.add_argument("--node-addresses", default=VIRTUAL_NET, help="CIDR for virtual nodes' InternalIPs")
-    parser.add_argument("--heartbeat", type=float, default=10.0,
-                        help="seconds between virtual nodes' Lease renewals (a kubelet's default: 10)")  # fmt: skip
+    parser.add_argument(
+        "--heartbeat",
+        type=float,
+        default=10.0,
+        help="seconds between virtual nodes' Lease renewals (a kubelet's default: 10)",
+    )
     parser.add_argument("--virtual-nodes", type=int, default=0, help="register this many virtual GPU nodes")
     parser.add_argument("--virtual-profile", default="dgx-h100", help="hardware profile of the virtual nodes")
     parser.add_argument("--ready-file", type=Path, help="written (JSON) once the agent serves")

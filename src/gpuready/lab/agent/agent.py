@@ -104,8 +104,10 @@ class Agent:
         timeout = timeout if timeout is not None else 60.0 + 0.1 * count
         deadline = time.monotonic() + timeout
         for name in names:
-            while any(t.get("key") == NOT_READY_TAINT for t in
-                      ((self.store.get("nodes", "", name) or {}).get("spec") or {}).get("taints") or []):  # fmt: skip
+            while any(
+                t.get("key") == NOT_READY_TAINT
+                for t in ((self.store.get("nodes", "", name) or {}).get("spec") or {}).get("taints") or []
+            ):
                 if time.monotonic() > deadline:
                     raise TimeoutError(f"{name} still carries {NOT_READY_TAINT} after {timeout:.0f}s")
                 time.sleep(0.05)
@@ -115,8 +117,13 @@ class Agent:
         """One request on the control socket (tests and benches shape the agent's virtual fleet with these)."""
         op = request.get("op")
         if op == "add_virtual":
-            return {"names": self.add_virtual_nodes(int(request["count"]), request.get("profile", "dgx-h100"),
-                                                    request.get("prefix", "virt-node-"))}  # fmt: skip
+            return {
+                "names": self.add_virtual_nodes(
+                    int(request["count"]),
+                    request.get("profile", "dgx-h100"),
+                    request.get("prefix", "virt-node-"),
+                )
+            }
         if op == "remove_virtual":
             self.virtual.remove(request["names"])
             self._managed.difference_update(request["names"])
@@ -134,8 +141,9 @@ class Agent:
             view = HostView(name, Path(request["root"]), Path(request["hardware"]))
             attach(self, self.gpu_sync, name, view, float(request.get("grace_s", ENDPOINT_GRACE_S)))
             return {}
-        raise ValueError(f"unknown op {op!r}: add_virtual, remove_virtual, stop_heartbeat, resume_heartbeat, "
-                         "attach_host")  # fmt: skip
+        raise ValueError(
+            f"unknown op {op!r}: add_virtual, remove_virtual, stop_heartbeat, resume_heartbeat, attach_host"
+        )
 
     def stop(self) -> None:
         self.virtual.shutdown()

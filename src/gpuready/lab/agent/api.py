@@ -81,9 +81,14 @@ class Client:
         k8s_config.load_kube_config(config_file=kubeconfig, client_configuration=cfg)
         self.server = cfg.host.rstrip("/")
         self.pool = urllib3.PoolManager(
-            num_pools=4, maxsize=16, cert_file=cfg.cert_file, key_file=cfg.key_file, ca_certs=cfg.ssl_ca_cert,
-            cert_reqs="CERT_REQUIRED", retries=False,
-        )  # fmt: skip
+            num_pools=4,
+            maxsize=16,
+            cert_file=cfg.cert_file,
+            key_file=cfg.key_file,
+            ca_certs=cfg.ssl_ca_cert,
+            cert_reqs="CERT_REQUIRED",
+            retries=False,
+        )
 
     def request(
         self,
@@ -109,9 +114,13 @@ class Client:
         return payload
 
     def stream(self, path: str, query: dict[str, str]) -> Any:
-        return self.pool.request("GET", f"{self.server}{path}?{urlencode(query)}", preload_content=False,
-                                 headers={"Accept": "application/json"},
-                                 timeout=urllib3.Timeout(connect=10, read=None))  # fmt: skip
+        return self.pool.request(
+            "GET",
+            f"{self.server}{path}?{urlencode(query)}",
+            preload_content=False,
+            headers={"Accept": "application/json"},
+            timeout=urllib3.Timeout(connect=10, read=None),
+        )
 
 
 def object_path(key: str, namespace: str, name: str = "", sub: str = "") -> str:
@@ -136,8 +145,9 @@ class Mirror:
         self._subs: dict[str, list[queue.SimpleQueue[Event | None]]] = {k: [] for k in kinds}
         self._synced = {k: threading.Event() for k in kinds}
         self._stop = threading.Event()
-        self._threads = [threading.Thread(target=self._reflect, args=(k,), name=f"watch-{k}", daemon=True)
-                         for k in kinds]  # fmt: skip
+        self._threads = [
+            threading.Thread(target=self._reflect, args=(k,), name=f"watch-{k}", daemon=True) for k in kinds
+        ]
 
     # lifecycle --------------------------------------------------------------------------------------------------
 
@@ -251,15 +261,23 @@ class Mirror:
         if old_labels != new_labels:
             patch = {k: v for k, v in new_labels.items() if old_labels.get(k) != v}
             patch.update({k: None for k in old_labels if k not in new_labels})
-            written = self.api.request("PATCH", object_path("nodes", "", name), {"metadata": {"labels": patch}},
-                                       "application/merge-patch+json")  # fmt: skip
+            written = self.api.request(
+                "PATCH",
+                object_path("nodes", "", name),
+                {"metadata": {"labels": patch}},
+                "application/merge-patch+json",
+            )
         status: Obj = {}
         for field in ("capacity", "allocatable", "conditions"):
             if (before.get("status") or {}).get(field) != (after.get("status") or {}).get(field):
                 status[field] = after["status"][field]
         if status:
-            written = self.api.request("PATCH", object_path("nodes", "", name, "status"), {"status": status},
-                                       "application/strategic-merge-patch+json")  # fmt: skip
+            written = self.api.request(
+                "PATCH",
+                object_path("nodes", "", name, "status"),
+                {"status": status},
+                "application/strategic-merge-patch+json",
+            )
         return written
 
     # reflector --------------------------------------------------------------------------------------------------
@@ -294,8 +312,15 @@ class Mirror:
             try:
                 if not rv:
                     rv = self._relist(key)
-                resp = self.api.stream(path, {"watch": "1", "resourceVersion": rv, "allowWatchBookmarks": "true",
-                                              "timeoutSeconds": "300"})  # fmt: skip
+                resp = self.api.stream(
+                    path,
+                    {
+                        "watch": "1",
+                        "resourceVersion": rv,
+                        "allowWatchBookmarks": "true",
+                        "timeoutSeconds": "300",
+                    },
+                )
                 try:
                     if resp.status >= 400:
                         rv = ""

@@ -42,12 +42,20 @@ def self_signed(directory: Path, name: str) -> tuple[Path, Path]:
     subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, f"{name}@{int(time.time())}")])
     now = dt.datetime.now(dt.UTC)
     cert = (
-        x509.CertificateBuilder().subject_name(subject).issuer_name(subject).public_key(key.public_key())
-        .serial_number(x509.random_serial_number()).not_valid_before(now - dt.timedelta(minutes=5))
-        .not_valid_after(now + dt.timedelta(days=365)).sign(key, hashes.SHA256())
-    )  # fmt: skip
-    key_path.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                           serialization.NoEncryption()))  # fmt: skip
+        x509.CertificateBuilder()
+        .subject_name(subject)
+        .issuer_name(subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - dt.timedelta(minutes=5))
+        .not_valid_after(now + dt.timedelta(days=365))
+        .sign(key, hashes.SHA256())
+    )
+    key_path.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+        )
+    )
     key_path.chmod(0o600)
     cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
     return cert_path, key_path
@@ -132,8 +140,10 @@ class _KubeletHandler(http.server.BaseHTTPRequestHandler):
 def log_status_error(pod: dict[str, Any], container: str, previous: bool) -> str | None:
     """Why the kubelet has no log for this container now (its validateContainerLogStatus), from the pod status."""
     name = pod["metadata"]["name"]
-    status = next((s for s in (pod.get("status") or {}).get("containerStatuses") or []
-                   if s.get("name") == container), None)  # fmt: skip
+    status = next(
+        (s for s in (pod.get("status") or {}).get("containerStatuses") or [] if s.get("name") == container),
+        None,
+    )
     if status is None:
         return f'container "{container}" in pod "{name}" is not available'
     state, last = status.get("state") or {}, (status.get("lastState") or {}).get("terminated")

@@ -42,8 +42,11 @@ class Recorder:
             "apiVersion": "v1",
             "metadata": {"name": name, "namespace": namespace},
             "involvedObject": {
-                "kind": kind, "namespace": meta.get("namespace", ""), "name": meta.get("name", ""),
-                "uid": meta.get("uid", ""), "apiVersion": obj.get("apiVersion", ""),
+                "kind": kind,
+                "namespace": meta.get("namespace", ""),
+                "name": meta.get("name", ""),
+                "uid": meta.get("uid", ""),
+                "apiVersion": obj.get("apiVersion", ""),
                 "resourceVersion": meta.get("resourceVersion", ""),
             },
             "reason": reason,
@@ -56,7 +59,7 @@ class Recorder:
             "eventTime": None,
             "reportingComponent": component,
             "reportingInstance": host,
-        }  # fmt: skip
+        }
         if not meta.get("namespace"):
             ev["involvedObject"].pop("namespace")
         self._store.create("events", ev)

@@ -185,14 +185,22 @@ class LabGpuBackend(NodeBackend):
         mount = self._mount_of(manager, srcdir.rstrip("/") + "/x")
         files, _ = self._configmap(pod, mount[0]) if mount else (None, "")
         if files is None:
-            return None, {}, f"error getting list of configuration files: error reading directory: open {srcdir}: " \
-                             "no such file or directory"  # fmt: skip
+            return (
+                None,
+                {},
+                f"error getting list of configuration files: error reading directory: open {srcdir}: "
+                "no such file or directory",
+            )
         labels = ((node or {}).get("metadata") or {}).get("labels") or {}
         fallbacks = (
             flag_of(manager, "fallback-strategies") or env.get("FALLBACK_STRATEGIES") or "named,single"
         )
-        key, err = select_config(sorted(files), labels.get(label_key), flag_of(manager, "default-config")
-                                 or env.get("DEFAULT_CONFIG"), [s.strip() for s in fallbacks.split(",")])  # fmt: skip
+        key, err = select_config(
+            sorted(files),
+            labels.get(label_key),
+            flag_of(manager, "default-config") or env.get("DEFAULT_CONFIG"),
+            [s.strip() for s in fallbacks.split(",")],
+        )
         return key, files, err
 
     def _manager_of(self, pod: Obj) -> Obj | None:
@@ -211,8 +219,10 @@ class LabGpuBackend(NodeBackend):
         path = flag_of(container, "config-file") or env_of(container).get("CONFIG_FILE")
         if not path:
             return parse_config(None, "", container)
-        missing = PluginError(f"unable to load config: unable to finalize config: unable to parse config file: "
-                              f"error opening config file: open {path}: no such file or directory")  # fmt: skip
+        missing = PluginError(
+            f"unable to load config: unable to finalize config: unable to parse config file: "
+            f"error opening config file: open {path}: no such file or directory"
+        )
         mount = self._mount_of(container, path)
         if mount is None:
             raise missing
@@ -247,31 +257,58 @@ class LabGpuBackend(NodeBackend):
     def start_plugin(self, pod: Obj, container: Obj, node: Obj | None, host: HostState) -> str:
         config = self._config_for(pod, container, node)
         if host.nvml_error:
-            raise PluginError(f"error starting plugins: error creating plugin manager: unable to create plugin "
-                              f"manager: nvml init failed: {host.nvml_error}")  # fmt: skip
+            raise PluginError(
+                f"error starting plugins: error creating plugin manager: unable to create plugin "
+                f"manager: nvml init failed: {host.nvml_error}"
+            )
         devices = plugin_devices(config, host)
-        run = _Run(pod["metadata"].get("namespace", ""), pod["metadata"]["name"], container["name"], config,
-                   self._label_now(pod, node), devices)  # fmt: skip
+        run = _Run(
+            pod["metadata"].get("namespace", ""),
+            pod["metadata"]["name"],
+            container["name"],
+            config,
+            self._label_now(pod, node),
+            devices,
+        )
         with self._lock:
             self._plugins[pod["metadata"].get("uid", "")] = run
-        shown = {"version": "v1", "flags": {"migStrategy": config.mig_strategy,
-                                             "failOnInitError": config.fail_on_init_error},
-                 "sharing": config.raw.get("sharing") or {}}  # fmt: skip
+        shown = {
+            "version": "v1",
+            "flags": {"migStrategy": config.mig_strategy, "failOnInitError": config.fail_on_init_error},
+            "sharing": config.raw.get("sharing") or {},
+        }
         return plugin_start_logs(shown, {r: len(d) for r, d in devices.items() if d})
 
     def start_gfd(self, pod: Obj, container: Obj, node: Obj | None, host: HostState) -> str:
         config = self._config_for(pod, container, node)
         if host.nvml_error:
             raise PluginError(f"error creating NVML labeler: failed to initialize NVML: {host.nvml_error}")
-        run = _Run(pod["metadata"].get("namespace", ""), pod["metadata"]["name"], container["name"], config,
-                   self._label_now(pod, node), timestamp=int(time.time()))  # fmt: skip
+        run = _Run(
+            pod["metadata"].get("namespace", ""),
+            pod["metadata"]["name"],
+            container["name"],
+            config,
+            self._label_now(pod, node),
+            timestamp=int(time.time()),
+        )
         with self._lock:
             self._gfds[pod["metadata"].get("uid", "")] = run
-        return (klog("I", "main.go:163", "Loading configuration.")
-                + klog("I", "main.go:195", f"\nRunning with config:\n{json.dumps({'version': 'v1', 'flags': {'migStrategy': config.mig_strategy}}, indent=2)}")
-                + klog("I", "main.go:243", "Start running") + klog("I", "main.go:257", "Creating Labels")
-                + klog("I", "output.go:82", "Writing labels to output file /etc/kubernetes/node-feature-discovery/"
-                       "features.d/gfd") + klog("I", "main.go:270", "Sleeping for 60000000000"))  # fmt: skip
+        return (
+            klog("I", "main.go:163", "Loading configuration.")
+            + klog(
+                "I",
+                "main.go:195",
+                f"\nRunning with config:\n{json.dumps({'version': 'v1', 'flags': {'migStrategy': config.mig_strategy}}, indent=2)}",
+            )
+            + klog("I", "main.go:243", "Start running")
+            + klog("I", "main.go:257", "Creating Labels")
+            + klog(
+                "I",
+                "output.go:82",
+                "Writing labels to output file /etc/kubernetes/node-feature-discovery/features.d/gfd",
+            )
+            + klog("I", "main.go:270", "Sleeping for 60000000000")
+        )
 
     # allocation ----------------------------------------------------------------------------------------------
 
@@ -306,14 +343,20 @@ class LabGpuBackend(NodeBackend):
                 devices = found[1] if found else []
                 shared = any("::" in d.id for d in devices)
                 if found and shared and count > 1 and found[0].config.sharing.fail_requests_greater_than_one:
-                    return self._admission_error(pod, f"Allocate failed due to rpc error: code = Unknown desc = "
-                                                 f"request for '{resource}: {count}' too large: maximum request size "
-                                                 "for shared resources is 1, which is unexpected")  # fmt: skip
+                    return self._admission_error(
+                        pod,
+                        f"Allocate failed due to rpc error: code = Unknown desc = "
+                        f"request for '{resource}: {count}' too large: maximum request size "
+                        "for shared resources is 1, which is unexpected",
+                    )
                 free = [d for d in devices if d.id not in taken and d.gpu.index not in bad]
                 if len(free) < count:
-                    return self._admission_error(pod, f"Allocate failed due to requested number of devices "
-                                                 f"unavailable for {resource}. Requested: {count}, Available: "
-                                                 f"{len(free)}, which is unexpected")  # fmt: skip
+                    return self._admission_error(
+                        pod,
+                        f"Allocate failed due to requested number of devices "
+                        f"unavailable for {resource}. Requested: {count}, Available: "
+                        f"{len(free)}, which is unexpected",
+                    )
                 for _ in range(count):
                     if shared:  # distributed: the GPU with the fewest replicas in use
                         use: dict[str, int] = {}
@@ -397,8 +440,11 @@ class LabGpuBackend(NodeBackend):
             for key, alloc in list(self._allocs.items()):
                 ns, name, _ = alloc.owner
                 pod = store.get("pods", ns, name)
-                if pod is None or pod["metadata"].get("uid") != key[0] or \
-                        (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):  # fmt: skip
+                if (
+                    pod is None
+                    or pod["metadata"].get("uid") != key[0]
+                    or (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
+                ):
                     del self._allocs[key]
             plugins = self._live(self._plugins, store)
             gfds = self._live(self._gfds, store)
@@ -491,9 +537,11 @@ class GpuSync(Loop):
     def observe(self, ev: Event) -> None:
         if ev.key == "nodes":
             name = ev.obj["metadata"]["name"]
-            if name in self.backends and (ev.old is None or ev.obj["metadata"].get("labels") !=
-                                          ev.old["metadata"].get("labels") or ev.obj.get("status", {}).get(
-                                          "allocatable") != ev.old.get("status", {}).get("allocatable")):  # fmt: skip
+            if name in self.backends and (
+                ev.old is None
+                or ev.obj["metadata"].get("labels") != ev.old["metadata"].get("labels")
+                or ev.obj.get("status", {}).get("allocatable") != ev.old.get("status", {}).get("allocatable")
+            ):
                 self._dirty.add(name)
             return
         node = (ev.obj.get("spec") or {}).get("nodeName")
@@ -531,13 +579,17 @@ def lab_host_views(state_dir: Path) -> list[HostView]:
     """A view per host of the lab whose state directory is `state_dir` (its ``state.json``)."""
     paths = LabPaths(Path(state_dir))
     state = load_state(paths) or {}
-    return [HostView(name, paths.host_dir(name) / "merged", paths.machine_dir(name) / "hardware.json")
-            for name in sorted(state.get("hosts") or {})]  # fmt: skip
+    return [
+        HostView(name, paths.host_dir(name) / "merged", paths.machine_dir(name) / "hardware.json")
+        for name in sorted(state.get("hosts") or {})
+    ]
 
 
 # Virtual node profiles (apiserver.virtual.PROFILES) -> (lab hardware profile, model the profile names).
-VIRTUAL_HARDWARE = {"dgx-h100": ("h100-sxm-8", "NVIDIA H100 80GB HBM3"),
-                    "a100-pcie-4": ("a100-80gb-4", "NVIDIA A100-PCIE-40GB")}  # fmt: skip
+VIRTUAL_HARDWARE = {
+    "dgx-h100": ("h100-sxm-8", "NVIDIA H100 80GB HBM3"),
+    "a100-pcie-4": ("a100-80gb-4", "NVIDIA A100-PCIE-40GB"),
+}
 
 
 def virtual_hardware(profile: str, index: int) -> dict[str, Any] | None:
@@ -553,10 +605,18 @@ def virtual_hardware(profile: str, index: int) -> dict[str, Any] | None:
             table = [
                 {**p.__dict__, "placements": list(p.placements)} for p in mig_profiles(model.name).values()
             ]
-            g.update(name=model.name, memory_mib=model.memory_mib, sm_count=model.sm_count, family=model.family,
-                     compute_capability="{}.{}".format(*model.compute_capability), mig_capable=model.mig_capable,
-                     mig_profiles=table if model.mig_capable else [], mig_compute_slices=compute,
-                     mig_memory_slices=memory, nvlink_links=model.nvlink_links)  # fmt: skip
+            g.update(
+                name=model.name,
+                memory_mib=model.memory_mib,
+                sm_count=model.sm_count,
+                family=model.family,
+                compute_capability="{}.{}".format(*model.compute_capability),
+                mig_capable=model.mig_capable,
+                mig_profiles=table if model.mig_capable else [],
+                mig_compute_slices=compute,
+                mig_memory_slices=memory,
+                nvlink_links=model.nvlink_links,
+            )
     return hw
 
 

@@ -183,8 +183,16 @@ def mig_devices(gpu: dict[str, Any], state: dict[str, Any]) -> tuple[MigDevice, 
         if prof is None:
             continue
         for ci in sorted(gi.get("cis") or [], key=lambda c: c["id"]):
-            out.append(MigDevice(gpu["index"], gi["id"], ci["id"], prof, mig_uuid(gpu["uuid"], gi["id"], ci["id"]),
-                                 ci.get("size") == prof["compute_slices"]))  # fmt: skip
+            out.append(
+                MigDevice(
+                    gpu["index"],
+                    gi["id"],
+                    ci["id"],
+                    prof,
+                    mig_uuid(gpu["uuid"], gi["id"], ci["id"]),
+                    ci.get("size") == prof["compute_slices"],
+                )
+            )
     return tuple(out)
 
 
@@ -261,8 +269,11 @@ class HostView:
         elif driver and not loaded:
             nvml_error = "Driver Not Loaded"
         runtimes, default = containerd_runtimes(self.root)
-        binaries = frozenset(r.binary for r in runtimes.values() if r.binary.startswith("/")
-                             and (self.root / r.binary.lstrip("/")).exists())  # fmt: skip
+        binaries = frozenset(
+            r.binary
+            for r in runtimes.values()
+            if r.binary.startswith("/") and (self.root / r.binary.lstrip("/")).exists()
+        )
         return HostState(
             name=self.name,
             driver_installed=(self.root / "usr/bin/nvidia-smi").exists(),

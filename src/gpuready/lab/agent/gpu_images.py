@@ -29,15 +29,30 @@ Obj = dict[str, Any]
 
 # repository -> (tag pattern, ENTRYPOINT, CMD). The NVIDIA images set NVIDIA_VISIBLE_DEVICES=all in their env.
 IMAGES: dict[str, tuple[re.Pattern[str], list[str], list[str]]] = {
-    "nvcr.io/nvidia/k8s-device-plugin": (re.compile(r"^v0\.\d+\.\d+(-ubi\d+)?$"), [], ["nvidia-device-plugin"]),
-    "nvcr.io/nvidia/k8s/dcgm-exporter": (re.compile(r"^\d+\.\d+\.\d+-\d+\.\d+\.\d+-(ubuntu\d+\.\d+|ubi\d+)$"),
-                                         ["/usr/local/dcgm/dcgm-exporter-entrypoint.sh"], ["dcgm-exporter"]),
-    "nvcr.io/nvidia/k8s/cuda-sample": (re.compile(r"^vectoradd-cuda(\d+)\.(\d+)(\.\d+)?(-[a-z0-9.]+)?$"), [],
-                                       ["/cuda-samples/vectorAdd"]),
-    "nvcr.io/nvidia/cuda": (re.compile(r"^(\d+)\.(\d+)\.\d+-(base|runtime|devel|cudnn-runtime|cudnn-devel)-"
-                                       r"(ubuntu\d+\.\d+|ubi\d+|rockylinux\d+)$"), ["/opt/nvidia/nvidia_entrypoint.sh"],
-                            ["/bin/bash"]),
-}  # fmt: skip
+    "nvcr.io/nvidia/k8s-device-plugin": (
+        re.compile(r"^v0\.\d+\.\d+(-ubi\d+)?$"),
+        [],
+        ["nvidia-device-plugin"],
+    ),
+    "nvcr.io/nvidia/k8s/dcgm-exporter": (
+        re.compile(r"^\d+\.\d+\.\d+-\d+\.\d+\.\d+-(ubuntu\d+\.\d+|ubi\d+)$"),
+        ["/usr/local/dcgm/dcgm-exporter-entrypoint.sh"],
+        ["dcgm-exporter"],
+    ),
+    "nvcr.io/nvidia/k8s/cuda-sample": (
+        re.compile(r"^vectoradd-cuda(\d+)\.(\d+)(\.\d+)?(-[a-z0-9.]+)?$"),
+        [],
+        ["/cuda-samples/vectorAdd"],
+    ),
+    "nvcr.io/nvidia/cuda": (
+        re.compile(
+            r"^(\d+)\.(\d+)\.\d+-(base|runtime|devel|cudnn-runtime|cudnn-devel)-"
+            r"(ubuntu\d+\.\d+|ubi\d+|rockylinux\d+)$"
+        ),
+        ["/opt/nvidia/nvidia_entrypoint.sh"],
+        ["/bin/bash"],
+    ),
+}
 VECTOR_ADD_OK = (
     "[Vector addition of 50000 elements]\n"
     "Copy input data from the host memory to the CUDA device\n"
@@ -87,9 +102,11 @@ def _start_error(message: str, reason: str = "StartError") -> ContainerPlan:
 
 
 def _hook_error(stderr: str) -> ContainerPlan:
-    return _start_error(f"{OCI_PREFIX}runc create failed: unable to start container process: error during container "
-                        f"init: error running prestart hook #0: exit status 1, stdout: , stderr: Auto-detected mode "
-                        f"as 'legacy'\n{stderr}: unknown")  # fmt: skip
+    return _start_error(
+        f"{OCI_PREFIX}runc create failed: unable to start container process: error during container "
+        f"init: error running prestart hook #0: exit status 1, stdout: , stderr: Auto-detected mode "
+        f"as 'legacy'\n{stderr}: unknown"
+    )
 
 
 def _expand(host: HostState, spec: str) -> list[tuple[Gpu, MigDevice | None]] | str:
@@ -135,8 +152,10 @@ class GpuRuntime:
         handler = self.backend.handler_of(pod, host)
         runtime = host.runtimes.get(handler)
         if runtime is None:
-            message = (f"rpc error: code = Unknown desc = failed to get sandbox runtime: no runtime for "
-                       f'"{handler}" is configured')  # fmt: skip
+            message = (
+                f"rpc error: code = Unknown desc = failed to get sandbox runtime: no runtime for "
+                f'"{handler}" is configured'
+            )
             self.backend.record(
                 pod, "Warning", "FailedCreatePodSandBox", f"Failed to create pod sandbox: {message}"
             )
@@ -152,9 +171,11 @@ class GpuRuntime:
             plan = self.fallback.plan(pod, container, node)
             return self._with_runtime(plan, runtime.binary, host) if not plan.waiting else plan
         if runtime.binary not in host.binaries:
-            return _start_error(f"{OCI_PREFIX}unable to retrieve OCI runtime error (open /run/containerd/io.containerd"
-                                f".runtime.v2.task/k8s.io/{pod['metadata'].get('uid', '')[:12]}/log.json: no such "
-                                f"file or directory): fork/exec {runtime.binary}: no such file or directory: unknown")  # fmt: skip
+            return _start_error(
+                f"{OCI_PREFIX}unable to retrieve OCI runtime error (open /run/containerd/io.containerd"
+                f".runtime.v2.task/k8s.io/{pod['metadata'].get('uid', '')[:12]}/log.json: no such "
+                f"file or directory): fork/exec {runtime.binary}: no such file or directory: unknown"
+            )
         _, match = found
         exposure = self._expose(host, runtime.nvidia, pod, container, devices, _requires_cuda(repo, match))
         if isinstance(exposure, ContainerPlan):
@@ -171,9 +192,14 @@ class GpuRuntime:
         return plan
 
     def _expose(
-        self, host: HostState, nvidia: bool, pod: Obj, container: Obj, allocated: list[str] | None,
+        self,
+        host: HostState,
+        nvidia: bool,
+        pod: Obj,
+        container: Obj,
+        allocated: list[str] | None,
         cuda: tuple[int, int] | None,
-    ) -> Exposure | ContainerPlan:  # fmt: skip
+    ) -> Exposure | ContainerPlan:
         if not nvidia:
             return Exposure(False, [])
         env = env_of(container)
@@ -181,8 +207,10 @@ class GpuRuntime:
         if spec in ("", "void"):
             return Exposure(False, [])
         if not host.nvml_present:
-            return _hook_error("nvidia-container-cli: initialization error: load library failed: libnvidia-ml.so.1: "
-                               "cannot open shared object file: no such file or directory")  # fmt: skip
+            return _hook_error(
+                "nvidia-container-cli: initialization error: load library failed: libnvidia-ml.so.1: "
+                "cannot open shared object file: no such file or directory"
+            )
         if host.nvml_error:
             return _hook_error(
                 f"nvidia-container-cli: initialization error: nvml error: {host.nvml_error.lower()}"
@@ -190,9 +218,11 @@ class GpuRuntime:
         if cuda is not None and env.get("NVIDIA_DISABLE_REQUIRE", "").lower() not in ("1", "true"):
             have = tuple(int(x) for x in host.cuda_version.split("."))
             if cuda[0] > have[0]:
-                return _hook_error(f"nvidia-container-cli: requirement error: unsatisfied condition: cuda>={cuda[0]}."
-                                   f"{cuda[1]}, please update your driver to a newer version, or use an earlier cuda "
-                                   "container")  # fmt: skip
+                return _hook_error(
+                    f"nvidia-container-cli: requirement error: unsatisfied condition: cuda>={cuda[0]}."
+                    f"{cuda[1]}, please update your driver to a newer version, or use an earlier cuda "
+                    "container"
+                )
         devices = _expand(host, spec)
         if isinstance(devices, str):
             return _hook_error(f"nvidia-container-cli: device error: {devices}: unknown device")
@@ -254,8 +284,11 @@ def vector_add(exp: Exposure, host: HostState) -> ContainerPlan:
         elif usable[0][0].faults & ECC_FAULTS:
             error = ECC_ERROR
     if error:
-        return ContainerPlan(logs=f"{header}Failed to allocate device vector A (error code {error})!\n", exit_code=1,
-                             run_seconds=0.3)  # fmt: skip
+        return ContainerPlan(
+            logs=f"{header}Failed to allocate device vector A (error code {error})!\n",
+            exit_code=1,
+            run_seconds=0.3,
+        )
     return ContainerPlan(logs=VECTOR_ADD_OK, exit_code=0, run_seconds=0.5)
 
 
@@ -308,8 +341,10 @@ def _smi_or_shell(
     if not exp.libs:  # nvidia-smi is not in the image; the nvidia runtime mounts the host's
         if inside_shell:
             return ContainerPlan(logs="/bin/bash: line 1: nvidia-smi: command not found\n", exit_code=127)
-        return _start_error(f"{OCI_PREFIX}runc create failed: unable to start container process: error during "
-                            'container init: exec: "nvidia-smi": executable file not found in $PATH: unknown')  # fmt: skip
+        return _start_error(
+            f"{OCI_PREFIX}runc create failed: unable to start container process: error during "
+            'container init: exec: "nvidia-smi": executable file not found in $PATH: unknown'
+        )
     if argv[1:] in (["-L"], ["--list-gpus"]):
         logs, code = smi_list(exp)
         return ContainerPlan(logs=logs, exit_code=code)
@@ -325,35 +360,65 @@ def _smi_or_shell(
 def _no_nvml_logs(kind: str) -> str:
     where = "factory.go:49" if kind == "plugin" else "factory.go:66"
     lines = [
-        klog("I", where, "Detected non-NVML platform: could not load NVML library: libnvidia-ml.so.1: cannot open "
-             "shared object file: No such file or directory"),
+        klog(
+            "I",
+            where,
+            "Detected non-NVML platform: could not load NVML library: libnvidia-ml.so.1: cannot open "
+            "shared object file: No such file or directory",
+        ),
         klog("I", where, "Detected non-Tegra platform: /sys/devices/soc0/family file not found"),
         klog("E", "factory.go:112", "Incompatible platform detected"),
         klog("E", "factory.go:113", "If this is a GPU node, did you configure the NVIDIA Container Toolkit?"),
-        klog("E", "factory.go:114", "You can check the prerequisites at: "
-             "https://github.com/NVIDIA/k8s-device-plugin#prerequisites"),
-        klog("E", "factory.go:115", "You can learn how to set the runtime at: "
-             "https://github.com/NVIDIA/k8s-device-plugin#quick-start"),
-        klog("E", "factory.go:116", "If this is not a GPU node, you should set up a toleration or nodeSelector to "
-             "only deploy this plugin on GPU nodes"),
-    ]  # fmt: skip
-    final = ("error starting plugins: error creating plugin manager: unable to create plugin manager: platform "
-             "detection failed") if kind == "plugin" else "error creating NVML labeler: platform detection failed"  # fmt: skip
+        klog(
+            "E",
+            "factory.go:114",
+            "You can check the prerequisites at: https://github.com/NVIDIA/k8s-device-plugin#prerequisites",
+        ),
+        klog(
+            "E",
+            "factory.go:115",
+            "You can learn how to set the runtime at: "
+            "https://github.com/NVIDIA/k8s-device-plugin#quick-start",
+        ),
+        klog(
+            "E",
+            "factory.go:116",
+            "If this is not a GPU node, you should set up a toleration or nodeSelector to "
+            "only deploy this plugin on GPU nodes",
+        ),
+    ]
+    final = (
+        (
+            "error starting plugins: error creating plugin manager: unable to create plugin manager: platform "
+            "detection failed"
+        )
+        if kind == "plugin"
+        else "error creating NVML labeler: platform detection failed"
+    )
     return "".join(lines) + klog("E", "main.go:173", final)
 
 
 def plugin_start_logs(config_json: Obj, registered: dict[str, int]) -> str:
-    out = [klog("I", "main.go:235", '"Starting NVIDIA Device Plugin"'),
-           klog("I", "main.go:238", "Starting FS watcher for /var/lib/kubelet/device-plugins"),
-           klog("I", "main.go:245", "Starting OS watcher."), klog("I", "main.go:260", "Starting Plugins."),
-           klog("I", "main.go:317", "Loading configuration."),
-           klog("I", "main.go:342", "Updating config with default resource matching patterns."),
-           klog("I", "main.go:353", "\nRunning with config:\n" + json.dumps(config_json, indent=2)),
-           klog("I", "main.go:356", "Retrieving plugins.")]  # fmt: skip
+    out = [
+        klog("I", "main.go:235", '"Starting NVIDIA Device Plugin"'),
+        klog("I", "main.go:238", "Starting FS watcher for /var/lib/kubelet/device-plugins"),
+        klog("I", "main.go:245", "Starting OS watcher."),
+        klog("I", "main.go:260", "Starting Plugins."),
+        klog("I", "main.go:317", "Loading configuration."),
+        klog("I", "main.go:342", "Updating config with default resource matching patterns."),
+        klog("I", "main.go:353", "\nRunning with config:\n" + json.dumps(config_json, indent=2)),
+        klog("I", "main.go:356", "Retrieving plugins."),
+    ]
     for resource in registered:
         out.append(klog("I", "server.go:165", f"Starting GRPC server for '{resource}'"))
-        out.append(klog("I", "server.go:117", f"Starting to serve '{resource}' on /var/lib/kubelet/device-plugins/"
-                        f"nvidia-{resource.split('/', 1)[1]}.sock"))  # fmt: skip
+        out.append(
+            klog(
+                "I",
+                "server.go:117",
+                f"Starting to serve '{resource}' on /var/lib/kubelet/device-plugins/"
+                f"nvidia-{resource.split('/', 1)[1]}.sock",
+            )
+        )
         out.append(klog("I", "server.go:125", f"Registered device plugin for '{resource}' with Kubelet"))
     if not registered:
         out.append(klog("I", "main.go:379", "No devices found. Waiting indefinitely."))
@@ -361,16 +426,19 @@ def plugin_start_logs(config_json: Obj, registered: dict[str, int]) -> str:
 
 
 def _dcgm_start() -> str:
-    return ('time="{t}" level=info msg="Starting dcgm-exporter"\n'
-            'time="{t}" level=info msg="DCGM successfully initialized!"\n'
-            'time="{t}" level=info msg="Collecting DCP Metrics"\n'
-            'time="{t}" level=info msg="Kubernetes metrics collection enabled!"\n'
-            'time="{t}" level=info msg="Starting webserver"\n'
-            'time="{t}" level=info msg="Listening on" address="[::]:9400"\n').format(
-        t=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))  # fmt: skip
+    return (
+        'time="{t}" level=info msg="Starting dcgm-exporter"\n'
+        'time="{t}" level=info msg="DCGM successfully initialized!"\n'
+        'time="{t}" level=info msg="Collecting DCP Metrics"\n'
+        'time="{t}" level=info msg="Kubernetes metrics collection enabled!"\n'
+        'time="{t}" level=info msg="Starting webserver"\n'
+        'time="{t}" level=info msg="Listening on" address="[::]:9400"\n'
+    ).format(t=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
 
 
 def _dcgm_fail() -> str:
     t = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-    return (f'time="{t}" level=info msg="Starting dcgm-exporter"\n'
-            f'time="{t}" level=fatal msg="Error starting nv-hostengine: DCGM initialization error"\n')  # fmt: skip
+    return (
+        f'time="{t}" level=info msg="Starting dcgm-exporter"\n'
+        f'time="{t}" level=fatal msg="Error starting nv-hostengine: DCGM initialization error"\n'
+    )

@@ -46,10 +46,16 @@ FIELDS: tuple[tuple[str, str, str, bool], ...] = (
     ("DCGM_FI_PROF_PCIE_RX_BYTES", "gauge", "The rate of data received over the PCIe bus - including both protocol "
      "headers and data payloads - in bytes per second.", True),
 )  # fmt: skip
-UTIL_FIELDS = frozenset({"DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_MEM_COPY_UTIL", "DCGM_FI_DEV_ENC_UTIL",
-                         "DCGM_FI_DEV_DEC_UTIL"})  # fmt: skip
-ROW_REMAP_FIELDS = frozenset({"DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS", "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS",
-                              "DCGM_FI_DEV_ROW_REMAP_FAILURE"})  # fmt: skip
+UTIL_FIELDS = frozenset(
+    {"DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_MEM_COPY_UTIL", "DCGM_FI_DEV_ENC_UTIL", "DCGM_FI_DEV_DEC_UTIL"}
+)
+ROW_REMAP_FIELDS = frozenset(
+    {
+        "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS",
+        "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS",
+        "DCGM_FI_DEV_ROW_REMAP_FAILURE",
+    }
+)
 Owner = tuple[str, str, str]  # (namespace, pod, container)
 
 
@@ -133,9 +139,14 @@ def dcgm_scrape(
             if field in ROW_REMAP_FIELDS and not g.hw.get("row_remapping"):
                 continue
             owner = next((owners[u] for u in uuids if u in owners), None)
-            labels = [("gpu", str(g.index)), ("UUID", g.uuid), ("pci_bus_id", str(g.hw.get("pci_bus_id", ""))),
-                      ("device", f"nvidia{g.hw.get('minor_number', g.index)}"), ("modelName", g.name),
-                      *mig.items()]  # fmt: skip
+            labels = [
+                ("gpu", str(g.index)),
+                ("UUID", g.uuid),
+                ("pci_bus_id", str(g.hw.get("pci_bus_id", ""))),
+                ("device", f"nvidia{g.hw.get('minor_number', g.index)}"),
+                ("modelName", g.name),
+                *mig.items(),
+            ]
             if not no_hostname:
                 labels.append((host_key, hostname))
             labels.append(("DCGM_FI_DRIVER_VERSION", host.driver_version or ""))

@@ -107,16 +107,20 @@ def _sharing(raw: Obj, mig_strategy: str) -> Sharing:
         for r in resources:
             replicas = r.get("replicas", 0)
             if not isinstance(replicas, int) or replicas < 2:
-                raise PluginError(f"unable to load config: unable to finalize config: unable to parse config file: "
-                                  f"invalid {kind} config: number of replicas must be >= 2 (got {replicas!r})")  # fmt: skip
+                raise PluginError(
+                    f"unable to load config: unable to finalize config: unable to parse config file: "
+                    f"invalid {kind} config: number of replicas must be >= 2 (got {replicas!r})"
+                )
         if chosen is None and any(r.get("replicas", 0) > 1 for r in resources):
             chosen = (strategy, section)
     if chosen is None:
         return Sharing("none", {}, False, False)
     strategy, section = chosen
     if strategy == "mps" and mig_strategy == "mixed":
-        raise PluginError("unable to load config: invalid MPS configuration: MPS sharing is not supported with "
-                          "--mig-strategy=mixed")  # fmt: skip
+        raise PluginError(
+            "unable to load config: invalid MPS configuration: MPS sharing is not supported with "
+            "--mig-strategy=mixed"
+        )
     return Sharing(
         strategy,
         {str(r["name"]): int(r["replicas"]) for r in section.get("resources") or []},
@@ -132,15 +136,21 @@ def parse_config(text: str | None, source: str, container: Obj) -> PluginConfig:
         try:
             raw = yaml.safe_load(text) or {}
         except yaml.YAMLError as exc:
-            raise PluginError(f"unable to load config: unable to finalize config: unable to parse config file: "
-                              f"unmarshal error: {exc}") from None  # fmt: skip
+            raise PluginError(
+                f"unable to load config: unable to finalize config: unable to parse config file: "
+                f"unmarshal error: {exc}"
+            ) from None
         if not isinstance(raw, dict):
-            raise PluginError("unable to load config: unable to finalize config: unable to parse config file: "
-                              "unmarshal error: config is not a mapping")  # fmt: skip
+            raise PluginError(
+                "unable to load config: unable to finalize config: unable to parse config file: "
+                "unmarshal error: config is not a mapping"
+            )
     version = raw.get("version", "v1") or "v1"
     if version != "v1":
-        raise PluginError(f"unable to load config: unable to finalize config: unable to parse config file: "
-                          f"unknown version: {version}")  # fmt: skip
+        raise PluginError(
+            f"unable to load config: unable to finalize config: unable to parse config file: "
+            f"unknown version: {version}"
+        )
     flags = raw.get("flags") or {}
     env = env_of(container)
     mig = flag_of(container, "mig-strategy") or env.get("MIG_STRATEGY") or flags.get("migStrategy") or "none"
@@ -186,11 +196,15 @@ def base_devices(config: PluginConfig, host: HostState) -> dict[str, list[tuple[
     enabled = [g for g in gpus if g.mig_enabled]
     if strategy == "single" and enabled:
         if len(enabled) != len(gpus):
-            raise PluginError("error starting plugins: For mig.strategy=single all devices on the node must all be "
-                              "configured with the same migEnabled value")  # fmt: skip
+            raise PluginError(
+                "error starting plugins: For mig.strategy=single all devices on the node must all be "
+                "configured with the same migEnabled value"
+            )
         if any(not g.mig_devices for g in enabled) or any(not d.full for g in enabled for d in g.mig_devices):
-            raise PluginError("error starting plugins: At least one device with migEnabled=true was not configured "
-                              "correctly: MIG-enabled device with no (or partial) MIG devices")  # fmt: skip
+            raise PluginError(
+                "error starting plugins: At least one device with migEnabled=true was not configured "
+                "correctly: MIG-enabled device with no (or partial) MIG devices"
+            )
         if len({d.name for g in enabled for d in g.mig_devices}) != 1:
             raise PluginError("error starting plugins: More than one MIG device type present on node")
         out[GPU] = [(d.uuid, g, d) for g in enabled for d in g.mig_devices]
@@ -230,19 +244,35 @@ def _product(model: str, mig: str | None, shared: bool) -> str:
 
 
 def _resource_labels(prefix: str, product: str, count: int, replicas: int, strategy: str, memory: int) -> Obj:
-    return {f"{prefix}.product": product, f"{prefix}.count": str(count), f"{prefix}.replicas": str(replicas),
-            f"{prefix}.sharing-strategy": strategy, f"{prefix}.memory": str(memory)}  # fmt: skip
+    return {
+        f"{prefix}.product": product,
+        f"{prefix}.count": str(count),
+        f"{prefix}.replicas": str(replicas),
+        f"{prefix}.sharing-strategy": strategy,
+        f"{prefix}.memory": str(memory),
+    }
 
 
 def _gpu_labels(gpu: Gpu, count: int, config: PluginConfig | None) -> Obj:
     replicas = config.replicas(GPU) if config else 0
     shared = bool(config) and replicas > 1 and not config.sharing.rename  # type: ignore[union-attr]
     strategy = config.sharing.strategy if config else "none"
-    labels = _resource_labels("nvidia.com/gpu", _product(gpu.name, None, shared), count, replicas, strategy,
-                              int(gpu.hw["memory_mib"]))  # fmt: skip
+    labels = _resource_labels(
+        "nvidia.com/gpu",
+        _product(gpu.name, None, shared),
+        count,
+        replicas,
+        strategy,
+        int(gpu.hw["memory_mib"]),
+    )
     major, _, minor = str(gpu.hw.get("compute_capability", "0.0")).partition(".")
-    labels.update({"nvidia.com/gpu.family": str(gpu.hw.get("family", "undefined")),
-                   "nvidia.com/gpu.compute.major": major, "nvidia.com/gpu.compute.minor": minor})  # fmt: skip
+    labels.update(
+        {
+            "nvidia.com/gpu.family": str(gpu.hw.get("family", "undefined")),
+            "nvidia.com/gpu.compute.major": major,
+            "nvidia.com/gpu.compute.minor": minor,
+        }
+    )
     return labels
 
 
@@ -251,14 +281,26 @@ def _mig_labels(
 ) -> Obj:
     replicas = config.replicas(resource)
     p = dev.profile
-    labels = _resource_labels(prefix, _product(gpu.name, dev.name, replicas > 1 and not config.sharing.rename),
-                              count, replicas, config.sharing.strategy, int(p["memory_mib"]))  # fmt: skip
-    labels.update({
-        f"{prefix}.multiprocessors": str(p["sm_count"]), f"{prefix}.slices.gi": str(p["compute_slices"]),
-        f"{prefix}.slices.ci": str(p["compute_slices"]), f"{prefix}.engines.copy": str(p["copy_engines"]),
-        f"{prefix}.engines.decoder": str(p["decoders"]), f"{prefix}.engines.encoder": str(p["encoders"]),
-        f"{prefix}.engines.jpeg": str(p["jpeg"]), f"{prefix}.engines.ofa": str(p["ofa"]),
-    })  # fmt: skip
+    labels = _resource_labels(
+        prefix,
+        _product(gpu.name, dev.name, replicas > 1 and not config.sharing.rename),
+        count,
+        replicas,
+        config.sharing.strategy,
+        int(p["memory_mib"]),
+    )
+    labels.update(
+        {
+            f"{prefix}.multiprocessors": str(p["sm_count"]),
+            f"{prefix}.slices.gi": str(p["compute_slices"]),
+            f"{prefix}.slices.ci": str(p["compute_slices"]),
+            f"{prefix}.engines.copy": str(p["copy_engines"]),
+            f"{prefix}.engines.decoder": str(p["decoders"]),
+            f"{prefix}.engines.encoder": str(p["encoders"]),
+            f"{prefix}.engines.jpeg": str(p["jpeg"]),
+            f"{prefix}.engines.ofa": str(p["ofa"]),
+        }
+    )
     return labels
 
 
@@ -271,16 +313,23 @@ def gfd_labels(config: PluginConfig, host: HostState, timestamp: int) -> Obj:
     d_major, d_minor, d_rev = [*driver.split("."), "", ""][:3]
     c_major, _, c_minor = host.cuda_version.partition(".")
     labels: Obj = {
-        "nvidia.com/cuda.driver.major": d_major, "nvidia.com/cuda.driver.minor": d_minor,
-        "nvidia.com/cuda.driver.rev": d_rev, "nvidia.com/cuda.driver-version.major": d_major,
-        "nvidia.com/cuda.driver-version.minor": d_minor, "nvidia.com/cuda.driver-version.revision": d_rev,
-        "nvidia.com/cuda.driver-version.full": driver, "nvidia.com/cuda.runtime.major": c_major,
-        "nvidia.com/cuda.runtime.minor": c_minor, "nvidia.com/cuda.runtime-version.major": c_major,
-        "nvidia.com/cuda.runtime-version.minor": c_minor, "nvidia.com/cuda.runtime-version.full": host.cuda_version,
-        "nvidia.com/gpu.machine": host.machine, "nvidia.com/gpu.mode": "compute",
+        "nvidia.com/cuda.driver.major": d_major,
+        "nvidia.com/cuda.driver.minor": d_minor,
+        "nvidia.com/cuda.driver.rev": d_rev,
+        "nvidia.com/cuda.driver-version.major": d_major,
+        "nvidia.com/cuda.driver-version.minor": d_minor,
+        "nvidia.com/cuda.driver-version.revision": d_rev,
+        "nvidia.com/cuda.driver-version.full": driver,
+        "nvidia.com/cuda.runtime.major": c_major,
+        "nvidia.com/cuda.runtime.minor": c_minor,
+        "nvidia.com/cuda.runtime-version.major": c_major,
+        "nvidia.com/cuda.runtime-version.minor": c_minor,
+        "nvidia.com/cuda.runtime-version.full": host.cuda_version,
+        "nvidia.com/gpu.machine": host.machine,
+        "nvidia.com/gpu.mode": "compute",
         "nvidia.com/mig.capable": str(any(g.hw.get("mig_capable") for g in gpus)).lower(),
         "nvidia.com/mps.capable": str(config.sharing.strategy == "mps").lower(),
-    }  # fmt: skip
+    }
     if not config.no_timestamp:
         labels["nvidia.com/gfd.timestamp"] = str(timestamp)
     counts: dict[str, int] = {}
@@ -303,8 +352,16 @@ def gfd_labels(config: PluginConfig, host: HostState, timestamp: int) -> Obj:
         elif len(enabled) != len(gpus) or len({d.name for g in enabled for d in g.mig_devices}) != 1:
             reason = "mixed"
         if reason:
-            labels.update(_resource_labels("nvidia.com/gpu", product_label(enabled[0].name) + "-MIG-INVALID", 0, 0,
-                                           labels.get("nvidia.com/gpu.sharing-strategy", "none"), 0))  # fmt: skip
+            labels.update(
+                _resource_labels(
+                    "nvidia.com/gpu",
+                    product_label(enabled[0].name) + "-MIG-INVALID",
+                    0,
+                    0,
+                    labels.get("nvidia.com/gpu.sharing-strategy", "none"),
+                    0,
+                )
+            )
             return labels
         devs = [(d, g) for g in enabled for d in g.mig_devices]
         labels.update(_mig_labels("nvidia.com/gpu", GPU, devs[0][0], devs[0][1], len(devs), config))

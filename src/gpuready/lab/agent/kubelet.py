@@ -167,8 +167,12 @@ class Kubelet:
             state = self._pods.pop(meta.get("uid", ""), None)
         if state is not None:
             self._backend(state.node).pod_stopped(pod)
-        self._store.delete("pods", meta.get("namespace", ""), meta["name"],
-                           {"gracePeriodSeconds": 0, "preconditions": {"uid": meta.get("uid")}})  # fmt: skip
+        self._store.delete(
+            "pods",
+            meta.get("namespace", ""),
+            meta["name"],
+            {"gracePeriodSeconds": 0, "preconditions": {"uid": meta.get("uid")}},
+        )
         if state is not None:
             self._server.node_changed(state.node)
 
@@ -205,8 +209,14 @@ class Kubelet:
             state.containers[c["name"]] = _Container(c["name"], plan, started=now)
         with self._lock:
             self._pods[uid] = state
-        host_ip = next((a["address"] for a in (node.get("status") or {}).get("addresses") or []
-                        if a.get("type") == "InternalIP"), "")  # fmt: skip
+        host_ip = next(
+            (
+                a["address"]
+                for a in (node.get("status") or {}).get("addresses") or []
+                if a.get("type") == "InternalIP"
+            ),
+            "",
+        )
         ip = host_ip if pod["spec"].get("hostNetwork") else self._pod_ip(node)
         for c in state.containers.values():
             self._begin(state, c, now)
@@ -214,8 +224,14 @@ class Kubelet:
         for c in state.containers.values():
             if not c.plan.waiting:
                 spec = next(x for x in pod["spec"]["containers"] if x["name"] == c.name)
-                self._events.event(pod, "Normal", "Pulled", f'Container image "{spec["image"]}" already present on '
-                                   "machine", COMPONENT, node_name)  # fmt: skip
+                self._events.event(
+                    pod,
+                    "Normal",
+                    "Pulled",
+                    f'Container image "{spec["image"]}" already present on machine',
+                    COMPONENT,
+                    node_name,
+                )
                 self._events.event(
                     pod, "Normal", "Created", f"Created container: {c.name}", COMPONENT, node_name
                 )
@@ -223,8 +239,14 @@ class Kubelet:
                     pod, "Normal", "Started", f"Started container {c.name}", COMPONENT, node_name
                 )
             else:
-                self._events.event(pod, "Warning", "Failed", f"Failed to pull image \"{spec_image(pod, c.name)}\": "
-                                   f"{c.plan.waiting[0][2]}", COMPONENT, node_name)  # fmt: skip
+                self._events.event(
+                    pod,
+                    "Warning",
+                    "Failed",
+                    f'Failed to pull image "{spec_image(pod, c.name)}": {c.plan.waiting[0][2]}',
+                    COMPONENT,
+                    node_name,
+                )
         self._server.node_changed(node_name)
 
     def _begin(self, pod: _Pod, c: _Container, now: float) -> None:
@@ -262,8 +284,14 @@ class Kubelet:
                 c.state = {"waiting": {"reason": reason, "message": message}}
                 live = self._store.get("pods", pod.namespace, pod.name)
                 if live is not None and reason == "ImagePullBackOff":
-                    self._events.event(live, "Normal", "BackOff", f'Back-off pulling image "{spec_image(live, name)}"',
-                                       COMPONENT, pod.node)  # fmt: skip
+                    self._events.event(
+                        live,
+                        "Normal",
+                        "BackOff",
+                        f'Back-off pulling image "{spec_image(live, name)}"',
+                        COMPONENT,
+                        pod.node,
+                    )
             elif kind == "exit":
                 self._exit(pod, c)
             elif kind == "restart":
@@ -287,9 +315,13 @@ class Kubelet:
     def _exit(self, pod: _Pod, c: _Container) -> None:
         plan = c.plan
         code = plan.exit_code or 0
-        term = {"exitCode": code, "reason": plan.reason or ("Completed" if code == 0 else "Error"),
-                "startedAt": (c.state.get("running") or {}).get("startedAt", now_rfc3339()),
-                "finishedAt": now_rfc3339(), "containerID": c.container_id}  # fmt: skip
+        term = {
+            "exitCode": code,
+            "reason": plan.reason or ("Completed" if code == 0 else "Error"),
+            "startedAt": (c.state.get("running") or {}).get("startedAt", now_rfc3339()),
+            "finishedAt": now_rfc3339(),
+            "containerID": c.container_id,
+        }
         if plan.message:
             term["message"] = plan.message
         live = self._store.get("pods", pod.namespace, pod.name)
@@ -299,13 +331,23 @@ class Kubelet:
             c.last_state = {"terminated": term}
             backoff = min(300.0, 10.0 * 2 ** (c.restarts - 1))
             uid_name = f"{pod.name}_{pod.namespace}({pod.uid})"
-            c.state = {"waiting": {"reason": "CrashLoopBackOff",
-                                   "message": f"back-off {int(backoff)}s restarting failed container={c.name} "
-                                              f"pod={uid_name}"}}  # fmt: skip
+            c.state = {
+                "waiting": {
+                    "reason": "CrashLoopBackOff",
+                    "message": f"back-off {int(backoff)}s restarting failed container={c.name} "
+                    f"pod={uid_name}",
+                }
+            }
             self._timer(time.monotonic() + backoff, pod.uid, f"restart:{c.name}")
             if live is not None:
-                self._events.event(live, "Warning", "BackOff", "Back-off restarting failed container "
-                                   f"{c.name} in pod {uid_name}", COMPONENT, pod.node)  # fmt: skip
+                self._events.event(
+                    live,
+                    "Warning",
+                    "BackOff",
+                    f"Back-off restarting failed container {c.name} in pod {uid_name}",
+                    COMPONENT,
+                    pod.node,
+                )
         else:
             c.state = {"terminated": term}
         if all("terminated" in x.state for x in pod.containers.values()):
@@ -324,10 +366,16 @@ class Kubelet:
                     continue
                 repo, tag = normalize_image(cs.get("image", ""))
                 running = "running" in c.state
-                entry: Obj = {"name": c.name, "state": c.state, "lastState": c.last_state, "ready": running,
-                              "restartCount": c.restarts,
-                              "image": f"{repo}:{tag}" if not tag.startswith("sha256:") else f"{repo}@{tag}",
-                              "imageID": c.plan.image_id if c.container_id else "", "started": running}  # fmt: skip
+                entry: Obj = {
+                    "name": c.name,
+                    "state": c.state,
+                    "lastState": c.last_state,
+                    "ready": running,
+                    "restartCount": c.restarts,
+                    "image": f"{repo}:{tag}" if not tag.startswith("sha256:") else f"{repo}@{tag}",
+                    "imageID": c.plan.image_id if c.container_id else "",
+                    "started": running,
+                }
                 if c.container_id:
                     entry["containerID"] = c.container_id
                 statuses.append(entry)

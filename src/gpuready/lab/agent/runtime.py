@@ -76,11 +76,22 @@ class NodeBackend:
 
 # repository -> (digest, image ENTRYPOINT, image CMD). Images outside this list cannot be pulled.
 CATALOGUE = {
-    "docker.io/library/busybox": ("sha256:2919d0172f7524b2d8df9e50066a682669e6d170ac0f6a49676d54358fe970b5", [], ["sh"]),
-    "registry.k8s.io/pause": ("sha256:ee6521f290b2168b6e0935a181d4cff9be1ac3f505666ef0e3c98fae8199917a", ["/pause"], []),
-    "docker.io/library/alpine": ("sha256:4bcff63911fcb4448bd4fdacec207030997caf25e9bea4045fa6c8c44de311d1", [],
-                                 ["/bin/sh"]),
-}  # fmt: skip
+    "docker.io/library/busybox": (
+        "sha256:2919d0172f7524b2d8df9e50066a682669e6d170ac0f6a49676d54358fe970b5",
+        [],
+        ["sh"],
+    ),
+    "registry.k8s.io/pause": (
+        "sha256:ee6521f290b2168b6e0935a181d4cff9be1ac3f505666ef0e3c98fae8199917a",
+        ["/pause"],
+        [],
+    ),
+    "docker.io/library/alpine": (
+        "sha256:4bcff63911fcb4448bd4fdacec207030997caf25e9bea4045fa6c8c44de311d1",
+        [],
+        ["/bin/sh"],
+    ),
+}
 
 
 def container_argv(container: Obj, entrypoint: list[str], cmd: list[str]) -> list[str]:
@@ -114,9 +125,11 @@ def pull_failure(image: str) -> list[tuple[float, str, str]]:
     registry = repo.split("/", 1)[0]
     host = "registry-1.docker.io" if registry == "docker.io" else registry
     path = repo.split("/", 1)[1]
-    msg = (f'rpc error: code = Unknown desc = failed to pull and unpack image "{ref}": failed to resolve reference '
-           f'"{ref}": failed to do request: Head "https://{host}/v2/{path}/manifests/{tag}": dial tcp: lookup '
-           f"{host}: no such host")  # fmt: skip
+    msg = (
+        f'rpc error: code = Unknown desc = failed to pull and unpack image "{ref}": failed to resolve reference '
+        f'"{ref}": failed to do request: Head "https://{host}/v2/{path}/manifests/{tag}": dial tcp: lookup '
+        f"{host}: no such host"
+    )
     return [
         (0.0, "ErrImagePull", msg),
         (1.0, "ImagePullBackOff", f'Back-off pulling image "{image}": ErrImagePull: {msg}'),
@@ -154,13 +167,19 @@ def run_argv(argv: list[str], env: dict[str, str]) -> ContainerPlan:
     code, secs = _run_command(argv, env, out)
     if code == 127:
         return ContainerPlan(
-            exit_code=128, reason="StartError",
-            message=("failed to create containerd task: failed to create shim task: OCI runtime create failed: runc "
-                     "create failed: unable to start container process: error during container init: exec: "
-                     f'"{argv[0]}": executable file not found in $PATH: unknown'),
-        )  # fmt: skip
-    return ContainerPlan(logs="".join(out), exit_code=None if secs == float("inf") else code,
-                         run_seconds=0 if secs == float("inf") else secs)  # fmt: skip
+            exit_code=128,
+            reason="StartError",
+            message=(
+                "failed to create containerd task: failed to create shim task: OCI runtime create failed: runc "
+                "create failed: unable to start container process: error during container init: exec: "
+                f'"{argv[0]}": executable file not found in $PATH: unknown'
+            ),
+        )
+    return ContainerPlan(
+        logs="".join(out),
+        exit_code=None if secs == float("inf") else code,
+        run_seconds=0 if secs == float("inf") else secs,
+    )
 
 
 def _run_script(script: str, env: dict[str, str]) -> ContainerPlan:

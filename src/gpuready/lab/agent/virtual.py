@@ -24,27 +24,59 @@ Obj = dict[str, Any]
 
 PROFILES: dict[str, Obj] = {
     "dgx-h100": {
-        "capacity": {"cpu": "224", "memory": "2113389276Ki", "ephemeral-storage": "1844284980Ki", "pods": "110",
-                     "hugepages-1Gi": "0", "hugepages-2Mi": "0", "nvidia.com/gpu": "8"},
-        "labels": {"nvidia.com/gpu.present": "true", "nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3",
-                   "nvidia.com/gpu.count": "8", "nvidia.com/gpu.memory": "81559", "nvidia.com/gpu.family": "hopper",
-                   "nvidia.com/gpu.replicas": "1", "nvidia.com/gpu.sharing-strategy": "none",
-                   "node.kubernetes.io/instance-type": "dgx-h100"},
+        "capacity": {
+            "cpu": "224",
+            "memory": "2113389276Ki",
+            "ephemeral-storage": "1844284980Ki",
+            "pods": "110",
+            "hugepages-1Gi": "0",
+            "hugepages-2Mi": "0",
+            "nvidia.com/gpu": "8",
+        },
+        "labels": {
+            "nvidia.com/gpu.present": "true",
+            "nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3",
+            "nvidia.com/gpu.count": "8",
+            "nvidia.com/gpu.memory": "81559",
+            "nvidia.com/gpu.family": "hopper",
+            "nvidia.com/gpu.replicas": "1",
+            "nvidia.com/gpu.sharing-strategy": "none",
+            "node.kubernetes.io/instance-type": "dgx-h100",
+        },
     },
     "a100-pcie-4": {
-        "capacity": {"cpu": "64", "memory": "527988860Ki", "ephemeral-storage": "921000000Ki", "pods": "110",
-                     "hugepages-1Gi": "0", "hugepages-2Mi": "0", "nvidia.com/gpu": "4"},
-        "labels": {"nvidia.com/gpu.present": "true", "nvidia.com/gpu.product": "NVIDIA-A100-PCIE-40GB",
-                   "nvidia.com/gpu.count": "4", "nvidia.com/gpu.memory": "40960", "nvidia.com/gpu.family": "ampere",
-                   "nvidia.com/gpu.replicas": "1", "nvidia.com/gpu.sharing-strategy": "none",
-                   "node.kubernetes.io/instance-type": "a100-pcie-4"},
+        "capacity": {
+            "cpu": "64",
+            "memory": "527988860Ki",
+            "ephemeral-storage": "921000000Ki",
+            "pods": "110",
+            "hugepages-1Gi": "0",
+            "hugepages-2Mi": "0",
+            "nvidia.com/gpu": "4",
+        },
+        "labels": {
+            "nvidia.com/gpu.present": "true",
+            "nvidia.com/gpu.product": "NVIDIA-A100-PCIE-40GB",
+            "nvidia.com/gpu.count": "4",
+            "nvidia.com/gpu.memory": "40960",
+            "nvidia.com/gpu.family": "ampere",
+            "nvidia.com/gpu.replicas": "1",
+            "nvidia.com/gpu.sharing-strategy": "none",
+            "node.kubernetes.io/instance-type": "a100-pcie-4",
+        },
     },
     "cpu": {
-        "capacity": {"cpu": "16", "memory": "65842396Ki", "ephemeral-storage": "253869360Ki", "pods": "110",
-                     "hugepages-1Gi": "0", "hugepages-2Mi": "0"},
+        "capacity": {
+            "cpu": "16",
+            "memory": "65842396Ki",
+            "ephemeral-storage": "253869360Ki",
+            "pods": "110",
+            "hugepages-1Gi": "0",
+            "hugepages-2Mi": "0",
+        },
         "labels": {"node.kubernetes.io/instance-type": "cpu"},
     },
-}  # fmt: skip
+}
 
 
 def micro_time() -> str:
@@ -70,39 +102,71 @@ def node_object(
 ) -> Obj:
     p = PROFILES[profile]
     now = now_time()
-    labels = {"beta.kubernetes.io/arch": "amd64", "beta.kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64",
-              "kubernetes.io/hostname": name, "kubernetes.io/os": "linux", "gpuready.lab/virtual": "true",
-              **p["labels"], **(extra_labels or {})}  # fmt: skip
+    labels = {
+        "beta.kubernetes.io/arch": "amd64",
+        "beta.kubernetes.io/os": "linux",
+        "kubernetes.io/arch": "amd64",
+        "kubernetes.io/hostname": name,
+        "kubernetes.io/os": "linux",
+        "gpuready.lab/virtual": "true",
+        **p["labels"],
+        **(extra_labels or {}),
+    }
 
     def cond(type_: str, status: str, reason: str, message: str) -> Obj:
-        return {"type": type_, "status": status, "lastHeartbeatTime": now, "lastTransitionTime": now,
-                "reason": reason, "message": message}  # fmt: skip
+        return {
+            "type": type_,
+            "status": status,
+            "lastHeartbeatTime": now,
+            "lastTransitionTime": now,
+            "reason": reason,
+            "message": message,
+        }
 
     return {
         "apiVersion": "v1",
         "kind": "Node",
-        "metadata": {"name": name, "labels": labels,
-                     "annotations": {"node.alpha.kubernetes.io/ttl": "0",
-                                     "volumes.kubernetes.io/controller-managed-attach-detach": "true"}},
+        "metadata": {
+            "name": name,
+            "labels": labels,
+            "annotations": {
+                "node.alpha.kubernetes.io/ttl": "0",
+                "volumes.kubernetes.io/controller-managed-attach-detach": "true",
+            },
+        },
         "spec": {},
         "status": {
             "capacity": dict(p["capacity"]),
             "allocatable": dict(p["capacity"]),
             "conditions": [
-                cond("MemoryPressure", "False", "KubeletHasSufficientMemory", "kubelet has sufficient memory available"),
+                cond(
+                    "MemoryPressure",
+                    "False",
+                    "KubeletHasSufficientMemory",
+                    "kubelet has sufficient memory available",
+                ),
                 cond("DiskPressure", "False", "KubeletHasNoDiskPressure", "kubelet has no disk pressure"),
-                cond("PIDPressure", "False", "KubeletHasSufficientPID", "kubelet has sufficient PID available"),
+                cond(
+                    "PIDPressure", "False", "KubeletHasSufficientPID", "kubelet has sufficient PID available"
+                ),
                 cond("Ready", "True", "KubeletReady", "kubelet is posting ready status"),
             ],
             "addresses": [{"type": "InternalIP", "address": ip}, {"type": "Hostname", "address": name}],
             "daemonEndpoints": {"kubeletEndpoint": {"Port": 10250}},
-            "nodeInfo": {"machineID": f"{index:032x}", "systemUUID": f"{index:08x}-0000-0000-0000-000000000000",
-                         "bootID": f"{index:08x}-b007-0000-0000-000000000000", "kernelVersion": "6.1.0-28-amd64",
-                         "osImage": "Debian GNU/Linux 12 (bookworm)", "containerRuntimeVersion": "containerd://1.7.24",
-                         "kubeletVersion": kubelet_version, "kubeProxyVersion": "", "operatingSystem": "linux",
-                         "architecture": "amd64"},
+            "nodeInfo": {
+                "machineID": f"{index:032x}",
+                "systemUUID": f"{index:08x}-0000-0000-0000-000000000000",
+                "bootID": f"{index:08x}-b007-0000-0000-000000000000",
+                "kernelVersion": "6.1.0-28-amd64",
+                "osImage": "Debian GNU/Linux 12 (bookworm)",
+                "containerRuntimeVersion": "containerd://1.7.24",
+                "kubeletVersion": kubelet_version,
+                "kubeProxyVersion": "",
+                "operatingSystem": "linux",
+                "architecture": "amd64",
+            },
         },
-    }  # fmt: skip
+    }
 
 
 class VirtualNodes:
@@ -217,8 +281,14 @@ class VirtualNodes:
                 for c in obj["status"]["conditions"]:
                     c["lastHeartbeatTime"] = now
                     if c["type"] == "Ready" and c["status"] != "True":
-                        c.update({"status": "True", "reason": "KubeletReady", "message": "kubelet is posting ready "
-                                  "status", "lastTransitionTime": now})  # fmt: skip
+                        c.update(
+                            {
+                                "status": "True",
+                                "reason": "KubeletReady",
+                                "message": "kubelet is posting ready status",
+                                "lastTransitionTime": now,
+                            }
+                        )
                     elif c["type"] != "Ready" and c["status"] != "False":
                         c.update({"status": "False", "lastTransitionTime": now})
 
@@ -229,7 +299,10 @@ def _lease(name: str, node_uid: str) -> Obj:
     return {
         "apiVersion": "coordination.k8s.io/v1",
         "kind": "Lease",
-        "metadata": {"name": name, "namespace": "kube-node-lease",
-                     "ownerReferences": [{"apiVersion": "v1", "kind": "Node", "name": name, "uid": node_uid}]},
+        "metadata": {
+            "name": name,
+            "namespace": "kube-node-lease",
+            "ownerReferences": [{"apiVersion": "v1", "kind": "Node", "name": name, "uid": node_uid}],
+        },
         "spec": {"holderIdentity": name, "leaseDurationSeconds": 40, "renewTime": micro_time()},
-    }  # fmt: skip
+    }

@@ -114,14 +114,23 @@ def staging_replacements(kubernetes_go_mod: str, version: str) -> list[str]:
 
 def _module_source(version: str, work: Path, env: dict[str, str]) -> tuple[str, dict[str, str]]:
     """The Kubernetes go.mod text, and the version stamp its release build would link in (commit, date)."""
-    info = json.loads(_run(["go", "mod", "download", "-json", f"k8s.io/kubernetes@v{version}"], work,
-                           f"downloading k8s.io/kubernetes v{version} from the Go module proxy", env))  # fmt: skip
+    info = json.loads(
+        _run(
+            ["go", "mod", "download", "-json", f"k8s.io/kubernetes@v{version}"],
+            work,
+            f"downloading k8s.io/kubernetes v{version} from the Go module proxy",
+            env,
+        )
+    )
     release = json.loads(Path(info["Info"]).read_text()) if info.get("Info") else {}
     stamp = {
-        "gitVersion": f"v{version}", "gitMajor": version.split(".")[0], "gitMinor": version.split(".")[1],
-        "gitCommit": (release.get("Origin") or {}).get("Hash", ""), "gitTreeState": "clean",
+        "gitVersion": f"v{version}",
+        "gitMajor": version.split(".")[0],
+        "gitMinor": version.split(".")[1],
+        "gitCommit": (release.get("Origin") or {}).get("Hash", ""),
+        "gitTreeState": "clean",
         "buildDate": release.get("Time", "1970-01-01T00:00:00Z").split(".")[0].rstrip("Z") + "Z",
-    }  # fmt: skip
+    }
     return Path(info["GoMod"]).read_text(), stamp
 
 
@@ -213,9 +222,14 @@ def problems(version: str, cache: Path | None = None) -> list[str]:
         if problem:
             found.append(problem)
         else:
-            check = subprocess.run(["go", "list", "-m", "-json", f"k8s.io/kubernetes@v{version}"],
-                                   capture_output=True, text=True, cwd=tempfile.gettempdir(), timeout=120,
-                                   env={**os.environ, "GOFLAGS": "-mod=mod"})  # fmt: skip
+            check = subprocess.run(
+                ["go", "list", "-m", "-json", f"k8s.io/kubernetes@v{version}"],
+                capture_output=True,
+                text=True,
+                cwd=tempfile.gettempdir(),
+                timeout=120,
+                env={**os.environ, "GOFLAGS": "-mod=mod"},
+            )
             if check.returncode != 0:
                 proxy = subprocess.run(
                     ["go", "env", "GOPROXY"], capture_output=True, text=True
@@ -226,8 +240,11 @@ def problems(version: str, cache: Path | None = None) -> list[str]:
                     "GOPROXY to a mirror)"
                 )
     if cached_etcd(cache) is None:
-        found += [f"{tool} is not on PATH: the lab takes etcd from Debian's {ETCD_PACKAGE} (apt)"
-                  for tool in ("apt-get", "dpkg-deb") if not shutil.which(tool)]  # fmt: skip
+        found += [
+            f"{tool} is not on PATH: the lab takes etcd from Debian's {ETCD_PACKAGE} (apt)"
+            for tool in ("apt-get", "dpkg-deb")
+            if not shutil.which(tool)
+        ]
     return found
 
 
@@ -264,10 +281,14 @@ def _fetch_deb(
         (tmp / "archives/partial").mkdir(parents=True)
         (tmp / "sources.list").write_text(f"deb [signed-by={keyring}] {mirror} {suite} main\n")
         opts = [
-            f"-oDir::Etc::SourceList={tmp / 'sources.list'}", "-oDir::Etc::SourceParts=/nonexistent",
-            f"-oDir::State::Lists={tmp / 'lists'}", f"-oDir::Cache={tmp}", f"-oAPT::Architecture={arch}",
-            "-oDebug::NoLocking=1", "-qq",
-        ]  # fmt: skip
+            f"-oDir::Etc::SourceList={tmp / 'sources.list'}",
+            "-oDir::Etc::SourceParts=/nonexistent",
+            f"-oDir::State::Lists={tmp / 'lists'}",
+            f"-oDir::Cache={tmp}",
+            f"-oAPT::Architecture={arch}",
+            "-oDebug::NoLocking=1",
+            "-qq",
+        ]
         _run(["apt-get", *opts, "update"], tmp, f"apt-get update of Debian {suite}")
         _run(["apt-get", *opts, "download", package], tmp, f"apt-get download {package}")
         (deb,) = tmp.glob(f"{package}_*.deb")

@@ -53,18 +53,32 @@ def up(
     kube, _ = binaries.build_kube(version, progress)
     etcd = binaries.ensure_etcd(mirror, progress)
     entry = controlplane.start(
-        root / "controlplane", kube, etcd, address=net.control_plane, netns=net.netns, progress=progress,
+        root / "controlplane",
+        kube,
+        etcd,
+        address=net.control_plane,
+        netns=net.netns,
+        progress=progress,
         node_monitor_grace_period=node_monitor_grace_period,
-    )  # fmt: skip
+    )
     try:
         for cidr in (controlplane.POD_SUBNET, net.pod_cidr):
-            subprocess.run(["ip", "-n", net.netns, "route", "replace", "local", cidr, "dev", "lo"], check=True,
-                           capture_output=True)  # fmt: skip
+            subprocess.run(
+                ["ip", "-n", net.netns, "route", "replace", "local", cidr, "dev", "lo"],
+                check=True,
+                capture_output=True,
+            )
         entry["agent"] = start_agent(
-            root / "agent", net, Path(entry["kubeconfig"]), f"v{version}", progress,
-            virtual_nodes=virtual_nodes, virtual_profile=virtual_profile, lab_state=lab_state,
+            root / "agent",
+            net,
+            Path(entry["kubeconfig"]),
+            f"v{version}",
+            progress,
+            virtual_nodes=virtual_nodes,
+            virtual_profile=virtual_profile,
+            lab_state=lab_state,
             heartbeat_s=heartbeat_for(node_monitor_grace_period),
-        )  # fmt: skip
+        )
     except BaseException:
         controlplane.stop(entry)
         raise
@@ -108,8 +122,13 @@ def start_agent(
         argv += ["--lab-state", str(lab_state)]
     log = state_dir / "agent.log"
     with open(log, "ab") as out:
-        proc = subprocess.Popen(network.exec_argv(net.netns, argv), stdin=subprocess.DEVNULL, stdout=out,
-                                stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
+        proc = subprocess.Popen(
+            network.exec_argv(net.netns, argv),
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
     progress(
         f"node agent started (pid {proc.pid}){f', registering {virtual_nodes} virtual nodes' * bool(virtual_nodes)}"
     )

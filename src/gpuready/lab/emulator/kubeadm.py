@@ -77,17 +77,38 @@ def _extra_args(value: Any) -> dict[str, str]:
 
 def join_options(argv: list[str]) -> dict[str, Any]:
     """Flags or a JoinConfiguration file -> one options dict (kubeadm refuses to mix the two)."""
-    opts: dict[str, Any] = {"endpoint": "", "token": "", "tls_token": "", "hashes": [], "unsafe": False,
-                            "name": "", "cri": "", "taints": None, "extra": {}, "ignore": set(),
-                            "discovery_timeout": 300.0, "health_timeout": 240.0, "tls_timeout": 300.0}  # fmt: skip
+    opts: dict[str, Any] = {
+        "endpoint": "",
+        "token": "",
+        "tls_token": "",
+        "hashes": [],
+        "unsafe": False,
+        "name": "",
+        "cri": "",
+        "taints": None,
+        "extra": {},
+        "ignore": set(),
+        "discovery_timeout": 300.0,
+        "health_timeout": 240.0,
+        "tls_timeout": 300.0,
+    }
     config, given, positional = "", [], []
     i = 0
     while i < len(argv):
         arg = argv[i]
         name, eq, value = arg.partition("=")
-        takes_value = name in ("--config", "--token", "--discovery-token", "--tls-bootstrap-token", "--node-name",
-                               "--discovery-token-ca-cert-hash", "--cri-socket", "--ignore-preflight-errors",
-                               "--v", "-v")  # fmt: skip
+        takes_value = name in (
+            "--config",
+            "--token",
+            "--discovery-token",
+            "--tls-bootstrap-token",
+            "--node-name",
+            "--discovery-token-ca-cert-hash",
+            "--cri-socket",
+            "--ignore-preflight-errors",
+            "--v",
+            "-v",
+        )
         if takes_value and not eq:
             i += 1
             if i >= len(argv):
@@ -145,8 +166,11 @@ def _from_file(path: str, opts: dict[str, Any]) -> None:
         raise JoinError(f'no JoinConfiguration kind was found in the YAML file "{path}"', "")
     api = doc.get("apiVersion", "")
     if api not in ("kubeadm.k8s.io/v1beta4", "kubeadm.k8s.io/v1beta3"):
-        raise JoinError(f'no kind "JoinConfiguration" is registered for version "{api}" in scheme '
-                        '"k8s.io/kubernetes/cmd/kubeadm/app/apis/kubeadm/scheme/scheme.go:31"', "")  # fmt: skip
+        raise JoinError(
+            f'no kind "JoinConfiguration" is registered for version "{api}" in scheme '
+            '"k8s.io/kubernetes/cmd/kubeadm/app/apis/kubeadm/scheme/scheme.go:31"',
+            "",
+        )
     bt = ((doc.get("discovery") or {}).get("bootstrapToken")) or {}
     reg = doc.get("nodeRegistration") or {}
     opts["endpoint"] = bt.get("apiServerEndpoint") or ""
@@ -160,8 +184,11 @@ def _from_file(path: str, opts: dict[str, Any]) -> None:
     opts["extra"] = _extra_args(reg.get("kubeletExtraArgs"))
     opts["ignore"].update(str(v).lower() for v in reg.get("ignorePreflightErrors") or [])
     timeouts = doc.get("timeouts") or {}
-    for key, field in (("discovery", "discovery_timeout"), ("kubeletHealthCheck", "health_timeout"),
-                       ("tlsBootstrap", "tls_timeout")):  # fmt: skip
+    for key, field in (
+        ("discovery", "discovery_timeout"),
+        ("kubeletHealthCheck", "health_timeout"),
+        ("tlsBootstrap", "tls_timeout"),
+    ):
         opts[field] = kl.parse_duration(timeouts.get(key), opts[field])
 
 
@@ -175,12 +202,18 @@ def validate(opts: dict[str, Any]) -> None:
             raise JoinError(f'{field}: Invalid value: "<redacted>": the bootstrap token is invalid', "")
     for h in opts["hashes"]:
         if not HASH_RE.match(h):
-            raise JoinError(f"discovery.bootstrapToken.caCertHashes: Invalid value: \"{h}\": invalid hash "
-                            f"\"{h}\", expected a \"type:value\" format with type sha256", "")  # fmt: skip
+            raise JoinError(
+                f'discovery.bootstrapToken.caCertHashes: Invalid value: "{h}": invalid hash '
+                f'"{h}", expected a "type:value" format with type sha256',
+                "",
+            )
     if not opts["hashes"] and not opts["unsafe"]:
-        raise JoinError("discovery.bootstrapToken: Invalid value: \"\": using token-based discovery without "
-                        "caCertHashes can be unsafe. Set unsafeSkipCAVerification as true in your kubeadm config "
-                        "file or pass --discovery-token-unsafe-skip-ca-verification flag to continue", "")  # fmt: skip
+        raise JoinError(
+            'discovery.bootstrapToken: Invalid value: "": using token-based discovery without '
+            "caCertHashes can be unsafe. Set unsafeSkipCAVerification as true in your kubeadm config "
+            "file or pass --discovery-token-unsafe-skip-ca-verification flag to continue",
+            "",
+        )
 
 
 # --- crypto helpers (stdlib + openssl) ----------------------------------------------------------------------------
@@ -211,8 +244,10 @@ def jws_valid(detached: str, content: str, token_id: str, secret: str) -> bool:
 
 
 def _pem_blocks(pem: str) -> list[bytes]:
-    return [base64.b64decode("".join(m.split())) for m in re.findall(
-        r"-----BEGIN CERTIFICATE-----(.*?)-----END CERTIFICATE-----", pem, re.S)]  # fmt: skip
+    return [
+        base64.b64decode("".join(m.split()))
+        for m in re.findall(r"-----BEGIN CERTIFICATE-----(.*?)-----END CERTIFICATE-----", pem, re.S)
+    ]
 
 
 def _der_item(der: bytes, pos: int) -> tuple[int, int, int]:
@@ -251,11 +286,17 @@ def new_key_and_csr(node: str, workdir: str) -> tuple[str, str]:
     key_path = os.path.join(workdir, "kubelet-client.key")
     old = os.umask(0o077)
     try:
-        subprocess.run([_openssl(), "ecparam", "-name", "prime256v1", "-genkey", "-noout", "-out", key_path],
-                       check=True, capture_output=True)  # fmt: skip
-        csr = subprocess.run([_openssl(), "req", "-new", "-key", key_path, "-subj",
-                              f"/O=system:nodes/CN=system:node:{node}"],
-                             check=True, capture_output=True, text=True).stdout  # fmt: skip
+        subprocess.run(
+            [_openssl(), "ecparam", "-name", "prime256v1", "-genkey", "-noout", "-out", key_path],
+            check=True,
+            capture_output=True,
+        )
+        csr = subprocess.run(
+            [_openssl(), "req", "-new", "-key", key_path, "-subj", f"/O=system:nodes/CN=system:node:{node}"],
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout
     except subprocess.CalledProcessError as exc:
         raise JoinError(f"unable to generate the kubelet client CSR: {exc.stderr}", "kubelet-start") from None
     finally:
@@ -280,27 +321,47 @@ def write_file(path: str, content: str, mode: int = 0o644) -> None:
 def kubelet_kubeconfig(server: str, ca_pem: str) -> str:
     """The kubeconfig the kubelet writes after its TLS bootstrap (credentials in the rotating pem file)."""
     current = f"{KUBELET_PKI}/kubelet-client-current.pem"
-    return kl.dump_yaml({
-        "apiVersion": "v1",
-        "clusters": [{"cluster": {"certificate-authority-data": base64.b64encode(ca_pem.encode()).decode(),
-                                  "server": server}, "name": "default-cluster"}],
-        "contexts": [{"context": {"cluster": "default-cluster", "namespace": "default", "user": "default-auth"},
-                      "name": "default-context"}],
-        "current-context": "default-context",
-        "kind": "Config",
-        "preferences": {},
-        "users": [{"name": "default-auth", "user": {"client-certificate": current, "client-key": current}}],
-    })  # fmt: skip
+    return kl.dump_yaml(
+        {
+            "apiVersion": "v1",
+            "clusters": [
+                {
+                    "cluster": {
+                        "certificate-authority-data": base64.b64encode(ca_pem.encode()).decode(),
+                        "server": server,
+                    },
+                    "name": "default-cluster",
+                }
+            ],
+            "contexts": [
+                {
+                    "context": {"cluster": "default-cluster", "namespace": "default", "user": "default-auth"},
+                    "name": "default-context",
+                }
+            ],
+            "current-context": "default-context",
+            "kind": "Config",
+            "preferences": {},
+            "users": [
+                {"name": "default-auth", "user": {"client-certificate": current, "client-key": current}}
+            ],
+        }
+    )
 
 
 def default_kubelet_config() -> dict[str, Any]:
     """kubeadm's KubeletConfiguration defaults (what the kubelet-config ConfigMap holds on a kubeadm cluster)."""
     return {
         "apiVersion": "kubelet.config.k8s.io/v1beta1",
-        "authentication": {"anonymous": {"enabled": False}, "webhook": {"cacheTTL": "0s", "enabled": True},
-                           "x509": {"clientCAFile": CA_CRT}},
-        "authorization": {"mode": "Webhook", "webhook": {"cacheAuthorizedTTL": "0s",
-                                                         "cacheUnauthorizedTTL": "0s"}},
+        "authentication": {
+            "anonymous": {"enabled": False},
+            "webhook": {"cacheTTL": "0s", "enabled": True},
+            "x509": {"clientCAFile": CA_CRT},
+        },
+        "authorization": {
+            "mode": "Webhook",
+            "webhook": {"cacheAuthorizedTTL": "0s", "cacheUnauthorizedTTL": "0s"},
+        },
         "cgroupDriver": "systemd",
         "clusterDNS": ["10.96.0.10"],
         "clusterDomain": "cluster.local",
@@ -315,8 +376,11 @@ def default_kubelet_config() -> dict[str, Any]:
         "imageMaximumGCAge": "0s",
         "imageMinimumGCAge": "0s",
         "kind": "KubeletConfiguration",
-        "logging": {"flushFrequency": 0, "options": {"json": {"infoBufferSize": "0"}, "text": {"infoBufferSize": "0"}},
-                    "verbosity": 0},
+        "logging": {
+            "flushFrequency": 0,
+            "options": {"json": {"infoBufferSize": "0"}, "text": {"infoBufferSize": "0"}},
+            "verbosity": 0,
+        },
         "memorySwap": {},
         "nodeStatusReportFrequency": "0s",
         "nodeStatusUpdateFrequency": "0s",
@@ -328,7 +392,7 @@ def default_kubelet_config() -> dict[str, Any]:
         "streamingConnectionIdleTimeout": "0s",
         "syncFrequency": "0s",
         "volumeStatsAggPeriod": "0s",
-    }  # fmt: skip
+    }
 
 
 def taint_string(taint: dict[str, Any]) -> str:
@@ -363,8 +427,10 @@ def preflight(opts: dict[str, Any]) -> None:
         ):
             errors.append(f"\t[ERROR {check}]: {path} already exists")
     if errors:
-        raise JoinError("[preflight] Some fatal errors occurred:\n" + "\n".join(errors) + "\n[preflight] If you "
-                        "know what you are doing, you can make a check non-fatal with `--ignore-preflight-errors=...`")  # fmt: skip
+        raise JoinError(
+            "[preflight] Some fatal errors occurred:\n" + "\n".join(errors) + "\n[preflight] If you "
+            "know what you are doing, you can make a check non-fatal with `--ignore-preflight-errors=...`"
+        )
 
 
 def _server(endpoint: str) -> str:
@@ -389,25 +455,34 @@ def discover(opts: dict[str, Any]) -> tuple[str, str]:
     path = "/api/v1/namespaces/kube-public/configmaps/cluster-info"
     insecure = kl.ApiClient(_server(opts["endpoint"]), None, timeout=10)
     try:
-        info = _retrying("failed to request the cluster-info ConfigMap", opts["discovery_timeout"],
-                         lambda: insecure.request("GET", path))  # fmt: skip
+        info = _retrying(
+            "failed to request the cluster-info ConfigMap",
+            opts["discovery_timeout"],
+            lambda: insecure.request("GET", path),
+        )
     except kl.ApiError as exc:
         raise JoinError(f"couldn't validate the identity of the API Server: {exc}") from None
     data = info.get("data") or {}
     kubeconfig = data.get("kubeconfig")
     if not kubeconfig:
-        raise JoinError("couldn't validate the identity of the API Server: there is no kubeconfig key in the "
-                        "cluster-info ConfigMap")  # fmt: skip
+        raise JoinError(
+            "couldn't validate the identity of the API Server: there is no kubeconfig key in the "
+            "cluster-info ConfigMap"
+        )
     detached = data.get(f"jws-kubeconfig-{token_id}")
     has_jws = any(k.startswith("jws-kubeconfig-") for k in data)
-    invalid_token = (f'token id "{token_id}" is invalid for this cluster or it has expired. Use "kubeadm token '
-                     'create" on the control-plane node to create a new valid token')  # fmt: skip
+    invalid_token = (
+        f'token id "{token_id}" is invalid for this cluster or it has expired. Use "kubeadm token '
+        'create" on the control-plane node to create a new valid token'
+    )
     if has_jws:
         if not detached:
             raise JoinError(f"couldn't validate the identity of the API Server: {invalid_token}")
         if not jws_valid(detached, kubeconfig, token_id, secret):
-            raise JoinError("couldn't validate the identity of the API Server: failed to verify JWS signature of "
-                            "received cluster info object, can't trust this API Server")  # fmt: skip
+            raise JoinError(
+                "couldn't validate the identity of the API Server: failed to verify JWS signature of "
+                "received cluster info object, can't trust this API Server"
+            )
     cfg = kl.load_yaml(kubeconfig) or {}
     cluster = ((cfg.get("clusters") or [{}])[0]).get("cluster") or {}
     ca_pem = base64.b64decode(cluster.get("certificate-authority-data") or "").decode()
@@ -415,14 +490,19 @@ def discover(opts: dict[str, Any]) -> tuple[str, str]:
     if opts["hashes"]:
         found = [spki_hash(der) for der in _pem_blocks(ca_pem)]
         if not set(found) & set(opts["hashes"]):
-            raise JoinError("couldn't validate the identity of the API Server: cluster CA found in cluster-info "
-                            f'ConfigMap is invalid: none of the public keys "{":".join(found)}" are pinned')  # fmt: skip
+            raise JoinError(
+                "couldn't validate the identity of the API Server: cluster CA found in cluster-info "
+                f'ConfigMap is invalid: none of the public keys "{":".join(found)}" are pinned'
+            )
     # Now the CA is trusted: fetch cluster-info again over verified TLS (with the token when it was not proven by
     # a signature, so a wrong token fails here, against the real server only).
     secure = kl.ApiClient(_server(opts["endpoint"]), ca_pem, token=None if has_jws else opts["token"])
     try:
-        _retrying("failed to request the cluster-info ConfigMap", opts["discovery_timeout"],
-                  lambda: secure.request("GET", path))  # fmt: skip
+        _retrying(
+            "failed to request the cluster-info ConfigMap",
+            opts["discovery_timeout"],
+            lambda: secure.request("GET", path),
+        )
     except kl.ApiError as exc:
         if exc.status == 401:
             raise JoinError(f"couldn't validate the identity of the API Server: {invalid_token}") from None
@@ -445,10 +525,16 @@ def tls_bootstrap(client: kl.ApiClient, node: str, timeout: float) -> tuple[str,
     """Post a kubelet client CSR with the bootstrap token and wait for the signed certificate."""
     with tempfile.TemporaryDirectory(prefix="kubeadm-") as work:
         key, csr = new_key_and_csr(node, work)
-    body = {"apiVersion": "certificates.k8s.io/v1", "kind": "CertificateSigningRequest",
-            "metadata": {"generateName": "csr-"},
-            "spec": {"request": base64.b64encode(csr.encode()).decode(), "signerName": KUBELET_CLIENT_SIGNER,
-                     "usages": ["digital signature", "client auth"]}}  # fmt: skip
+    body = {
+        "apiVersion": "certificates.k8s.io/v1",
+        "kind": "CertificateSigningRequest",
+        "metadata": {"generateName": "csr-"},
+        "spec": {
+            "request": base64.b64encode(csr.encode()).decode(),
+            "signerName": KUBELET_CLIENT_SIGNER,
+            "usages": ["digital signature", "client auth"],
+        },
+    }
     try:
         created = client.request("POST", "/apis/certificates.k8s.io/v1/certificatesigningrequests", body)
     except kl.ApiError as exc:
@@ -460,8 +546,11 @@ def tls_bootstrap(client: kl.ApiClient, node: str, timeout: float) -> tuple[str,
         status = got.get("status") or {}
         for cond in status.get("conditions") or []:
             if cond.get("type") in ("Denied", "Failed"):
-                raise JoinError(f"certificate request was not signed: {cond.get('type').lower()}: "
-                                f"{cond.get('message', '')}", "kubelet-start")  # fmt: skip
+                raise JoinError(
+                    f"certificate request was not signed: {cond.get('type').lower()}: "
+                    f"{cond.get('message', '')}",
+                    "kubelet-start",
+                )
         if status.get("certificate"):
             return key, base64.b64decode(status["certificate"]).decode()
         if time.monotonic() > deadline:
@@ -530,8 +619,16 @@ def join(argv: list[str]) -> int:
     write_file(CA_CRT, ca_pem)
     say(f'[kubelet-start] Writing kubelet configuration to file "{KUBELET_CONFIG}"')
     write_file(KUBELET_CONFIG, kl.dump_yaml(dict(sorted(config.items()))))
-    write_file(INSTANCE_CONFIG, kl.dump_yaml({"apiVersion": "kubelet.config.k8s.io/v1beta1",
-                                              "containerRuntimeEndpoint": cri, "kind": "KubeletConfiguration"}))  # fmt: skip
+    write_file(
+        INSTANCE_CONFIG,
+        kl.dump_yaml(
+            {
+                "apiVersion": "kubelet.config.k8s.io/v1beta1",
+                "containerRuntimeEndpoint": cri,
+                "kind": "KubeletConfiguration",
+            }
+        ),
+    )
     say(f'[kubelet-start] Writing kubelet environment file with flags to file "{FLAGS_ENV}"')
     write_file(FLAGS_ENV, kubeadm_flags(opts, node))
     say("[kubelet-start] Waiting for the kubelet to perform the TLS Bootstrap")
@@ -567,8 +664,11 @@ def reset(argv: list[str]) -> int:
         )
         answer = input("[reset] Are you sure you want to proceed? [y/N]: ") if sys.stdin.isatty() else ""
         if answer.strip().lower() not in ("y", "yes"):
-            print("error execution phase preflight: won't proceed; the user didn't answer (Y|y) in order to "
-                  f"continue\n{STACK_HINT}", file=sys.stderr)  # fmt: skip
+            print(
+                "error execution phase preflight: won't proceed; the user didn't answer (Y|y) in order to "
+                f"continue\n{STACK_HINT}",
+                file=sys.stderr,
+            )
             return 1
     say("[preflight] Running pre-flight checks")
     say("[reset] Stopping the kubelet service")
@@ -588,8 +688,10 @@ def reset(argv: list[str]) -> int:
                 shutil.rmtree(path, ignore_errors=True)
             else:
                 os.unlink(path)
-    files = [f"/etc/kubernetes/{n}.conf" for n in ("admin", "super-admin", "kubelet", "bootstrap-kubelet",
-                                                    "controller-manager", "scheduler")]  # fmt: skip
+    files = [
+        f"/etc/kubernetes/{n}.conf"
+        for n in ("admin", "super-admin", "kubelet", "bootstrap-kubelet", "controller-manager", "scheduler")
+    ]
     say(f"[reset] Deleting files: [{' '.join(files)}]")
     for f in files:
         if os.path.lexists(kl.host_path(f)):
@@ -607,9 +709,21 @@ def reset(argv: list[str]) -> int:
 def version_info() -> dict[str, str]:
     v = kl.version()
     major, minor = v.split(".")[:2]
-    return {"major": major, "minor": minor, "emulationMajor": "", "emulationMinor": "", "minCompatibilityMajor": "",
-            "minCompatibilityMinor": "", "gitVersion": f"v{v}", "gitCommit": BUILD["gitCommit"], "gitTreeState": "clean",
-            "buildDate": BUILD["buildDate"], "goVersion": BUILD["goVersion"], "compiler": "gc", "platform": "linux/amd64"}  # fmt: skip
+    return {
+        "major": major,
+        "minor": minor,
+        "emulationMajor": "",
+        "emulationMinor": "",
+        "minCompatibilityMajor": "",
+        "minCompatibilityMinor": "",
+        "gitVersion": f"v{v}",
+        "gitCommit": BUILD["gitCommit"],
+        "gitTreeState": "clean",
+        "buildDate": BUILD["buildDate"],
+        "goVersion": BUILD["goVersion"],
+        "compiler": "gc",
+        "platform": "linux/amd64",
+    }
 
 
 def version_cmd(argv: list[str]) -> int:
@@ -630,11 +744,21 @@ def version_cmd(argv: list[str]) -> int:
         print(f"error: invalid output format: {output}", file=sys.stderr)
         return 1
     else:
-        go_names = {"major": "Major", "minor": "Minor", "emulationMajor": "EmulationMajor",
-                    "emulationMinor": "EmulationMinor", "minCompatibilityMajor": "MinCompatibilityMajor",
-                    "minCompatibilityMinor": "MinCompatibilityMinor", "gitVersion": "GitVersion",
-                    "gitCommit": "GitCommit", "gitTreeState": "GitTreeState", "buildDate": "BuildDate",
-                    "goVersion": "GoVersion", "compiler": "Compiler", "platform": "Platform"}  # fmt: skip
+        go_names = {
+            "major": "Major",
+            "minor": "Minor",
+            "emulationMajor": "EmulationMajor",
+            "emulationMinor": "EmulationMinor",
+            "minCompatibilityMajor": "MinCompatibilityMajor",
+            "minCompatibilityMinor": "MinCompatibilityMinor",
+            "gitVersion": "GitVersion",
+            "gitCommit": "GitCommit",
+            "gitTreeState": "GitTreeState",
+            "buildDate": "BuildDate",
+            "goVersion": "GoVersion",
+            "compiler": "Compiler",
+            "platform": "Platform",
+        }
         fields = ", ".join(f'{go_names[k]}:"{v}"' for k, v in info.items())
         print(f"kubeadm version: &version.Info{{{fields}}}")
     return 0

@@ -512,8 +512,17 @@ def _quantity_bytes(text: str) -> int:
     m = re.match(r"^(\d+)(Ki|Mi|Gi|Ti|k|M|G|T)?$", str(text))
     if not m:
         return 0
-    mult = {None: 1, "Ki": 1024, "Mi": 1024**2, "Gi": 1024**3, "Ti": 1024**4, "k": 1000, "M": 10**6,
-            "G": 10**9, "T": 10**12}[m[2]]  # fmt: skip
+    mult = {
+        None: 1,
+        "Ki": 1024,
+        "Mi": 1024**2,
+        "Gi": 1024**3,
+        "Ti": 1024**4,
+        "k": 1000,
+        "M": 10**6,
+        "G": 10**9,
+        "T": 10**12,
+    }[m[2]]
     return int(m[1]) * mult
 
 
@@ -535,8 +544,14 @@ def host_resources(config: dict[str, Any]) -> tuple[dict[str, str], dict[str, st
     except OSError:
         disk = 0
     pods = str(config.get("maxPods") or 110)
-    capacity = {"cpu": str(_cpus()), "ephemeral-storage": f"{disk // 1024}Ki", "hugepages-1Gi": "0",
-                "hugepages-2Mi": "0", "memory": f"{mem_kib}Ki", "pods": pods}  # fmt: skip
+    capacity = {
+        "cpu": str(_cpus()),
+        "ephemeral-storage": f"{disk // 1024}Ki",
+        "hugepages-1Gi": "0",
+        "hugepages-2Mi": "0",
+        "memory": f"{mem_kib}Ki",
+        "pods": pods,
+    }
     hard = config.get("evictionHard") or {"memory.available": "100Mi", "nodefs.available": "10%"}
     mem_alloc = max(0, mem_kib * 1024 - _percent_or_bytes(hard.get("memory.available", "0"), mem_kib * 1024))
     disk_alloc = max(0, disk - _percent_or_bytes(hard.get("nodefs.available", "0"), disk))
@@ -547,10 +562,24 @@ def host_resources(config: dict[str, Any]) -> tuple[dict[str, str], dict[str, st
 # --- the kubelet --------------------------------------------------------------------------------------------------
 
 FLAGS_WITH_VALUE = {
-    "kubeconfig", "bootstrap-kubeconfig", "config", "node-labels", "register-with-taints", "hostname-override",
-    "container-runtime-endpoint", "node-ip", "pod-infra-container-image", "v", "cgroup-driver",
-    "runtime-request-timeout", "root-dir", "cert-dir", "fail-swap-on", "provider-id", "feature-gates",
-}  # fmt: skip
+    "kubeconfig",
+    "bootstrap-kubeconfig",
+    "config",
+    "node-labels",
+    "register-with-taints",
+    "hostname-override",
+    "container-runtime-endpoint",
+    "node-ip",
+    "pod-infra-container-image",
+    "v",
+    "cgroup-driver",
+    "runtime-request-timeout",
+    "root-dir",
+    "cert-dir",
+    "fail-swap-on",
+    "provider-id",
+    "feature-gates",
+}
 FLAGS_BOOL = {"version", "help", "h"}
 
 
@@ -635,9 +664,13 @@ class Kubelet:
 
     def labels(self) -> dict[str, str]:
         hostname = socket.gethostname().lower()
-        base = {"beta.kubernetes.io/arch": "amd64", "beta.kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64",
-                "kubernetes.io/hostname": self.flags.get("hostname-override") or hostname,
-                "kubernetes.io/os": "linux"}  # fmt: skip
+        base = {
+            "beta.kubernetes.io/arch": "amd64",
+            "beta.kubernetes.io/os": "linux",
+            "kubernetes.io/arch": "amd64",
+            "kubernetes.io/hostname": self.flags.get("hostname-override") or hostname,
+            "kubernetes.io/os": "linux",
+        }
         return {**base, **parse_labels(self.flags.get("node-labels", ""))}
 
     def status(self) -> dict[str, Any]:
@@ -658,15 +691,26 @@ class Kubelet:
         for type_, status, reason, message in wanted:
             old = self.conditions.get(type_) or {}
             since = old.get("lastTransitionTime") if old.get("status") == status else now
-            conditions.append({"type": type_, "status": status, "lastHeartbeatTime": now,
-                               "lastTransitionTime": since or now, "reason": reason, "message": message})  # fmt: skip
+            conditions.append(
+                {
+                    "type": type_,
+                    "status": status,
+                    "lastHeartbeatTime": now,
+                    "lastTransitionTime": since or now,
+                    "reason": reason,
+                    "message": message,
+                }
+            )
         machine_id = _read("/etc/machine-id")
         hostname = self.labels()["kubernetes.io/hostname"]
         return {
             "capacity": capacity,
             "allocatable": allocatable,
             "conditions": conditions,
-            "addresses": [{"type": "InternalIP", "address": self.node_ip}, {"type": "Hostname", "address": hostname}],
+            "addresses": [
+                {"type": "InternalIP", "address": self.node_ip},
+                {"type": "Hostname", "address": hostname},
+            ],
             "daemonEndpoints": {"kubeletEndpoint": {"Port": int(self.config.get("port") or 10250)}},
             "nodeInfo": {
                 "machineID": machine_id,
@@ -680,7 +724,7 @@ class Kubelet:
                 "operatingSystem": "linux",
                 "architecture": "amd64",
             },
-        }  # fmt: skip
+        }
 
     def node(self) -> dict[str, Any]:
         taints = parse_taints(self.flags.get("register-with-taints", ""))
@@ -691,11 +735,14 @@ class Kubelet:
         return {
             "apiVersion": "v1",
             "kind": "Node",
-            "metadata": {"name": self.name, "labels": self.labels(),
-                         "annotations": {"volumes.kubernetes.io/controller-managed-attach-detach": "true"}},
+            "metadata": {
+                "name": self.name,
+                "labels": self.labels(),
+                "annotations": {"volumes.kubernetes.io/controller-managed-attach-detach": "true"},
+            },
             "spec": {"taints": taints},
             "status": self.status(),
-        }  # fmt: skip
+        }
 
     def register(self) -> None:
         delay = 0.1
@@ -710,11 +757,21 @@ class Kubelet:
                 if exc.status == 409:
                     self._remember(self.client.request("GET", f"/api/v1/nodes/{self.name}"))
                     return
-                klog("E", "kubelet_node_status.go:107", "Unable to register node with API server",
-                     err=str(exc), node=self.name)  # fmt: skip
+                klog(
+                    "E",
+                    "kubelet_node_status.go:107",
+                    "Unable to register node with API server",
+                    err=str(exc),
+                    node=self.name,
+                )
             except (OSError, http.client.HTTPException) as exc:
-                klog("E", "kubelet_node_status.go:107", "Unable to register node with API server",
-                     err=str(exc), node=self.name)  # fmt: skip
+                klog(
+                    "E",
+                    "kubelet_node_status.go:107",
+                    "Unable to register node with API server",
+                    err=str(exc),
+                    node=self.name,
+                )
             self.stop.wait(delay)
             delay = min(delay * 2, 7.0)
 
@@ -724,8 +781,9 @@ class Kubelet:
 
     def post_status(self) -> None:
         patch = {"status": self.status()}
-        node = self.client.request("PATCH", f"/api/v1/nodes/{self.name}/status", patch,
-                                   "application/strategic-merge-patch+json")  # fmt: skip
+        node = self.client.request(
+            "PATCH", f"/api/v1/nodes/{self.name}/status", patch, "application/strategic-merge-patch+json"
+        )
         self._remember(node)
 
     # lease -------------------------------------------------------------------------------------------------
@@ -733,12 +791,22 @@ class Kubelet:
     def renew_lease(self) -> None:
         path = f"/apis/coordination.k8s.io/v1/namespaces/{NODE_LEASE_NS}/leases"
         if self.lease is None:
-            lease = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
-                     "metadata": {"name": self.name, "namespace": NODE_LEASE_NS,
-                                  "ownerReferences": [{"apiVersion": "v1", "kind": "Node", "name": self.name,
-                                                       "uid": self.node_uid}]},
-                     "spec": {"holderIdentity": self.name, "leaseDurationSeconds": self.lease_seconds,
-                              "renewTime": rfc3339(micro=True)}}  # fmt: skip
+            lease = {
+                "apiVersion": "coordination.k8s.io/v1",
+                "kind": "Lease",
+                "metadata": {
+                    "name": self.name,
+                    "namespace": NODE_LEASE_NS,
+                    "ownerReferences": [
+                        {"apiVersion": "v1", "kind": "Node", "name": self.name, "uid": self.node_uid}
+                    ],
+                },
+                "spec": {
+                    "holderIdentity": self.name,
+                    "leaseDurationSeconds": self.lease_seconds,
+                    "renewTime": rfc3339(micro=True),
+                },
+            }
             try:
                 self.lease = self.client.request("POST", path, lease)
                 return
@@ -809,19 +877,33 @@ def main(argv: list[str]) -> int:
         config = load_config(flags.get("config"))
     except FileNotFoundError:
         path = flags.get("config")
-        klog("E", "run.go:72", "command failed", err=f"failed to load kubelet config file, path: {path}, error: "
-             f"failed to load Kubelet config file {path}, error failed to read kubelet config file \"{path}\", "
-             f"error: open {path}: no such file or directory")  # fmt: skip
+        klog(
+            "E",
+            "run.go:72",
+            "command failed",
+            err=f"failed to load kubelet config file, path: {path}, error: "
+            f'failed to load Kubelet config file {path}, error failed to read kubelet config file "{path}", '
+            f"error: open {path}: no such file or directory",
+        )
         return 1
     except (OSError, ValueError) as exc:
-        klog("E", "run.go:72", "command failed", err=f"failed to load kubelet config file, path: "
-             f"{flags.get('config')}, error: {exc}")  # fmt: skip
+        klog(
+            "E",
+            "run.go:72",
+            "command failed",
+            err=f"failed to load kubelet config file, path: {flags.get('config')}, error: {exc}",
+        )
         return 1
     kubeconfig = flags.get("kubeconfig") or ""
     if not kubeconfig or not os.path.exists(host_path(kubeconfig)):
         bootstrap = flags.get("bootstrap-kubeconfig") or BOOTSTRAP_KUBECONFIG
-        klog("E", "run.go:72", "command failed", err=f"failed to run Kubelet: unable to load bootstrap kubeconfig: "
-             f"stat {bootstrap}: no such file or directory")  # fmt: skip
+        klog(
+            "E",
+            "run.go:72",
+            "command failed",
+            err=f"failed to run Kubelet: unable to load bootstrap kubeconfig: "
+            f"stat {bootstrap}: no such file or directory",
+        )
         return 1
     try:
         client = client_from_kubeconfig(kubeconfig)

@@ -71,16 +71,25 @@ def main(argv: list[str]) -> int:
         return 1
     system = drv.hw.get("system", {})
     if not system.get("nvswitch"):
-        log.write("ERROR", "request to query NVSwitch device information from NVSwitch driver failed with "
-                  "error:WARNING Nothing to do [NV_WARN_NOTHING_TO_DO]")  # fmt: skip
+        log.write(
+            "ERROR",
+            "request to query NVSwitch device information from NVSwitch driver failed with "
+            "error:WARNING Nothing to do [NV_WARN_NOTHING_TO_DO]",
+        )
         log.write("ERROR", "fabric manager failed to open NVSwitch devices, no NVSwitch devices found")
         print("Fabric Manager failed to start: no NVSwitch devices found.", file=sys.stderr)
         return 1
     if "fabricmanager-failed" in drv.host_faults():
-        log.write("INFO", f"number of devices specified in topology file NVSwitches: {system['nvswitch_count']}, "
-                  f"GPUs: {len(drv.hw['gpus'])}")  # fmt: skip
-        log.write("ERROR", "detected number of NVSwitches don't match with any supported system topology, "
-                  "aborting fabric manager")  # fmt: skip
+        log.write(
+            "INFO",
+            f"number of devices specified in topology file NVSwitches: {system['nvswitch_count']}, "
+            f"GPUs: {len(drv.hw['gpus'])}",
+        )
+        log.write(
+            "ERROR",
+            "detected number of NVSwitches don't match with any supported system topology, "
+            "aborting fabric manager",
+        )
         log.write("ERROR", "fabric manager initialization failed")
         print(
             "Fabric Manager failed to start. Check /var/log/fabricmanager.log for details.", file=sys.stderr

@@ -142,10 +142,20 @@ class NotEmulated(Exception):
 
 # ---- command line (boost::program_options rules) ------------------------------------------------
 LONG = {
-    "--help": "h", "--bufferSize": "b", "--list": "l", "--testcase": "t", "--testcasePrefixes": "p",
-    "--verbose": "v", "--skipVerification": "s", "--disableAffinity": "d", "--testSamples": "i",
-    "--useMean": "m", "--json": "j", "--loopCount": "loopCount", "--perfFormatter": "perfFormatter",
-}  # fmt: skip
+    "--help": "h",
+    "--bufferSize": "b",
+    "--list": "l",
+    "--testcase": "t",
+    "--testcasePrefixes": "p",
+    "--verbose": "v",
+    "--skipVerification": "s",
+    "--disableAffinity": "d",
+    "--testSamples": "i",
+    "--useMean": "m",
+    "--json": "j",
+    "--loopCount": "loopCount",
+    "--perfFormatter": "perfFormatter",
+}
 FLAGS = {"h", "l", "v", "s", "d", "m", "j", "perfFormatter"}
 NUMBERS = {"b", "i", "loopCount"}
 

@@ -131,8 +131,16 @@ def cdi_spec() -> str:
             "    - rbind",
             "    - rprivate",
         ]
-    lines += ["  - containerPath: /usr/bin/nvidia-smi", "    hostPath: /usr/bin/nvidia-smi", "    options:",
-              "    - ro", "    - nosuid", "    - nodev", "    - rbind", "    - rprivate"]  # fmt: skip
+    lines += [
+        "  - containerPath: /usr/bin/nvidia-smi",
+        "    hostPath: /usr/bin/nvidia-smi",
+        "    options:",
+        "    - ro",
+        "    - nosuid",
+        "    - nodev",
+        "    - rbind",
+        "    - rprivate",
+    ]
     lines.append("devices:")
     lines += devices
     lines.append("kind: nvidia.com/gpu")
@@ -192,9 +200,11 @@ def cli_main(argv: list[str]) -> int:
     args = [a for a in argv if not a.startswith("--load-kmods") and a not in ("-k", "--debug")]
     if args[:1] in (["--version"], ["-V"]):
         v = toolkit_version()
-        print(f"cli-version: {v}\nlib-version: {v}\nbuild date: 2025-10-10T12:00+00:00\n"
-              f"build revision: {commit()}\nbuild compiler: x86_64-linux-gnu-gcc-7 7.5.0\n"
-              "build platform: x86_64\nbuild flags: -D_GNU_SOURCE -D_FORTIFY_SOURCE=2 -DNDEBUG -std=gnu11 -O2 -g")  # fmt: skip
+        print(
+            f"cli-version: {v}\nlib-version: {v}\nbuild date: 2025-10-10T12:00+00:00\n"
+            f"build revision: {commit()}\nbuild compiler: x86_64-linux-gnu-gcc-7 7.5.0\n"
+            "build platform: x86_64\nbuild flags: -D_GNU_SOURCE -D_FORTIFY_SOURCE=2 -DNDEBUG -std=gnu11 -O2 -g"
+        )
         return 0
     if args[:1] in (["info"], ["list"]):
         try:
@@ -210,9 +220,11 @@ def cli_main(argv: list[str]) -> int:
             return 0
         print(f"NVRM version:   {drv.version}\nCUDA version:   {nvemu.cuda_version(drv.version)}\n")
         for gpu in drv.visible_gpus():
-            print(f"Device Index:   {gpu['index']}\nDevice Minor:   {gpu.get('minor_number', gpu['index'])}\n"
-                  f"Model:          {gpu['name']}\nBrand:          Nvidia\nGPU UUID:       {gpu['uuid']}\n"
-                  f"Bus Location:   {gpu['pci_bus_id']}\nArchitecture:   {gpu['compute_capability']}\n")  # fmt: skip
+            print(
+                f"Device Index:   {gpu['index']}\nDevice Minor:   {gpu.get('minor_number', gpu['index'])}\n"
+                f"Model:          {gpu['name']}\nBrand:          Nvidia\nGPU UUID:       {gpu['uuid']}\n"
+                f"Bus Location:   {gpu['pci_bus_id']}\nArchitecture:   {gpu['compute_capability']}\n"
+            )
         return 0
     print("Usage: nvidia-container-cli [OPTION...] COMMAND [ARG...]", file=sys.stderr)
     return 64
@@ -231,8 +243,11 @@ def runtime_main(argv: list[str]) -> int:
             os.execv(runc, [runc, "--version"])
         return 0
     if not runc:
-        print("ERRO[0000] error running nvidia-container-runtime: error constructing low-level runtime: "
-              "error locating runtime: no runtime binary found from candidate list: [runc crun]", file=sys.stderr)  # fmt: skip
+        print(
+            "ERRO[0000] error running nvidia-container-runtime: error constructing low-level runtime: "
+            "error locating runtime: no runtime binary found from candidate list: [runc crun]",
+            file=sys.stderr,
+        )
         return 1
     os.execv(runc, [runc, *argv])
     return 1  # not reached
