@@ -6,6 +6,7 @@ driver API. The judging is in :mod:`gpuready.conformance.checks.gpu`.
 """
 
 import sys
+from typing import Any, NamedTuple
 
 import pytest
 
@@ -21,9 +22,15 @@ def _whole_fleet_at_once(gpuready_suite):
     gpuready_suite.prefetch("gpu", lambda node: [host.NVIDIA_SMI_COMMAND, *gpu.commands(node)])
 
 
+class GpuFacts(NamedTuple):
+    report: Any  # nvidia-smi's report (NVML's with --connection local where it answers)
+    pstates: Any  # performance state per GPU
+    lost: list[str]  # GPUs nvidia-smi could not reach
+
+
 @pytest.fixture
 def facts(node, node_shell, gpuready_suite):
-    """(report, performance states, lost GPUs) of the node, once per node per run."""
+    """The node's GpuFacts, once per node per run."""
     return gpuready_suite.cached(
         node, "gpu-facts", lambda: _read_facts(node_shell, gpuready_suite.connection)
     )
@@ -38,38 +45,37 @@ def _read_facts(node_shell, connection):
         nvml = local_gpu.nvml_report()
         if nvml is not None:
             report, pstates = nvml
-            return report, pstates, lost
+            return GpuFacts(report, pstates, lost)
     try:
         report = host.smi_report(smi)
     except CannotCheck as exc:  # the host layer owns nvidia-smi failures
         pytest.skip(f"{node_shell.node.name}: {exc}")
-    return report, gpu.performance_states(smi.stdout), lost
+    return GpuFacts(report, gpu.performance_states(smi.stdout), lost)
 
 
 def test_gpus_match_spec(node, facts):
-    report, _pstates, lost = facts
-    judge(node, gpu.gpus_match_spec, node, report, lost)
+    judge(node, gpu.gpus_match_spec, node, facts.report, facts.lost)
 
 
 def test_no_uncorrectable_ecc_errors(node, facts):
-    judge(node, gpu.ecc_errors, facts[0])
+    judge(node, gpu.ecc_errors, facts.report)
 
 
 def test_no_pending_memory_repairs(node, facts):
-    judge(node, gpu.memory_repairs, facts[0])
+    judge(node, gpu.memory_repairs, facts.report)
 
 
 def test_pcie_link_at_max(node, facts):
-    judge(node, gpu.pcie_link, facts[0], facts[1])
+    judge(node, gpu.pcie_link, facts.report, facts.pstates)
 
 
 def test_no_xid_errors(node, node_shell, facts):
     journal = [node_shell.run(command) for command in gpu.JOURNAL_COMMANDS]
-    judge(node, gpu.xid_errors, facts[0], journal)
+    judge(node, gpu.xid_errors, facts.report, journal)
 
 
 def test_no_clock_throttling(node, facts):
-    judge(node, gpu.clock_event_reasons, facts[0])
+    judge(node, gpu.clock_event_reasons, facts.report)
 
 
 def test_nvlink_up(node, node_shell, facts):
@@ -77,12 +83,12 @@ def test_nvlink_up(node, node_shell, facts):
         pytest.skip(
             f"{node.name}: not applicable: the inventory says this node has no NVSwitch (nvswitch = False)"
         )
-    judge(node, gpu.nvlink, node, facts[0], node_shell.run(gpu.NVLINK_COMMAND))
+    judge(node, gpu.nvlink, node, facts.report, node_shell.run(gpu.NVLINK_COMMAND))
 
 
 def test_mig_layout(node, node_shell, facts):
     lgi = node_shell.run(gpu.MIG_INSTANCES_COMMAND) if node.mig_enabled_gpus else None
-    judge(node, gpu.mig_layout, node, facts[0], lgi)
+    judge(node, gpu.mig_layout, node, facts.report, lgi)
 
 
 def test_vector_add(node, node_shell, gpuready_suite):
@@ -95,4 +101,4 @@ def test_vector_add(node, node_shell, gpuready_suite):
 
 
 def test_images_cuda_within_the_driver(node, facts):
-    judge(node, gpu.image_cuda, node, facts[0])
+    judge(node, gpu.image_cuda, node, facts.report)

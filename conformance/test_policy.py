@@ -20,6 +20,7 @@ judging is in :mod:`gpuready.conformance.checks.policy`.
 
 import json
 import time
+from typing import Any, NamedTuple
 
 import pytest
 
@@ -28,6 +29,7 @@ from gpuready.conformance.checks import CannotCheck
 from gpuready.conformance.checks import policy as checks
 from gpuready.conformance.checks import workloads as workload_checks
 from gpuready.conformance.plugin import judge
+from gpuready.spec.knobs import SharingMode
 
 pytestmark = pytest.mark.policy
 
@@ -93,9 +95,26 @@ def _decisions(cluster, namespace, pods, timeout):
     return found
 
 
+class PlainPod(NamedTuple):
+    decision: checks.Scheduling | None  # None: the scheduler decided nothing in time
+    taints: list  # the Node's spec.taints as listed before the pod was created
+
+
+class PreemptionTry(NamedTuple):
+    where: str  # the node it was tried on, or why it was tried nowhere
+    found: checks.Preemption | None
+
+
+class Candidate(NamedTuple):
+    gpus: int
+    name: str
+    node: Any
+    highest: tuple[str, int]  # the inventory's highest PriorityClass and its value
+
+
 @pytest.fixture(scope="module")
 def plain_pods(gpuready_suite, gpuready_workloads):
-    """{node name: the scheduler's decision on its plain pod} for every tainted node still in the running."""
+    """{node name: PlainPod} for every tainted node still in the running."""
     suite = gpuready_suite
     nodes = [n for n in suite.nodes if suite.gated(n, "policy") is None and _tainted(n)]
     if not nodes:
@@ -122,7 +141,9 @@ def plain_pods(gpuready_suite, gpuready_workloads):
         cluster.core.delete_collection_namespaced_pod(
             namespace, label_selector="gpuready.io/check=plain-pod", grace_period_seconds=0
         )
-    return {name: (found.get(pod["metadata"]["name"]), taints.get(name, [])) for name, pod in pods.items()}
+    return {
+        name: PlainPod(found.get(pod["metadata"]["name"]), taints.get(name, [])) for name, pod in pods.items()
+    }
 
 
 @pytest.fixture(scope="module")
@@ -185,10 +206,10 @@ def _gpus_held(cluster):
 
 
 def _preemption_candidate(suite, workloads, node, held):
-    """(GPUs, name, node, highest class) when the suite can fill the node's GPUs alone, else None."""
+    """The node as a Candidate when the suite can fill its GPUs alone, else None."""
     if (
         suite.gated(node, "policy") is not None
-        or node.sharing.mode != "none"
+        or node.sharing.mode != SharingMode.NONE
         or workloads.running_on(node.name)
         or held.get(node.name)
     ):
@@ -198,23 +219,24 @@ def _preemption_candidate(suite, workloads, node, held):
     except CannotCheck:
         return None
     count = node.expected_allocatable.get(checks.GPU_RESOURCE, 0)
-    return (count, node.name, node, highest) if count else None
+    return Candidate(count, node.name, node, highest) if count else None
 
 
 @pytest.fixture(scope="module")
 def preemption(gpuready_suite, gpuready_workloads):
-    """(node tried, Preemption) on the node with the fewest whole GPUs that nothing else holds, or (reason, None).
+    """A PreemptionTry on the node with the fewest whole GPUs that nothing else holds, or why it was not tried.
     Plain pods hold every GPU of it first; only then, so that the only possible victims are the suite's own,
     a GPU pod of the inventory's highest PriorityClass is sent there and followed until bound."""
     suite, workloads = gpuready_suite, gpuready_workloads
     held = _gpus_held(workloads.cluster)
     options = [c for n in suite.nodes if (c := _preemption_candidate(suite, workloads, n, held))]
     if not options:
-        return (
+        return PreemptionTry(
             "no node the suite could fill alone (whole GPUs, sharing none, none held by any pod): not tried",
             None,
         )
-    count, _name, node, (pc, value) = min(options, key=lambda c: c[:2])
+    chosen = min(options, key=lambda c: (c.gpus, c.name))
+    count, node, (pc, value) = chosen.gpus, chosen.node, chosen.highest
     holders = [
         (
             wl.gpu_pod(
@@ -235,9 +257,8 @@ def preemption(gpuready_suite, gpuready_workloads):
         held = workloads.run(holders, suite.pod_timeout)
         if not all(r.phase == "Running" for r in held.values()):
             states = "; ".join(r.describe() for r in held.values() if r.phase != "Running")
-            return (
-                f"preemption not tried on {node.name}: the plain pods did not hold every GPU ({states})",
-                None,
+            return PreemptionTry(
+                f"preemption not tried on {node.name}: the plain pods did not hold every GPU ({states})", None
             )
         pod = wl.gpu_pod(
             f"preemptor-{node.name}",
@@ -292,7 +313,7 @@ def preemption(gpuready_suite, gpuready_workloads):
             state["unschedulable"],
             suite.pod_timeout,
         )
-        return node.name, result
+        return PreemptionTry(node.name, result)
     finally:  # give the GPUs back
         cluster.core.delete_collection_namespaced_pod(
             namespace, label_selector="gpuready.io/check=preemption", grace_period_seconds=0
@@ -345,8 +366,8 @@ def quota_probes(gpuready_suite, cluster):
 def test_plain_pod_stays_off(node, gpuready_suite, plain_pods):
     if not _tainted(node):
         judge(node, checks.scheduling_taints, node)  # skips with the reason
-    found, on_node = plain_pods.get(node.name, (None, []))
-    judge(node, checks.plain_pod_kept_off, node, found, on_node, gpuready_suite.pod_timeout)
+    plain = plain_pods.get(node.name, PlainPod(None, []))
+    judge(node, checks.plain_pod_kept_off, node, plain.decision, plain.taints, gpuready_suite.pod_timeout)
 
 
 def test_gpu_pod_by_product_affinity(node, gpuready_suite, affinity_pods):
@@ -375,11 +396,14 @@ def test_priority_classes(node, priority_classes):
 
 
 def test_priority_preempts(node, preemption):
-    where, found = preemption
-    if found is None or where != node.name:
-        why = where if found is None else f"preemption is tried on one node per run: {where}"
+    if preemption.found is None or preemption.where != node.name:
+        why = (
+            preemption.where
+            if preemption.found is None
+            else f"preemption is tried on one node per run: {preemption.where}"
+        )
         judge(node, checks.preempts, node, None, why)  # skips with the reason
-    judge(node, checks.preempts, node, found, "")
+    judge(node, checks.preempts, node, preemption.found, "")
 
 
 def test_gpu_quota_refuses(node, quota_probes):
