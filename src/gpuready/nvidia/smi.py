@@ -10,11 +10,13 @@ Conventions every reader here follows:
 
 * values nvidia-smi prints for "no value" (``N/A``, ``[N/A]``, ``[Not Supported]``, ``Requested
   functionality has been deprecated``) become ``None``;
+* the note driver 610 and later put after the value of a field it will drop (``610.43.02 [Deprecated;
+  will be removed in CUDA 14.0. Use KMD Version instead]``) is not part of the value;
 * anything else that does not read as the expected type raises :class:`~gpuready.nvidia.errors.ParseError`
   naming the tool, the GPU and the field, and so does output that stops early: a record is complete or
   it is not returned.
 
-Field names and layouts were read from real captures of drivers 515 to 595 (see tests/fixtures/SOURCES.md).
+Field names and layouts were read from real captures of drivers 515 to 610 (see tests/fixtures/SOURCES.md).
 """
 
 from __future__ import annotations
@@ -129,7 +131,9 @@ class SmiReport:
     """The whole of one ``nvidia-smi -q`` / ``-q -x`` run.
 
     ``attached_gpus`` is the driver's count of GPUs in the machine; ``gpus`` can hold fewer when the
-    query was limited with ``-i``.
+    query was limited with ``-i``. From driver 610 on the text query names the driver version ``KMD
+    Version`` and the CUDA version ``CUDA UMD Version`` (the old names are kept, marked deprecated);
+    ``driver_version`` and ``cuda_version`` are read from whichever the output has, the new name first.
     """
 
     driver_version: str
@@ -267,14 +271,19 @@ _NOT_AVAILABLE = frozenset(
     }
 )
 
+# Driver 610 and later follow the value of a field they are about to drop with a note:
+# "Driver Version : 610.43.02 [Deprecated; will be removed in CUDA 14.0. Use KMD Version instead]".
+_DEPRECATION_NOTE = re.compile(r"\s+\[Deprecated\b[^\]]*\]$")
 _NUMBER_WITH_UNIT = re.compile(r"^(-?\d+(?:\.\d+)?) ?([A-Za-z%/()]*)$")
 
 
 def _value(value: str | None) -> str | None:
-    """The stripped value, or None for a missing field or one of nvidia-smi's no-value markers."""
-    if value is None or value.strip() in _NOT_AVAILABLE:
+    """The stripped value without any deprecation note, or None for a missing field or one of
+    nvidia-smi's no-value markers."""
+    if value is None:
         return None
-    return value.strip()
+    text = _DEPRECATION_NOTE.sub("", value.strip())
+    return None if text in _NOT_AVAILABLE else text
 
 
 def _number(value: str | None, unit: str, what: str, kind: type[int] | type[float]) -> int | float | None:
@@ -530,7 +539,10 @@ def _xml_mig_device(fields: _XmlFields) -> MigDevice:
 
 _TEXT = "nvidia-smi -q"
 _BANNER = "==============NVSMI LOG=============="
-_KEY_VALUE = re.compile(r"^(\S.*?)\s+:(.*)$")
+# nvidia-smi pads each key to a fixed width and then prints ": value"; a key longer than that width
+# touches its colon ("Memory Max Operating T.Limit Temp Specification: 0 C", driver 610). A colon inside
+# a section title has no space after it ("GPU 00000000:83:00.0").
+_KEY_VALUE = re.compile(r"^(\S.*?)\s*:(\s.*)?$")
 _TEXT_ECC_UNCORRECTABLE = (
     "DRAM Uncorrectable",
     "SRAM Uncorrectable",
@@ -599,7 +611,7 @@ def _indented_tree(lines: Sequence[tuple[int, str]], tool: str) -> _Node:
         indent = len(line) - len(line.lstrip(" "))
         match = _KEY_VALUE.match(line[indent:])
         if match:
-            node = _Node(key=match.group(1).strip(), value=match.group(2).strip(), line=number)
+            node = _Node(key=match.group(1).strip(), value=(match.group(2) or "").strip(), line=number)
         else:
             node = _Node(key=line[indent:].strip(), value=None, line=number)
         while stack[-1][0] >= indent:
@@ -630,9 +642,11 @@ def parse_query_text(text: str, *, filtered: bool = False) -> SmiReport:
     if lines[banner].strip() != _BANNER:
         raise ParseError(f"{_TEXT}: output does not start with the {_BANNER!r} banner")
     root = _indented_tree([(i + 1, line) for i, line in enumerate(lines) if i > banner], _TEXT)
-    driver = _value(root.get("Driver Version"))
+    driver = _value(root.get("KMD Version")) or _value(root.get("Driver Version"))
     if driver is None:
-        raise ParseError(f"{_TEXT}: no 'Driver Version' line")
+        raise ParseError(
+            f"{_TEXT}: no 'Driver Version' line (nor 'KMD Version', its name from driver 610 on)"
+        )
     attached = _int(root.get("Attached GPUs"), "", f"{_TEXT}: 'Attached GPUs'")
     if attached is None:
         raise ParseError(f"{_TEXT}: no 'Attached GPUs' line")
@@ -648,7 +662,7 @@ def parse_query_text(text: str, *, filtered: bool = False) -> SmiReport:
             )
     return SmiReport(
         driver_version=driver,
-        cuda_version=_value(root.get("CUDA Version")),
+        cuda_version=_value(root.get("CUDA UMD Version")) or _value(root.get("CUDA Version")),
         attached_gpus=attached,
         gpus=tuple(_text_gpu(i, block, filtered) for i, block in enumerate(blocks)),
     )
