@@ -28,11 +28,17 @@ plan: setup
 demo: setup system-deps control-plane
 	./scripts/demo.sh
 
-lint: setup
+# actionlint checks the GitHub workflows (.github/workflows); built once from the Go module proxy into the venv.
+ACTIONLINT_VERSION := v1.7.12
+$(BIN)/actionlint: | setup
+	GOBIN=$(abspath $(BIN)) go install github.com/rhysd/actionlint/cmd/actionlint@$(ACTIONLINT_VERSION)
+
+lint: setup $(BIN)/actionlint
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 	$(BIN)/lint-imports
+	$(BIN)/actionlint
 
 test: setup system-deps control-plane lint
 	$(BIN)/pytest
