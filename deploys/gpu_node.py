@@ -5,7 +5,7 @@ Order as the GPU Operator and holodeck do it: host prerequisites, driver, contai
 be used alone; every expectation comes from the fleet spec (``gpuready plan`` shows it).
 """
 
-from gpuready.deploy.tasks.containerd import containerd
+from gpuready.deploy.tasks.containerd import containerd_runtime
 from gpuready.deploy.tasks.driver import nvidia_driver
 from gpuready.deploy.tasks.host import host_prerequisites
 from gpuready.deploy.tasks.kubernetes import join_cluster, kubernetes_packages
@@ -15,7 +15,7 @@ from gpuready.deploy.tasks.toolkit import container_toolkit
 host_prerequisites()
 nvidia_driver()
 container_toolkit()
-containerd()
+containerd_runtime()
 kubernetes_packages()
 join_cluster()
 mig_layout()

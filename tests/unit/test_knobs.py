@@ -223,15 +223,8 @@ def test_an_inventory_without_group_data_gets_the_registrys_defaults(tmp_path):
 
 
 def test_the_deploy_tasks_carry_their_defaults():
-    from gpuready.deploy.tasks import containerd, driver, kubernetes, mig, toolkit
+    from gpuready.deploy import tasks
 
-    for task in (
-        driver.nvidia_driver,
-        toolkit.container_toolkit,
-        containerd.containerd,
-        mig.mig_layout,
-        kubernetes.kubernetes_packages,
-        kubernetes.join_cluster,
-    ):
-        defaults = task._inner.deploy_data  # pyinfra's @deploy(data_defaults=...)
-        assert defaults == knobs.defaults("deploy"), task
+    for name in tasks.__all__:  # what a deploy of a user's own imports: from gpuready.deploy.tasks import ...
+        defaults = getattr(tasks, name)._inner.deploy_data  # pyinfra's @deploy(data_defaults=...)
+        assert defaults == knobs.defaults("deploy"), name

@@ -22,7 +22,7 @@ def config_paths() -> tuple[str, str]:
 
 
 @deploy("containerd with the nvidia runtime", data_defaults=knobs.defaults("deploy"))
-def containerd() -> None:
+def containerd_runtime() -> None:
     node = current_node()
     gpu_apt.installed(name="Install containerd", packages=node.apt_packages["containerd"], no_recommends=True)
     config = containerd_ops.nvidia_runtime(
