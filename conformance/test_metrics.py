@@ -79,10 +79,12 @@ def scrapes(gpuready_suite, cluster, gpuready_workloads):
 
     with ThreadPoolExecutor(max_workers=max(1, min(32, len(nodes)))) as pool:
         scraped = dict(pool.map(scrape, nodes)) if nodes else {}
-    return {
+    found = {
         name: (value, [r.name for r in gpuready_workloads.running_on(name)])
         for name, value in scraped.items()
     }
+    gpuready_workloads.release(("metrics",), gpuready_suite.pod_timeout)  # scraped: give the GPUs back
+    return found
 
 
 @pytest.fixture

@@ -76,6 +76,8 @@ def pods(gpuready_suite, gpuready_workloads):
             found.setdefault((result.node, "time-slicing", ""), []).append(result)
         else:
             found[(result.node, "mig", name)] = result
+    # the pods that hold GPUs go now (their outputs are read): the policy layer needs nodes nothing holds
+    gpuready_workloads.release(("time-slicing", "mig"), timeout)
     return found
 
 

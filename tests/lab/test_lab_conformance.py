@@ -41,6 +41,13 @@ def test_healthy_lab_passes_the_whole_suite(deployed_lab, diag_tools, tmp_path):
         for layer in ("host", "gpu", "node", "workloads", "metrics", "policy", "diag"):
             statuses = {r["status"] for r in data["layers"][layer]["checks"].values()}
             assert "pass" in statuses, (node, layer, statuses)
+    # the workloads and metrics layers give their GPUs back when done: in the same run the policy layer finds
+    # the H100 node free, fills it and preempts there, and places the L4 affinity pod
+    policy_checks = {n: d["layers"]["policy"]["checks"] for n, d in verdict["nodes"].items()}
+    assert policy_checks[node_of(deployed_lab, "h100-sxm-8")]["test_priority_preempts"]["status"] == "pass"
+    assert (
+        policy_checks[node_of(deployed_lab, "l4-1")]["test_gpu_pod_by_product_affinity"]["status"] == "pass"
+    )
     h100 = verdict["nodes"][node_of(deployed_lab, "h100-sxm-8")]["layers"]["diag"]["checks"]
     for check in ("test_host_to_device_bandwidth", "test_device_to_host_bandwidth", "test_peer_bandwidth"):
         figures = h100[check]["measurements"]

@@ -18,6 +18,7 @@ import json
 import secrets
 import time
 from collections.abc import Iterable
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -170,6 +171,29 @@ class Workloads:
         self.cluster.core.create_namespace(body)  # type: ignore[arg-type]
         self.requests += 1
         self.created = True
+
+    def release(self, checks: Iterable[str], timeout: float) -> None:
+        """Delete this run's pods of ``checks`` (their ``gpuready.io/check`` label) and wait until they are gone,
+        so their GPUs are free for the layers after this one (the policy layer needs nodes nothing holds). Their
+        results stay as they were for the checks; they no longer count as running on their nodes."""
+        if not self.created:
+            return
+        core = self.cluster.core
+        selector = f"gpuready.io/check in ({','.join(sorted(checks))})"
+        listed = core.list_namespaced_pod(self.namespace, label_selector=selector)
+        names = {str(p.metadata.name) for p in listed.items if p.metadata}
+        if not names:
+            return
+        core.delete_collection_namespaced_pod(self.namespace, label_selector=selector, grace_period_seconds=0)
+        self.requests += 2
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:  # one LIST a poll, whatever the number of nodes
+            self.requests += 1
+            if not core.list_namespaced_pod(self.namespace, label_selector=selector, limit=1).items:
+                break
+            time.sleep(0.2)
+        for name in names & set(self.results):
+            self.results[name] = replace(self.results[name], phase="Deleted")
 
     def delete(self) -> bool:
         """Delete the run's namespace (and so every pod in it); True when there was one to delete."""
