@@ -57,7 +57,7 @@ def test_plain_pod_has_no_gpu_request_and_only_the_cordon_toleration(specs):
     pod = checks.plain_pod("plain-t4", base)
     assert pod["metadata"]["name"] == "plain-t4"
     assert pod["metadata"]["labels"]["gpuready.io/check"] == "plain-pod"
-    assert pod["spec"]["tolerations"] == [checks.CORDON]
+    assert pod["spec"]["tolerations"] == [checks.CORDON_TOLERATION]
     assert pod["spec"]["nodeSelector"] == {"kubernetes.io/hostname": "t4"}
     assert "runtimeClassName" not in pod["spec"]
     assert all("resources" not in c for c in pod["spec"]["containers"])

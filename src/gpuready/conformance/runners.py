@@ -60,9 +60,9 @@ class _OncePerRun:
     def execute(self, command: str) -> CommandResult:
         raise NotImplementedError
 
-    def timed_out(self, command: str) -> tuple[int, bytes, bytes]:
+    def timed_out(self, command: str) -> CommandResult:
         message = f"{command}: no answer within {self.timeout:g} s (--command-timeout)"
-        return TIMEOUT_RC, b"", message.encode()
+        return self.result(TIMEOUT_RC, self.encode(command), b"", message.encode())  # type: ignore[attr-defined]
 
 
 class TimedLocalBackend(_OncePerRun, LocalBackend):
@@ -90,7 +90,7 @@ class TimedLocalBackend(_OncePerRun, LocalBackend):
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, signal.SIGKILL)
             proc.communicate()
-            return self.result(*_with_command(self.timed_out(command), self.encode(command)))
+            return self.timed_out(command)
         return self.result(proc.returncode, self.encode(command), stdout, stderr)
 
 
@@ -167,7 +167,7 @@ class StrictSshBackend(_OncePerRun, ParamikoBackend):
         except ConnectionFailed:
             raise
         except TimeoutError:
-            return self.result(*_with_command(self.timed_out(command), cmd))
+            return self.timed_out(command)
         except Exception as exc:  # a dropped session: the node is gone for the rest of the run
             self._error = ConnectionFailed(f"SSH session to {self.where} failed: {type(exc).__name__}: {exc}")
             self.close()
@@ -177,11 +177,6 @@ class StrictSshBackend(_OncePerRun, ParamikoBackend):
         client = self.__dict__.pop("client", None)
         if client is not None:
             client.close()
-
-
-def _with_command(outcome: tuple[int, bytes, bytes], cmd: bytes) -> tuple[int, bytes, bytes, bytes]:
-    rc, stdout, stderr = outcome
-    return rc, cmd, stdout, stderr
 
 
 class SystemdHost(testinfra.host.Host):

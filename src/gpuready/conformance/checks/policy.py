@@ -19,7 +19,6 @@ Obj = dict[str, Any]
 GPU_RESOURCE = "nvidia.com/gpu"
 QUOTA_KEYS = ("requests.nvidia.com/gpu", "nvidia.com/gpu")  # what a ResourceQuota on GPUs limits
 KEEPS_OFF = ("NoSchedule", "NoExecute")  # PreferNoSchedule only asks the scheduler to avoid the node
-CORDON = CORDON_TOLERATION
 
 
 def scheduling_taints(node: NodeSpec) -> list[Taint]:
@@ -38,7 +37,7 @@ def plain_pod(name: str, gpu_pod: Obj) -> Obj:
     the cordon must not be what keeps the pod off). It stays pinned to the node by ``kubernetes.io/hostname``."""
     spec = dict(gpu_pod["spec"])
     spec.pop("runtimeClassName", None)
-    spec["tolerations"] = [dict(CORDON)]
+    spec["tolerations"] = [dict(CORDON_TOLERATION)]
     spec["containers"] = [{k: v for k, v in c.items() if k != "resources"} for c in spec["containers"]]
     labels = {**gpu_pod["metadata"]["labels"], "gpuready.io/check": "plain-pod"}
     return {**gpu_pod, "metadata": {**gpu_pod["metadata"], "name": name, "labels": labels}, "spec": spec}
