@@ -81,6 +81,18 @@ def test_containerd_nvidia_handler(node, host):
     judge(node, checks.containerd_nvidia_handler, output(host, checks.CONTAINERD_COMMAND))
 
 
+def test_containerd_cdi(node, host):
+    if not node.cdi:
+        pytest.skip(f"{node.name}: not applicable: runtime-class mode (nvidia_cdi = False)")
+    judge(node, checks.containerd_cdi, output(host, checks.CONTAINERD_COMMAND))
+
+
+def test_cdi_spec_names_every_device(node, host):
+    if not node.cdi:
+        pytest.skip(f"{node.name}: not applicable: runtime-class mode (nvidia_cdi = False)")
+    judge(node, checks.cdi_spec, output(host, checks.CDI_SPEC_COMMAND), output(host, checks.SMI_LIST_COMMAND))
+
+
 def test_kubelet_active(node, host):
     if not node.join.enabled:
         pytest.skip(f"{node.name}: not applicable: the inventory does not join this node (kube_join = False)")

@@ -107,8 +107,12 @@ node_taints = ["nvidia.com/gpu=present:NoSchedule"]
 # --- containerd ---------------------------------------------------------------------------------------------
 # make "nvidia" the default runtime (RuntimeClass "nvidia" is preferred)
 containerd_nvidia_default_runtime = False
-# enable_cdi in the CRI plugin (containerd >= 2.0 has it on by default)
-containerd_enable_cdi = False
+# CDI mode (the default for new nodes, as in the GPU Operator since 25.10): GPU pods get their devices from
+# the toolkit's CDI spec (/var/run/cdi/nvidia.yaml, kept current by the nvidia-cdi-refresh units) through
+# containerd's CDI support (enable_cdi; containerd >= 1.7) and need no runtimeClassName; needs toolkit >=
+# 1.18.1. False: runtime-class mode, GPU pods run with runtimeClassName nvidia (the only mode for containerd
+# 1.6, Debian 12)
+nvidia_cdi = True
 
 # --- Driver and toolkit upgrades (deploys/upgrade_driver.py) ------------------------------------------------
 # deploys/gpu_node.py never reboots: after a driver change it warns and leaves the node to this deploy, which

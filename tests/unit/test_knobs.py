@@ -54,7 +54,7 @@ BAD: dict[str, tuple[object, str]] = {
     "node_labels": (["pool=a"], "must be a dict of label key -> value"),
     "node_taints": ("nvidia.com/gpu:NoSchedule", "must be a list of 'key[=value]:Effect'"),
     "containerd_nvidia_default_runtime": ("True", "must be True or False"),
-    "containerd_enable_cdi": ("on", "must be True or False"),
+    "nvidia_cdi": ("on", "must be True or False"),
     "upgrade_batch_size": (0, "must be an integer >= 1"),
     "upgrade_max_unavailable": ("2", "must be an integer >= 1"),
     "drain_gpu_pods_only": ("yes", "must be True or False"),

@@ -65,7 +65,7 @@ def test_repositories_and_package_names(built: dict[str, list[Path]]) -> None:
     ]
     versions = {field(p, "Version") for p in built["cuda"]}
     assert versions == {"580.178.04-1", "570.195.03-1", "595.91.07-1", "1:4.5.2-1", "0.8-1"}
-    assert {field(p, "Version") for p in built["libnvidia-container"]} == {"1.20.0-1"}
+    assert {field(p, "Version") for p in built["libnvidia-container"]} == {"1.20.0-1", "1.17.3-1"}
     # pool file names drop the epoch (1:4.5.2-1 -> 4.5.2-1), as Debian's do
     assert all(
         p.name == f"{field(p, 'Package')}_{field(p, 'Version').split(':')[-1]}_amd64.deb"
@@ -144,6 +144,13 @@ def test_driver_contents(built: dict[str, list[Path]]) -> None:
     assert "/usr/bin/nvidia-ctk" in contents(tk[("nvidia-container-toolkit-base", "1.20.0-1")])
     assert "/usr/bin/nvidia-container-runtime" in contents(tk[("nvidia-container-toolkit-base", "1.20.0-1")])
     assert "/usr/bin/nvidia-container-cli" in contents(tk[("libnvidia-container-tools", "1.20.0-1")])
+    # the CDI refresh units ship from 1.18 on
+    assert "/lib/systemd/system/nvidia-cdi-refresh.path" in contents(
+        tk[("nvidia-container-toolkit-base", "1.20.0-1")]
+    )
+    assert "/lib/systemd/system/nvidia-cdi-refresh.path" not in contents(
+        tk[("nvidia-container-toolkit-base", "1.17.3-1")]
+    )
 
 
 def test_no_file_is_shipped_by_two_packages_of_one_version(built: dict[str, list[Path]]) -> None:

@@ -45,6 +45,7 @@ def test_plan_names_known_vulnerabilities_of_the_pins(tmp_path, capsys):
         "kube_join": False,
         "nvidia_container_toolkit_version": "1.17.3",
         "nvidia_driver_version": "580.178.04",
+        "nvidia_cdi": False,  # CDI mode refuses a toolkit without the refresh units (tested below)
     }
     (tmp_path / "group_data").mkdir()
     shutil.copy(Path(EXAMPLE).parent / "group_data" / "all.py", tmp_path / "group_data" / "all.py")
@@ -60,3 +61,22 @@ def test_plan_names_known_vulnerabilities_of_the_pins(tmp_path, capsys):
     assert main(["plan", str(tmp_path / "inv.py"), "--json"]) == 0
     warnings = json.loads(capsys.readouterr().out)["security_warnings"]
     assert len(warnings) == 1 and "CVE-2025-23266" in warnings[0]
+
+
+def test_plan_refuses_a_toolkit_cdi_mode_cannot_use(tmp_path, capsys):
+    """CDI mode (the default) needs the refresh units (1.18+) and refuses 1.18.0, whose containerd drop-in
+    overwrote the user's imports."""
+    (tmp_path / "group_data").mkdir()
+    shutil.copy(Path(EXAMPLE).parent / "group_data" / "all.py", tmp_path / "group_data" / "all.py")
+    for version, words in (
+        ("1.18.0", "overwrites the top-level imports"),
+        ("1.17.3", "needs toolkit >= 1.18.1"),
+    ):
+        data = {"gpu_model": "NVIDIA L4", "gpu_count": 1, "kube_join": False}
+        data["nvidia_container_toolkit_version"] = version
+        inventory = tmp_path / f"inv_{version.replace('.', '_')}.py"
+        inventory.write_text(f"pool = [('n1', {data!r})]\n")
+        assert main(["plan", str(inventory)]) == 2
+        err = capsys.readouterr().err
+        assert f"host n1: nvidia_container_toolkit_version = '{version}': with nvidia_cdi = True:" in err
+        assert words in err and "set nvidia_cdi = False" in err

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import shutil
 import textwrap
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -66,7 +67,15 @@ def test_h100_whole_gpus(example):
         "nvidia.com/gpu.memory": str(node.model.memory_mib),
     }
     assert "nvidia-fabricmanager=580.178.04-1" in node.apt_packages["driver"]
-    assert node.device_plugin_config == {"version": "v1", "flags": {"migStrategy": "none"}}
+    # CDI mode (the default): devices reach the container as CDI names through the CRI
+    assert node.device_plugin_config == {
+        "version": "v1",
+        "flags": {"migStrategy": "none", "plugin": {"deviceListStrategy": "cdi-cri"}},
+    }
+    assert node.runtime_class is None and node.device_plugin_config_key == "default"
+    legacy = replace(node, knobs={**node.knobs, "nvidia_cdi": False})
+    assert legacy.device_plugin_config["flags"]["plugin"] == {"deviceListStrategy": "envvar"}
+    assert legacy.runtime_class == "nvidia" and legacy.device_plugin_config_key == "default-envvar"
 
 
 def test_l4_time_slicing(example):

@@ -79,7 +79,9 @@ def test_good_inventory_does_connect(tmp_path):
 def test_a_vulnerable_pin_is_named_before_connecting(tmp_path):
     server, _accepted = _listener()
     try:
-        result = _run(tmp_path, 1, server.getsockname()[1], nvidia_container_toolkit_version="1.17.3")
+        result = _run(
+            tmp_path, 1, server.getsockname()[1], nvidia_container_toolkit_version="1.17.3", nvidia_cdi=False
+        )
     finally:
         server.close()
     warnings = [line for line in result.stderr.splitlines() if "known vulnerabilities" in line]

@@ -7,8 +7,9 @@ failure, timeout or Ctrl-C, and an operator sees at once what belongs to a run
 (``app.kubernetes.io/managed-by=gpuready``).
 
 Pods are built to pass a restricted Pod Security admission where the image allows: non-root user, no privilege
-escalation, all capabilities dropped, RuntimeDefault seccomp, no hostPath, no service account token; they run
-on the ``nvidia`` RuntimeClass, pinned to their node by ``kubernetes.io/hostname`` (the scheduler still runs,
+escalation, all capabilities dropped, RuntimeDefault seccomp, no hostPath, no service account token; on a node in
+runtime-class mode they run on the ``nvidia`` RuntimeClass (in CDI mode, the default, they need none: containerd
+injects the device plugin's CDI devices), pinned to their node by ``kubernetes.io/hostname`` (the scheduler still runs,
 so device-plugin resources are accounted for and an over-subscribed pod shows as Unschedulable).
 """
 
@@ -98,7 +99,7 @@ def gpu_pod(
     }
     if command:
         container["command"] = command
-    return {
+    pod: Obj = {
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {
@@ -108,7 +109,6 @@ def gpu_pod(
         },
         "spec": {
             "restartPolicy": "Never",
-            "runtimeClassName": "nvidia",
             "nodeSelector": {"kubernetes.io/hostname": node.name},
             "tolerations": tolerations(node),
             "automountServiceAccountToken": False,
@@ -117,6 +117,9 @@ def gpu_pod(
             "containers": [container],
         },
     }
+    if node.runtime_class:  # runtime-class mode; in CDI mode the device plugin's CDI devices need no handler
+        pod["spec"]["runtimeClassName"] = node.runtime_class
+    return pod
 
 
 def _result(pod: Obj, node: str) -> PodResult:

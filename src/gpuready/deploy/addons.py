@@ -15,7 +15,7 @@ from typing import Any
 
 from gpuready.kube import MANAGED_BY
 from gpuready.spec import DEVICE_PLUGIN_CONFIG_LABEL, GPU_PRESENT_LABEL, Fleet, Images, NodeSpec, knobs
-from gpuready.spec.model import GPU_TOLERATION
+from gpuready.spec.model import GPU_TOLERATION, RUNTIME_CLASS
 
 Manifest = dict[str, Any]
 GPU_NODE_SELECTOR = {GPU_PRESENT_LABEL: "true"}
@@ -61,8 +61,9 @@ def _daemonset(name: str, namespace: str, pod_spec: dict[str, Any]) -> Manifest:
         "tolerations": GPU_TOLERATIONS,
         "priorityClassName": "system-node-critical",
         # containerd's default runtime stays runc (nvidia-ctk's default too): without the nvidia handler these
-        # pods get no driver libraries and cannot load NVML
-        "runtimeClassName": "nvidia",
+        # pods get no driver libraries and cannot load NVML. They request no GPU, so in CDI mode too they need the
+        # handler (the deploy writes it in both modes), as the GPU Operator's operands do.
+        "runtimeClassName": RUNTIME_CLASS,
         **pod_spec,
     }
     return {
@@ -93,8 +94,8 @@ def runtime_class() -> Manifest:
     return {
         "apiVersion": "node.k8s.io/v1",
         "kind": "RuntimeClass",
-        "metadata": _meta("nvidia"),
-        "handler": "nvidia",
+        "metadata": _meta(RUNTIME_CLASS),
+        "handler": RUNTIME_CLASS,
         "scheduling": {"nodeSelector": GPU_NODE_SELECTOR, "tolerations": GPU_TOLERATIONS},
     }
 

@@ -113,9 +113,10 @@ def node_fact_specs() -> list[FactSpec]:
     from gpuready.deploy.facts.kubeadm import KubeletJoined
     from gpuready.deploy.facts.nvidia import MigInstances, NvidiaSmi
     from gpuready.deploy.operations import apt as gpu_apt
-    from gpuready.deploy.tasks import containerd, driver, repos
+    from gpuready.deploy.tasks import containerd, driver, repos, toolkit
     from gpuready.deploy.tasks import host as host_task
     from gpuready.deploy.tasks import kubernetes as kube_task
+    from gpuready.nvidia import cdi
 
     node = current_node()
     specs: list[FactSpec] = [
@@ -136,7 +137,10 @@ def node_fact_specs() -> list[FactSpec]:
             (FileDigest, {"path": repos.keyring_path(repo)}),
             (FileText, {"path": gpu_apt.list_path(repo)}),
         ]
-    specs += [(UnitState, {"unit": unit}) for unit in (*driver.units(node), containerd.UNIT, kube_task.UNIT)]
+    units = (*driver.units(node), *toolkit.units(node.cdi), containerd.UNIT, kube_task.UNIT)
+    specs += [(UnitState, {"unit": unit}) for unit in units]
+    if node.cdi:
+        specs.append((FileDigest, {"path": cdi.SPEC_PATH}))
     specs += [(ContainerdConfigText, {"path": path}) for path in containerd.config_paths()]
     if node.sharing.mode == "mig":
         specs += [(NvidiaSmi, {}), (MigInstances, {})]

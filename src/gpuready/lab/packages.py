@@ -27,7 +27,7 @@ from gpuready.lab.emulator import package_files as pf
 
 EMULATOR_DIR = Path(__file__).parent / "emulator"
 DRIVER_VERSIONS = ("580.178.04", "570.195.03", "595.91.07")  # the default, an older branch, a newer branch
-TOOLKIT_VERSIONS = ("1.20.0",)
+TOOLKIT_VERSIONS = ("1.20.0", "1.17.3")  # the default, and one below NVIDIAScape's fix (1.17.8)
 DRIVER_LIB = "/usr/lib/nvidia-emu"
 TOOLKIT_LIB = "/usr/lib/nvidia-container-emu"
 MULTIARCH_LIB = "/usr/lib/x86_64-linux-gnu"
@@ -147,6 +147,7 @@ def driver_debs(driver: str) -> list[Deb]:
     kmod.add(f"{DRIVER_LIB}/kmod-version", driver + "\n")
     kmod.add(f"/usr/src/nvidia-{driver}/dkms.conf", f'PACKAGE_NAME="nvidia"\nPACKAGE_VERSION="{driver}"\n')
     kmod.extra["Provides"] = f"nvidia-kernel-dkms-any (= {v})"
+    kmod.scripts = {"postinst": pf.KMOD_POSTINST, "postrm": pf.KMOD_POSTRM}
 
     smi = pkg("nvidia-smi", "utils", "NVIDIA System Management Interface", [f"libnvidia-ml1 (= {v})"])
     smi.add_module(DRIVER_LIB, "nvidia_smi.py")
@@ -231,6 +232,10 @@ def toolkit_debs(toolkit: str) -> list[Deb]:
     base.add("/usr/bin/nvidia-cdi-hook", pf.CDI_HOOK, 0o755)
     base.add("/etc/nvidia-container-runtime/config.toml", pf.CONTAINER_RUNTIME_CONFIG)
     base.conffiles = ["/etc/nvidia-container-runtime/config.toml"]
+    if tuple(int(x) for x in toolkit.split(".")[:2]) >= (1, 18):  # the CDI refresh units ship from 1.18
+        base.add("/lib/systemd/system/nvidia-cdi-refresh.path", pf.CDI_REFRESH_PATH)
+        base.add("/lib/systemd/system/nvidia-cdi-refresh.service", pf.CDI_REFRESH_SERVICE)
+        base.scripts = {"postinst": pf.TOOLKIT_BASE_POSTINST}
 
     tk = pkg(
         "nvidia-container-toolkit",

@@ -152,7 +152,21 @@ def _as_tables(value: dict[str, Any]) -> Table:
 
 def nvidia_runtime_of(dump_text: str, runtime_name: str = "nvidia") -> dict[str, Any] | None:
     """The runtime table named ``runtime_name`` in a (merged) config, e.g. ``containerd config dump`` output."""
+    _, cri = cri_plugin_of(dump_text)
+    return cri.get("containerd", {}).get("runtimes", {}).get(runtime_name)
+
+
+def cri_plugin_of(dump_text: str) -> tuple[int, dict[str, Any]]:
+    """(config version, the CRI plugin's table) of a merged config such as ``containerd config dump`` prints."""
     doc = tomlkit.parse(dump_text).unwrap()
     version = config_version(doc, dump_text)
-    runtimes = doc.get("plugins", {}).get(CRI_PLUGIN[version], {}).get("containerd", {}).get("runtimes", {})
-    return runtimes.get(runtime_name)
+    return version, doc.get("plugins", {}).get(CRI_PLUGIN[version], {})
+
+
+def cdi_settings(dump_text: str) -> tuple[bool, list[str]]:
+    """(enable_cdi, cdi_spec_dirs) as containerd applies them: containerd 1.7 (config version 2) has CDI off unless
+    ``enable_cdi``; 2.x (version 3) has it on by default; both read /etc/cdi and /var/run/cdi by default."""
+    version, cri = cri_plugin_of(dump_text)
+    enabled = cri.get("enable_cdi", version >= 3)
+    dirs = cri.get("cdi_spec_dirs", ["/etc/cdi", "/var/run/cdi"])
+    return bool(enabled), [str(d) for d in dirs]

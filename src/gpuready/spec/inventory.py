@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gpuready.nvidia import catalogue
+from gpuready.nvidia import catalogue, cdi
 from gpuready.spec import knobs, kubesyntax
 from gpuready.spec.model import (
     DIAG_FLOOR_KEYS,
@@ -461,6 +461,8 @@ class _HostReader:
         toolkit = self.get("nvidia_container_toolkit_version")
         if not isinstance(toolkit, str) or not _SEMVER.match(toolkit):
             self.bad("nvidia_container_toolkit_version", toolkit, "must be a version like 1.20.0")
+        elif self.settings["nvidia_cdi"] is True and (problem := cdi.toolkit_problem(toolkit)):
+            self.bad("nvidia_container_toolkit_version", toolkit, f"with nvidia_cdi = True: {problem}")
         kube = self.get("kubernetes_version")
         if not isinstance(kube, str) or not _SEMVER.match(kube):
             self.bad("kubernetes_version", kube, "must be a full version like 1.34.4")

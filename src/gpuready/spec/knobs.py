@@ -262,8 +262,11 @@ KNOBS: dict[str, Knob] = {k.name: k for k in (
     # --- containerd
     _K("containerd_nvidia_default_runtime", False, "make \"nvidia\" the default runtime (RuntimeClass \"nvidia\" "
        "is preferred)", "containerd", "both", _boolean),
-    _K("containerd_enable_cdi", False, "enable_cdi in the CRI plugin (containerd >= 2.0 has it on by default)",
-       "containerd", "both", _boolean),
+    _K("nvidia_cdi", True, "CDI mode (the default for new nodes, as in the GPU Operator since 25.10): GPU pods "
+       "get their devices from the toolkit's CDI spec (/var/run/cdi/nvidia.yaml, kept current by the "
+       "nvidia-cdi-refresh units) through containerd's CDI support (enable_cdi; containerd >= 1.7) and need no "
+       "runtimeClassName; needs toolkit >= 1.18.1. False: runtime-class mode, GPU pods run with "
+       "runtimeClassName nvidia (the only mode for containerd 1.6, Debian 12)", "containerd", "both", _boolean),
     # --- upgrade
     _K("upgrade_batch_size", 1, "nodes upgraded at the same time (<= upgrade_max_unavailable)", "upgrade",
        "deploy", _integer(1), fleet_wide=True),

@@ -23,6 +23,7 @@ SharingMode = knobs.SharingMode
 SHARED_BY_TIME = (SharingMode.TIME_SLICING, SharingMode.MPS)  # replicas of whole GPUs
 GPU_RESOURCE = "nvidia.com/gpu"
 DEVICE_PLUGIN_CONFIG_LABEL = "nvidia.com/device-plugin.config"
+RUNTIME_CLASS = "nvidia"  # the RuntimeClass (and containerd handler) of the nvidia runtime
 GPU_PRESENT_LABEL = "nvidia.com/gpu.present"
 # What a GPU pod tolerates: the usual GPU-node taint (node_taints' default), and a cordon (a node is validated while
 # cordoned: the rolling upgrade uncordons it only when it passes, as the GPU Operator's validator does).
@@ -187,10 +188,32 @@ class NodeSpec:
         return counts
 
     @property
+    def cdi(self) -> bool:
+        """CDI mode (``nvidia_cdi``): GPU pods get CDI devices and need no ``runtimeClassName``."""
+        return bool(self.knobs["nvidia_cdi"])
+
+    @property
+    def runtime_class(self) -> str | None:
+        """The ``runtimeClassName`` a GPU pod on this node needs: none in CDI mode, ``nvidia`` otherwise."""
+        return None if self.cdi else RUNTIME_CLASS
+
+    @property
+    def device_list_strategy(self) -> str:
+        """How the device plugin hands devices to the runtime: CDI names through the CRI (CDI mode), or
+        ``NVIDIA_VISIBLE_DEVICES`` for the ``nvidia`` runtime's hook (runtime-class mode)."""
+        return "cdi-cri" if self.cdi else "envvar"
+
+    @property
     def device_plugin_config(self) -> dict[str, Any]:
         """The k8s-device-plugin config (schema ``version: v1``) this node runs with."""
         s = self.sharing
-        config: dict[str, Any] = {"version": "v1", "flags": {"migStrategy": s.mig_strategy}}
+        config: dict[str, Any] = {
+            "version": "v1",
+            "flags": {
+                "migStrategy": s.mig_strategy,
+                "plugin": {"deviceListStrategy": self.device_list_strategy},
+            },
+        }
         if s.mode in SHARED_BY_TIME:
             name = "timeSlicing" if s.mode == SharingMode.TIME_SLICING else "mps"
             block: dict[str, Any] = {"renameByDefault": s.rename}
@@ -223,12 +246,13 @@ class NodeSpec:
         new key (the device plugin reloads when the label changes).
         """
         s = self.sharing
+        strategy = "" if self.cdi else f"-{self.device_list_strategy}"
         if s.mode == SharingMode.NONE:
-            return "default"
+            return "default" + strategy
         if s.mode in SHARED_BY_TIME:
-            return f"{s.mode}-{s.replicas}{'-renamed' if s.rename else ''}"
+            return f"{s.mode}-{s.replicas}{'-renamed' if s.rename else ''}{strategy}"
         key = f"mig-{s.mig_strategy}"
-        return key + (f"-time-slicing-{s.mig_replicas}" if s.mig_replicas > 1 else "")
+        return key + (f"-time-slicing-{s.mig_replicas}" if s.mig_replicas > 1 else "") + strategy
 
     @property
     def expected_allocatable(self) -> dict[str, int]:

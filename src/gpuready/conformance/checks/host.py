@@ -14,20 +14,23 @@ from dataclasses import dataclass
 import tomlkit.exceptions
 
 from gpuready.conformance.checks import CannotCheck, Output, not_found
-from gpuready.nvidia import security
+from gpuready.nvidia import cdi, security
 from gpuready.nvidia.containerd_config import (
     NVIDIA_RUNTIME_BINARY,
     RUNC_TYPE,
     ContainerdConfigError,
+    cdi_settings,
     nvidia_runtime_of,
 )
 from gpuready.nvidia.errors import ParseError
-from gpuready.nvidia.smi import SmiReport, parse_query_xml
+from gpuready.nvidia.smi import SmiReport, parse_list, parse_query_xml
 from gpuready.spec.model import NodeSpec
 
 NVIDIA_SMI_COMMAND = "nvidia-smi -q -x"
 TOOLKIT_COMMAND = "nvidia-ctk --version"
 CONTAINERD_COMMAND = "containerd config dump"
+CDI_SPEC_COMMAND = cdi.spec_command()
+SMI_LIST_COMMAND = "nvidia-smi -L"
 FABRIC_MANAGER = "nvidia-fabricmanager"
 KUBELET = "kubelet"
 
@@ -45,7 +48,8 @@ def commands(node: NodeSpec) -> list[str]:
     asked = [
         f"systemctl {question} {unit}" for unit in units(node) for question in ("is-active", "is-enabled")
     ]
-    return [NVIDIA_SMI_COMMAND, TOOLKIT_COMMAND, CONTAINERD_COMMAND, *asked]
+    cdi_mode = [CDI_SPEC_COMMAND, SMI_LIST_COMMAND] if node.cdi else []
+    return [NVIDIA_SMI_COMMAND, TOOLKIT_COMMAND, CONTAINERD_COMMAND, *cdi_mode, *asked]
 
 
 @dataclass(frozen=True)
@@ -197,10 +201,8 @@ def driver_security(out: Output) -> list[str]:
 def containerd_nvidia_handler(out: Output) -> list[str]:
     """containerd's merged config has an ``nvidia`` runc handler that runs nvidia-container-runtime and kept
     runc's options (SystemdCgroup); merged, because a drop-in can be shadowed or lose options when merged."""
-    if not_found(out):
-        return ["containerd not found"]
-    if out.rc != 0:
-        return [f"`{CONTAINERD_COMMAND}` failed (exit {out.rc}): {out.first_line()}"]
+    if problem := _dump_problem(out):
+        return [problem]
     try:
         nvidia = nvidia_runtime_of(out.stdout)
         runc = nvidia_runtime_of(out.stdout, "runc")
@@ -231,6 +233,71 @@ def containerd_nvidia_handler(out: Output) -> list[str]:
             "runc's options were not kept"
         )
     return problems
+
+
+def _dump_problem(out: Output) -> str | None:
+    if not_found(out):
+        return "containerd not found"
+    if out.rc != 0:
+        return f"`{CONTAINERD_COMMAND}` failed (exit {out.rc}): {out.first_line()}"
+    return None
+
+
+def containerd_cdi(out: Output) -> list[str]:
+    """CDI mode: containerd's live config injects CDI devices (``enable_cdi``) from the toolkit's spec directory."""
+    if problem := _dump_problem(out):
+        return [problem]
+    try:
+        enabled, dirs = cdi_settings(out.stdout)
+    except (tomlkit.exceptions.TOMLKitError, ContainerdConfigError) as exc:
+        return [f"`{CONTAINERD_COMMAND}` printed no readable config: {exc}"]
+    problems = []
+    if not enabled:
+        problems.append(
+            "containerd has CDI off (enable_cdi = false in its CRI plugin): GPU pods get no devices in CDI mode "
+            "(nvidia_cdi = True); the node deploy turns it on"
+        )
+    spec_dir = cdi.SPEC_PATH.rsplit("/", 1)[0]
+    if spec_dir not in dirs:
+        problems.append(
+            f"containerd's cdi_spec_dirs {dirs} do not include {spec_dir}, where nvidia-cdi-refresh writes the spec"
+        )
+    return problems
+
+
+def cdi_spec(spec_out: Output, smi_list: Output) -> list[str]:
+    """CDI mode: the toolkit's CDI spec exists, parses and names every GPU and MIG device ``nvidia-smi -L`` lists
+    (a missing or stale device is a container that containerd refuses: "unresolvable CDI devices")."""
+    if smi_list.rc != 0:
+        raise CannotCheck(
+            f"`{SMI_LIST_COMMAND}` failed: no devices to compare (test_nvidia_smi_runs says why)"
+        )
+    try:
+        specs = cdi.parse_specs(spec_out.stdout)
+    except cdi.SpecError as exc:
+        return [f"the CDI spec cannot be read: {exc}"]
+    ours = [s for s in specs if s.kind == cdi.KIND]
+    if not ours:
+        return [
+            f"no CDI spec of kind {cdi.KIND} ({cdi.SPEC_PATH} or {cdi.STATIC_SPEC_PATH}): GPU pods cannot start "
+            f"in CDI mode; is {cdi.REFRESH_PATH_UNIT} enabled? (`systemctl start {cdi.REFRESH_SERVICE}` writes it)"
+        ]
+    named = {name for spec in ours for name in spec.devices}
+    try:
+        wanted = cdi.expected_devices(parse_list(smi_list.stdout))
+    except ParseError as exc:
+        raise CannotCheck(f"`{SMI_LIST_COMMAND}` printed no device list: {exc}") from None
+    missing = [name for name in wanted if name not in named]
+    if not missing:
+        return []
+    paths = ", ".join(s.path for s in ours)
+    shown = "; ".join(f"{cdi.qualified(name)} ({wanted[name]})" for name in missing[:6])
+    more = f" and {len(missing) - 6} more" if len(missing) > 6 else ""
+    return [
+        f"the CDI spec ({paths}) lacks {len(missing)} device(s) nvidia-smi reports: {shown}{more}; a pod given "
+        f"one fails with 'unresolvable CDI devices'. Regenerate it: `systemctl start {cdi.REFRESH_SERVICE}` "
+        "(after a MIG change the spec goes stale until refreshed)"
+    ]
 
 
 def kubelet_active(node: NodeSpec, unit: Unit) -> list[str]:

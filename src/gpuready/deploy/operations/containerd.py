@@ -6,10 +6,12 @@ from io import StringIO
 
 from pyinfra import host
 from pyinfra.api import OperationError, operation
+from pyinfra.facts.deb import DebPackages
 from pyinfra.operations import files
 
 from gpuready.deploy.facts.containerd import ContainerdConfigText
 from gpuready.deploy.node_facts import node_fact
+from gpuready.nvidia import cdi
 from gpuready.nvidia.containerd_config import (
     DEFAULT_DROP_IN_DIR,
     DEFAULT_DROP_IN_NAME,
@@ -31,6 +33,7 @@ def nvidia_runtime(
     systemd_cgroup: bool = True,
     drop_in_dir: str = DEFAULT_DROP_IN_DIR,
     drop_in_name: str = DEFAULT_DROP_IN_NAME,
+    containerd_package: str = "containerd",
 ):
     """
     Give containerd an ``nvidia`` runtime handler as a drop-in, keeping runc's options.
@@ -39,9 +42,10 @@ def nvidia_runtime(
     + runtime_name: the handler name a RuntimeClass refers to
     + binary: the runtime binary (``nvidia-container-runtime``)
     + set_as_default: make it containerd's default runtime (a RuntimeClass is the recommended way instead)
-    + enable_cdi: set ``enable_cdi`` in the CRI plugin
+    + enable_cdi: set ``enable_cdi`` in the CRI plugin; refused where the installed containerd is older than 1.7
     + systemd_cgroup: set ``SystemdCgroup = true`` for runc (kubelet's default cgroup driver is systemd)
     + drop_in_dir, drop_in_name: where the drop-in goes (nvidia-ctk's default: conf.d/99-nvidia.toml)
+    + containerd_package: the Debian package whose installed version says whether CDI can work
 
     **Example:**
 
@@ -59,6 +63,11 @@ def nvidia_runtime(
         drop_in_dir=drop_in_dir,
         drop_in_name=drop_in_name,
     )
+    if enable_cdi:
+        version = _installed_version(containerd_package)
+        problem = cdi.containerd_problem(version) if version else None
+        if problem:
+            raise OperationError(f"nvidia_cdi = True: {problem}")
     current_main = node_fact(ContainerdConfigText, path=config_path)
     try:
         main = render_main(current_main or "", settings)
@@ -73,3 +82,11 @@ def nvidia_runtime(
         yield from files.put._inner(src=StringIO(main), dest=config_path, mode="644")
     if drop_in != current_drop_in:
         yield from files.put._inner(src=StringIO(drop_in), dest=settings.drop_in_path, mode="644")
+
+
+def _installed_version(package: str) -> str | None:
+    """The installed version of ``package`` (its upstream part: 1.7.24 of 1.7.24~ds1-6+b4), or None."""
+    versions = (node_fact(DebPackages) or {}).get(package) or []
+    if not versions:
+        return None
+    return str(versions[0]).split(":", 1)[-1].split("~", 1)[0].split("-", 1)[0]

@@ -29,7 +29,8 @@ def containerd_runtime() -> None:
         name="Add the nvidia runtime to containerd (drop-in)",
         config_path=CONFIG,
         set_as_default=node.knobs["containerd_nvidia_default_runtime"],
-        enable_cdi=node.knobs["containerd_enable_cdi"],
+        enable_cdi=node.cdi,
+        containerd_package=node.versions.containerd_package,
     )
     host_ops.service(name="Enable containerd", unit=UNIT, running=True, enabled=True)
     systemd.service(

@@ -78,6 +78,7 @@ class _Run:
 class _Alloc:
     owner: Owner
     devices: list[Device]
+    cdi: bool = False  # the plugin answered with CDI device names (deviceListStrategy cdi-cri)
 
 
 def _command(container: Obj) -> str:
@@ -335,11 +336,13 @@ class LabGpuBackend(NodeBackend):
             taken = {d.id for a in self._allocs.values() for d in a.devices}
             chosen: list[Device] = []
             plugin_managed = False
+            cdi = False
             for resource, count in sorted(wants.items()):
                 found = self._advertising(resource)
                 if found is None and resource not in self._managed:
                     continue  # capacity the node registered with (a virtual profile), not a plugin's: no devices
                 plugin_managed = True
+                cdi = cdi or bool(found and found[0].config.cdi_cri)
                 devices = found[1] if found else []
                 shared = any("::" in d.id for d in devices)
                 if found and shared and count > 1 and found[0].config.sharing.fail_requests_greater_than_one:
@@ -371,8 +374,17 @@ class LabGpuBackend(NodeBackend):
             if not plugin_managed:
                 return None
             owner = (pod["metadata"].get("namespace", ""), pod["metadata"]["name"], container["name"])
-            self._allocs[key] = _Alloc(owner, chosen)
+            self._allocs[key] = _Alloc(owner, chosen, cdi)
         return list(dict.fromkeys(d.uuid for d in chosen))
+
+    def cdi_devices(self, pod: Obj, container: Obj) -> list[str] | None:
+        """The CDI device names the plugin gave this container (kind nvidia.com/gpu, by UUID: the names of the
+        toolkit's spec that the GPU Operator's CDI mode uses), or None when it handed devices by envvar."""
+        with self._lock:
+            alloc = self._allocs.get((pod["metadata"].get("uid", ""), container["name"]))
+        if alloc is None or not alloc.cdi:
+            return None
+        return [f"nvidia.com/gpu={uuid}" for uuid in dict.fromkeys(d.uuid for d in alloc.devices)]
 
     def _admission_error(self, pod: Obj, message: str) -> ContainerPlan:
         self.record(pod, "Warning", "UnexpectedAdmissionError", message)
@@ -577,10 +589,18 @@ def attach(
 
 def lab_host_views(state_dir: Path) -> list[HostView]:
     """A view per host of the lab whose state directory is `state_dir` (its ``state.json``)."""
+    from gpuready.lab.hosts import lab_cgroups
+
     paths = LabPaths(Path(state_dir))
     state = load_state(paths) or {}
+    cgroups = lab_cgroups(paths)
     return [
-        HostView(name, paths.host_dir(name) / "merged", paths.machine_dir(name) / "hardware.json")
+        HostView(
+            name,
+            paths.host_dir(name) / "merged",
+            paths.machine_dir(name) / "hardware.json",
+            tuple(c / name for c in cgroups),
+        )
         for name in sorted(state.get("hosts") or {})
     ]
 

@@ -21,6 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+import yaml
+
 from gpuready.lab.emulator.nvemu import CUDA_BY_BRANCH, mig_uuid
 from gpuready.nvidia.containerd_config import CRI_PLUGIN, NVIDIA_RUNTIME_BINARY, RUNC_TYPE
 
@@ -115,6 +117,8 @@ class HostState:
     host_faults: frozenset[str] = frozenset()
     machine: str = "unknown"
     hostname: str = ""
+    cdi_enabled: bool = False  # containerd's CRI plugin injects CDI devices (enable_cdi)
+    cdi_devices: frozenset[str] = frozenset()  # "kind=name" of every device in the host's CDI spec dirs
 
     @property
     def cuda_version(self) -> str:
@@ -137,19 +141,52 @@ def _read_toml(path: Path) -> tuple[dict[str, Any], str]:
     return tomllib.loads(text), text
 
 
-def containerd_runtimes(root: Path) -> tuple[dict[str, Runtime], str]:
-    """The CRI runtime handlers containerd on this host would serve, and its default runtime name.
+def containerd_cdi(root: Path) -> bool:
+    """Whether containerd on this host injects CDI devices: ``enable_cdi`` in its merged CRI plugin, else its
+    built-in default (on from containerd 2.0, off in 1.7; 1.6 has no CDI at all)."""
+    major = _containerd_major(root)
+    if major is None or major < 1:
+        return False
+    cri = _merged_cri(root)
+    if cri is None:
+        return major >= 2
+    if major == 1 and _containerd_minor(root) < 7:
+        return False
+    return bool(cri.get("enable_cdi", major >= 2))
 
-    containerd < 2.1 merges ``imports`` per plugin key: an imported file's ``plugins."io.containerd.grpc.v1.cri"``
-    replaces the main file's whole table (containerd#5837), which is why a drop-in that only names ``nvidia``
-    loses ``runc``'s options; this reproduces that instead of deep-merging.
-    """
+
+def _containerd_version(root: Path) -> str | None:
+    """The installed containerd package's upstream version, from dpkg's database on the host."""
+    try:
+        text = (root / "var/lib/dpkg/status").read_text(errors="replace")
+    except OSError:
+        return None
+    for stanza in text.split("\n\n"):
+        fields = dict(line.split(": ", 1) for line in stanza.splitlines() if ": " in line and line[0] != " ")
+        if fields.get("Package") in ("containerd", "containerd.io") and "installed" in fields.get(
+            "Status", ""
+        ):
+            return fields.get("Version", "").split(":", 1)[-1].split("~", 1)[0].split("-", 1)[0]
+    return None
+
+
+def _containerd_major(root: Path) -> int | None:
+    version = _containerd_version(root)
+    return int(version.split(".")[0]) if version and version.split(".")[0].isdigit() else None
+
+
+def _containerd_minor(root: Path) -> int:
+    parts = (_containerd_version(root) or "0.0").split(".")
+    return int(parts[1]) if len(parts) > 1 and parts[1].isdigit() else 0
+
+
+def _merged_cri(root: Path) -> dict[str, Any] | None:
+    """The CRI plugin table of the merged config (None without a readable config.toml)."""
     main = root / CONTAINERD_CONFIG
-    runtimes: dict[str, Runtime] = {"runc": Runtime("runc", RUNC_TYPE, "runc")}
     try:
         doc, text = _read_toml(main)
     except (OSError, tomllib.TOMLDecodeError):
-        return runtimes, "runc"  # no or unreadable config: containerd's built-in defaults
+        return None
     version = doc.get("version", 1) if text.strip() else 2
     plugins = dict(doc.get("plugins") or {})
     for pattern in doc.get("imports") or []:
@@ -161,7 +198,53 @@ def containerd_runtimes(root: Path) -> tuple[dict[str, Runtime], str]:
                 continue
             for key, value in (imported.get("plugins") or {}).items():
                 plugins[key] = value
-    cri = plugins.get(CRI_PLUGIN.get(version, CRI_PLUGIN[2])) or {}
+    return dict(plugins.get(CRI_PLUGIN.get(version, CRI_PLUGIN[2])) or {})
+
+
+def cdi_device_names(spec_dirs: list[Path]) -> frozenset[str]:
+    """``kind=name`` of every device in the CDI specs (YAML or JSON) of these directories."""
+    names: set[str] = set()
+    for directory in spec_dirs:
+        for path in sorted([*directory.glob("*.yaml"), *directory.glob("*.json")]):
+            names |= _spec_names(path)
+    return frozenset(names)
+
+
+_SPECS: dict[
+    str, tuple[float, frozenset[str]]
+] = {}  # path -> (mtime, names): the agent asks on every decision
+
+
+def _spec_names(path: Path) -> frozenset[str]:
+    try:
+        mtime = path.stat().st_mtime
+        cached = _SPECS.get(str(path))
+        if cached and cached[0] == mtime:
+            return cached[1]
+        doc = yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError):
+        return frozenset()  # containerd skips a spec it cannot read
+    names: frozenset[str] = frozenset()
+    if isinstance(doc, dict) and isinstance(doc.get("devices"), list):
+        kind = doc.get("kind", "")
+        names = frozenset(
+            f"{kind}={d['name']}" for d in doc["devices"] if isinstance(d, dict) and "name" in d
+        )
+    _SPECS[str(path)] = (mtime, names)
+    return names
+
+
+def containerd_runtimes(root: Path) -> tuple[dict[str, Runtime], str]:
+    """The CRI runtime handlers containerd on this host would serve, and its default runtime name.
+
+    containerd < 2.1 merges ``imports`` per plugin key: an imported file's ``plugins."io.containerd.grpc.v1.cri"``
+    replaces the main file's whole table (containerd#5837), which is why a drop-in that only names ``nvidia``
+    loses ``runc``'s options; this reproduces that instead of deep-merging.
+    """
+    runtimes: dict[str, Runtime] = {"runc": Runtime("runc", RUNC_TYPE, "runc")}
+    cri = _merged_cri(root)
+    if cri is None:
+        return runtimes, "runc"  # no or unreadable config: containerd's built-in defaults
     containerd = cri.get("containerd") or {}
     for name, table in (containerd.get("runtimes") or {}).items():
         options = table.get("options") or {}
@@ -169,6 +252,25 @@ def containerd_runtimes(root: Path) -> tuple[dict[str, Runtime], str]:
             name, str(table.get("runtime_type", RUNC_TYPE)), str(options.get("BinaryName", "runc"))
         )
     return runtimes, str(containerd.get("default_runtime_name") or "runc")
+
+
+def _cgroup_pids(cgroup: Path) -> list[int]:
+    pids: list[int] = []
+    for dirpath, _, _ in os.walk(cgroup):
+        try:
+            pids += [int(p) for p in Path(dirpath, "cgroup.procs").read_text().split()]
+        except OSError:
+            continue
+    return pids
+
+
+def _root_of(pid: int, root: Path) -> bool:
+    """Whether process ``pid`` has ``root`` (the host's overlay) as its root directory."""
+    try:
+        mine, theirs = os.stat(f"/proc/{pid}/root"), os.stat(root)
+    except OSError:
+        return False
+    return (mine.st_dev, mine.st_ino) == (theirs.st_dev, theirs.st_ino)
 
 
 # MIG state ------------------------------------------------------------------------------------------------------
@@ -235,7 +337,9 @@ class HostView:
     name: str
     root: Path
     hardware: Path
+    cgroups: tuple[Path, ...] = ()  # the host's cgroups: where its processes (and so its live /run) are found
     _cache: dict[str, _Cached] = field(default_factory=dict, repr=False)
+    _root_pid: int | None = field(default=None, repr=False)
 
     def _cached_json(self, path: Path) -> Any:
         entry = self._cache.setdefault(str(path), _Cached())
@@ -256,6 +360,18 @@ class HostView:
         except OSError:
             return None
 
+    def live_root(self) -> Path | None:
+        """The host's root as its own processes see it (its /run included), through one of them; None when the
+        host is not running or its cgroups are not known."""
+        if self._root_pid and _root_of(self._root_pid, self.root):
+            return Path(f"/proc/{self._root_pid}/root")
+        for cgroup in self.cgroups:
+            for pid in _cgroup_pids(cgroup):
+                if _root_of(pid, self.root):
+                    self._root_pid = pid
+                    return Path(f"/proc/{pid}/root")
+        return None
+
     def snapshot(self) -> HostState:
         hw = self._cached_json(self.hardware) or {"gpus": [], "faults": []}
         emu = self._cached_json(self.root / EMU_STATE) or {}
@@ -274,7 +390,11 @@ class HostView:
             for r in runtimes.values()
             if r.binary.startswith("/") and (self.root / r.binary.lstrip("/")).exists()
         )
+        live = self.live_root()
         return HostState(
+            cdi_enabled=containerd_cdi(self.root),
+            # /var/run is the host's own tmpfs (/run): only its processes see it, through /proc/<pid>/root
+            cdi_devices=cdi_device_names([self.root / "etc/cdi", *([live / "run/cdi"] if live else [])]),
             name=self.name,
             driver_installed=(self.root / "usr/bin/nvidia-smi").exists(),
             nvml_present=(self.root / NVML_LIB).exists() or driver is not None,
@@ -311,7 +431,20 @@ class VirtualGpuView:
             runtimes={"runc": Runtime("runc", RUNC_TYPE, "runc"), "nvidia": nvidia},
             default_runtime="runc",
             binaries=frozenset({"runc", NVIDIA_RUNTIME_BINARY}),
-            gpus=build_gpus(self.hardware, self.mig_state),
+            gpus=(gpus := build_gpus(self.hardware, self.mig_state)),
             host_faults=host_faults,
             hostname=self.name,
+            cdi_enabled=True,
+            cdi_devices=frozenset(f"nvidia.com/gpu={name}" for name in _cdi_names(gpus)),
         )
+
+
+def _cdi_names(gpus: tuple[Gpu, ...]) -> list[str]:
+    """The device names ``nvidia-ctk cdi generate`` gives these GPUs (a virtual node's spec is always current)."""
+    names = ["all"]
+    for g in gpus:
+        if g.off_bus:
+            continue
+        names += [str(g.index), g.uuid]
+        names += [n for i, d in enumerate(g.mig_devices) for n in (f"{g.index}:{i}", d.uuid)]
+    return names

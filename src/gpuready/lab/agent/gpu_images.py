@@ -65,6 +65,7 @@ NO_DEVICE = "no CUDA-capable device is detected"
 INSUFFICIENT_DRIVER = "CUDA driver version is insufficient for CUDA runtime version"
 ECC_ERROR = "uncorrectable ECC error encountered"
 ECC_FAULTS = frozenset({"xid-48", "ecc-uncorrectable"})
+VECTOR_ADD_REPO = "nvcr.io/nvidia/k8s/cuda-sample"
 OCI_PREFIX = "failed to create containerd task: failed to create shim task: OCI runtime create failed: "
 
 
@@ -133,6 +134,39 @@ def _expand(host: HostState, spec: str) -> list[tuple[Gpu, MigDevice | None]] | 
     return found
 
 
+def _inject_cdi(host: HostState, names: list[str]) -> Exposure | ContainerPlan:
+    """containerd's CDI injection: every name must resolve in the host's spec dirs, else the container is refused
+    (as the CRI plugin does, before the runtime starts); resolved names give the container their devices and the
+    spec's common edits (the driver libraries)."""
+    missing = [n for n in names if n not in host.cdi_devices]
+    if missing:
+        return ContainerPlan(
+            exit_code=None,
+            waiting=[
+                (
+                    0.0,
+                    "CreateContainerError",
+                    "failed to create containerd container: CDI device injection failed: unresolvable CDI "
+                    f"devices {', '.join(missing)}",
+                )
+            ],
+        )
+    wanted = {n.split("=", 1)[1] for n in names}
+    devices: list[tuple[Gpu, MigDevice | None]] = []
+    for g in host.visible_gpus:
+        for d in g.mig_devices:
+            if d.uuid in wanted:
+                devices.append((g, d))
+        if g.uuid in wanted:
+            devices.append((g, None))
+    return Exposure(host.nvml_present, devices)
+
+
+def _cuda_too_new(host: HostState, cuda: tuple[int, int]) -> bool:
+    have = tuple(int(x) for x in host.cuda_version.split("."))
+    return cuda[0] > have[0]
+
+
 def _requires_cuda(repo: str, match: re.Match[str]) -> tuple[int, int] | None:
     if repo in ("nvcr.io/nvidia/k8s/cuda-sample", "nvcr.io/nvidia/cuda"):
         return int(match.group(1)), int(match.group(2))
@@ -177,9 +211,29 @@ class GpuRuntime:
                 f"file or directory): fork/exec {runtime.binary}: no such file or directory: unknown"
             )
         _, match = found
-        exposure = self._expose(host, runtime.nvidia, pod, container, devices, _requires_cuda(repo, match))
+        cuda = _requires_cuda(repo, match)
+        cdi_names = self.backend.cdi_devices(pod, container) if devices is not None else None
+        exposure: Exposure | ContainerPlan
+        if cdi_names is not None and host.cdi_enabled:
+            exposure = _inject_cdi(host, cdi_names)
+        else:
+            # without CDI in containerd the plugin's CDI names are dropped: only the image's env is left
+            given = devices if cdi_names is None else None
+            exposure = self._expose(host, runtime.nvidia, pod, container, given, cuda)
         if isinstance(exposure, ContainerPlan):
             return exposure
+        if (
+            repo == VECTOR_ADD_REPO
+            and cdi_names is not None
+            and cuda is not None
+            and _cuda_too_new(host, cuda)
+        ):
+            # CDI mode runs no prestart hook, so no requirement check: the application finds the driver too old
+            return ContainerPlan(
+                logs=f"Failed to allocate device vector A (error code {INSUFFICIENT_DRIVER})!\n",
+                exit_code=1,
+                run_seconds=0.3,
+            )
         entry = IMAGES[repo]
         argv = container_argv(container, entry[1], entry[2])
         plan = self._run(repo, argv, pod, container, node, host, exposure)

@@ -50,6 +50,13 @@ class PluginConfig:
     no_timestamp: bool
     source: str  # the config key in use ("" for none)
     raw: Obj = field(default_factory=dict, hash=False)
+    # how allocated devices reach the container: envvar (NVIDIA_VISIBLE_DEVICES for the nvidia runtime's hook),
+    # cdi-cri (CDI device names in the CRI response, injected by containerd), volume-mounts, cdi-annotations
+    device_list_strategy: tuple[str, ...] = ("envvar",)
+
+    @property
+    def cdi_cri(self) -> bool:
+        return "cdi-cri" in self.device_list_strategy
 
     def public_name(self, resource: str) -> str:
         return resource + ".shared" if self.sharing.rename and resource in self.sharing.replicas else resource
@@ -129,6 +136,25 @@ def _sharing(raw: Obj, mig_strategy: str) -> Sharing:
     )
 
 
+DEVICE_LIST_STRATEGIES = ("envvar", "volume-mounts", "cdi-annotations", "cdi-cri")
+
+
+def _device_list_strategy(container: Obj, env: dict[str, str], flags: Obj) -> tuple[str, ...]:
+    raw = (
+        flag_of(container, "device-list-strategy")
+        or env.get("DEVICE_LIST_STRATEGY")
+        or (flags.get("plugin") or {}).get("deviceListStrategy")
+        or "envvar"
+    )
+    values = (
+        tuple(raw) if isinstance(raw, list) else tuple(v.strip() for v in str(raw).split(",") if v.strip())
+    )
+    for value in values:
+        if value not in DEVICE_LIST_STRATEGIES:
+            raise PluginError(f"unable to load config: invalid --device-list-strategy option: {value}")
+    return values or ("envvar",)
+
+
 def parse_config(text: str | None, source: str, container: Obj) -> PluginConfig:
     """The plugin's effective config: the file (if any), overridden by env vars, overridden by CLI flags."""
     raw: Obj = {}
@@ -160,6 +186,7 @@ def parse_config(text: str | None, source: str, container: Obj) -> PluginConfig:
     gfd = flags.get("gfd") or {}
     no_ts = flag_of(container, "no-timestamp") or env.get("GFD_NO_TIMESTAMP") or gfd.get("noTimestamp")
     return PluginConfig(
+        device_list_strategy=_device_list_strategy(container, env, flags),
         mig_strategy=mig,
         fail_on_init_error=(str(fail).lower() != "false")
         if fail is not None

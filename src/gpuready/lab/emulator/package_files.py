@@ -157,3 +157,80 @@ def postrm_disable(unit: str) -> str:
         "    if [ -d /run/systemd/system ]; then systemctl daemon-reload >/dev/null 2>&1 || true; fi\n"
         "fi\nexit 0\n"
     )
+
+
+# nvidia-container-toolkit-base >= 1.18: the CDI refresh pair. The .path unit fires when the kernel's module index
+# changes (a driver's DKMS install runs depmod); the service rewrites the spec, also at every boot (/var/run is a
+# tmpfs). Written for the lab from the toolkit's documented behaviour.
+CDI_REFRESH_PATH = """\
+[Unit]
+Description=Refresh the NVIDIA CDI specification when the kernel modules change
+
+[Path]
+PathChanged=/lib/modules/%v/modules.dep
+PathChanged=/lib/modules/%v/modules.dep.bin
+
+[Install]
+WantedBy=multi-user.target
+"""
+
+CDI_REFRESH_SERVICE = """\
+[Unit]
+Description=Refresh the NVIDIA CDI specification file
+ConditionPathExists=|/usr/bin/nvidia-smi
+ConditionPathExists=|/usr/sbin/nvidia-smi
+
+[Service]
+Type=oneshot
+Environment=NVIDIA_CTK_OUTPUT_FILE_PATH=/var/run/cdi/nvidia.yaml
+EnvironmentFile=-/etc/nvidia-container-toolkit/nvidia-cdi-refresh.env
+ExecStart=/usr/bin/nvidia-ctk cdi generate --output=${NVIDIA_CTK_OUTPUT_FILE_PATH}
+
+[Install]
+WantedBy=multi-user.target
+"""
+
+# The toolkit's postinst enables and starts both units, but only on a system that is fully up.
+TOOLKIT_BASE_POSTINST = """\
+#!/bin/sh
+set -e
+if [ "$1" = "configure" ] && command -v systemctl >/dev/null 2>&1 \\
+        && systemctl --quiet is-system-running 2>/dev/null; then
+    systemctl daemon-reload || echo "Warning: Failed to reload systemd daemon" >&2
+    systemctl enable --now nvidia-cdi-refresh.path || echo "Warning: Failed to enable nvidia-cdi-refresh.path" >&2
+    systemctl enable --now nvidia-cdi-refresh.service \\
+        || echo "Warning: Failed to enable nvidia-cdi-refresh.service" >&2
+fi
+exit 0
+"""
+
+# DKMS builds the module for the running kernel and runs depmod, which rewrites modules.dep; the lab writes the
+# entry depmod would (the module itself is emulated), so whatever watches the index sees a driver change.
+KMOD_POSTINST = """\
+#!/bin/sh
+set -e
+if [ "$1" = "configure" ]; then
+    dir=/lib/modules/$(uname -r)
+    mkdir -p "$dir/updates/dkms"
+    touch "$dir/modules.dep"
+    { grep -v '^updates/dkms/nvidia' "$dir/modules.dep" || true; \\
+      echo "updates/dkms/nvidia.ko:"; echo "updates/dkms/nvidia-uvm.ko: updates/dkms/nvidia.ko"; } > "$dir/.modules.dep.new"
+    cat "$dir/.modules.dep.new" > "$dir/modules.dep"
+    rm -f "$dir/.modules.dep.new"
+fi
+exit 0
+"""
+
+KMOD_POSTRM = """\
+#!/bin/sh
+set -e
+if [ "$1" = "remove" ] || [ "$1" = "purge" ]; then
+    dir=/lib/modules/$(uname -r)
+    if [ -f "$dir/modules.dep" ]; then
+        { grep -v '^updates/dkms/nvidia' "$dir/modules.dep" || true; } > "$dir/.modules.dep.new"
+        cat "$dir/.modules.dep.new" > "$dir/modules.dep"
+        rm -f "$dir/.modules.dep.new"
+    fi
+fi
+exit 0
+"""
