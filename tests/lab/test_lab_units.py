@@ -112,10 +112,10 @@ def test_mirror_override(monkeypatch):
 
 
 def test_base_path_changes_with_the_recipe(monkeypatch, tmp_path):
-    before = hosts.base_path(tmp_path)
+    before = hosts.base_path(cache=tmp_path)
     assert before.parent == tmp_path and before.name.startswith("base-")
     monkeypatch.setattr(hosts, "BASE_PACKAGES", (*hosts.BASE_PACKAGES, "vim-tiny"))
-    assert hosts.base_path(tmp_path) != before
+    assert hosts.base_path(cache=tmp_path) != before
 
 
 def test_known_hosts_patterns(tmp_path):
@@ -209,12 +209,13 @@ def test_server_serves_the_repository(signed_repo, tmp_path):
 
 
 def test_old_bases_are_pruned_unless_mounted(tmp_path):
-    current, old, in_use = (tmp_path / name for name in ("base-new", "base-old", "base-in-use"))
+    names = ("base-trixie-new", "base-trixie-old", "base-trixie-in-use")
+    current, old, in_use = (tmp_path / name for name in names)
     for d in (current, old, in_use):
         (d / "etc").mkdir(parents=True)
     mounts = f"overlay /x overlay rw,lowerdir={in_use},upperdir=/u,workdir=/w 0 0\n"
-    hosts._prune_old_bases(current, mounts)
-    assert sorted(p.name for p in tmp_path.glob("base-*")) == ["base-in-use", "base-new"]
+    hosts._prune_old_bases(current, "trixie", mounts)
+    assert sorted(p.name for p in tmp_path.glob("base-*")) == ["base-trixie-in-use", "base-trixie-new"]
 
 
 # --- the egress proxy: the hosts' only way to the Debian mirror ------------------------------------------------------

@@ -1,4 +1,4 @@
-"""Repository URL templates filled from host facts: the Ubuntu and Arm paths the lab (Debian 12, x86_64) never boots."""
+"""Repository URL templates filled from host facts: the lab's Debian releases, and the Ubuntu and Arm paths it never boots."""
 
 from __future__ import annotations
 
@@ -29,7 +29,18 @@ from gpuready.deploy import context as deploy_context
             "x86_64",
             {"distro": "debian12", "arch": "x86_64", "deb_arch": "amd64"},
         ),
+        (  # trixie
+            {"name": "Debian", "major": 13, "minor": 8, "release_meta": {"VERSION_ID": "13"}},
+            "x86_64",
+            {"distro": "debian13", "arch": "x86_64", "deb_arch": "amd64"},
+        ),
+        (  # sid: os-release has VERSION_CODENAME=forky and no VERSION_ID, so pyinfra finds no major either
+            {"name": "Debian", "major": None, "release_meta": {"VERSION_CODENAME": "forky", "ID": "debian"}},
+            "x86_64",
+            {"distro": "debian13", "arch": "x86_64", "deb_arch": "amd64"},
+        ),
     ],
+    ids=["ubuntu2204", "ubuntu2404-arm", "bookworm", "trixie", "sid"],
 )
 def test_repo_vars(monkeypatch, distro, arch, expected):
     facts = {LinuxDistribution: distro, Arch: arch}

@@ -29,7 +29,8 @@ from gpuready.lab.state import write_atomic
 class RepoLayout:
     """Where a repository lives relative to the base URL, and the Release header the real one carries.
 
-    `template` is the same path with the placeholders of the inventory knob `<knob>_url` (group_data/all.py).
+    `template` is the same path with the placeholders of the inventory knob `<knob>_url` (group_data/all.py);
+    `aliases` are the other paths the template fills in on the lab's hosts, served as the same repository.
     """
 
     path: str
@@ -38,16 +39,19 @@ class RepoLayout:
     origin: str
     label: str
     architecture: str
+    aliases: tuple[str, ...] = ()
 
 
 # Same relative paths as the real repositories:
-#   https://developer.download.nvidia.com/compute/cuda/repos/debian12/x86_64/  (flat, "./")
+#   https://developer.download.nvidia.com/compute/cuda/repos/debian12/x86_64/  (flat, "./"; debian13 the same)
 #   https://nvidia.github.io/libnvidia-container/stable/deb/amd64/               (flat, "./")
 #   https://pkgs.k8s.io/core:/stable:/v1.34/deb/                                 (flat, "./")
 REPOS: dict[str, RepoLayout] = {
     "cuda": RepoLayout(
         path="cuda/repos/debian12/x86_64",
         template="cuda/repos/{distro}/{arch}",
+        # bookworm hosts fill {distro} with debian12, trixie and sid hosts with debian13 (deploy.context)
+        aliases=("cuda/repos/debian13/x86_64",),
         knob="cuda_repo",
         origin="NVIDIA",
         label="NVIDIA CUDA",
@@ -182,11 +186,17 @@ def release_text(repo_dir: Path, layout: RepoLayout) -> str:
 
 
 def build_repos(repo_root: Path, debs_by_repo: dict[str, list[Path]], signer: Signer) -> dict[str, Path]:
-    """One flat repository per key of REPOS that has packages (and an empty one for those that do not)."""
+    """One flat repository per key of REPOS that has packages (and an empty one for those that do not), also served
+    at each of its aliases (a relative symlink: the same files, signature included)."""
     built = {}
     for key, layout in REPOS.items():
         repo_dir = repo_root / layout.path
         build_flat_repo(repo_dir, debs_by_repo.get(key, []), layout, signer)
+        for alias in layout.aliases:
+            link = repo_root / alias
+            link.parent.mkdir(parents=True, exist_ok=True)
+            if not link.is_symlink():
+                link.symlink_to(os.path.relpath(repo_dir, link.parent))
         built[key] = repo_dir
     return built
 

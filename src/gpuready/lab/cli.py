@@ -27,6 +27,7 @@ def _up(args: argparse.Namespace) -> int:
         _paths(),
         nodes=args.nodes,
         profiles=args.profile or None,
+        releases=args.os or None,
         control_plane=args.control_plane,
         virtual_nodes=args.virtual_nodes,
         kubernetes_version=args.kubernetes_version,
@@ -41,8 +42,9 @@ def _down(args: argparse.Namespace) -> int:
 
 
 def _base(args: argparse.Namespace) -> int:
-    path, seconds = hosts.ensure_base(rebuild=args.rebuild)
-    print(f"{path} ({'cached' if seconds is None else f'built in {seconds:.1f}s'})")
+    for suite in dict.fromkeys(args.os or [hosts.DEFAULT_RELEASE]):
+        path, seconds = hosts.ensure_base(suite, rebuild=args.rebuild)
+        print(f"{suite}: {path} ({'cached' if seconds is None else f'built in {seconds:.1f}s'})")
     return 0
 
 
@@ -83,10 +85,13 @@ def _print_network(state: dict[str, Any]) -> None:
 
 
 def _print_hosts(state: dict[str, Any]) -> None:
-    print(f"{'HOST':<12} {'ADDRESS':<18} {'PROFILE':<12} {'GPUS':<28} {'STATE'}")
+    print(f"{'HOST':<12} {'ADDRESS':<18} {'OS':<9} {'PROFILE':<12} {'GPUS':<28} {'STATE'}")
     for name, h in sorted(state["hosts"].items(), key=lambda item: item[1]["index"]):
         gpus = f"{h['gpu_count']}x {h['gpu_model']}"
-        print(f"{name:<12} {h['address']}:{h['port']:<7} {h['profile']:<12} {gpus:<28} {_host_state(h)}")
+        os_name = h.get("os", "bookworm")  # a lab brought up before hosts had a release ran bookworm
+        print(
+            f"{name:<12} {h['address']}:{h['port']:<7} {os_name:<9} {h['profile']:<12} {gpus:<28} {_host_state(h)}"
+        )
 
 
 def _host_state(host: dict[str, Any]) -> str:
@@ -173,6 +178,7 @@ def _add_lab_commands(sub: Any) -> None:
         metavar="NAME",
         help="hardware profile; repeat to cycle over nodes (default: h100-sxm-8, a100-80gb-4, l4-1)",
     )
+    _os_option(p, "Debian release of the hosts; repeat to cycle over nodes like --profile")
     _handles(p, _up)
     p = sub.add_parser("down", help="stop every host and the repository server, remove what the lab made")
     _handles(p, _down)
@@ -195,9 +201,20 @@ def _add_lab_commands(sub: Any) -> None:
     p.add_argument("--gpu", type=int, help="GPU index the fault hits")
     p.add_argument("--clear", action="store_true")
     _handles(p, _fault)
-    p = sub.add_parser("base", help="build the cached Debian base root now (normally done by `up`)")
+    p = sub.add_parser("base", help="build the cached Debian base roots now (normally done by `up`)")
     p.add_argument("--rebuild", action="store_true")
+    _os_option(p, "Debian release to build the base of; repeat for several")
     _handles(p, _base)
+
+
+def _os_option(parser: argparse.ArgumentParser, what: str) -> None:
+    parser.add_argument(
+        "--os",
+        action="append",
+        choices=hosts.RELEASES,
+        metavar="RELEASE",
+        help=f"{what} ({' | '.join(hosts.RELEASES)}; default: {hosts.DEFAULT_RELEASE})",
+    )
 
 
 def _handles(parser: argparse.ArgumentParser, command: Callable[[argparse.Namespace], int]) -> None:

@@ -1,8 +1,14 @@
-"""Real Debian 12 hosts under systemd-nspawn: a cached base root, one overlay per host, boot, stop, recover.
+"""Real Debian hosts (bookworm, trixie, sid) under systemd-nspawn: a cached base root per release, one overlay per
+host, boot, stop, recover.
 
 Design choices, and why:
 - One debootstrapped base per recipe (hash of suite + packages + customisation version), shared by every lab on the
   machine; hosts are overlayfs mounts on it, so `lab up` copies nothing and a host's changes stay in its upper dir.
+  Each release (RELEASES) has its own base; `lab up --os` cycles the releases over the hosts like `--profile`.
+- The hosts see a pure cgroup2 hierarchy (nspawn's SYSTEMD_NSPAWN_UNIFIED_HIERARCHY=1, taken from this machine's
+  cgroup2 mount, /sys/fs/cgroup/unified on a hybrid machine): systemd 256 and 257 (trixie) refuse or deprecate
+  cgroup v1 and systemd 258+ (sid) removed it ("Detected unsupported legacy cgroup hierarchy, refusing execution"
+  under nspawn's default hybrid view); a real Debian 12 or 13 host boots with cgroup2 only, too.
 - Every lab has a network namespace of its own (gpuready.lab.network, which documents the address plan): the hosts
   are booted inside it (nspawn --network-namespace-path), each sshd listens on port 22 of the host's own address
   10.213.1.N, the repository server listens on 10.213.0.2 and the control plane (real kube-apiserver) and node agent on 10.213.0.1, all inside it. This
@@ -54,7 +60,10 @@ from gpuready.lab import (
 from gpuready.lab.cluster import binaries, cluster
 from gpuready.lab.state import LabPaths, cache_dir, load_state, require_state, save_state
 
-SUITE = "bookworm"
+# The Debian releases a lab host can run (`lab up --os`), each from its own cached base root. NVIDIA's CUDA
+# repository path for each is what the deploy derives from the host's os-release (gpuready.deploy.context).
+RELEASES = ("bookworm", "trixie", "sid")
+DEFAULT_RELEASE = "trixie"
 # What a minimal Debian server image has: init, sshd, apt with https + keyrings, and the usual admin tools.
 BASE_PACKAGES = (
     "systemd",
@@ -103,18 +112,33 @@ class LabError(RuntimeError):
 # --- base root --------------------------------------------------------------------------------------------------
 
 
-def debian_mirror() -> str:
-    """The machine's own Debian mirror (so CI and air-gapped machines use theirs); GPUREADY_LAB_MIRROR overrides."""
+def debian_mirror(suite: str = "bookworm") -> str:
+    """The machine's own Debian mirror for `suite` (so CI and air-gapped machines use theirs); GPUREADY_LAB_MIRROR
+    overrides.
+
+    A machine's sources usually name only its own release (this one's: bookworm). One Debian mirror serves every
+    release, so a suite the sources do not name comes from the URI they give for another Debian release (one of
+    RELEASES, not -security or -updates), and failing that from deb.debian.org.
+    """
     if os.environ.get("GPUREADY_LAB_MIRROR"):
         return os.environ["GPUREADY_LAB_MIRROR"]
     sources = [Path("/etc/apt/sources.list"), *sorted(Path("/etc/apt/sources.list.d").glob("*"))]
+    entries: list[tuple[str, list[str]]] = []
     for path in sources:
         try:
             text = path.read_text()
         except OSError:
             continue
-        for uri, suites in _source_entries(text, deb822=path.suffix == ".sources"):
-            if SUITE in suites and "security" not in uri:
+        entries += _source_entries(text, deb822=path.suffix == ".sources")
+    return mirror_for(suite, entries)
+
+
+def mirror_for(suite: str, entries: list[tuple[str, list[str]]]) -> str:
+    """The URI among (uri, suites) source entries that serves `suite` (see debian_mirror)."""
+    debian = [(uri, suites) for uri, suites in entries if "security" not in uri]
+    for wanted in ({suite}, set(RELEASES)):
+        for uri, suites in debian:
+            if wanted & set(suites):
                 return uri.rstrip("/")
     return "http://deb.debian.org/debian"
 
@@ -133,9 +157,15 @@ def _source_entries(text: str, deb822: bool) -> Iterator[tuple[str, list[str]]]:
             yield words[1], [words[2]]
 
 
-def base_recipe() -> dict[str, Any]:
+def check_releases(releases: list[str]) -> None:
+    unknown = sorted(set(releases) - set(RELEASES))
+    if unknown:
+        raise LabError(f"unknown Debian release(s) {unknown}; known: {list(RELEASES)}")
+
+
+def base_recipe(suite: str = DEFAULT_RELEASE) -> dict[str, Any]:
     return {
-        "suite": SUITE,
+        "suite": suite,
         "variant": "minbase",
         "packages": sorted(BASE_PACKAGES),
         "masked": sorted(MASKED_UNITS),
@@ -143,21 +173,25 @@ def base_recipe() -> dict[str, Any]:
     }
 
 
-def base_path(cache: Path | None = None) -> Path:
-    digest = hashlib.sha256(json.dumps(base_recipe(), sort_keys=True).encode()).hexdigest()[:16]
-    return (cache or cache_dir()) / f"base-{digest}"
+def base_path(suite: str = DEFAULT_RELEASE, cache: Path | None = None) -> Path:
+    """base-<suite>-<hash of the recipe>: the suite in the name lets a new recipe replace only its own release."""
+    digest = hashlib.sha256(json.dumps(base_recipe(suite), sort_keys=True).encode()).hexdigest()[:16]
+    return (cache or cache_dir()) / f"base-{suite}-{digest}"
 
 
-def ensure_base(cache: Path | None = None, rebuild: bool = False) -> tuple[Path, float | None]:
-    """The cached base root for the current recipe; returns (path, build seconds or None if it was cached)."""
-    target = base_path(cache)
+def ensure_base(
+    suite: str = DEFAULT_RELEASE, cache: Path | None = None, rebuild: bool = False
+) -> tuple[Path, float | None]:
+    """The cached base root of `suite` for the current recipe; returns (path, build seconds or None if cached)."""
+    check_releases([suite])
+    target = base_path(suite, cache)
     target.parent.mkdir(parents=True, exist_ok=True)
     with _locked(target.parent / ".build.lock"):
         if target.is_dir() and not rebuild:
             return target, None
         started = time.monotonic()
-        mirror = debian_mirror()
-        progress(f"building base root {target.name} with debootstrap from {mirror} (once per recipe)")
+        mirror = debian_mirror(suite)
+        progress(f"building {suite} base root {target.name} with debootstrap from {mirror} (once per recipe)")
         tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=".build-"))
         try:
             root = tmp / "root"
@@ -165,7 +199,7 @@ def ensure_base(cache: Path | None = None, rebuild: bool = False) -> tuple[Path,
                 "debootstrap",
                 "--variant=minbase",
                 f"--include={','.join(BASE_PACKAGES)}",
-                SUITE,
+                suite,
                 str(root),
                 mirror,
             ]
@@ -182,15 +216,17 @@ def ensure_base(cache: Path | None = None, rebuild: bool = False) -> tuple[Path,
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
         seconds = time.monotonic() - started
-        progress(f"base root built in {seconds:.1f}s")
-        _prune_old_bases(target, Path("/proc/mounts").read_text())
+        progress(f"{suite} base root built in {seconds:.1f}s")
+        _prune_old_bases(target, suite, Path("/proc/mounts").read_text())
         return target, seconds
 
 
-def _prune_old_bases(current: Path, mounts: str) -> None:
-    """Remove bases of earlier recipes (each is ~300 MB) unless a running lab's overlay (in mounts) uses one."""
+def _prune_old_bases(current: Path, suite: str, mounts: str) -> None:
+    """Remove this release's bases of earlier recipes (each is ~300 MB), and those named before bases carried their
+    release (base-<hash>), unless a running lab's overlay (in mounts) uses one. Other releases' bases stay."""
     for old in current.parent.glob("base-*"):
-        if old != current and f"lowerdir={old}," not in mounts:
+        earlier = old.name.startswith(f"base-{suite}-") or re.fullmatch(r"base-[0-9a-f]{16}", old.name)
+        if old != current and earlier and f"lowerdir={old}," not in mounts:
             progress(f"removing {old.name}, the base of an earlier recipe")
             shutil.rmtree(old)
 
@@ -226,12 +262,18 @@ class HostSpec:
     index: int
     address: str
     profile: str
+    os: str = DEFAULT_RELEASE
 
 
 def plan_hosts(
-    nodes: int, profiles: list[str] | None, first_index: int = 1, subnet: str = network.DEFAULT_SUBNET
+    nodes: int,
+    profiles: list[str] | None,
+    first_index: int = 1,
+    subnet: str = network.DEFAULT_SUBNET,
+    releases: list[str] | None = None,
 ) -> list[HostSpec]:
-    """gpu-node-F..F+N-1 on 10.213.1.F..F+N-1 (F = first_index, 1 by default); profiles cycle over the nodes.
+    """gpu-node-F..F+N-1 on 10.213.1.F..F+N-1 (F = first_index, 1 by default); profiles and Debian releases
+    (default: DEFAULT_RELEASE for every host) each cycle over the nodes.
 
     Two labs on one machine have namespaces (and subnets) of their own, but share nspawn's per-machine-name paths,
     so a second lab that must run beside the default one starts its numbering elsewhere (first_index).
@@ -242,10 +284,35 @@ def plan_hosts(
     if first_index < 1 or last > 250:
         raise LabError(f"host numbers must be between 1 and 250, got {first_index}..{last}")
     cycle = list(profiles or DEFAULT_PROFILES)
+    os_cycle = list(releases or [DEFAULT_RELEASE])
+    check_releases(os_cycle)
     return [
-        HostSpec(f"gpu-node-{i}", i, network.host_address(subnet, i), cycle[(i - first_index) % len(cycle)])
+        HostSpec(
+            f"gpu-node-{i}",
+            i,
+            network.host_address(subnet, i),
+            cycle[(i - first_index) % len(cycle)],
+            os_cycle[(i - first_index) % len(os_cycle)],
+        )
         for i in range(first_index, last + 1)
     ]
+
+
+def machine_apt_checks_valid_until() -> bool:
+    """False when this machine's apt is told not to check a Release file's Valid-Until (apt-config).
+
+    A machine that reaches Debian through a frozen snapshot of the mirror says so: the snapshot's sid Release
+    (Valid-Until a week after its Date) has expired while trixie's and bookworm's (no Valid-Until) have not. The
+    hosts reach the same mirror through the egress proxy, so they get the machine's setting.
+    """
+    try:
+        out = subprocess.run(
+            ["apt-config", "shell", "V", "Acquire::Check-Valid-Until"], capture_output=True, text=True
+        ).stdout
+    except OSError:
+        return True
+    value = out.strip().partition("=")[2].strip("'\"").lower()  # V='false'
+    return value not in ("false", "0", "no", "off")
 
 
 def _write_host_files(
@@ -265,6 +332,12 @@ def _write_host_files(
         f'Acquire::https::Proxy "{proxy}";\n'
         f'Acquire::http::Proxy::{net.repo} "DIRECT";\n'
     )
+    if not machine_apt_checks_valid_until():
+        (apt_conf / "02gpuready-lab-valid-until").write_text(
+            "// Written by `gpuready lab up`: this machine's apt does not check Release files' Valid-Until (its\n"
+            "// mirror is a snapshot), and the host reaches the same mirror.\n"
+            'Acquire::Check-Valid-Until "false";\n'
+        )
     (etc / "hostname").write_text(f"{spec.name}\n")
     (etc / "machine-id").write_text(uuid.uuid4().hex + "\n")
     (etc / "hosts").write_text(
@@ -359,12 +432,27 @@ def _boot(paths: LabPaths, spec: HostSpec, merged: Path, netns: str) -> subproce
     with open(paths.console_log(spec.name), "ab") as log:
         return subprocess.Popen(
             argv,
+            env=nspawn_env(),
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=subprocess.STDOUT,
             preexec_fn=enter_cgroups,  # safe: no threads run while the lab starts hosts
             start_new_session=True,
         )
+
+
+def nspawn_env() -> dict[str, str]:
+    """nspawn's environment: a pure cgroup2 view for the host wherever this machine has a cgroup2 hierarchy.
+
+    nspawn (252 here) gives a container on a hybrid machine a hybrid view (v1 controllers + name=systemd + cgroup2),
+    which sid's systemd (258+) refuses to boot in and trixie's (257) boots in deprecated. With
+    SYSTEMD_NSPAWN_UNIFIED_HIERARCHY=1 the container gets the machine's cgroup2 hierarchy at /sys/fs/cgroup, as
+    on a real host of any of the three releases. Without a cgroup2 hierarchy nspawn chooses (bookworm boots).
+    """
+    fs = Path("/sys/fs/cgroup")
+    unified = any((fs / sub / "cgroup.procs").exists() and (fs / sub / "cgroup.subtree_control").exists()
+                  for sub in ("", "unified"))  # fmt: skip
+    return {**os.environ, "SYSTEMD_NSPAWN_UNIFIED_HIERARCHY": "1"} if unified else dict(os.environ)
 
 
 def console_tail(paths: LabPaths, name: str, lines: int = 25) -> str:
@@ -388,7 +476,10 @@ HOST_TOOLS = {
 
 
 def prerequisite_problems(
-    cache: Path | None = None, control_plane: bool = True, kubernetes_version: str = cluster.DEFAULT_VERSION
+    cache: Path | None = None,
+    control_plane: bool = True,
+    kubernetes_version: str = cluster.DEFAULT_VERSION,
+    releases: list[str] | None = None,
 ) -> list[str]:
     """Everything missing for `up`, each with how to get it (all at once, before anything starts)."""
     found: list[str] = []
@@ -397,7 +488,7 @@ def prerequisite_problems(
     except network.NetworkError as exc:
         found.append(str(exc))
     tools = dict(HOST_TOOLS)
-    if not base_path(cache).is_dir():
+    if not all(base_path(suite, cache).is_dir() for suite in set(releases or [DEFAULT_RELEASE])):
         tools["debootstrap"] = "debootstrap"
     found += [
         f"{tool} not found: apt-get install {package}"
@@ -423,28 +514,32 @@ def up(
     kubernetes_version: str = cluster.DEFAULT_VERSION,
     first_index: int = 1,
     subnet: str | None = None,
+    releases: list[str] | None = None,
 ) -> dict[str, Any]:
     """Bring up a fresh lab (cleaning up whatever an earlier lab in this state dir left) and record its state.
 
     first_index numbers the hosts from elsewhere than 1, for a lab beside another one; subnet is the lab's /16
-    (default: the first of network.SUBNETS that nothing on this machine uses, 10.213.0.0/16 for a lab alone).
+    (default: the first of network.SUBNETS that nothing on this machine uses, 10.213.0.0/16 for a lab alone);
+    releases are the Debian releases cycled over the hosts (default: DEFAULT_RELEASE for every host).
     """
-    specs = plan_hosts(nodes, profiles, first_index)  # refuse a bad plan before anything else
+    # refuse a bad plan before anything else
+    specs = plan_hosts(nodes, profiles, first_index, releases=releases)
     unknown = sorted({s.profile for s in specs} - set(hardware.PROFILES))
     if unknown:
         raise LabError(f"unknown profile(s) {unknown}; known: {sorted(hardware.PROFILES)}")
-    missing = prerequisite_problems(cache, control_plane, kubernetes_version)
+    suites = sorted({s.os for s in specs}, key=RELEASES.index)
+    missing = prerequisite_problems(cache, control_plane, kubernetes_version, suites)
     if missing:
         raise LabError("the lab cannot start here:\n" + "\n".join(f"- {line}" for line in missing))
     down(paths, quiet=True)
-    base, _ = ensure_base(cache)
+    bases = {suite: ensure_base(suite, cache)[0] for suite in suites}
     paths.root.mkdir(parents=True, exist_ok=True)
     client_pubkey = ssh.ensure_client_key(paths).with_suffix(".pub").read_text().strip()
     port = SSH_PORT
 
     state: dict[str, Any] = {
         "state_dir": str(paths.root),
-        "base": str(base),
+        "bases": {suite: str(base) for suite, base in bases.items()},
         "ssh": {
             "key": str(paths.ssh_key),
             "known_hosts": str(paths.known_hosts),
@@ -458,13 +553,13 @@ def up(
     procs: dict[str, subprocess.Popen[bytes]] = {}
     try:  # the state is saved before each creation and start, so that the `down` below (or a later one) finds it
         net = network.plan(paths.root, subnet)
-        specs = plan_hosts(nodes, profiles, first_index, net.subnet)
+        specs = plan_hosts(nodes, profiles, first_index, net.subnet, releases)
         state["network"] = net.to_state()
         save_state(paths, state)
         state["network"] = network.ensure(net, [s.address for s in specs])
         save_state(paths, state)
         progress(f"network namespace {net.netns}: {net.subnet}, reached from here via {net.root_veth}")
-        state["egress"] = _start_egress(paths, net, base)
+        state["egress"] = _start_egress(paths, net, list(bases.values()))
         save_state(paths, state)
         state["repo"] = _start_repo(paths, net)
         state["sysctls"] = _set_machine_sysctls()
@@ -472,13 +567,15 @@ def up(
         for spec in specs:
             hw = _write_hardware(paths, spec)
             known.append((spec.address, port, _write_host_files(paths, spec, port, client_pubkey, net)))
-            merged = _mount_overlay(base, paths.host_dir(spec.name))
+            merged = _mount_overlay(bases[spec.os], paths.host_dir(spec.name))
             procs[spec.name] = proc = _boot(paths, spec, merged, net.netns)
             state["hosts"][spec.name] = {
                 "index": spec.index,
                 "address": spec.address,
                 "port": port,
                 "profile": spec.profile,
+                "os": spec.os,
+                "base": str(bases[spec.os]),
                 "pid": proc.pid,
                 "pid_start": _proc_start(proc.pid),
                 **hardware_summary(hw),
@@ -611,9 +708,9 @@ def base_apt_targets(base: Path) -> list[str]:
     return sorted(targets)
 
 
-def _start_egress(paths: LabPaths, net: network.LabNetwork, base: Path) -> dict[str, Any]:
+def _start_egress(paths: LabPaths, net: network.LabNetwork, bases: list[Path]) -> dict[str, Any]:
     """The hosts' way to the Debian mirror: a proxy here, listening inside the lab's namespace; the state entry."""
-    allow = base_apt_targets(base)
+    allow = sorted({target for base in bases for target in base_apt_targets(base)})
     sock = network.listening_socket(net.repo, network.EGRESS_PORT, net.netns)
     try:
         pid = network.start_egress(sock, allow, paths.root / "egress.log", lab=str(paths.root))
