@@ -86,7 +86,8 @@ def nvidia_runtime(
 
 def _installed_version(package: str) -> str | None:
     """The installed version of ``package`` (its upstream part: 1.7.24 of 1.7.24~ds1-6+b4), or None."""
-    versions = (node_fact(DebPackages) or {}).get(package) or []
+    # pyinfra's DebPackages gives a set of versions per name
+    versions = (node_fact(DebPackages) or {}).get(package) or set()
     if not versions:
         return None
-    return str(versions[0]).split(":", 1)[-1].split("~", 1)[0].split("-", 1)[0]
+    return str(min(versions)).split(":", 1)[-1].split("~", 1)[0].split("-", 1)[0]
