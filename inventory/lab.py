@@ -56,6 +56,8 @@ gpu_nodes = (
                 "nvswitch": host["nvswitch"],
                 "lab_profile": host["profile"],
                 **_SHARING.get(host["profile"], {}),
+                # a bookworm host's containerd is Debian 12's 1.6, which has no CDI: runtime-class mode there
+                **({"nvidia_cdi": False} if host.get("os", "bookworm") == "bookworm" else {}),
             },
         )
         for name, host in sorted(_state["hosts"].items(), key=lambda item: item[1]["index"])

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# The main job on the local lab: boot 3 GPU hosts (8x H100 NVSwitch, 4x A100 with MIG, 1x L4 time-sliced), deploy
-# them into GPU nodes, install the cluster add-ons, prove them with the conformance suite, print the fleet table, and
-# take the lab down again (also on failure or Ctrl-C).
+# The main job on the local lab: boot 3 GPU hosts, one per Debian release (8x H100 NVSwitch on bookworm, 4x A100 with
+# MIG on trixie, 1x L4 time-sliced on sid), deploy them into GPU nodes, install the cluster add-ons, prove them with
+# the conformance suite, print the fleet table, and take the lab down again (also on failure or Ctrl-C).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=.venv/bin
@@ -15,8 +15,9 @@ trap '"$BIN/gpuready" lab down' EXIT
 
 step() { printf '\n==> %s\n' "$*" >&2; }
 
-step "gpuready lab up: 3 hosts"
-"$BIN/gpuready" lab up --nodes 3 --profile h100-sxm-8 --profile a100-80gb-4 --profile l4-1
+step "gpuready lab up: 3 hosts, one per Debian release"
+"$BIN/gpuready" lab up --nodes 3 --profile h100-sxm-8 --profile a100-80gb-4 --profile l4-1 \
+  --os bookworm --os trixie --os sid
 step "gpuready plan inventory/lab.py: what the deploy installs and the suite expects"
 "$BIN/gpuready" plan inventory/lab.py
 step "pyinfra inventory/lab.py deploys/gpu_node.py"

@@ -114,6 +114,7 @@ def test_lab_repositories_have_the_real_layout(lab):
     base = lab.state["repo"]["base_url"]
     for path in (
         "cuda/repos/debian12/x86_64",
+        "cuda/repos/debian13/x86_64",  # trixie and sid hosts (gpuready.deploy.context.distro_path)
         "libnvidia-container/stable/deb/amd64",
         "kubernetes/core:/stable:/v1.34/deb",
     ):
