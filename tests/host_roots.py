@@ -11,6 +11,9 @@ import json
 from pathlib import Path
 from typing import Any
 
+import yaml
+
+from gpuready.lab.agent.gpu_host import build_gpus, cdi_names
 from gpuready.lab.hardware import make_hardware, write_hardware
 from gpuready.nvidia.containerd_config import RuntimeSettings, render_drop_in, render_main
 
@@ -35,9 +38,11 @@ def make_host(
     faults: list[dict[str, Any]] | None = None,
     driver: str | None = DRIVER,
     persistence: bool = False,
+    cdi: bool = True,
 ) -> tuple[Path, Path]:
-    """A host root as the gpu_node deploy leaves it; `mig` maps GPU index -> MIG profiles to create.
-    Returns (root, hardware file)."""
+    """A host root as the gpu_node deploy leaves it; `mig` maps GPU index -> MIG profiles to create; `cdi`: CDI
+    mode (containerd 1.7 with enable_cdi in the drop-in, the toolkit's spec in /etc/cdi; a fake root has no live
+    /var/run). Returns (root, hardware file)."""
     root = base / name / "merged"
     hardware = base / name / "machine" / "hardware.json"
     hw = make_hardware(profile, index)
@@ -49,6 +54,7 @@ def make_host(
         "usr/lib/x86_64-linux-gnu",
         "etc/containerd/conf.d",
         "var/lib/nvidia-emu",
+        "var/lib/dpkg",
     ):
         (root / d).mkdir(parents=True, exist_ok=True)
     if driver:
@@ -57,7 +63,10 @@ def make_host(
         (root / "usr/lib/nvidia-emu/kmod-version").write_text(driver + "\n")
         (root / "usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1").write_text("emulated NVML\n")
     (root / "usr/bin/nvidia-container-runtime").write_text("#!/usr/bin/python3\n")
-    settings = RuntimeSettings()
+    (root / "var/lib/dpkg/status").write_text(
+        "Package: containerd\nStatus: install ok installed\nVersion: 1.7.24~ds1-6+b4\n\n"
+    )
+    settings = RuntimeSettings(enable_cdi=cdi)
     main = render_main(CONTAINERD_MAIN, settings)
     (root / "etc/containerd/config.toml").write_text(main)
     if nvidia_dropin:
@@ -81,7 +90,20 @@ def make_host(
             start += p["placement_size"]
         on = g["index"] in (mig or {})
         gpus[g["uuid"]] = {"mig_current": on, "mig_pending": on, "persistence": persistence, "gis": gis}
-    (root / "var/lib/nvidia-emu/state.json").write_text(
-        json.dumps({"boot_id": "b", "kmod": driver, "gpus": gpus})
-    )
+    state = {"boot_id": "b", "kmod": driver, "gpus": gpus}
+    (root / "var/lib/nvidia-emu/state.json").write_text(json.dumps(state))
+    if cdi and driver:
+        write_cdi_spec(root, hw, state)
     return root, hardware
+
+
+def write_cdi_spec(
+    root: Path, hw: dict[str, Any], state: dict[str, Any], leave_out: tuple[str, ...] = ()
+) -> None:
+    """The toolkit's spec for these GPUs and MIG devices (names as ``nvidia-ctk cdi generate`` gives them), less
+    the names in ``leave_out`` (a stale spec)."""
+    names = [n for n in cdi_names(build_gpus(hw, state)) if n not in leave_out]
+    devices = [{"name": n, "containerEdits": {"deviceNodes": [{"path": "/dev/nvidia0"}]}} for n in names]
+    spec = {"cdiVersion": "0.5.0", "kind": "nvidia.com/gpu", "devices": devices, "containerEdits": {}}
+    (root / "etc/cdi").mkdir(parents=True, exist_ok=True)
+    (root / "etc/cdi/nvidia.yaml").write_text(yaml.safe_dump(spec))

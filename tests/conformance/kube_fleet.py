@@ -20,7 +20,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from host_roots import make_host
+from host_roots import make_host, write_cdi_spec
 from inventories import write_inventory
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
@@ -37,10 +37,11 @@ WAIT_S = 120.0  # two cores shared with other test sessions: the real controller
 
 
 def write_host(
-    base: Path, name: str, profile: str, index: int, mig: dict[int, list[str]]
+    base: Path, name: str, profile: str, index: int, mig: dict[int, list[str]], cdi: bool = True
 ) -> tuple[Path, Path]:
-    """A host root as the gpu_node deploy leaves it (persistence on), with the MIG instances of ``mig``."""
-    return make_host(base, name, profile, index, mig=mig, persistence=True)
+    """A host root as the gpu_node deploy leaves it (persistence on), with the MIG instances of ``mig``, in CDI
+    or runtime-class mode."""
+    return make_host(base, name, profile, index, mig=mig, persistence=True, cdi=cdi)
 
 
 @dataclass
@@ -85,6 +86,12 @@ class KubeFleet:
 
     def remove_nvidia_dropin(self, name: str) -> None:
         (self.hosts[name] / "etc/containerd/conf.d/99-nvidia.toml").unlink()
+
+    def stale_cdi_spec(self, name: str, leave_out: tuple[str, ...]) -> None:
+        """The toolkit's spec without these device names, as after a change nobody refreshed it for."""
+        state = json.loads((self.hosts[name] / "var/lib/nvidia-emu/state.json").read_text())
+        hw = json.loads((self.hosts[name].parent / "machine" / "hardware.json").read_text())
+        write_cdi_spec(self.hosts[name], hw, state, leave_out)
 
     def stop_kubelet(self, name: str) -> None:
         """The node's kubelet stops heartbeating; the real node lifecycle controller marks it NotReady."""
@@ -188,7 +195,7 @@ def make_fleet(
         spec = fleet.nodes[name]
         mig = {g: list(layout) for g, layout in enumerate(spec.sharing.mig_layout) if layout is not None}
         mig = (mig_override or {}).get(i, mig)
-        host_root, hardware = write_host(root / "hosts", name, profile, i, mig)
+        host_root, hardware = write_host(root / "hosts", name, profile, i, mig, cdi=spec.cdi)
         kf.hosts[name] = host_root
         # the endpoint grace period short, so a stopped plugin's capacity drops in a test's time
         control.call(

@@ -3,6 +3,7 @@ results and scrapes (a real dcgm-exporter capture among them)."""
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 from pathlib import Path
 
@@ -216,7 +217,10 @@ def test_a_failed_pod_quotes_its_warning_events_first():
 def test_pods_are_non_root_pinned_and_tolerate_the_node_taints(specs):
     pod = gpu_pod("p", specs["t4"], "img", "nvidia.com/gpu", check="x")
     spec = pod["spec"]
-    assert spec["nodeSelector"] == {"kubernetes.io/hostname": "t4"} and spec["runtimeClassName"] == "nvidia"
+    # CDI mode (the default): the device plugin's CDI devices need no runtime class; runtime-class mode keeps it
+    assert spec["nodeSelector"] == {"kubernetes.io/hostname": "t4"} and "runtimeClassName" not in spec
+    legacy = dataclasses.replace(specs["t4"], knobs={**specs["t4"].knobs, "nvidia_cdi": False})
+    assert gpu_pod("p", legacy, "img", "nvidia.com/gpu", check="x")["spec"]["runtimeClassName"] == "nvidia"
     assert {"key": "dedicated", "operator": "Equal", "value": "gpu", "effect": "NoSchedule"} in spec[
         "tolerations"
     ]

@@ -9,7 +9,7 @@ import json
 import shutil
 
 import pytest
-from kube_fleet import make_fleet
+from kube_fleet import HEALTHY, make_fleet
 from polling import wait_for
 from shims import REPO, read_verdict
 
@@ -147,8 +147,29 @@ def test_missing_mig_instance_fails_allocatable(pytester, kube_suite, fleets):
     assert "GFD label nvidia.com/mig-1g.10gb.count = '1', expected '2'" in bad["node/test_gfd_labels"]
 
 
-def test_missing_nvidia_handler_fails_vector_add(pytester, kube_suite, fleets):
+RUNTIME_CLASS_MODE = [(profile, {**data, "nvidia_cdi": False}) for profile, data in HEALTHY]
+
+
+def test_stale_cdi_spec_fails_vector_add_with_the_unresolvable_device(pytester, kube_suite, fleets):
+    """CDI mode: the plugin hands the pod a CDI device the host's spec lacks; containerd refuses the container."""
     fleet = fleets()
+    h100 = next(iter(fleet.nodes))
+    gpu0 = json.loads((fleet.hosts[h100].parent / "machine" / "hardware.json").read_text())["gpus"][0]["uuid"]
+    fleet.stale_cdi_spec(h100, leave_out=(gpu0,))
+    _result, verdict = run(pytester, fleet)
+    bad = only_failing_node(verdict, h100)
+    message = bad["workloads/test_vector_add"]
+    assert message.startswith(f"{h100}: vectorAdd did not pass: pod vectoradd-{h100}: phase Pending")
+    assert (
+        "reason CreateContainerError: failed to create containerd container: CDI device injection failed: "
+        f"unresolvable CDI devices nvidia.com/gpu={gpu0}"
+    ) in message
+    assert_cleaned_up(fleet)
+
+
+def test_missing_nvidia_handler_fails_vector_add(pytester, kube_suite, fleets):
+    """Runtime-class mode: GPU pods name the nvidia RuntimeClass, whose handler containerd no longer has."""
+    fleet = fleets(hosts=RUNTIME_CLASS_MODE)
     h100 = next(iter(fleet.nodes))
     fleet.remove_nvidia_dropin(h100)  # the plugin keeps running; new pods on the nvidia runtime cannot start
     _result, verdict = run(pytester, fleet)
@@ -256,7 +277,7 @@ def test_pods_are_hardened_and_labelled(pytester, kube_suite, fleets):
     for pod in seen["pods"]:
         spec = pod["spec"]
         assert pod["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "gpuready"
-        assert spec["runtimeClassName"] == "nvidia"
+        assert "runtimeClassName" not in spec  # CDI mode: the device plugin's CDI devices need no handler
         assert not any("hostPath" in v for v in spec.get("volumes") or [])
         for c in spec["containers"]:
             assert (

@@ -27,6 +27,8 @@ HOST_CHECKS = [
     "test_driver_security_floor",
     "test_toolkit_security_floor",
     "test_containerd_nvidia_handler",
+    "test_containerd_cdi",  # skipped: the fake node runs containerd 1.6 in runtime-class mode
+    "test_cdi_spec_names_every_device",
     "test_kubelet_active",
 ]
 GPU_CHECKS = [
@@ -66,7 +68,7 @@ def test_healthy_h100_node_passes_host_and_gpu_layers(make_node, run_suite):
     node = make_node("h100-sxm-8")
     node.activate()
     result, report_dir = run_suite(node.inventory())
-    result.assert_outcomes(passed=21, skipped=4)
+    result.assert_outcomes(passed=21, skipped=6)  # 2 of them: the CDI checks (runtime-class mode)
     assert result.ret == 0
     got = outcomes(report_dir)
     assert set(got) == set(HOST_CHECKS) | set(GPU_CHECKS) | set(DIAG_CHECKS)
@@ -273,7 +275,7 @@ def test_fleet_xml_has_one_testsuite_per_node_with_failure_messages(make_node, r
     suites = root.findall("testsuite")
     assert [s.get("name") for s in suites] == ["gpu-node-1"]
     cases = {c.get("name"): c for c in suites[0].findall("testcase")}
-    assert len(cases) == 25
+    assert len(cases) == 27
     failure = cases["gpu / test_pcie_link_at_max"].find("failure")
     assert failure is not None and "Gen3 (max Gen5)" in failure.get("message")
     assert cases["gpu / test_vector_add"].find("skipped") is not None
@@ -286,7 +288,7 @@ def test_pytest_junitxml_keeps_working(make_node, run_suite, pytester):
     _result, _report_dir = run_suite(node.inventory(), f"--junitxml={junit}")
     root = ET.parse(junit).getroot()
     suite = root if root.tag == "testsuite" else root.find("testsuite")
-    assert int(suite.get("tests")) == 25
+    assert int(suite.get("tests")) == 27
     assert any(c.get("name") == "test_driver_version[gpu-node-1]" for c in suite.iter("testcase"))
 
 
@@ -424,7 +426,9 @@ def test_over_ssh_the_suite_sees_the_same_node(make_node, pytester, suite_dir):
     assert set(got) == {"test_nvlink_up", "test_no_xid_errors"}
     assert "GPU 3: NVLink down" in got["test_nvlink_up"]
     assert outcomes(pytester.path / "report")["test_vector_add"][0] == "skip"  # local only
-    result.assert_outcomes(passed=18, failed=2, skipped=5)  # vectorAdd (local only), the diag layer (gated)
+    result.assert_outcomes(
+        passed=18, failed=2, skipped=7
+    )  # vectorAdd (local only), the CDI checks, diag (gated)
     assert "nvidia-smi -q -x" in server.commands and server.commands.count("nvidia-smi -q -x") == 1
 
 

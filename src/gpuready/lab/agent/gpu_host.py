@@ -435,11 +435,11 @@ class VirtualGpuView:
             host_faults=host_faults,
             hostname=self.name,
             cdi_enabled=True,
-            cdi_devices=frozenset(f"nvidia.com/gpu={name}" for name in _cdi_names(gpus)),
+            cdi_devices=frozenset(f"nvidia.com/gpu={name}" for name in cdi_names(gpus)),
         )
 
 
-def _cdi_names(gpus: tuple[Gpu, ...]) -> list[str]:
+def cdi_names(gpus: tuple[Gpu, ...]) -> list[str]:
     """The device names ``nvidia-ctk cdi generate`` gives these GPUs (a virtual node's spec is always current)."""
     names = ["all"]
     for g in gpus:
