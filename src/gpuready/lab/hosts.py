@@ -394,7 +394,9 @@ def lab_cgroups(paths: LabPaths) -> list[Path]:
     """The lab's own cgroup subtree, in every hierarchy nspawn reads its cgroup path from.
 
     On a hybrid machine (cgroup v1 controllers + name=systemd + cgroup2 at /sys/fs/cgroup/unified) nspawn takes its
-    path from the cgroup2 line and mirrors it into name=systemd, so a host must sit at the same path in both.
+    path from the cgroup2 line (and, giving a container the hybrid view, mirrors it into name=systemd), so a host
+    sits at the same path in both. With the pure cgroup2 view (nspawn_env) the host's systemd manages only the
+    cgroup2 subtree, and its processes stay in the name=systemd cgroup they inherit: `down` finds them in either.
     """
     lab_id = hashlib.sha256(str(paths.root.resolve()).encode()).hexdigest()[:8]
     fs = Path("/sys/fs/cgroup")
