@@ -21,9 +21,11 @@ nvswitch = False
 
 # --- Pinned versions: installed and held by the deploy, checked by the conformance suite --------------------
 # `gpuready plan` and every deploy name the NVIDIA security bulletins that affect the pinned driver and
-# toolkit (gpuready/nvidia/security.py, a source per row). Defaults: the first R580 release that clears
-# NVIDIA's driver bulletins up to 2026-09 (a_id 5747, 5821, 5861), and toolkit 1.20.0 (2026-08, past
-# CVE-2026-24260's fix in 1.19.1).
+# toolkit (gpuready/nvidia/security.py, a source per row). Defaults (chosen 2026-11): branch R580, the data
+# center long-term support branch (R595 is the newer production branch, GPU Operator 26.7's default: set
+# nvidia_driver_branch = "595" and a 595.x version to take it), at its first release that clears NVIDIA's
+# driver bulletins up to 2026-09 (a_id 5747, 5821, 5861); toolkit 1.20.0 (2026-08: CDI refresh units, past
+# CVE-2026-24260's fix in 1.19.1); Kubernetes 1.34.4, the lab control plane's version.
 # the driver branch; nvidia_driver_version must belong to it
 nvidia_driver_branch = "580"
 # what `nvidia-smi` reports as driver_version
@@ -148,14 +150,17 @@ addons_prune = False
 addons_take_ownership = False
 
 # --- Container images: every image the add-ons and the conformance suite run --------------------------------
-# Each must be an image reference [registry[:port]/]repository[:tag][@sha256:<64 hex>] (lower-case
-# repository); point them at a mirror for an air-gapped fleet (README, "Air-gapped or mirrored registries").
+# Defaults (chosen 2026-11): device plugin and GFD v0.20.0 (2026-08, what GPU Operator 26.7 ships),
+# dcgm-exporter 4.5.3-4.8.2 (DCGM 4.5.3, exporter 4.8.2; 2026-05; the metrics layer reads its Hostname label
+# and the later hostname). Each must be an image reference [registry[:port]/]repository[:tag][@sha256:<64
+# hex>] (lower-case repository); point them at a mirror for an air-gapped fleet (README, "Air-gapped or
+# mirrored registries").
 # the NVIDIA device plugin DaemonSet [fleet-wide]
-device_plugin_image = "nvcr.io/nvidia/k8s-device-plugin:v0.18.0"
+device_plugin_image = "nvcr.io/nvidia/k8s-device-plugin:v0.20.0"
 # GPU feature discovery (ships in the device plugin's image); None = device_plugin_image [fleet-wide]
 gfd_image = None
 # the DCGM exporter DaemonSet [fleet-wide]
-dcgm_exporter_image = "nvcr.io/nvidia/k8s/dcgm-exporter:4.4.1-4.6.0-ubuntu22.04"
+dcgm_exporter_image = "nvcr.io/nvidia/k8s/dcgm-exporter:4.5.3-4.8.2-ubuntu22.04"
 # conformance: the CUDA vectorAdd sample, run once per node (workloads layer)
 vectoradd_image = "nvcr.io/nvidia/k8s/cuda-sample:vectoradd-cuda12.5.0-ubuntu22.04"
 # conformance: CUDA base image running nvidia-smi / holding GPUs (time-slicing, MIG, metrics and policy

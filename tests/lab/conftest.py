@@ -32,6 +32,10 @@ LAB_TOOLS = (
     "ip",
 )
 NODES = 3
+# one host per Debian release, in profile order: the H100 on trixie (containerd 1.7) and the MIG A100 on sid
+# (containerd 2.x) run CDI mode, the time-sliced L4 on bookworm (containerd 1.6) runtime-class mode, so the whole
+# suite proves both modes (inventory/lab.py picks the mode from the release)
+RELEASES = ["trixie", "sid", "bookworm"]
 
 
 def lab_skip_reason() -> str | None:
@@ -69,7 +73,7 @@ class Lab:
         return {**os.environ, "GPUREADY_LAB_DIR": str(self.paths.root)}
 
     def bring_up(self) -> None:
-        self.state = hosts.up(self.paths, nodes=NODES)
+        self.state = hosts.up(self.paths, nodes=NODES, releases=RELEASES)
 
 
 def hold_wildcard_port(port: int = 22) -> socket.socket | None:
@@ -101,7 +105,7 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Any:
     listener = hold_wildcard_port()
     try:
         try:
-            state = hosts.up(paths, nodes=NODES)
+            state = hosts.up(paths, nodes=NODES, releases=RELEASES)
         finally:
             if listener is not None:
                 listener.close()

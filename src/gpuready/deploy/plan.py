@@ -37,6 +37,7 @@ def node_plan(node: NodeSpec) -> dict[str, Any]:
             "taints": [str(t) for t in node.taints],
         },
         "device_plugin_config": node.device_plugin_config_key,
+        "runtime": "cdi" if node.cdi else "runtime-class",
         "expect": {
             "driver_version": node.versions.driver,
             "toolkit_version": node.versions.toolkit,
@@ -88,7 +89,16 @@ def render_text(fleet: Fleet) -> str:
             f"  join         {node.join.api_endpoint if node.join.enabled else 'no (kube_join = False)'}"
         )
         lines.append(f"  taints       {', '.join(p['join']['taints']) or '-'}")
-        lines.append(f"  plugin cfg   {node.device_plugin_config_key}")
+        runtime = (
+            "CDI: devices from /var/run/cdi/nvidia.yaml (nvidia-cdi-refresh), containerd enable_cdi; GPU pods need "
+            "no runtimeClassName"
+            if node.cdi
+            else "runtime class: GPU pods run with runtimeClassName nvidia (nvidia_cdi = False)"
+        )
+        lines.append(f"  runtime      {runtime}")
+        lines.append(
+            f"  plugin cfg   {node.device_plugin_config_key} (deviceListStrategy {node.device_list_strategy})"
+        )
         lines.append(f"  expect       driver {node.versions.driver}, toolkit {node.versions.toolkit}")
         alloc = ", ".join(f"{k}={v}" for k, v in node.expected_allocatable.items())
         lines.append(f"  allocatable  {alloc}")

@@ -167,16 +167,20 @@ SECTIONS = {
 }
 SECTION_NOTES = {
     "versions": "`gpuready plan` and every deploy name the NVIDIA security bulletins that affect the pinned driver "
-    "and toolkit (gpuready/nvidia/security.py, a source per row). Defaults: the first R580 release that clears "
-    "NVIDIA's driver bulletins up to 2026-09 (a_id 5747, 5821, 5861), and toolkit 1.20.0 (2026-08, past "
-    "CVE-2026-24260's fix in 1.19.1).",
+    "and toolkit (gpuready/nvidia/security.py, a source per row). Defaults (chosen 2026-11): branch R580, the "
+    "data center long-term support branch (R595 is the newer production branch, GPU Operator 26.7's default: set "
+    'nvidia_driver_branch = "595" and a 595.x version to take it), at its first release that clears NVIDIA\'s '
+    "driver bulletins up to 2026-09 (a_id 5747, 5821, 5861); toolkit 1.20.0 (2026-08: CDI refresh units, past "
+    "CVE-2026-24260's fix in 1.19.1); Kubernetes 1.34.4, the lab control plane's version.",
     "repos": '{distro} is "debian12", "ubuntu2204", "ubuntu2404" (from the host\'s facts), {arch} '
     '"x86_64"/"sbsa", {deb_arch} "amd64"/"arm64", {minor} the Kubernetes minor ("1.34"). Keyrings are '
     "installed under /etc/apt/keyrings and referenced with signed-by=; nothing is ever trusted without a signature.",
     "upgrade": "deploys/gpu_node.py never reboots: after a driver change it warns and leaves the node to this "
     "deploy, which cordons, drains, upgrades, reboots (only when the driver changes), validates and uncordons, "
     "batch by batch. These knobs are fleet-wide: set them here, not per host.",
-    "images": "Each must be an image reference [registry[:port]/]repository[:tag][@sha256:<64 hex>] (lower-case "
+    "images": "Defaults (chosen 2026-11): device plugin and GFD v0.20.0 (2026-08, what GPU Operator 26.7 ships), "
+    "dcgm-exporter 4.5.3-4.8.2 (DCGM 4.5.3, exporter 4.8.2; 2026-05; the metrics layer reads its Hostname label "
+    "and the later hostname). Each must be an image reference [registry[:port]/]repository[:tag][@sha256:<64 hex>] (lower-case "
     'repository); point them at a mirror for an air-gapped fleet (README, "Air-gapped or mirrored registries").',
     "join": "The bootstrap token is a secret: it is read on the machine running pyinfra from kube_join_token_file "
     "or the environment variable kube_join_token_env, uploaded to the host as a root-only file, and never put on "
@@ -291,11 +295,11 @@ KNOBS: dict[str, Knob] = {k.name: k for k in (
        "edit, a controller) stops the deploy with the object, field and manager named; True takes such fields "
        "over (server-side apply with force)", "addons", "deploy", _boolean, fleet_wide=True),
     # --- images
-    _K("device_plugin_image", "nvcr.io/nvidia/k8s-device-plugin:v0.18.0", "the NVIDIA device plugin DaemonSet",
+    _K("device_plugin_image", "nvcr.io/nvidia/k8s-device-plugin:v0.20.0", "the NVIDIA device plugin DaemonSet",
        "images", "deploy", _image, fleet_wide=True),
     _K("gfd_image", None, "GPU feature discovery (ships in the device plugin's image); None = "
        "device_plugin_image", "images", "deploy", _optional(_image), fleet_wide=True),
-    _K("dcgm_exporter_image", "nvcr.io/nvidia/k8s/dcgm-exporter:4.4.1-4.6.0-ubuntu22.04", "the DCGM exporter "
+    _K("dcgm_exporter_image", "nvcr.io/nvidia/k8s/dcgm-exporter:4.5.3-4.8.2-ubuntu22.04", "the DCGM exporter "
        "DaemonSet", "images", "deploy", _image, fleet_wide=True),
     _K("vectoradd_image", "nvcr.io/nvidia/k8s/cuda-sample:vectoradd-cuda12.5.0-ubuntu22.04", "conformance: the "
        "CUDA vectorAdd sample, run once per node (workloads layer)", "images", "conformance", _image),

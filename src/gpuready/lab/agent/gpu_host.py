@@ -16,6 +16,7 @@ from __future__ import annotations
 import glob
 import json
 import os
+import time
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -340,6 +341,7 @@ class HostView:
     cgroups: tuple[Path, ...] = ()  # the host's cgroups: where its processes (and so its live /run) are found
     _cache: dict[str, _Cached] = field(default_factory=dict, repr=False)
     _root_pid: int | None = field(default=None, repr=False)
+    _scanned: float = field(default=-1e9, repr=False)
 
     def _cached_json(self, path: Path) -> Any:
         entry = self._cache.setdefault(str(path), _Cached())
@@ -365,11 +367,17 @@ class HostView:
         host is not running or its cgroups are not known."""
         if self._root_pid and _root_of(self._root_pid, self.root):
             return Path(f"/proc/{self._root_pid}/root")
-        for cgroup in self.cgroups:
-            for pid in _cgroup_pids(cgroup):
-                if _root_of(pid, self.root):
-                    self._root_pid = pid
-                    return Path(f"/proc/{pid}/root")
+        # the host's cgroups first; the agent may run in a mount namespace that shows no cgroup tree, so else any
+        # process of this machine whose root is the host's overlay (at most one scan a second while none is)
+        candidates: list[int] = [pid for cgroup in self.cgroups for pid in _cgroup_pids(cgroup)]
+        now = time.monotonic()
+        if not candidates and now - self._scanned >= 1.0:
+            self._scanned = now
+            candidates = [int(p) for p in os.listdir("/proc") if p.isdigit()]
+        for pid in candidates:
+            if _root_of(pid, self.root):
+                self._root_pid = pid
+                return Path(f"/proc/{pid}/root")
         return None
 
     def snapshot(self) -> HostState:

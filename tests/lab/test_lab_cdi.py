@@ -1,0 +1,88 @@
+"""CDI mode on the deployed lab: the toolkit's refresh units keep the spec that GPU pods' devices resolve against;
+each way it goes wrong fails the host check that names the device, and a pod fails as on a real node.
+
+The session lab's H100 and A100 hosts run CDI mode (trixie and sid: containerd 1.7 and 2.x), the L4 host
+runtime-class mode (bookworm: containerd 1.6 has no CDI); ``test_lab_conformance`` proves both modes pass the whole
+suite. Each test here restores the host before it ends.
+"""
+
+from __future__ import annotations
+
+import pytest
+from pyinfra_runs import run_pyinfra
+from suite_runs import failed, node_of, run_suite
+
+from gpuready.lab.state import load_state
+from gpuready.nvidia import cdi
+from gpuready.nvidia.smi import parse_list
+
+pytestmark = pytest.mark.lab
+
+SPEC_CHECK = "host/test_cdi_spec_names_every_device"
+
+
+def cdi_node(deployed_lab, profile: str) -> str:
+    node = node_of(deployed_lab, profile)
+    os_release = (load_state(deployed_lab.lab.paths) or {})["hosts"][node].get("os")
+    if os_release == "bookworm":
+        pytest.skip(f"{node} runs bookworm (containerd 1.6): runtime-class mode, no CDI")
+    return node
+
+
+def test_the_deploy_left_a_current_spec_and_cdi_on(deployed_lab):
+    for profile in ("h100-sxm-8", "a100-80gb-4"):
+        node = cdi_node(deployed_lab, profile)
+        listed = set(deployed_lab.lab.ssh(node, "nvidia-ctk cdi list").stdout.split())
+        wanted = cdi.expected_devices(parse_list(deployed_lab.lab.ssh(node, "nvidia-smi -L").stdout))
+        assert {cdi.qualified(name) for name in wanted} <= listed, (node, listed)
+        units = deployed_lab.lab.ssh(
+            node, f"systemctl is-enabled {cdi.REFRESH_PATH_UNIT} {cdi.REFRESH_SERVICE}"
+        )
+        assert units.stdout.split() == ["enabled", "enabled"]
+        assert (
+            deployed_lab.lab.ssh(node, f"systemctl is-active {cdi.REFRESH_PATH_UNIT}").stdout.strip()
+            == "active"
+        )
+
+
+def test_a_deleted_spec_fails_the_host_check_and_vector_add(deployed_lab, tmp_path):
+    node = cdi_node(deployed_lab, "h100-sxm-8")
+    deployed_lab.lab.ssh(node, f"rm {cdi.SPEC_PATH}")
+    try:
+        host = failed(run_suite(deployed_lab, tmp_path / "host", "-m", "host", "--nodes", node))
+        # the workloads layer alone (not gated by the failed host layer): the pod meets containerd's refusal
+        workloads = failed(
+            run_suite(deployed_lab, tmp_path / "workloads", "-m", "workloads", "--nodes", node)
+        )
+    finally:
+        deployed_lab.lab.ssh(node, f"systemctl start {cdi.REFRESH_SERVICE}")
+    assert list(host) == [node] and list(host[node]) == [SPEC_CHECK], host
+    assert host[node][SPEC_CHECK].startswith(f"{node}: no CDI spec of kind nvidia.com/gpu"), host
+    vector_add = workloads[node]["workloads/test_vector_add"]
+    assert (
+        "CreateContainerError" in vector_add and "unresolvable CDI devices nvidia.com/gpu=GPU-" in vector_add
+    )
+    # the refresh service wrote it again: the host layer passes
+    assert failed(run_suite(deployed_lab, tmp_path / "after", "-m", "host", "--nodes", node)) == {}
+
+
+def test_a_mig_change_without_refresh_leaves_a_stale_spec_until_the_deploy_refreshes_it(
+    deployed_lab, tmp_path
+):
+    node = cdi_node(deployed_lab, "a100-80gb-4")
+    # what a hand-made MIG change does: GPU 0 becomes one 7g.80gb instance, nobody refreshes the CDI spec
+    deployed_lab.lab.ssh(
+        node, "nvidia-smi mig -i 0 -dci && nvidia-smi mig -i 0 -dgi && nvidia-smi mig -i 0 -cgi 7g.80gb -C"
+    )
+    new = deployed_lab.lab.ssh(node, "nvidia-smi -L -i 0").stdout
+    mig_uuid = next(w.rstrip(")") for w in new.split() if w.startswith("MIG-"))
+    try:
+        stale = failed(run_suite(deployed_lab, tmp_path / "stale", "-m", "host", "--nodes", node))
+    finally:
+        restored = run_pyinfra(deployed_lab.lab, "--limit", node)  # the MIG task lays it out and refreshes
+    assert list(stale) == [node] and list(stale[node]) == [SPEC_CHECK], stale
+    message = stale[node][SPEC_CHECK]
+    assert f"nvidia.com/gpu={mig_uuid} (MIG device 0:0 (7g.80gb) of GPU 0)" in message, message
+    assert restored.returncode == 0, restored.output[-3000:]
+    assert any("Refresh the CDI spec for the new MIG devices" in op for op in restored.changed_operations())
+    assert failed(run_suite(deployed_lab, tmp_path / "after", "-m", "host", "--nodes", node)) == {}
