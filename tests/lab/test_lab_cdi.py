@@ -79,10 +79,35 @@ def test_a_mig_change_without_refresh_leaves_a_stale_spec_until_the_deploy_refre
     try:
         stale = failed(run_suite(deployed_lab, tmp_path / "stale", "-m", "host", "--nodes", node))
     finally:
-        restored = run_pyinfra(deployed_lab.lab, "--limit", node)  # the MIG task lays it out and refreshes
+        # the MIG task lays the spec's layout out again (allowed to replace the hand-made instance) and refreshes
+        restored = run_pyinfra(deployed_lab.lab, "--limit", node, "--data", "mig_destroy_in_use=True")
     assert list(stale) == [node] and list(stale[node]) == [SPEC_CHECK], stale
     message = stale[node][SPEC_CHECK]
     assert f"nvidia.com/gpu={mig_uuid} (MIG device 0:0 (7g.80gb) of GPU 0)" in message, message
     assert restored.returncode == 0, restored.output[-3000:]
     assert any("Refresh the CDI spec for the new MIG devices" in op for op in restored.changed_operations())
     assert failed(run_suite(deployed_lab, tmp_path / "after", "-m", "host", "--nodes", node)) == {}
+
+
+def test_a_toolkit_below_its_security_floor_is_named_by_the_deploy_and_fails_the_host_check(
+    deployed_lab, tmp_path
+):
+    """The L4 host (runtime-class mode) pinned to toolkit 1.17.3: the deploy warns before connecting and installs
+    it as asked; the host layer then fails naming NVIDIAScape (CVE-2025-23266) and the fixed version."""
+    node = node_of(deployed_lab, "l4-1")
+    pin = ("--data", "nvidia_container_toolkit_version=1.17.3", "--data", "nvidia_cdi=False")
+    try:
+        pinned = run_pyinfra(deployed_lab.lab, "--limit", node, *pin)
+        assert pinned.returncode == 0, pinned.output[-3000:]
+        warning = next(line for line in pinned.output.splitlines() if "known vulnerabilities" in line)
+        assert "CVE-2025-23266" in warning, warning
+        assert "1.17.3-1" in deployed_lab.lab.ssh(node, "dpkg-query -W nvidia-container-toolkit").stdout
+        bad = failed(run_suite(deployed_lab, tmp_path, "-m", "host"))
+    finally:
+        restored = run_pyinfra(deployed_lab.lab, "--limit", node)
+    assert list(bad) == [node], bad
+    floor = bad[node]["host/test_toolkit_security_floor"]
+    assert floor.startswith(f"{node}: NVIDIA Container Toolkit 1.17.3 is affected by"), floor
+    assert "CVE-2025-23266" in floor and "fixed in 1.17.8" in floor, floor
+    assert restored.returncode == 0, restored.output[-3000:]
+    assert "1.20.0-1" in deployed_lab.lab.ssh(node, "dpkg-query -W nvidia-container-toolkit").stdout
