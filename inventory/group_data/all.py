@@ -82,6 +82,12 @@ mig_layout = None
 mig_sharing = "none"
 # with mig_sharing = "time-slicing"
 mig_sharing_replicas = 2
+# how pods get this pool's GPUs: "device-plugin" (nvidia.com/gpu extended resources from NVIDIA's device
+# plugin) | "dra" (Dynamic Resource Allocation, resource.k8s.io/v1, Kubernetes >= 1.34: NVIDIA's DRA driver
+# publishes each GPU and MIG device as a ResourceSlice device, pods ask through ResourceClaims of the
+# DeviceClasses gpu.nvidia.com / mig.nvidia.com; needs nvidia_cdi; sharing is a config on the claim, so
+# gpu_sharing is "none" or "mig"). Pools may differ
+gpu_allocation = "device-plugin"
 # allow the deploy to destroy MIG instances that have processes on them
 mig_destroy_in_use = False
 
@@ -152,13 +158,18 @@ addons_take_ownership = False
 # --- Container images: every image the add-ons and the conformance suite run --------------------------------
 # Defaults (chosen 2026-11): device plugin and GFD v0.20.0 (2026-08, what GPU Operator 26.7 ships),
 # dcgm-exporter 4.5.3-4.8.2 (DCGM 4.5.3, exporter 4.8.2; 2026-05; the metrics layer reads its Hostname label
-# and the later hostname). Each must be an image reference [registry[:port]/]repository[:tag][@sha256:<64
-# hex>] (lower-case repository); point them at a mirror for an air-gapped fleet (README, "Air-gapped or
-# mirrored registries").
+# and the later hostname); the DRA driver for GPUs v0.4.1 (2026-06, kubernetes-sigs/dra-driver-nvidia-gpu,
+# formerly NVIDIA/k8s-dra-driver-gpu whose images were nvcr.io/nvidia/k8s-dra-driver-gpu; the registry.k8s.io
+# path follows the project's move and is unverified: check it before pinning). Each must be an image reference
+# [registry[:port]/]repository[:tag][@sha256:<64 hex>] (lower-case repository); point them at a mirror for an
+# air-gapped fleet (README, "Air-gapped or mirrored registries").
 # the NVIDIA device plugin DaemonSet [fleet-wide]
 device_plugin_image = "nvcr.io/nvidia/k8s-device-plugin:v0.20.0"
 # GPU feature discovery (ships in the device plugin's image); None = device_plugin_image [fleet-wide]
 gfd_image = None
+# NVIDIA's DRA driver for GPUs (kubernetes-sigs/dra-driver-nvidia-gpu): its kubelet plugin DaemonSet on
+# gpu_allocation = "dra" nodes and its controller; deployed only when a pool uses DRA [fleet-wide]
+dra_driver_image = "registry.k8s.io/dra-driver-nvidia/dra-driver-nvidia-gpu:v0.4.1"
 # the DCGM exporter DaemonSet [fleet-wide]
 dcgm_exporter_image = "nvcr.io/nvidia/k8s/dcgm-exporter:4.5.3-4.8.2-ubuntu22.04"
 # conformance: the CUDA vectorAdd sample, run once per node (workloads layer)

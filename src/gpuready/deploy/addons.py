@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from gpuready.deploy import dra_addons
 from gpuready.kube import MANAGED_BY
 from gpuready.spec import DEVICE_PLUGIN_CONFIG_LABEL, GPU_PRESENT_LABEL, Fleet, Images, NodeSpec, knobs
 from gpuready.spec.model import GPU_TOLERATION, RUNTIME_CLASS
@@ -30,6 +31,7 @@ class AddonSettings:
     device_plugin_image: str = Images.device_plugin
     gfd_image: str = Images.gfd
     dcgm_exporter_image: str = Images.dcgm_exporter
+    dra_driver_image: str = Images.dra_driver
     gpu_resource_quotas: tuple[tuple[str, int], ...] = ()
     priority_classes: tuple[tuple[str, int], ...] = ()
 
@@ -42,6 +44,7 @@ class AddonSettings:
             device_plugin_image=node.images.device_plugin,
             gfd_image=node.images.gfd,
             dcgm_exporter_image=node.images.dcgm_exporter,
+            dra_driver_image=node.images.dra_driver,
             gpu_resource_quotas=tuple(sorted(k["gpu_resource_quotas"].items())),
             priority_classes=tuple(sorted(k["priority_classes"].items())),
         )
@@ -162,17 +165,17 @@ def _plugin_pod(
 
 
 def device_plugin(settings: AddonSettings) -> Manifest:
-    return _daemonset(
+    """On every GPU node but those of ``gpu_allocation = "dra"`` pools (the DRA driver serves those)."""
+    pod = _plugin_pod(
+        settings,
         "nvidia-device-plugin",
-        settings.namespace,
-        _plugin_pod(
-            settings,
-            "nvidia-device-plugin",
-            ["nvidia-device-plugin"],
-            [{"name": "device-plugin", "mountPath": "/var/lib/kubelet/device-plugins"}],
-            [_host_path("device-plugin", "/var/lib/kubelet/device-plugins")],
-            settings.device_plugin_image,
-        ),
+        ["nvidia-device-plugin"],
+        [{"name": "device-plugin", "mountPath": "/var/lib/kubelet/device-plugins"}],
+        [_host_path("device-plugin", "/var/lib/kubelet/device-plugins")],
+        settings.device_plugin_image,
+    )
+    return _daemonset(
+        "nvidia-device-plugin", settings.namespace, {**pod, "affinity": dra_addons.NOT_DRA_AFFINITY}
     )
 
 
@@ -291,6 +294,7 @@ def render_all(fleet: Fleet, settings: AddonSettings) -> list[Manifest]:
         device_plugin(settings),
         gpu_feature_discovery(settings),
         *dcgm_exporter(settings),
+        *dra_addons.render(fleet, _meta, _daemonset, settings.namespace, settings.dra_driver_image),
         *quotas_and_priorities(settings),
     ]
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from gpuready.spec import Fleet, NodeSpec
+from gpuready.spec import Fleet, NodeSpec, dra
 
 
 def node_plan(node: NodeSpec) -> dict[str, Any]:
@@ -36,6 +36,7 @@ def node_plan(node: NodeSpec) -> dict[str, Any]:
             "labels": node.node_labels,
             "taints": [str(t) for t in node.taints],
         },
+        "gpu_allocation": node.knobs["gpu_allocation"],
         "device_plugin_config": node.device_plugin_config_key,
         "runtime": "cdi" if node.cdi else "runtime-class",
         "expect": {
@@ -43,6 +44,7 @@ def node_plan(node: NodeSpec) -> dict[str, Any]:
             "toolkit_version": node.versions.toolkit,
             "allocatable": node.expected_allocatable,
             "labels": node.expected_labels,
+            "resource_slice_devices": [d.as_dict() for d in node.expected_devices],
         },
     }
 
@@ -96,12 +98,19 @@ def render_text(fleet: Fleet) -> str:
             else "runtime class: GPU pods run with runtimeClassName nvidia (nvidia_cdi = False)"
         )
         lines.append(f"  runtime      {runtime}")
-        lines.append(
-            f"  plugin cfg   {node.device_plugin_config_key} (deviceListStrategy {node.device_list_strategy})"
-        )
+        if node.dra:
+            lines.append(
+                "  allocation   DRA: the DRA driver's kubelet plugin, DeviceClasses gpu.nvidia.com/mig.nvidia.com"
+            )
+        else:
+            lines.append(
+                f"  plugin cfg   {node.device_plugin_config_key} (deviceListStrategy {node.device_list_strategy})"
+            )
         lines.append(f"  expect       driver {node.versions.driver}, toolkit {node.versions.toolkit}")
         alloc = ", ".join(f"{k}={v}" for k, v in node.expected_allocatable.items())
-        lines.append(f"  allocatable  {alloc}")
+        lines.append(f"  allocatable  {alloc or '- (no nvidia.com/* extended resources)'}")
+        for line in dra.summary(node.expected_devices):
+            lines.append(f"  slice device {line} (driver {dra.DRIVER}, pool {node.name})")
         for key, value in node.expected_labels.items():
             lines.append(f"  label        {key}={value}")
         lines.append("")

@@ -278,6 +278,7 @@ class _HostReader:
         upgrade = self.upgrade_policy(settings)
         diag = self.diag_settings()
         images = self.images(settings)
+        self.dra_rules(settings, sharing, versions)
         if self.problems or count is None or sharing is None or versions is None or join is None:
             return None
         return NodeSpec(
@@ -298,6 +299,23 @@ class _HostReader:
             knobs=settings,
             connection={k: v for k, v in self.data.items() if k.startswith(("ssh_", "_"))},
         )
+
+    def dra_rules(self, settings: dict[str, Any], sharing: Sharing | None, versions: Versions | None) -> None:
+        """gpu_allocation = "dra": the DRA driver hands devices through CDI, shares a GPU through a config on the
+        claim (not the device plugin's sharing knobs), and resource.k8s.io/v1 needs Kubernetes >= 1.34."""
+        if settings["gpu_allocation"] != "dra":
+            return
+        if sharing is not None and sharing.mode in (SharingMode.TIME_SLICING, SharingMode.MPS):
+            self.bad("gpu_sharing", sharing.mode, 'with gpu_allocation = "dra" must be "none" or "mig" (DRA '
+                     "shares a GPU through a GpuConfig on the ResourceClaim, not the device plugin's config)")  # fmt: skip
+        if sharing is not None and sharing.mig_replicas > 1:
+            self.bad("mig_sharing", settings["mig_sharing"], 'with gpu_allocation = "dra" must be "none"')
+        if settings["nvidia_cdi"] is not True:
+            self.bad("nvidia_cdi", settings["nvidia_cdi"], 'gpu_allocation = "dra" needs CDI mode (True): the DRA '
+                     "driver hands its devices to containerd as CDI devices")  # fmt: skip
+        if versions is not None and tuple(int(x) for x in versions.kubernetes.split(".")[:2]) < (1, 34):
+            self.bad("kubernetes_version", versions.kubernetes, 'gpu_allocation = "dra" needs Kubernetes >= '
+                     "1.34 (resource.k8s.io/v1)")  # fmt: skip
 
     def images(self, settings: dict[str, Any]) -> Images:
         """The image knobs (each already checked as an image reference); gfd_image None is the device plugin's."""

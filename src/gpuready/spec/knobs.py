@@ -87,6 +87,7 @@ SHARING_MODES = tuple(mode.value for mode in SharingMode)
 MIG_STRATEGIES = ("single", "mixed")
 MIG_SHARING_MODES = ("none", "time-slicing")
 DRIVER_SOURCES = ("cuda-repo", "distribution")
+GPU_ALLOCATIONS = ("device-plugin", "dra")  # how a pool's GPUs reach pods (gpuready.spec.dra for "dra")
 
 
 def _branch(value: Any) -> str | None:
@@ -180,7 +181,9 @@ SECTION_NOTES = {
     "batch by batch. These knobs are fleet-wide: set them here, not per host.",
     "images": "Defaults (chosen 2026-11): device plugin and GFD v0.20.0 (2026-08, what GPU Operator 26.7 ships), "
     "dcgm-exporter 4.5.3-4.8.2 (DCGM 4.5.3, exporter 4.8.2; 2026-05; the metrics layer reads its Hostname label "
-    "and the later hostname). Each must be an image reference [registry[:port]/]repository[:tag][@sha256:<64 hex>] (lower-case "
+    "and the later hostname); the DRA driver for GPUs v0.4.1 (2026-06, kubernetes-sigs/dra-driver-nvidia-gpu, formerly "
+    "NVIDIA/k8s-dra-driver-gpu whose images were nvcr.io/nvidia/k8s-dra-driver-gpu; the registry.k8s.io path "
+    "follows the project's move and is unverified: check it before pinning). Each must be an image reference [registry[:port]/]repository[:tag][@sha256:<64 hex>] (lower-case "
     'repository); point them at a mirror for an air-gapped fleet (README, "Air-gapped or mirrored registries").',
     "join": "The bootstrap token is a secret: it is read on the machine running pyinfra from kube_join_token_file "
     "or the environment variable kube_join_token_env, uploaded to the host as a root-only file, and never put on "
@@ -244,6 +247,12 @@ KNOBS: dict[str, Knob] = {k.name: k for k in (
     _K("mig_sharing", "none", "time-slicing of MIG devices: \"none\" | \"time-slicing\" (MPS on MIG is not "
        "supported)", "sharing", "both", _mig_sharing),
     _K("mig_sharing_replicas", 2, "with mig_sharing = \"time-slicing\"", "sharing", "both"),
+    _K("gpu_allocation", "device-plugin", "how pods get this pool's GPUs: \"device-plugin\" (nvidia.com/gpu "
+       "extended resources from NVIDIA's device plugin) | \"dra\" (Dynamic Resource Allocation, resource.k8s.io/v1, "
+       "Kubernetes >= 1.34: NVIDIA's DRA driver publishes each GPU and MIG device as a ResourceSlice device, pods "
+       "ask through ResourceClaims of the DeviceClasses gpu.nvidia.com / mig.nvidia.com; needs nvidia_cdi; "
+       "sharing is a config on the claim, so gpu_sharing is \"none\" or \"mig\"). Pools may differ", "sharing",
+       "both", _choice(GPU_ALLOCATIONS)),
     _K("mig_destroy_in_use", False, "allow the deploy to destroy MIG instances that have processes on them",
        "sharing", "deploy", _boolean),
     # --- join
@@ -299,6 +308,10 @@ KNOBS: dict[str, Knob] = {k.name: k for k in (
        "images", "deploy", _image, fleet_wide=True),
     _K("gfd_image", None, "GPU feature discovery (ships in the device plugin's image); None = "
        "device_plugin_image", "images", "deploy", _optional(_image), fleet_wide=True),
+    _K("dra_driver_image", "registry.k8s.io/dra-driver-nvidia/dra-driver-nvidia-gpu:v0.4.1", "NVIDIA's DRA "
+       "driver for GPUs (kubernetes-sigs/dra-driver-nvidia-gpu): its kubelet plugin DaemonSet on gpu_allocation = "
+       "\"dra\" nodes and its controller; deployed only when a pool uses DRA", "images", "deploy", _image,
+       fleet_wide=True),
     _K("dcgm_exporter_image", "nvcr.io/nvidia/k8s/dcgm-exporter:4.5.3-4.8.2-ubuntu22.04", "the DCGM exporter "
        "DaemonSet", "images", "deploy", _image, fleet_wide=True),
     _K("vectoradd_image", "nvcr.io/nvidia/k8s/cuda-sample:vectoradd-cuda12.5.0-ubuntu22.04", "conformance: the "

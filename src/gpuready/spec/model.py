@@ -25,6 +25,7 @@ GPU_RESOURCE = "nvidia.com/gpu"
 DEVICE_PLUGIN_CONFIG_LABEL = "nvidia.com/device-plugin.config"
 RUNTIME_CLASS = "nvidia"  # the RuntimeClass (and containerd handler) of the nvidia runtime
 GPU_PRESENT_LABEL = "nvidia.com/gpu.present"
+DRA_ALLOCATION_LABEL = "gpuready.io/gpu-allocation"  # = gpuready.spec.dra.ALLOCATION_LABEL
 # What a GPU pod tolerates: the usual GPU-node taint (node_taints' default), and a cordon (a node is validated while
 # cordoned: the rolling upgrade uncordons it only when it passes, as the GPU Operator's validator does).
 GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
@@ -103,11 +104,13 @@ class Images:
     dcgm_exporter: str = knobs.KNOBS["dcgm_exporter_image"].default
     vectoradd: str = knobs.KNOBS["vectoradd_image"].default
     cuda_base: str = knobs.KNOBS["cuda_base_image"].default
+    dra_driver: str = knobs.KNOBS["dra_driver_image"].default
 
 
 IMAGE_KNOBS = {
     "device_plugin_image": "device_plugin",
     "gfd_image": "gfd",
+    "dra_driver_image": "dra_driver",
     "dcgm_exporter_image": "dcgm_exporter",
     "vectoradd_image": "vectoradd",
     "cuda_base_image": "cuda_base",
@@ -198,6 +201,19 @@ class NodeSpec:
         return None if self.cdi else RUNTIME_CLASS
 
     @property
+    def dra(self) -> bool:
+        """``gpu_allocation = "dra"``: pods get this node's GPUs through ResourceClaims (gpuready.spec.dra)."""
+        return self.knobs["gpu_allocation"] == "dra"
+
+    @property
+    def expected_devices(self) -> list[Any]:
+        """The devices (:class:`gpuready.spec.dra.ExpectedDevice`) this node's ResourceSlices must hold: one per
+        GPU with MIG off and one per MIG device; none for a device-plugin node."""
+        from gpuready.spec import dra
+
+        return dra.expected_devices(self)
+
+    @property
     def device_list_strategy(self) -> str:
         """How the device plugin hands devices to the runtime: CDI names through the CRI (CDI mode), or
         ``NVIDIA_VISIBLE_DEVICES`` for the ``nvidia`` runtime's hook (runtime-class mode)."""
@@ -256,8 +272,11 @@ class NodeSpec:
 
     @property
     def expected_allocatable(self) -> dict[str, int]:
-        """``nvidia.com/*`` allocatable (and capacity) the device plugin must advertise on this node."""
+        """``nvidia.com/*`` allocatable (and capacity) the device plugin must advertise on this node (none on a
+        ``dra`` node: the device plugin does not run there)."""
         s = self.sharing
+        if self.dra:
+            return {}
         if s.mode in SHARED_BY_TIME:
             name = GPU_RESOURCE + (".shared" if s.rename else "")
             return {name: self.gpu_count * s.replicas}
@@ -320,11 +339,14 @@ class NodeSpec:
     def node_labels(self) -> dict[str, str]:
         """Labels the node is joined with: the inventory's, the GPU-node marker the add-ons select on (the GPU
         Operator's ``nvidia.com/gpu.present``), and the device-plugin config selector."""
-        return {
+        labels = {
             **self.labels,
             GPU_PRESENT_LABEL: "true",
             DEVICE_PLUGIN_CONFIG_LABEL: self.device_plugin_config_key,
         }
+        if self.dra:  # the DRA kubelet plugin selects these nodes and the device plugin avoids them
+            labels[DRA_ALLOCATION_LABEL] = "dra"
+        return labels
 
     @property
     def apt_packages(self) -> dict[str, list[str]]:

@@ -1,0 +1,154 @@
+"""NVIDIA's DRA driver for GPUs as cluster add-ons, for the pools with ``gpu_allocation = "dra"``.
+
+What the driver's Helm chart (kubernetes-sigs/dra-driver-nvidia-gpu, ``deployments/helm``) installs for GPUs,
+rendered without Helm: the DeviceClasses ``gpu.nvidia.com`` and ``mig.nvidia.com`` (CEL selectors on the driver and
+the device's ``type`` attribute), a ServiceAccount with the RBAC its kubelet plugin and controller use (publish
+ResourceSlices, read ResourceClaims, Nodes and DeviceClasses), the kubelet-plugin DaemonSet (``gpu-kubelet-plugin``,
+privileged as upstream: it writes CDI specs and prepares devices; on ``dra`` nodes only, selected by the
+``gpuready.io/gpu-allocation=dra`` label those nodes join with) and the controller Deployment (ComputeDomains; one
+replica, off the GPU nodes' taint). The device plugin DaemonSet avoids those nodes (``addons.device_plugin``);
+GPU feature discovery and dcgm-exporter run on every GPU node in both modes.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gpuready.spec import GPU_PRESENT_LABEL, Fleet, dra
+
+Manifest = dict[str, Any]
+NAME = "nvidia-dra-driver-gpu"
+KUBELET_PLUGIN = f"{NAME}-kubelet-plugin"
+CONTROLLER = f"{NAME}-controller"
+DRA_NODE_SELECTOR = {GPU_PRESENT_LABEL: "true", dra.ALLOCATION_LABEL: "dra"}
+# The device plugin's DaemonSet stays off dra nodes (nodes without the label, joined before it existed, keep it).
+NOT_DRA_AFFINITY = {
+    "nodeAffinity": {
+        "requiredDuringSchedulingIgnoredDuringExecution": {
+            "nodeSelectorTerms": [
+                {"matchExpressions": [{"key": dra.ALLOCATION_LABEL, "operator": "NotIn", "values": ["dra"]}]}
+            ]
+        }
+    }
+}
+
+
+def uses_dra(fleet: Fleet) -> bool:
+    return any(node.dra for node in fleet.nodes.values())
+
+
+def device_classes(meta: Any) -> list[Manifest]:
+    """``gpu.nvidia.com`` (whole GPUs) and ``mig.nvidia.com`` (MIG devices), as the driver's chart defines them."""
+    return [
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "DeviceClass",
+            "metadata": meta(name),
+            "spec": {"selectors": [{"cel": {"expression": dra.device_class_selector(device_type)}}]},
+        }
+        for name, device_type in dra.DEVICE_CLASSES.items()
+    ]
+
+
+def rbac(meta: Any, namespace: str) -> list[Manifest]:
+    rules = [
+        {
+            "apiGroups": ["resource.k8s.io"],
+            "resources": ["resourceslices"],
+            "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"],
+        },
+        {"apiGroups": ["resource.k8s.io"], "resources": ["resourceclaims", "deviceclasses"],
+         "verbs": ["get", "list", "watch"]},
+        {"apiGroups": ["resource.k8s.io"], "resources": ["resourceclaims/status"], "verbs": ["update", "patch"]},
+        {"apiGroups": [""], "resources": ["nodes", "pods"], "verbs": ["get", "list", "watch"]},
+    ]  # fmt: skip
+    return [
+        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": meta(NAME, namespace)},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": meta(NAME), "rules": rules},
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRoleBinding",
+            "metadata": meta(NAME),
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": NAME},
+            "subjects": [{"kind": "ServiceAccount", "name": NAME, "namespace": namespace}],
+        },
+    ]  # fmt: skip
+
+
+def _host_path(name: str, path: str, kind: str = "DirectoryOrCreate") -> dict[str, Any]:
+    return {"name": name, "hostPath": {"path": path, "type": kind}}
+
+
+def kubelet_plugin(daemonset: Any, namespace: str, image: str) -> Manifest:
+    """The kubelet plugin on every ``dra`` node: registers with the kubelet, publishes the node's ResourceSlices,
+    prepares allocated claims as CDI devices."""
+    pod = {
+        "serviceAccountName": NAME,
+        "nodeSelector": DRA_NODE_SELECTOR,
+        "containers": [
+            {
+                "name": "gpus",
+                "image": image,
+                "command": ["gpu-kubelet-plugin"],
+                "env": [
+                    {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
+                    {"name": "NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
+                    {"name": "CDI_ROOT", "value": "/var/run/cdi"},
+                    {"name": "NVIDIA_DRIVER_ROOT", "value": "/"},
+                ],
+                "securityContext": {"privileged": True},
+                "volumeMounts": [
+                    {"name": "plugins-registry", "mountPath": "/var/lib/kubelet/plugins_registry"},
+                    {"name": "plugins", "mountPath": "/var/lib/kubelet/plugins", "mountPropagation": "Bidirectional"},
+                    {"name": "cdi", "mountPath": "/var/run/cdi"},
+                ],
+            }
+        ],
+        "volumes": [
+            _host_path("plugins-registry", "/var/lib/kubelet/plugins_registry"),
+            _host_path("plugins", "/var/lib/kubelet/plugins"),
+            _host_path("cdi", "/var/run/cdi"),
+        ],
+    }  # fmt: skip
+    manifest: Manifest = daemonset(KUBELET_PLUGIN, namespace, pod)
+    return manifest
+
+
+def controller(meta: Any, namespace: str, image: str) -> Manifest:
+    labels = {"app.kubernetes.io/name": CONTROLLER}
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": meta(CONTROLLER, namespace, labels),
+        "spec": {
+            "replicas": 1,
+            "selector": {"matchLabels": labels},
+            "template": {
+                "metadata": {"labels": {**meta(CONTROLLER)["labels"], **labels}},
+                "spec": {
+                    "serviceAccountName": NAME,
+                    "containers": [
+                        {
+                            "name": "compute-domain",
+                            "image": image,
+                            "command": ["compute-domain-controller"],
+                            "env": [{"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}}],
+                            "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}},
+                        }
+                    ],
+                },
+            },
+        },
+    }  # fmt: skip
+
+
+def render(fleet: Fleet, meta: Any, daemonset: Any, namespace: str, image: str) -> list[Manifest]:
+    """The DRA driver's objects in apply order, or none when no pool uses DRA."""
+    if not uses_dra(fleet):
+        return []
+    return [
+        *device_classes(meta),
+        *rbac(meta, namespace),
+        kubelet_plugin(daemonset, namespace, image),
+        controller(meta, namespace, image),
+    ]
