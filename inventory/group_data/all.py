@@ -177,6 +177,9 @@ vectoradd_image = "nvcr.io/nvidia/k8s/cuda-sample:vectoradd-cuda12.5.0-ubuntu22.
 # conformance: CUDA base image running nvidia-smi / holding GPUs (time-slicing, MIG, metrics and policy
 # checks)
 cuda_base_image = "nvcr.io/nvidia/cuda:12.4.1-base-ubuntu22.04"
+# conformance with --connection pod: the probe pod that runs the host's own tools from its root, read-only
+# (any image with a POSIX sh, chroot, timeout, mktemp and base64: Debian slim, busybox)
+probe_image = "docker.io/library/debian:trixie-slim"
 
 # --- Node acceptance: the conformance suite's diag layer (pytest conformance -m diag) -----------------------
 # dcgmi diag run level where DCGM is installed: 1 (seconds, software and deployment checks), 2 (about two

@@ -25,12 +25,13 @@ from inventories import write_inventory
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from polling import wait_for
-from shims import GROUP_DATA, JOIN, PROFILE_INVENTORY
+from shims import GROUP_DATA, JOIN, PROFILE_INVENTORY, FakeNode
 
 from gpuready import kube
 from gpuready.conformance.workloads import NAMESPACE_PREFIX
 from gpuready.deploy import addons
 from gpuready.lab.agent import control
+from gpuready.lab.hardware import make_hardware
 from gpuready.spec import NodeSpec, load_fleet
 
 WAIT_S = 120.0  # two cores shared with other test sessions: the real controllers take their time
@@ -56,6 +57,7 @@ class KubeFleet:
     nodes: dict[str, NodeSpec]
     hosts: dict[str, Path] = field(default_factory=dict)  # node -> host root
     runs_before: set[str] = field(default_factory=set)  # the suite's run namespaces before this fleet's runs
+    stand_ins: dict[str, FakeNode] = field(default_factory=dict)  # node -> its stand-in host (make_fleet)
 
     @property
     def kubeconfig(self) -> Path:
@@ -172,10 +174,13 @@ def make_fleet(
     configs: dict[str, str] | None = None,
     mig_override: dict[int, dict[int, list[str]]] | None = None,
     dcgm: bool = True,
+    stand_ins: bool = False,
 ) -> KubeFleet:
     """Register one virtual node per host with the lab's agent, give it the host's GPUs, label and taint it from
     the inventory, and apply the add-ons; ``configs`` overrides device-plugin ConfigMap keys, ``mig_override`` a
-    host's (by position) MIG instances."""
+    host's (by position) MIG instances; ``stand_ins``: each node also gets a stand-in host on this machine
+    (shims.FakeNode: the emulated nvidia-smi and stand-in systemctl, journalctl, containerd, nvidia-ctk, in
+    ``fleet.stand_ins``) where a container that looks at its host, the ``--connection pod`` probe, runs."""
     names = add_nodes(len(hosts), "cpu")
     entries = [
         (name, {**PROFILE_INVENTORY[profile], **JOIN, **data})
@@ -197,6 +202,13 @@ def make_fleet(
         mig = (mig_override or {}).get(i, mig)
         host_root, hardware = write_host(root / "hosts", name, profile, i, mig, cdi=spec.cdi)
         kf.hosts[name] = host_root
+        stand_in = None
+        if stand_ins:
+            fake = FakeNode(root=root / "stand-ins" / name, profile=profile, hw=make_hardware(profile, i))
+            fake.write()
+            fake.prepare_driver()
+            kf.stand_ins[name] = fake
+            stand_in = fake.env()
         # the endpoint grace period short, so a stopped plugin's capacity drops in a test's time
         control.call(
             lab.control,
@@ -206,6 +218,7 @@ def make_fleet(
                 "root": str(host_root),
                 "hardware": str(hardware),
                 "grace_s": 1.0,
+                **({"env": stand_in} if stand_in else {}),
             },
         )
         patch: dict[str, Any] = {"metadata": {"labels": spec.node_labels}}

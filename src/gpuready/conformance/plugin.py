@@ -71,6 +71,7 @@ class Suite:
     _prefetched: set[str] = field(default_factory=set)
     cluster: Any = None  # gpuready.kube.Cluster, connected on first use by the Kubernetes layers
     workloads: Any = None  # gpuready.conformance.workloads.Workloads: the run's namespace and pods
+    probes: Any = None  # gpuready.conformance.probe.ProbeFleet: --connection pod's probe pods and namespace
     restore_signal: Callable[[], None] | None = None
     notes: list[str] = field(default_factory=list)
 
@@ -94,6 +95,9 @@ class Suite:
             workloads, self.workloads = self.workloads, None
             with contextlib.suppress(Exception):  # an unreachable cluster must not hide the run's outcome
                 workloads.delete()
+        if self.probes is not None:
+            with contextlib.suppress(Exception):
+                self.probes.delete()
 
     def cached(self, node: Any, key: str, compute: Callable[[], Any]) -> Any:
         """Facts derived from a node's outputs, computed once per node per run (checks share them)."""
@@ -106,8 +110,18 @@ class Suite:
             from gpuready.conformance import runners
 
             factory = self.runner_factory or runners.make_runner
+            if self.connection == "pod" and self.runner_factory is None:
+                factory = self.probe_fleet().runner
             self._runners[node.name] = factory(node, self.connection, self.timeout)
         return self._runners[node.name]
+
+    def probe_fleet(self) -> Any:
+        """--connection pod: the run's probe pods (gpuready.conformance.probe), on the suite's cluster."""
+        if self.probes is None:
+            from gpuready.conformance.probe import ProbeFleet
+
+            self.probes = ProbeFleet(self.nodes, self.connect, self.timeout, self.pod_timeout)
+        return self.probes
 
     def gated(self, node: Any, layer: str) -> str | None:
         """The skip reason when an earlier layer failed on the node, else None."""
@@ -128,6 +142,10 @@ class Suite:
         if layer in self._prefetched:
             return
         self._prefetched.add(layer)
+        if self.connection == "pod" and self.runner_factory is None:  # one probe pod per node, all at once
+            wanted = {n.name: ["true", *commands_of(n)] for n in self.nodes if self.gated(n, layer) is None}
+            self.probe_fleet().gather(wanted)
+            return
         jobs = [(self.runner(n), commands_of(n)) for n in self.nodes if self.gated(n, layer) is None]
 
         def run_all(job: tuple[Any, list[str]]) -> None:
@@ -190,7 +208,8 @@ def pytest_addoption(parser: pytest.Parser, pluginmanager: pytest.PytestPluginMa
             "--connection",
             default=None,
             help="how the host and gpu layers reach a node: ssh (inventory ssh_* data, strict host keys; the "
-            "default) or local (this machine, e.g. a GPU CI runner)",
+            "default), local (this machine, e.g. a GPU CI runner) or pod (a probe pod per node through the "
+            "cluster: only a kubeconfig needed)",
         )
     group.addoption(
         "--command-timeout",
@@ -225,6 +244,8 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     inventory = config.getoption("inventory")
     if not inventory:
         return
+    import os
+
     from gpuready.spec import SpecError, load_fleet, parse_data_overrides
 
     names = [n.strip() for n in (config.getoption("nodes") or "").split(",") if n.strip()]
@@ -244,6 +265,16 @@ def pytest_sessionstart(session: pytest.Session) -> None:
         nodes = fleet.select(names)
     except SpecError as exc:
         raise pytest.UsageError(str(exc)) from None
+    if connection == "pod" and not (
+        config.getoption("kubeconfig")
+        or config.getoption("kube_context")
+        or os.environ.get("KUBECONFIG")
+        or any(n.knobs["kubeconfig"] for n in nodes)
+    ):
+        raise pytest.UsageError(
+            "--connection pod runs the host and gpu layers in probe pods through the cluster: give it one "
+            "(--kubeconfig, --kube-context, $KUBECONFIG or `kubeconfig` in the inventory's data)"
+        )
     if connection == "local" and len(nodes) > 1:
         raise pytest.UsageError(
             f"--connection local checks this machine as one node, but {len(nodes)} nodes are selected: "

@@ -34,7 +34,8 @@ from gpuready.conformance.checks import Output
 from gpuready.spec import NodeSpec
 
 TIMEOUT_RC = 124  # what coreutils' timeout(1) exits with; a command we stopped waiting for reports it too
-CONNECTIONS = ("ssh", "local")
+# pod: gpuready.conformance.probe (the suite's cluster runs the commands)
+CONNECTIONS = ("ssh", "local", "pod")
 
 
 class ConnectionFailed(Exception):

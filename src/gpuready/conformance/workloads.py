@@ -157,9 +157,13 @@ RESTRICTED = {"pod-security.kubernetes.io/enforce": "restricted"}
 class Workloads:
     """One run's namespace and the pods in it. Create it lazily (``ensure_namespace``), delete it with ``delete``."""
 
-    def __init__(self, cluster: Cluster, namespace: str | None = None) -> None:
+    def __init__(
+        self, cluster: Cluster, namespace: str | None = None, pod_security: str = "restricted"
+    ) -> None:
         self.cluster = cluster
         self.namespace = namespace or NAMESPACE_PREFIX + secrets.token_hex(4)
+        # "restricted" but for the probe pods' namespace (gpuready.conformance.probe: --connection pod)
+        self.pod_security = {"pod-security.kubernetes.io/enforce": pod_security}
         self.created = False
         self.results: dict[str, PodResult] = {}
         self.requests = 0
@@ -169,7 +173,7 @@ class Workloads:
             return
         # enforce Pod Security "restricted" on the run's namespace: the API server itself proves every pod the
         # suite runs is hardened as the module docstring says (a regression is refused, not silently run)
-        body = {"metadata": {"name": self.namespace, "labels": {**MANAGED_BY, **RESTRICTED}}}
+        body = {"metadata": {"name": self.namespace, "labels": {**MANAGED_BY, **self.pod_security}}}
         # the client serialises a plain dict body as it does a model; its annotations name only the model
         self.cluster.core.create_namespace(body)  # type: ignore[arg-type]
         self.requests += 1

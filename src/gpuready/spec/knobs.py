@@ -319,6 +319,9 @@ KNOBS: dict[str, Knob] = {k.name: k for k in (
     _K("cuda_base_image", "nvcr.io/nvidia/cuda:12.4.1-base-ubuntu22.04", "conformance: CUDA base image running "
        "nvidia-smi / holding GPUs (time-slicing, MIG, metrics and policy checks)", "images", "conformance",
        _image),
+    _K("probe_image", "docker.io/library/debian:trixie-slim", "conformance with --connection pod: the probe "
+       "pod that runs the host's own tools from its root, read-only (any image with a POSIX sh, chroot, timeout, "
+       "mktemp and base64: Debian slim, busybox)", "images", "conformance", _image),
     # --- diag
     _K("diag_dcgm_level", 1, "dcgmi diag run level where DCGM is installed: 1 (seconds, software and deployment "
        "checks), 2 (about two minutes: adds PCIe and memory tests), 3 (tens of minutes). 2 and 3 load the GPUs: "

@@ -104,6 +104,7 @@ class Images:
     dcgm_exporter: str = knobs.KNOBS["dcgm_exporter_image"].default
     vectoradd: str = knobs.KNOBS["vectoradd_image"].default
     cuda_base: str = knobs.KNOBS["cuda_base_image"].default
+    probe: str = knobs.KNOBS["probe_image"].default  # --connection pod
     dra_driver: str = knobs.KNOBS["dra_driver_image"].default
 
 
@@ -114,6 +115,7 @@ IMAGE_KNOBS = {
     "dcgm_exporter_image": "dcgm_exporter",
     "vectoradd_image": "vectoradd",
     "cuda_base_image": "cuda_base",
+    "probe_image": "probe",
 }
 
 

@@ -139,7 +139,8 @@ class Agent:
             if name not in self._managed:
                 raise ValueError(f"{name} is not a node of this agent (add it with add_virtual first)")
             view = HostView(name, Path(request["root"]), Path(request["hardware"]))
-            attach(self, self.gpu_sync, name, view, float(request.get("grace_s", ENDPOINT_GRACE_S)))
+            stand_in = request.get("env")  # tests' stand-in tools for containers that look at the host
+            attach(self, self.gpu_sync, name, view, float(request.get("grace_s", ENDPOINT_GRACE_S)), stand_in)
             return {}
         raise ValueError(
             f"unknown op {op!r}: add_virtual, remove_virtual, stop_heartbeat, resume_heartbeat, attach_host"

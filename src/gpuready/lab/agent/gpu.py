@@ -119,11 +119,17 @@ class LabGpuBackend(NodeBackend):
         self._managed: dict[str, list[Any]] = {}  # resource -> [capacity, stopped at (monotonic) or None]
         self._recorder: Recorder | None = None
         self._started = time.monotonic()
+        self.stand_in: dict[str, str] | None = None  # attach_host's env: the tests' stand-in host (host_exec)
 
     # reads -------------------------------------------------------------------------------------------------------
 
     def host(self) -> HostState:
         return self.view.snapshot()
+
+    def host_pid(self) -> int | None:
+        """A process of the lab host behind this node (None for a virtual node or a host that is not running)."""
+        live = self.view.live_root() if isinstance(self.view, HostView) else None
+        return int(live.parts[2]) if live is not None else None
 
     def handler_of(self, pod: Obj, host: HostState) -> str:
         rc_name = (pod.get("spec") or {}).get("runtimeClassName")
@@ -576,10 +582,17 @@ class GpuSync(Loop):
 
 
 def attach(
-    server: Agent, sync: GpuSync, node_name: str, view: GpuView, grace_s: float = ENDPOINT_GRACE_S
+    server: Agent,
+    sync: GpuSync,
+    node_name: str,
+    view: GpuView,
+    grace_s: float = ENDPOINT_GRACE_S,
+    stand_in: dict[str, str] | None = None,
 ) -> LabGpuBackend:
-    """Give `node_name` GPU behaviour from `view` (the node may register later) and keep it synced."""
+    """Give `node_name` GPU behaviour from `view` (the node may register later) and keep it synced; `stand_in`:
+    the environment of a stand-in host on this machine that containers looking at their host run in (host_exec)."""
     backend = LabGpuBackend(view, server, grace_s)
+    backend.stand_in = stand_in
     server.set_backend(node_name, backend)
     sync.backends[node_name] = backend
     if server.store.get("nodes", "", node_name) is not None:

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from .gpu_host import Gpu, HostState, MigDevice
 from .gpu_plugin import PluginError, env_of
+from .host_exec import host_root_mount, run_host_container
 from .runtime import CatalogueRuntime, ContainerPlan, container_argv, normalize_image, pull_failure, run_argv
 
 if TYPE_CHECKING:
@@ -202,6 +203,11 @@ class GpuRuntime:
         if found is None:
             if repo.startswith("nvcr.io/"):
                 return ContainerPlan(exit_code=None, waiting=pull_failure(image))
+            mount = host_root_mount(pod, container)
+            if mount is not None:  # a container that looks at its host (the conformance probe) runs on it
+                return run_host_container(
+                    pod, container, mount, self.backend.host_pid(), self.backend.stand_in
+                )
             plan = self.fallback.plan(pod, container, node)
             return self._with_runtime(plan, runtime.binary, host) if not plan.waiting else plan
         if runtime.binary not in host.binaries:
