@@ -17,7 +17,7 @@ system-deps:
 	./scripts/install-system-deps.sh
 
 # The lab's real control plane: kube-apiserver, kube-controller-manager, kube-scheduler and kubeadm built from the
-# k8s.io/kubernetes Go module (minutes the first time, then cached by version) and Debian's etcd; also promtool for
+# k8s.io/kubernetes Go module (minutes the first time, then cached by version) and etcd 3.6 from go.etcd.io/etcd; also promtool for
 # the alert-rule tests, unpacked alone from Debian's prometheus package (installing it would start a server).
 control-plane: setup system-deps
 	$(BIN)/python -m gpuready.lab.cluster.binaries

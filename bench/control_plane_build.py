@@ -1,5 +1,5 @@
 """What the real control plane costs to get: a cold and a warm build of kube-apiserver, kube-controller-manager,
-kube-scheduler and kubeadm from the k8s.io/kubernetes Go module, and fetching Debian's etcd.
+kube-scheduler and kubeadm from the k8s.io/kubernetes Go module, and building etcd from go.etcd.io/etcd.
 
 - cold: an empty cache directory and an empty Go build cache (GOCACHE), so every package compiles; the Go module
   cache (GOMODCACHE, ~700 MB of sources) is kept unless --cold-modules, which also downloads every module;
@@ -9,7 +9,7 @@ kube-scheduler and kubeadm from the k8s.io/kubernetes Go module, and fetching De
 Prints wall seconds (time.monotonic, microsecond resolution; one run each, the cold one takes minutes) and the
 machine's core count; nothing is asserted.
 
-Run: .venv/bin/python bench/control_plane_build.py [--version 1.34.4] [--cold-modules]
+Run: .venv/bin/python bench/control_plane_build.py [--version 1.36.3] [--cold-modules]
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--version", default="1.34.4")
+    parser.add_argument("--version", default="1.36.3")
     parser.add_argument(
         "--cold-modules", action="store_true", help="also start from an empty Go module cache"
     )
@@ -57,8 +57,7 @@ def main() -> int:
         cached = timed(
             "cached (binaries present)", lambda: binaries.build_kube(args.version, quiet, work / "warm")
         )
-        mirror = "http://deb.debian.org/debian"
-        timed("etcd from Debian (download)", lambda: binaries.ensure_etcd(mirror, quiet, work / "etcd"))
+        timed("etcd from the Go module proxy (build)", lambda: binaries.ensure_etcd(quiet, work / "etcd"))
         print(f"cold / warm: {cold / warm:.1f}x; warm / cached: {warm / max(cached, 1e-6):.0f}x")
     finally:
         shutil.rmtree(work, ignore_errors=True)

@@ -25,7 +25,8 @@ nvswitch = False
 # center long-term support branch (R595 is the newer production branch, GPU Operator 26.7's default: set
 # nvidia_driver_branch = "595" and a 595.x version to take it), at its first release that clears NVIDIA's
 # driver bulletins up to 2026-09 (a_id 5747, 5821, 5861); toolkit 1.20.0 (2026-08: CDI refresh units, past
-# CVE-2026-24260's fix in 1.19.1); Kubernetes 1.34.4, the lab control plane's version.
+# CVE-2026-24260's fix in 1.19.1); Kubernetes 1.36.3, the newest patch of the minor NVIDIA's Cloud Native
+# Stack 26.6 validates (1.34 left upstream support in 2026-10; 1.37.2 is two days old).
 # the driver branch; nvidia_driver_version must belong to it
 nvidia_driver_branch = "580"
 # what `nvidia-smi` reports as driver_version
@@ -40,14 +41,14 @@ nvidia_container_toolkit_version = "1.20.0"
 nvidia_container_toolkit_package_revision = "1"
 # Debian's package; "containerd.io" for Docker's repository
 containerd_package = "containerd"
-# kubelet/kubeadm/kubectl; the minor (1.34) selects the Kubernetes repository
-kubernetes_version = "1.34.4"
-# pkgs.k8s.io revision: kubelet=1.34.4-1.1
+# kubelet/kubeadm/kubectl; the minor (1.36) selects the Kubernetes repository
+kubernetes_version = "1.36.3"
+# pkgs.k8s.io revision: kubelet=1.36.3-1.1
 kubernetes_package_revision = "1.1"
 
 # --- Package repositories: a URL and a keyring each, so a mirror or an air-gapped repository is one line ----
 # {distro} is "debian12", "ubuntu2204", "ubuntu2404" (from the host's facts), {arch} "x86_64"/"sbsa",
-# {deb_arch} "amd64"/"arm64", {minor} the Kubernetes minor ("1.34"). Keyrings are installed under
+# {deb_arch} "amd64"/"arm64", {minor} the Kubernetes minor ("1.36"). Keyrings are installed under
 # /etc/apt/keyrings and referenced with signed-by=; nothing is ever trusted without a signature.
 # NVIDIA's CUDA repository (driver, DCGM, nvbandwidth)
 cuda_repo_url = "https://developer.download.nvidia.com/compute/cuda/repos/{distro}/{arch}/"

@@ -11,15 +11,16 @@ import os
 import shutil
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from gpuready.lab import network
 from gpuready.lab.cluster.binaries import KubeBinaries, cached_etcd, cached_kube
 
-VERSION = "1.34.4"
+VERSION = "1.36.3"
 ETC_KUBERNETES = Path("/etc/kubernetes")
 
 Kubectl = Callable[..., subprocess.CompletedProcess[str]]
@@ -40,7 +41,7 @@ def binaries() -> tuple[KubeBinaries, Path]:
             f"Kubernetes v{VERSION} is not in the lab cache: gpuready.lab.cluster.binaries.build_kube builds it"
         )
     if etcd is None:
-        pytest.skip("etcd is not in the lab cache: gpuready.lab.cluster.binaries.ensure_etcd fetches it")
+        pytest.skip("etcd is not in the lab cache: gpuready.lab.cluster.binaries.ensure_etcd builds it")
     return kube, etcd
 
 
@@ -60,3 +61,14 @@ def etc_before() -> list[str] | None:
 def control_plane(lab_cluster: Any, etc_before: list[str] | None) -> dict[str, Any]:
     """The test run's lab cluster (tests/conftest.py): its control plane's state entry."""
     return lab_cluster.entry
+
+
+@pytest.fixture
+def own_network(tmp_path: Path) -> Iterator[network.LabNetwork]:
+    """A lab network namespace of the test's own (another subnet than the session lab's), removed afterwards."""
+    net = network.plan(tmp_path / "net")
+    network.ensure(net)
+    try:
+        yield net
+    finally:
+        network.destroy(net.netns, net.root_veth, net.subnet)

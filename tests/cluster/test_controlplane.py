@@ -197,14 +197,20 @@ def test_machine_etc_kubernetes_is_left_alone(
 
 
 def test_a_second_control_plane_runs_beside_and_stop_leaves_nothing(
-    control_plane: dict[str, Any], kubectl: Kubectl, tmp_path: Path
+    control_plane: dict[str, Any], kubectl: Kubectl, tmp_path: Path, own_network
 ) -> None:
     kube, etcd = binaries()
-    second = controlplane.start(tmp_path / "second", kube, etcd, progress=lambda line: None)
+    second = controlplane.start(
+        tmp_path / "second",
+        kube,
+        etcd,
+        address=own_network.control_plane,
+        netns=own_network.netns,
+        progress=lambda line: None,
+    )
     try:
-        # the first runs in the lab's network namespace; beside it on this machine's loopback, the second's ports
-        # are free ones (kubeadm's defaults when nothing else holds them)
-        assert second["netns"] is None and control_plane["netns"]
+        # each in a network namespace of its own, on its own subnet
+        assert second["netns"] == own_network.netns != control_plane["netns"]
         assert second["ca_cert_hash"] != control_plane["ca_cert_hash"]
         answer = kubectl("--kubeconfig", second["kubeconfig"], "get", "--raw", "/readyz")
         assert answer.stdout.strip() == "ok"
@@ -218,17 +224,34 @@ def test_a_second_control_plane_runs_beside_and_stop_leaves_nothing(
     kubectl("get", "--raw", "/readyz")  # and the first one never noticed
 
 
-def test_a_component_that_exits_is_named_with_its_log_and_nothing_is_left(tmp_path: Path) -> None:
+def test_a_loopback_address_is_refused_before_anything_starts(tmp_path: Path) -> None:
+    kube, etcd = binaries()
+    with pytest.raises(controlplane.ControlPlaneError) as refused:
+        controlplane.start(tmp_path, kube, etcd, address="127.0.0.1", progress=lambda line: None)
+    assert "cannot advertise the loopback address 127.0.0.1" in str(refused.value)
+    assert not (tmp_path / "etc").exists()
+
+
+def test_a_component_that_exits_is_named_with_its_log_and_nothing_is_left(
+    tmp_path: Path, own_network
+) -> None:
     kube, _ = binaries()
     fake_etcd = tmp_path / "etcd"
     fake_etcd.write_text(
-        '#!/bin/sh\ncase "$1" in --version) echo "etcd Version: 3.5.16"; exit 0;; esac\n'
+        '#!/bin/sh\ncase "$1" in --version) echo "etcd Version: 3.6.16"; exit 0;; esac\n'
         'echo "simulated etcd failure: the disk is on fire" >&2\nexit 3\n'
     )
     fake_etcd.chmod(0o755)
     state_dir = tmp_path / "broken"
     with pytest.raises(controlplane.ControlPlaneError) as failed:
-        controlplane.start(state_dir, kube, fake_etcd, progress=lambda line: None)
+        controlplane.start(
+            state_dir,
+            kube,
+            fake_etcd,
+            address=own_network.control_plane,
+            netns=own_network.netns,
+            progress=lambda line: None,
+        )
     assert "etcd exited (status 3)" in str(failed.value)
     assert "the disk is on fire" in str(failed.value)
     assert _cmdlines_mentioning(str(state_dir)) == []
@@ -236,7 +259,9 @@ def test_a_component_that_exits_is_named_with_its_log_and_nothing_is_left(tmp_pa
 
 def test_missing_binaries_say_what_builds_them(tmp_path: Path) -> None:
     with pytest.raises(PrerequisiteError) as missing:
-        controlplane.start(tmp_path, KubeBinaries("1.34.4", tmp_path / "bin"), tmp_path / "etcd")
+        controlplane.start(
+            tmp_path, KubeBinaries("1.36.3", tmp_path / "bin"), tmp_path / "etcd", address="10.0.0.1"
+        )
     message = str(missing.value)
     assert "kube-apiserver" in message and "build_kube" in message
     assert "ensure_etcd" in message

@@ -38,7 +38,7 @@ from .conftest import kubectl_path
 EMULATOR = Path(emulator.__file__).parent
 KUBEADM = EMULATOR / "kubeadm.py"
 KUBELET = EMULATOR / "kubelet.py"
-KUBELET_VERSION = "v1.34.4"  # what the emulated packages report: the control plane's own version
+KUBELET_VERSION = "v1.36.3"  # what the emulated packages report: the control plane's own version
 
 pytestmark = pytest.mark.skipif(
     shutil.which("openssl") is None, reason="the emulated kubeadm needs the openssl CLI"
@@ -535,7 +535,7 @@ def test_kubelet_without_kubeconfig_exits_like_an_unjoined_kubelet(host: Host) -
 def test_kubeadm_version(host: Host) -> None:
     assert host.kubeadm("version", "-o", "short").stdout == f"{KUBELET_VERSION}\n"
     line = host.kubeadm("version").stdout
-    assert line.startswith('kubeadm version: &version.Info{Major:"1", Minor:"34", EmulationMajor:"", ')
+    assert line.startswith('kubeadm version: &version.Info{Major:"1", Minor:"36", EmulationMajor:"", ')
     assert f'GitVersion:"{KUBELET_VERSION}", ' in line and line.endswith(
         'Compiler:"gc", Platform:"linux/amd64"}\n'
     )

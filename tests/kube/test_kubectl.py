@@ -85,11 +85,11 @@ def test_get_nodes_wide(kubectl: Any, virtual_nodes: Callable[..., list[str]], a
         assert row[1:3] == ["Ready", "<none>"]
         assert re.fullmatch(r"\d+s", row[3])
         assert row[4:] == [
-            "v1.34.4",
+            "v1.36.3",
             ip,
             "<none>",
             "Debian GNU/Linux 12 (bookworm)",
-            "6.1.0-28-amd64",
+            "6.1.0-28-amd64 (amd64)",  # the 1.36 apiserver's table adds the node's architecture
             "containerd://1.7.24",
         ]
     assert len(set(ips)) == 3

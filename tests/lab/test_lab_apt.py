@@ -116,7 +116,7 @@ def test_lab_repositories_have_the_real_layout(lab):
         "cuda/repos/debian12/x86_64",
         "cuda/repos/debian13/x86_64",  # trixie and sid hosts (gpuready.deploy.context.distro_path)
         "libnvidia-container/stable/deb/amd64",
-        "kubernetes/core:/stable:/v1.34/deb",
+        "kubernetes/core:/stable:/v1.36/deb",
     ):
         out = lab.ssh(
             NODE,

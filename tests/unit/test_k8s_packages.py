@@ -44,13 +44,13 @@ def files(deb: Path) -> dict[str, tuple[int, bytes]]:
 
 def test_names_and_versions_are_pkgs_k8s_ios(built: dict[tuple[str, str], Path]) -> None:
     assert sorted(built) == [
-        ("cri-tools", "1.34.0-1.1"),
-        ("kubeadm", "1.34.3-1.1"),
-        ("kubeadm", "1.34.4-1.1"),
-        ("kubectl", "1.34.3-1.1"),
-        ("kubectl", "1.34.4-1.1"),
-        ("kubelet", "1.34.3-1.1"),
-        ("kubelet", "1.34.4-1.1"),
+        ("cri-tools", "1.36.0-1.1"),
+        ("kubeadm", "1.36.2-1.1"),
+        ("kubeadm", "1.36.3-1.1"),
+        ("kubectl", "1.36.2-1.1"),
+        ("kubectl", "1.36.3-1.1"),
+        ("kubelet", "1.36.2-1.1"),
+        ("kubelet", "1.36.3-1.1"),
         ("kubernetes-cni", "1.7.1-1.1"),
     ]
     for (name, version), deb in built.items():
@@ -61,7 +61,7 @@ def test_names_and_versions_are_pkgs_k8s_ios(built: dict[tuple[str, str], Path])
 
 
 def test_control_fields(built: dict[tuple[str, str], Path]) -> None:
-    kubelet, kubeadm = built[("kubelet", "1.34.4-1.1")], built[("kubeadm", "1.34.4-1.1")]
+    kubelet, kubeadm = built[("kubelet", "1.36.3-1.1")], built[("kubeadm", "1.36.3-1.1")]
     assert field(kubelet, "Depends") == "kubernetes-cni (>= 1.2.0), mount, util-linux"
     assert field(kubelet, "Recommends") == "iptables (>= 1.8.4)"
     assert field(kubelet, "Section") == "net"
@@ -71,18 +71,18 @@ def test_control_fields(built: dict[tuple[str, str], Path]) -> None:
     )
     assert field(kubeadm, "Depends") == ""  # no dependencies since 1.32 (crictl no longer needed)
     assert field(kubeadm, "Section") == "admin"
-    assert field(built[("kubectl", "1.34.3-1.1")], "Depends") == ""
+    assert field(built[("kubectl", "1.36.2-1.1")], "Depends") == ""
     assert field(built[("kubernetes-cni", "1.7.1-1.1")], "Section") == "net"
 
 
 def test_kubelet_unit_and_kubeadm_dropin(built: dict[tuple[str, str], Path]) -> None:
-    kubelet = files(built[("kubelet", "1.34.4-1.1")])
+    kubelet = files(built[("kubelet", "1.36.3-1.1")])
     unit = kubelet["/usr/lib/systemd/system/kubelet.service"][1].decode()
     assert "ExecStart=/usr/bin/kubelet\nRestart=always\nStartLimitInterval=0\nRestartSec=10\n" in unit
     assert kubelet["/etc/default/kubelet"][1] == b"KUBELET_EXTRA_ARGS=\n"
     assert kubelet["/usr/bin/kubelet"][0] == 0o755
     assert {"/var/lib/kubelet/.kubelet-keep", "/etc/kubernetes/manifests/.kubelet-keep"} <= set(kubelet)
-    dropin = files(built[("kubeadm", "1.34.4-1.1")])[
+    dropin = files(built[("kubeadm", "1.36.3-1.1")])[
         "/usr/lib/systemd/system/kubelet.service.d/10-kubeadm.conf"
     ]
     lines = dropin[1].decode().splitlines()
@@ -97,7 +97,7 @@ def test_kubelet_unit_and_kubeadm_dropin(built: dict[tuple[str, str], Path]) -> 
         '--kubeconfig=/etc/kubernetes/kubelet.conf"'
     ) in lines
     postinst = subprocess.run(
-        ["dpkg-deb", "--info", str(built[("kubelet", "1.34.4-1.1")]), "postinst"],
+        ["dpkg-deb", "--info", str(built[("kubelet", "1.36.3-1.1")]), "postinst"],
         capture_output=True,
         text=True,
         check=True,
@@ -107,7 +107,7 @@ def test_kubelet_unit_and_kubeadm_dropin(built: dict[tuple[str, str], Path]) -> 
 
 def test_kubectl_is_the_real_binary(built: dict[tuple[str, str], Path]) -> None:
     real = k8s_packages.kubectl_binary().read_bytes()
-    for version in ("1.34.4-1.1", "1.34.3-1.1"):
+    for version in ("1.36.3-1.1", "1.36.2-1.1"):
         mode, data = files(built[("kubectl", version)])["/usr/bin/kubectl"]
         assert mode == 0o755 and data == real
 
@@ -116,7 +116,7 @@ def test_packaged_tools_report_their_package_version(
     built: dict[tuple[str, str], Path], tmp_path: Path
 ) -> None:
     """Unpacked, the kubeadm and kubelet of each version answer like the real ones of that version."""
-    for version in ("1.34.4", "1.34.3"):
+    for version in ("1.36.3", "1.36.2"):
         for tool in ("kubeadm", "kubelet"):
             root = tmp_path / f"{tool}-{version}"
             subprocess.run(["dpkg-deb", "-x", str(built[(tool, f"{version}-1.1")]), str(root)], check=True)
@@ -126,7 +126,7 @@ def test_packaged_tools_report_their_package_version(
                 [sys.executable, str(script), *args], capture_output=True, text=True, check=True
             )
             assert out.stdout == (f"v{version}\n" if tool == "kubeadm" else f"Kubernetes v{version}\n")
-    wrapper = files(built[("kubeadm", "1.34.3-1.1")])["/usr/bin/kubeadm"][1].decode()
+    wrapper = files(built[("kubeadm", "1.36.2-1.1")])["/usr/bin/kubeadm"][1].decode()
     assert (
         wrapper.startswith("#!/usr/bin/python3\n")
         and "sys.path.insert(0, '/usr/lib/kubernetes-emu/kubeadm')" in wrapper
@@ -137,7 +137,7 @@ def test_emulated_packages_do_not_share_files(built: dict[tuple[str, str], Path]
     """dpkg refuses two packages owning one path: kubeadm carries its own copy of the kubelet helpers."""
     owned: dict[str, str] = {}
     for (name, version), deb in built.items():
-        if version.startswith("1.34.4") or name in ("cri-tools", "kubernetes-cni"):
+        if version.startswith("1.36.3") or name in ("cri-tools", "kubernetes-cni"):
             for path in files(deb):
                 assert path not in owned, f"{path} in both {owned.get(path)} and {name}"
                 owned[path] = name
@@ -154,18 +154,18 @@ def test_flat_repository_lists_them(built: dict[tuple[str, str], Path], tmp_path
         )
         index[(fields["Package"], fields["Version"])] = fields
     assert set(index) == set(built)
-    assert index[("kubelet", "1.34.3-1.1")]["Depends"] == "kubernetes-cni (>= 1.2.0), mount, util-linux"
+    assert index[("kubelet", "1.36.2-1.1")]["Depends"] == "kubernetes-cni (>= 1.2.0), mount, util-linux"
 
 
 def test_rebuild_is_skipped_when_nothing_changed(tmp_path: Path) -> None:
-    first = k8s_packages.build_kubernetes_packages(tmp_path, versions=("1.34.4",))
+    first = k8s_packages.build_kubernetes_packages(tmp_path, versions=("1.36.3",))
     mtimes = {p: p.stat().st_mtime_ns for p in first}
-    again = k8s_packages.build_kubernetes_packages(tmp_path, versions=("1.34.4",))
+    again = k8s_packages.build_kubernetes_packages(tmp_path, versions=("1.36.3",))
     assert again == first and {p: p.stat().st_mtime_ns for p in again} == mtimes
     assert [p.name for p in first] == [
-        "kubeadm_1.34.4-1.1_amd64.deb",
-        "kubelet_1.34.4-1.1_amd64.deb",
-        "kubectl_1.34.4-1.1_amd64.deb",
-        "cri-tools_1.34.0-1.1_amd64.deb",
+        "kubeadm_1.36.3-1.1_amd64.deb",
+        "kubelet_1.36.3-1.1_amd64.deb",
+        "kubectl_1.36.3-1.1_amd64.deb",
+        "cri-tools_1.36.0-1.1_amd64.deb",
         "kubernetes-cni_1.7.1-1.1_amd64.deb",
     ]

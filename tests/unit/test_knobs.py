@@ -28,7 +28,7 @@ BAD: dict[str, tuple[object, str]] = {
     "nvidia_container_toolkit_version": ("1.20", "must be a version like 1.20.0"),
     "nvidia_container_toolkit_package_revision": ("1 1", "a Debian revision"),
     "containerd_package": ("Containerd!", "a Debian package name"),
-    "kubernetes_version": ("v1.34", "must be a full version like 1.34.4"),
+    "kubernetes_version": ("v1.34", "must be a full version like 1.36.3"),
     "kubernetes_package_revision": (None, "a Debian revision"),
     "cuda_repo_url": ("ftp://mirror/cuda", "an http(s):// or file:// URL"),
     "cuda_repo_keyring_url": ("", "an http(s):// or file:// URL"),

@@ -24,7 +24,7 @@ def test_lab_up_lists_each_missing_piece_and_starts_nothing(
         hosts.up(paths, nodes=1)
     message = str(failed.value)
     assert message.startswith("the lab cannot start here:")
-    assert "Go 1.24 or newer is not on PATH" in message and "https://go.dev/dl/" in message
+    assert "Go 1.26 or newer is not on PATH" in message and "https://go.dev/dl/" in message
     assert "debootstrap not found: apt-get install debootstrap" in message
     assert "systemd-nspawn not found: apt-get install systemd-container" in message
     assert "dpkg-scanpackages not found: apt-get install dpkg-dev" in message
@@ -46,4 +46,4 @@ def test_the_labs_control_plane_version_is_the_inventorys_default_pin() -> None:
 
 def test_a_malformed_control_plane_version_is_named(tmp_path: Path) -> None:
     problems = hosts.prerequisite_problems(tmp_path, kubernetes_version="1.34")
-    assert "Kubernetes version '1.34' must be a release like 1.34.4" in problems
+    assert "Kubernetes version '1.34' must be a release like 1.36.3" in problems

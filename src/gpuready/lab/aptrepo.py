@@ -45,7 +45,7 @@ class RepoLayout:
 # Same relative paths as the real repositories:
 #   https://developer.download.nvidia.com/compute/cuda/repos/debian12/x86_64/  (flat, "./"; debian13 the same)
 #   https://nvidia.github.io/libnvidia-container/stable/deb/amd64/               (flat, "./")
-#   https://pkgs.k8s.io/core:/stable:/v1.34/deb/                                 (flat, "./")
+#   https://pkgs.k8s.io/core:/stable:/v1.36/deb/                                 (flat, "./")
 REPOS: dict[str, RepoLayout] = {
     "cuda": RepoLayout(
         path="cuda/repos/debian12/x86_64",
@@ -66,7 +66,7 @@ REPOS: dict[str, RepoLayout] = {
         architecture="amd64",
     ),
     "kubernetes": RepoLayout(
-        path="kubernetes/core:/stable:/v1.34/deb",
+        path="kubernetes/core:/stable:/v1.36/deb",
         template="kubernetes/core:/stable:/v{minor}/deb",
         knob="kubernetes_repo",
         origin="obs://build.opensuse.org",

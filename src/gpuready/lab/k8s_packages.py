@@ -1,6 +1,6 @@
 """Build the .deb files of the lab's Kubernetes repository (laid out like pkgs.k8s.io's `core:/stable:/v1.XX/deb`).
 
-Names, version strings (`1.34.4-1.1`: upstream version, package revision 1, OBS build 1), sections and Depends
+Names, version strings (`1.36.3-1.1`: upstream version, package revision 1, OBS build 1), sections and Depends
 follow the packages the Kubernetes project builds (kubernetes/release `cmd/krel/templates/latest`): since 1.32
 kubeadm depends on nothing, kubelet on `kubernetes-cni (>= 1.2.0), mount, util-linux` and recommends iptables.
 Unit files are the packaged ones: `kubelet.service` (Restart=always, RestartSec=10) from the kubelet package and the
@@ -21,8 +21,8 @@ from pathlib import Path
 from gpuready.lab.emulator import package_files as pf
 from gpuready.lab.packages import EMULATOR_DIR, Deb
 
-KUBERNETES_VERSIONS = ("1.34.3", "1.34.4")  # the default pin and the patch before it
-CRI_TOOLS_VERSION = "1.34.0"
+KUBERNETES_VERSIONS = ("1.36.2", "1.36.3")  # the default pin and the patch before it
+CRI_TOOLS_VERSION = "1.36.0"
 CNI_VERSION = "1.7.1"
 REVISION = "1.1"
 MAINTAINER = "Kubernetes Authors <dev@kubernetes.io>"

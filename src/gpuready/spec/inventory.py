@@ -483,7 +483,7 @@ class _HostReader:
             self.bad("nvidia_container_toolkit_version", toolkit, f"with nvidia_cdi = True: {problem}")
         kube = self.get("kubernetes_version")
         if not isinstance(kube, str) or not _SEMVER.match(kube):
-            self.bad("kubernetes_version", kube, "must be a full version like 1.34.4")
+            self.bad("kubernetes_version", kube, "must be a full version like 1.36.3")
         if len(self.problems) != before:
             return None
         return Versions(

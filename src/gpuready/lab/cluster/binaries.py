@@ -5,8 +5,11 @@
   go.mod points each ``k8s.io/*`` staging module at ``./staging/...``. So the cache directory gets a small module that
   requires it and replaces every staging module with its published ``v0.<minor>.<patch>`` twin (the list is read
   from the Kubernetes go.mod itself, so a new staging module needs no change here), then ``go build -trimpath``.
-* etcd comes from Debian's ``etcd-server`` package (trixie: 3.5.x), downloaded with apt from a private list and
-  unpacked; nothing is installed on the machine.
+* etcd is built the same way from its official ``go.etcd.io/etcd/server/v3`` module (``ETCD_VERSION``, the 3.6
+  line that kubeadm of Kubernetes 1.36 renders its flags for: ``--feature-gates=InitialCorruptCheck=true`` and
+  ``--watch-progress-notify-interval``, which 3.5 refuses; Debian has no 3.6 package). Its go.mod ``replace``s
+  point at the etcd repository's own directories, so it cannot be ``go install``ed: a small module requires it
+  and builds its main package.
 * promtool (which proves the add-ons' Prometheus alert rules) comes the same way from Debian's ``prometheus``
   package (bookworm: 2.42). Installing that package would enable and start a Prometheus server (its postinst runs
   ``deb-systemd-invoke start prometheus.service``, or ``invoke-rc.d`` without systemd) and pull in a web UI's
@@ -36,9 +39,8 @@ from pathlib import Path
 from gpuready.lab.state import cache_dir
 
 KUBE_COMMANDS = ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubeadm")
-GO_MIN = (1, 24)  # k8s.io/kubernetes 1.34's go directive
-ETCD_SUITE = "trixie"
-ETCD_PACKAGE = "etcd-server"
+GO_MIN = (1, 26)  # k8s.io/kubernetes 1.36's go directive
+ETCD_VERSION = "3.6.16"  # the newest 3.6 patch on the Go module proxy (2026-11)
 PROMTOOL_SUITE = "bookworm"
 PROMTOOL_PACKAGE = "prometheus"
 
@@ -51,7 +53,7 @@ class PrerequisiteError(RuntimeError):
 
 @dataclass(frozen=True)
 class KubeBinaries:
-    version: str  # "1.34.4"
+    version: str  # "1.36.3"
     bin_dir: Path
 
     def path(self, command: str) -> Path:
@@ -80,8 +82,8 @@ def go_problem() -> str | None:
     if not go:
         return (
             f"Go {GO_MIN[0]}.{GO_MIN[1]} or newer is not on PATH: it builds kube-apiserver, kube-scheduler and "
-            "kube-controller-manager from the Kubernetes Go module (install it from https://go.dev/dl/ or Debian's "
-            "golang-go from trixie or newer)"
+            "kube-controller-manager from the Kubernetes Go module (install it from https://go.dev/dl/; Debian's "
+            "golang-go carries it only in releases newer than trixie)"
         )
     out = subprocess.run([go, "env", "GOVERSION"], capture_output=True, text=True).stdout.strip()
     found = re.match(r"go(\d+)\.(\d+)", out)
@@ -217,7 +219,7 @@ def problems(version: str, cache: Path | None = None) -> list[str]:
     """What stops `build_kube` and `ensure_etcd` here, each with how to fix it; empty when both are cached or can
     be made. Asks the Go module proxy for the Kubernetes module (seconds) only when a build is needed."""
     found: list[str] = []
-    if cached_kube(version, cache) is None:
+    if cached_kube(version, cache) is None or cached_etcd(cache) is None:
         problem = go_problem()
         if problem:
             found.append(problem)
@@ -239,12 +241,6 @@ def problems(version: str, cache: Path | None = None) -> list[str]:
                     f"{(check.stderr.strip().splitlines() or ['no answer'])[-1]} (reach proxy.golang.org or set "
                     "GOPROXY to a mirror)"
                 )
-    if cached_etcd(cache) is None:
-        found += [
-            f"{tool} is not on PATH: the lab takes etcd from Debian's {ETCD_PACKAGE} (apt)"
-            for tool in ("apt-get", "dpkg-deb")
-            if not shutil.which(tool)
-        ]
     return found
 
 
@@ -255,9 +251,9 @@ def etcd_cache(cache: Path | None = None) -> Path:
     return (cache or cache_dir()) / "etcd"
 
 
-def cached_etcd(cache: Path | None = None) -> Path | None:
-    found = sorted(etcd_cache(cache).glob("etcd-server_*/usr/bin/etcd"))
-    return found[-1] if found else None
+def cached_etcd(cache: Path | None = None, version: str = ETCD_VERSION) -> Path | None:
+    found = etcd_cache(cache) / f"v{version}" / "bin" / "etcd"
+    return found if found.is_file() else None
 
 
 def _fetch_deb(
@@ -305,16 +301,41 @@ def _fetch_deb(
     return dest
 
 
-def ensure_etcd(mirror: str, progress: Progress, cache: Path | None = None) -> Path:
-    """Debian's etcd binary (from `ETCD_SUITE`), fetched with apt into the cache once; returns its path."""
+def ensure_etcd(progress: Progress, cache: Path | None = None, version: str = ETCD_VERSION) -> Path:
+    """etcd `version`, built from the Go module proxy into the cache once; returns its path."""
     base = etcd_cache(cache)
+    base.mkdir(parents=True, exist_ok=True)
     with _locked(base / ".lock"):
-        found = cached_etcd(cache)
+        found = cached_etcd(cache, version)
         if found:
             return found
-        etcd = _fetch_deb(mirror, ETCD_SUITE, ETCD_PACKAGE, base, progress) / "usr/bin/etcd"
-        progress(f"etcd: {etcd}")
-        return etcd
+        problem = go_problem()
+        if problem:
+            raise PrerequisiteError(problem)
+        started = time.monotonic()
+        tmp = Path(tempfile.mkdtemp(dir=base, prefix=f".build-v{version}-"))
+        try:
+            env = {**os.environ, "GOFLAGS": "-mod=mod -buildvcs=false", "CGO_ENABLED": "0"}
+            (tmp / "go.mod").write_text(
+                "// Generated by gpuready.lab.cluster.binaries: etcd at one version.\n"
+                f"module gpuready.lab/etcd\n\ngo {GO_MIN[0]}.{GO_MIN[1]}\n"
+            )
+            progress(f"etcd v{version}: resolving go.etcd.io/etcd/server/v3 through the Go module proxy")
+            _run(["go", "get", f"go.etcd.io/etcd/server/v3@v{version}"], tmp, "go get etcd", env)
+            package = "go.etcd.io/etcd/server/v3"
+            total = len(_run(["go", "list", "-deps", package], tmp, "go list", env).split())
+            progress(f"etcd v{version}: compiling {total} Go packages")
+            cmd = ["go", "build", "-trimpath", "-o", str(tmp / "bin" / "etcd"), package]
+            _run(cmd, tmp, "go build etcd", env)
+            target = base / f"v{version}"
+            if target.exists():
+                shutil.rmtree(target)
+            tmp.chmod(0o755)
+            tmp.rename(target)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+        progress(f"etcd v{version}: built in {time.monotonic() - started:.1f}s")
+        return base / f"v{version}" / "bin" / "etcd"
 
 
 # --- promtool from Debian ---------------------------------------------------------------------------------------
@@ -366,7 +387,7 @@ def main(argv: list[str] | None = None) -> int:
     version = args[0] if args else DEFAULT_VERSION
     try:
         kube, seconds = build_kube(version, progress)
-        etcd = ensure_etcd(debian_mirror(), progress)
+        etcd = ensure_etcd(progress)
         promtool = ensure_promtool(debian_mirror(), progress)
     except PrerequisiteError as exc:
         print(f"gpuready: {exc}", file=sys.stderr)

@@ -27,7 +27,7 @@ from gpuready.lab.cluster import binaries, controlplane
 from gpuready.lab.network import LabNetwork
 
 AGENT_START_TIMEOUT_S = 60.0
-DEFAULT_VERSION = "1.34.4"
+DEFAULT_VERSION = "1.36.3"
 AGENT_MODULE = "gpuready.lab.agent"
 
 Progress = Callable[[str], None]
@@ -51,7 +51,7 @@ def up(
 ) -> dict[str, Any]:
     """Start the control plane and the agent for the lab whose state dir is `root`; return the state entry."""
     kube, _ = binaries.build_kube(version, progress)
-    etcd = binaries.ensure_etcd(mirror, progress)
+    etcd = binaries.ensure_etcd(progress)
     entry = controlplane.start(
         root / "controlplane",
         kube,

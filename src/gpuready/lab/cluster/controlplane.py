@@ -28,16 +28,15 @@ super-admin.conf (``system:masters``). With an explicit ``--kubeconfig`` kubeadm
 
 Lab-specific choices (each documented where it is made):
 
-* etcd is Debian's 3.5; kubeadm is told so (``etcd.local.imageTag``) and renders the 3.5 spelling of its flags.
+* etcd is 3.6, built from its Go module; kubeadm is told its version (``etcd.local.imageTag``) and renders that
+  version's spelling of its flags.
   It runs with ``--unsafe-no-fsync`` (a throwaway lab: speed over durability) and keeps its data in the state dir.
 * Every port is chosen free so that two control planes can run on one machine: the apiserver prefers 6443 on
   `address` (where alone it listens: ``--bind-address``); etcd (client, peer, metrics), the controller-manager and
   the scheduler keep kubeadm's defaults (2379, 2380, 2381, 10257, 10259) when free and listen on 127.0.0.1 only.
-* kubeadm refuses a loopback advertise address and the apiserver may not advertise one either (Endpoints reject
-  127.0.0.0/8), so a control plane on a loopback `address` advertises `LOOPBACK_ADVERTISE_ADDRESS`, an address that
-  routes nowhere (RFC 5737): it is only the ``kubernetes`` Service's endpoint, which no lab pod uses. kubeadm points
-  the controller-manager's and scheduler's kubeconfigs at the advertise address; those two are re-pointed at
-  `address`.
+* kubeadm refuses a loopback advertise address, and since 1.36 connects to the advertise address itself (not to
+  the kubeconfigs' server) to bootstrap the admin user: a control plane needs an address it listens on that is
+  not loopback, so it runs in a lab network namespace (``start`` refuses a loopback address).
 * With `netns`, every process, kubeadm included, runs in that network namespace (``ip netns exec``) and the ports
   are probed inside it.
 """
@@ -73,7 +72,6 @@ Progress = Callable[[str], None]
 COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler")
 READY_TIMEOUT_S = 60.0
 NODE_NAME = "lab-control-plane"
-LOOPBACK_ADVERTISE_ADDRESS = "198.51.100.1"  # TEST-NET-2: see the module docstring
 SERVICE_SUBNET = "10.96.0.0/12"
 # a /24 per node (the controller-manager's default mask): a /14 holds 1024 nodes (a /16 only 256, and the node IPAM
 # controller would retry the others for ever, ten CIDRNotAvailable events a second at 1000 nodes)
@@ -148,7 +146,7 @@ def start(
     binaries: KubeBinaries,
     etcd: Path,
     *,
-    address: str = "127.0.0.1",
+    address: str,
     netns: str | None = None,
     progress: Progress = print,
     node_monitor_grace_period: str = "40s",
@@ -173,7 +171,13 @@ def start(
     state_dir = Path(state_dir).resolve()
     layout = Layout(state_dir)
     layout.logs.mkdir(parents=True, exist_ok=True)
-    advertise = advertise_address or (LOOPBACK_ADVERTISE_ADDRESS if _is_loopback(address) else address)
+    if _is_loopback(advertise_address or address):
+        raise ControlPlaneError(
+            f"the control plane cannot advertise the loopback address {address}: kubeadm refuses it, and since 1.36 "
+            "its upload-config phase connects to the advertise address; give it a lab network namespace "
+            "(gpuready.lab.network) and an address there"
+        )
+    advertise = advertise_address or address
     started = time.monotonic()
 
     ports = _free_ports(address, netns)
@@ -279,7 +283,7 @@ def _require_binaries(binaries: KubeBinaries, etcd: Path, netns: str | None) -> 
         )
     if not os.access(etcd, os.X_OK):
         problems.append(
-            f"etcd is missing ({etcd}): gpuready.lab.cluster.binaries.ensure_etcd(mirror, progress) fetches it"
+            f"etcd is missing ({etcd}): gpuready.lab.cluster.binaries.ensure_etcd(progress) builds it"
         )
     if netns and not shutil.which("ip"):
         problems.append(

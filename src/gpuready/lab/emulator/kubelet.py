@@ -32,7 +32,7 @@ import urllib.parse
 from datetime import UTC, datetime
 from typing import Any
 
-DEFAULT_VERSION = "1.34.4"
+DEFAULT_VERSION = "1.36.3"
 KUBECONFIG = "/etc/kubernetes/kubelet.conf"
 BOOTSTRAP_KUBECONFIG = "/etc/kubernetes/bootstrap-kubelet.conf"
 CONFIG = "/var/lib/kubelet/config.yaml"
