@@ -9,6 +9,7 @@ import json
 
 import pytest
 
+from gpuready.conformance.checks import dra as dra_checks
 from gpuready.conformance.checks import node as checks
 from gpuready.conformance.plugin import judge
 
@@ -71,7 +72,33 @@ def test_runtime_class(node, fleet):
 
 
 def test_device_plugin_ready(node, fleet):
+    if node.dra:
+        pytest.skip(
+            f"{node.name}: {dra_checks.DEVICE_PLUGIN_ONLY}; test_dra_kubelet_plugin_ready checks its plugin"
+        )
     judge(node, checks.addon_pod_ready, node, fleet[1].get(node.name, []), "device plugin")
+
+
+@pytest.fixture(scope="module")
+def dra_objects(cluster, gpuready_suite):
+    """(every ResourceSlice, DeviceClasses by name), listed once when a node uses DRA."""
+    from gpuready.conformance.dra_workloads import list_dra_objects
+
+    return list_dra_objects(cluster) if any(n.dra for n in gpuready_suite.nodes) else ([], {})
+
+
+def test_dra_kubelet_plugin_ready(node, fleet):
+    if not node.dra:
+        pytest.skip(f"{node.name}: {dra_checks.DRA_ONLY}")
+    judge(node, checks.addon_pod_ready, node, fleet[1].get(node.name, []), "DRA kubelet plugin")
+
+
+def test_resource_slices(node, dra_objects):
+    judge(node, dra_checks.resource_slices, node, dra_objects[0])
+
+
+def test_device_classes(node, dra_objects):
+    judge(node, dra_checks.device_classes, node, dra_objects[1])
 
 
 def test_dcgm_exporter_ready(node, fleet):

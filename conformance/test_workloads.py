@@ -9,8 +9,10 @@ plus one that must stay Unschedulable; MIG nodes one pod per MIG profile. The ju
 
 import pytest
 
+from gpuready.conformance import dra_workloads as dw
 from gpuready.conformance import workloads as wl
 from gpuready.conformance.checks import CannotCheck
+from gpuready.conformance.checks import dra as dra_checks
 from gpuready.conformance.checks import workloads as checks
 from gpuready.conformance.plugin import judge
 from gpuready.nvidia import catalogue
@@ -18,6 +20,7 @@ from gpuready.nvidia import catalogue
 pytestmark = pytest.mark.workloads
 
 LIST_AND_HOLD = ["sh", "-c", "nvidia-smi -L; sleep infinity"]
+DRIVER_VERSION = ["sh", "-c", "nvidia-smi --query-gpu=driver_version --format=csv,noheader"]
 
 
 def _mig_resources(node):
@@ -31,6 +34,8 @@ def _mig_resources(node):
 
 
 def _pod_resource(node):
+    if node.dra:
+        return None
     try:
         return checks.pod_resource(node)
     except CannotCheck:
@@ -48,9 +53,24 @@ def pods(gpuready_suite, gpuready_workloads):
         for n in nodes
         if (res := _pod_resource(n))
     ]
+    # dra nodes: vectorAdd through a ResourceClaimTemplate, and a claim for more GPUs than the node has
+    templates = []
+    for n in (n for n in nodes if n.dra):
+        single, too_many = dw.single_device(n), dw.claim_template(count=n.gpu_count + 1)
+        templates += [single, too_many]
+        first.append(
+            (dw.dra_pod(f"vectoradd-{n.name}", n, n.images.vectoradd, single, check="vectoradd"), "finished")
+        )
+        pod = dw.dra_pod(
+            f"unsatisfiable-{n.name}", n, n.images.cuda_base, too_many, command=LIST_AND_HOLD, check="dra"
+        )
+        first.append((pod, "settled"))
+    if templates:
+        dw.ensure_templates(gpuready_workloads, templates)
     results = gpuready_workloads.run(first, timeout) if first else {}
     for n in nodes:
         found[(n.name, "vectoradd", "")] = results.get(f"vectoradd-{n.name}")
+        found[(n.name, "unsatisfiable", "")] = results.get(f"unsatisfiable-{n.name}")
     second = []
     for n in nodes:
         if n.sharing.mode == "time-slicing":
@@ -68,7 +88,12 @@ def pods(gpuready_suite, gpuready_workloads):
                 )
         for profile, res in _mig_resources(n).items():
             name = f"mig-{n.name}-{profile.replace('.', '-')}"
-            pod = wl.gpu_pod(name, n, n.images.cuda_base, res, command=LIST_AND_HOLD, check="mig")
+            if n.dra:
+                template = dw.claim_template(profile=profile)
+                dw.ensure_templates(gpuready_workloads, [template])
+                pod = dw.dra_pod(name, n, n.images.cuda_base, template, command=LIST_AND_HOLD, check="mig")
+            else:
+                pod = wl.gpu_pod(name, n, n.images.cuda_base, res, command=LIST_AND_HOLD, check="mig")
             second.append((pod, "running"))
     results = gpuready_workloads.run(second, timeout) if second else {}
     for name, result in results.items():
@@ -77,7 +102,18 @@ def pods(gpuready_suite, gpuready_workloads):
         else:
             found[(result.node, "mig", name)] = result
     # the pods that hold GPUs go now (their outputs are read): the policy layer needs nodes nothing holds
-    gpuready_workloads.release(("time-slicing", "mig"), timeout)
+    gpuready_workloads.release(("time-slicing", "mig", "dra"), timeout)
+    # dra nodes: the driver version nvidia-smi prints in a pod, once the GPUs are free again
+    third = [
+        (dw.dra_pod(f"driver-{n.name}", n, n.images.cuda_base, dw.single_device(n), command=DRIVER_VERSION,
+                    check="dra"), "finished")
+        for n in nodes
+        if n.dra
+    ]  # fmt: skip
+    results = gpuready_workloads.run(third, timeout) if third else {}
+    for n in nodes:
+        found[(n.name, "driver-version", "")] = results.get(f"driver-{n.name}")
+    gpuready_workloads.release(("dra",), timeout)
     return found
 
 
@@ -107,3 +143,16 @@ def test_mig_devices(node, pods):
         return problems
 
     judge(node, all_profiles)
+
+
+def test_dra_unsatisfiable_claim_pending(node, pods):
+    judge(node, dra_checks.unsatisfiable, node, pods.get((node.name, "unsatisfiable", "")))
+
+
+@pytest.fixture(scope="module")
+def resource_slices(cluster, gpuready_suite):
+    return dw.list_dra_objects(cluster)[0] if any(n.dra for n in gpuready_suite.nodes) else []
+
+
+def test_dra_driver_version_matches_smi(node, pods, resource_slices):
+    judge(node, dra_checks.driver_version, node, resource_slices, pods.get((node.name, "driver-version", "")))

@@ -246,4 +246,14 @@ def test_requests_gpu_sees_mig_resources_and_init_containers() -> None:
         )
     )
     none = client.V1Pod(spec=client.V1PodSpec(containers=[client.V1Container(name="c")]))
-    assert [maintenance.requests_gpu(p) for p in (mig, init, none)] == [True, True, False]
+    claim = client.V1Pod(  # a dra node's GPU pod: its devices come from a ResourceClaim
+        spec=client.V1PodSpec(
+            containers=[
+                client.V1Container(
+                    name="c", resources=client.V1ResourceRequirements(claims=[{"name": "gpu"}])
+                )
+            ],
+            resource_claims=[client.V1PodResourceClaim(name="gpu", resource_claim_template_name="gpu")],
+        )
+    )
+    assert [maintenance.requests_gpu(p) for p in (mig, init, none, claim)] == [True, True, False, True]

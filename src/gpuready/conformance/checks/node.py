@@ -22,8 +22,13 @@ NVIDIA_PREFIX = "nvidia.com/"
 ADDON_IMAGES = {
     "device plugin": "k8s-device-plugin",
     "dcgm-exporter": "dcgm-exporter",
+    "DRA kubelet plugin": "dra-driver",  # dra-driver-nvidia-gpu, and NVIDIA's k8s-dra-driver-gpu before the move
 }
-NOT_THE_ADDON = {"device plugin": "feature-discovery", "dcgm-exporter": "\0"}
+NOT_THE_ADDON = {
+    "device plugin": "feature-discovery",
+    "dcgm-exporter": "\0",
+    "DRA kubelet plugin": "controller",
+}
 
 
 def _need(node: NodeSpec, obj: Obj | None) -> Obj:
@@ -161,7 +166,10 @@ def addon_pod_ready(node: NodeSpec, pods: list[Obj], component: str) -> list[str
     """A pod of ``component`` (a key of ADDON_IMAGES) runs on the node and is Ready."""
     other = NOT_THE_ADDON[component]
     # the upstream repository name, or the repository of the node's configured image (a mirror may rename it)
-    configured = node.images.device_plugin if component == "device plugin" else node.images.dcgm_exporter
+    configured = {
+        "device plugin": node.images.device_plugin,
+        "DRA kubelet plugin": node.images.dra_driver,
+    }.get(component, node.images.dcgm_exporter)
     repos = (ADDON_IMAGES[component], image_repository(configured))
 
     def runs(pod: Obj) -> bool:

@@ -124,8 +124,12 @@ def uncordon(cluster: Cluster, name: str, state: str) -> None:
 
 
 def requests_gpu(pod: client.V1Pod) -> bool:
+    """The pod asks for GPUs: device-plugin resources (whole GPUs, replicas, MIG devices) or, on a
+    ``gpu_allocation = "dra"`` node, ResourceClaims (the DRA driver's devices)."""
     if pod.spec is None:
         return False
+    if pod.spec.resource_claims:
+        return True
     containers = list(pod.spec.containers or []) + list(pod.spec.init_containers or [])
     for c in containers:
         res = c.resources

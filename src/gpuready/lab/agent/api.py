@@ -37,6 +37,9 @@ KINDS: dict[str, tuple[str, bool]] = {
     "nodes": ("/api/v1/nodes", False),
     "configmaps": ("/api/v1/configmaps", True),
     "runtimeclasses.node.k8s.io": ("/apis/node.k8s.io/v1/runtimeclasses", False),
+    # DRA (gpu_dra): claims the kubelet prepares, the slices the DRA driver's kubelet plugin publishes
+    "resourceclaims.resource.k8s.io": ("/apis/resource.k8s.io/v1/resourceclaims", True),
+    "resourceslices.resource.k8s.io": ("/apis/resource.k8s.io/v1/resourceslices", False),
 }
 # where single objects of other kinds live (writes only)
 PATHS: dict[str, tuple[str, str]] = {
@@ -45,6 +48,8 @@ PATHS: dict[str, tuple[str, str]] = {
     "configmaps": ("/api/v1", "configmaps"),
     "events": ("/api/v1", "events"),
     "leases.coordination.k8s.io": ("/apis/coordination.k8s.io/v1", "leases"),
+    "resourceclaims.resource.k8s.io": ("/apis/resource.k8s.io/v1", "resourceclaims"),
+    "resourceslices.resource.k8s.io": ("/apis/resource.k8s.io/v1", "resourceslices"),
 }
 
 

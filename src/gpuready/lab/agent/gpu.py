@@ -33,8 +33,9 @@ from gpuready.nvidia.catalogue import lookup_model, mig_profiles, mig_slices
 
 from .api import Event
 from .events import Recorder
+from .gpu_dra import DraNode
 from .gpu_host import GpuView, HostState, HostView, VirtualGpuView
-from .gpu_images import GpuRuntime, klog, nvidia_image, plugin_start_logs
+from .gpu_images import DRA_REPOS, GpuRuntime, klog, nvidia_image, plugin_start_logs
 from .gpu_metrics import Owner, dcgm_scrape
 from .gpu_plugin import (
     CONFIG_LABEL,
@@ -119,6 +120,7 @@ class LabGpuBackend(NodeBackend):
         self._managed: dict[str, list[Any]] = {}  # resource -> [capacity, stopped at (monotonic) or None]
         self._recorder: Recorder | None = None
         self._started = time.monotonic()
+        self.dra = DraNode(self)  # the DRA driver's kubelet plugin and the kubelet's claim preparation
         self.stand_in: dict[str, str] | None = None  # attach_host's env: the tests' stand-in host (host_exec)
 
     # reads -------------------------------------------------------------------------------------------------------
@@ -153,6 +155,8 @@ class LabGpuBackend(NodeBackend):
             for alloc in self._allocs.values():
                 for d in alloc.devices:
                     out.setdefault(d.uuid, alloc.owner)
+            for uuid, owner in self.dra.owners().items():
+                out.setdefault(uuid, owner)
             return out
 
     # config manager ------------------------------------------------------------------------------------------
@@ -403,6 +407,7 @@ class LabGpuBackend(NodeBackend):
                 del self._allocs[key]
             self._plugins.pop(uid, None)
             self._gfds.pop(uid, None)
+        self.dra.release(uid)
 
     # node sync -----------------------------------------------------------------------------------------------
 
@@ -492,6 +497,7 @@ class LabGpuBackend(NodeBackend):
             gfd = next(iter(gfds.values()), None)
             labels = gfd_labels(gfd.config, host, gfd.timestamp) if gfd else None
         self._write_node(store, node_name, wanted, labels)
+        self.dra.sync(store, node, host)
 
     @staticmethod
     def _write_node(store: Any, name: str, wanted: dict[str, tuple[str, str]], labels: Obj | None) -> None:
@@ -564,7 +570,7 @@ class GpuSync(Loop):
             return
         node = (ev.obj.get("spec") or {}).get("nodeName")
         if node in self.backends and any(
-            normalize_image(c.get("image", ""))[0] == PLUGIN_REPO
+            normalize_image(c.get("image", ""))[0] in (PLUGIN_REPO, *DRA_REPOS)
             for c in ev.obj["spec"].get("containers") or []
         ):
             self._dirty.add(node)

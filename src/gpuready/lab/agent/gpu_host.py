@@ -52,6 +52,7 @@ class MigDevice:
     profile: dict[str, Any]
     uuid: str
     full: bool  # the compute instance spans its whole GPU instance (the only kind the plugin exposes)
+    start: int = 0  # the GPU instance's placement start (memory slice): part of the DRA driver's device name
 
     @property
     def name(self) -> str:
@@ -294,6 +295,7 @@ def mig_devices(gpu: dict[str, Any], state: dict[str, Any]) -> tuple[MigDevice, 
                     prof,
                     mig_uuid(gpu["uuid"], gi["id"], ci["id"]),
                     ci.get("size") == prof["compute_slices"],
+                    int(gi.get("start") or 0),
                 )
             )
     return tuple(out)

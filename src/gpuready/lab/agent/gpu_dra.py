@@ -1,0 +1,304 @@
+"""NVIDIA's DRA driver for GPUs on a lab node: its kubelet plugin publishes ResourceSlices, the kubelet prepares
+allocated claims. The real scheduler allocates; nothing here picks devices.
+
+* The kubelet-plugin pod (``gpu-kubelet-plugin`` in the driver's image, recognised like the nvcr.io images of
+  :mod:`.gpu_images`) starts only with the driver's libraries in the container (the ``nvidia`` runtime) and NVML
+  working (a driver/library mismatch makes it exit, as the real plugin's NVML init fails). While it runs, the node's
+  ResourceSlice (driver ``gpu.nvidia.com``, pool = node name, ``spec.nodeName`` set, owned by the Node) lists the
+  host's devices as the real plugin's ``deviceinfo.go`` names and describes them: ``gpu-<minor>`` for each GPU on the
+  bus with MIG off, ``gpu-<minor>-mig-<profile id>-<start>-<size>`` for each MIG device of the emulated driver's state
+  (read on every sync, so a GPU falling off the bus or a MIG change rewrites the slice, with a new pool
+  generation). When the pod stops, the slice is deleted (the real plugin deletes its slices on shutdown; on a crash
+  the kubelet's plugin-deregistration does).
+* Publishing identity: the real plugin writes slices with its ServiceAccount (the add-ons' RBAC grants it). The node
+  agent holds only the admin credentials (as kwok's controller does) and writes with those; the node authorizer
+  would also let ``system:node:<name>`` write slices whose ``nodeName`` is that node (NodeRestriction checks it).
+* Preparing: a container whose ``resources.claims`` name a pod claim gets exactly the devices of this driver and
+  this node's pool in the claim's ``status.allocation.devices.results`` (as CDI devices: with containerd's CDI off
+  it gets none). A claim not allocated, a driver whose plugin is not running, or a device gone from the host since
+  allocation keep the container from starting (``FailedPrepareDynamicResources``). Devices are released when the
+  pod ends.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from gpuready.spec.dra import DRIVER, GPU_TYPE, MIB, MIG_TYPE, binary_quantity, semver
+
+from .api import ApiError, object_path
+from .gpu_host import Gpu, HostState, MigDevice
+from .gpu_images import DRA_REPOS, Exposure, klog
+from .runtime import ContainerPlan, normalize_image
+
+if TYPE_CHECKING:
+    from .gpu import LabGpuBackend
+
+Obj = dict[str, Any]
+DRA_TAG = re.compile(r"^v\d+\.\d+\.\d+(-[a-z0-9.]+)?$")
+SLICES = "resourceslices.resource.k8s.io"
+CLAIMS = "resourceclaims.resource.k8s.io"
+NOT_PREPARED = "FailedPrepareDynamicResources"
+
+
+def is_dra_image(image: str) -> bool:
+    repo, tag = normalize_image(image)
+    return repo in DRA_REPOS and bool(DRA_TAG.match(tag))
+
+
+def device_name(gpu: Gpu, mig: MigDevice | None) -> str:
+    minor = int(gpu.hw.get("minor_number", gpu.index))
+    if mig is None:
+        return f"gpu-{minor}"
+    return f"gpu-{minor}-mig-{mig.profile['profile_id']}-{mig.start}-{mig.profile.get('placement_size', 1)}"
+
+
+def _device(host: HostState, gpu: Gpu, mig: MigDevice | None) -> Obj:
+    hw = gpu.hw
+    attrs: Obj = {
+        "type": {"string": GPU_TYPE if mig is None else MIG_TYPE},
+        "uuid": {"string": gpu.uuid if mig is None else mig.uuid},
+        "productName": {"string": gpu.name},
+        "brand": {"string": str(hw.get("brand", "NVIDIA"))},
+        "architecture": {"string": str(hw.get("architecture", ""))},
+        "cudaComputeCapability": {"version": semver(str(hw.get("compute_capability", "0.0")))},
+        "driverVersion": {"version": semver(host.driver_version or "0")},
+        "cudaDriverVersion": {"version": semver(host.cuda_version)},
+        "pcieBusID": {"string": str(hw.get("pci_bus_id", "")).lower()},
+    }
+    memory = int(hw.get("memory_mib", 0)) * MIB
+    capacity: Obj = {}
+    if mig is not None:
+        attrs["profile"] = {"string": mig.name}
+        attrs["parentUUID"] = {"string": gpu.uuid}
+        memory = int(mig.profile.get("memory_mib", 0)) * MIB
+        capacity["multiprocessors"] = {"value": str(mig.profile.get("sm_count", 0))}
+    capacity["memory"] = {"value": binary_quantity(memory)}
+    return {"name": device_name(gpu, mig), "attributes": attrs, "capacity": capacity}
+
+
+def host_devices(host: HostState) -> dict[str, tuple[Gpu, MigDevice | None]]:
+    """What the plugin enumerates: GPUs on the bus with MIG off, and the full MIG devices of MIG-enabled ones."""
+    out: dict[str, tuple[Gpu, MigDevice | None]] = {}
+    for gpu in host.visible_gpus:
+        if gpu.mig_enabled:
+            for mig in gpu.mig_devices:
+                if mig.full:
+                    out[device_name(gpu, mig)] = (gpu, mig)
+        else:
+            out[device_name(gpu, None)] = (gpu, None)
+    return out
+
+
+@dataclass
+class _Run:
+    namespace: str
+    pod: str
+    container: str
+
+
+def _same(devices: list[Obj], published: list[Obj]) -> bool:
+    def key(items: list[Obj]) -> str:
+        return json.dumps(
+            [{k: d.get(k) or {} for k in ("name", "attributes", "capacity")} for d in items], sort_keys=True
+        )
+
+    return key(devices) == key(published)
+
+
+class DraNode:
+    """The DRA driver's kubelet plugin and the kubelet's DRA manager on one node."""
+
+    def __init__(self, backend: LabGpuBackend) -> None:
+        self.backend = backend
+        self._lock = threading.RLock()
+        self._runs: dict[str, _Run] = {}
+        self._prepared: dict[
+            tuple[str, str], tuple[tuple[str, str, str], list[tuple[Gpu, MigDevice | None]]]
+        ] = {}
+
+    # the plugin's container -------------------------------------------------------------------------------------
+
+    def run(self, pod: Obj, container: Obj, argv: list[str], host: HostState, exp: Exposure) -> ContainerPlan:
+        prog = argv[0].rsplit("/", 1)[-1] if argv else ""
+        if prog == "compute-domain-controller":
+            return ContainerPlan(
+                logs=klog("I", "main.go:160", "Starting ComputeDomain controller"), exit_code=None
+            )
+        if prog != "gpu-kubelet-plugin":
+            return ContainerPlan(logs=f"{prog}: not a program of the DRA driver's image\n", exit_code=127)
+        if not exp.libs:
+            message = "error creating driver: failed to initialize NVML: ERROR_LIBRARY_NOT_FOUND"
+            return ContainerPlan(logs=klog("E", "main.go:200", message), exit_code=1, run_seconds=0.5)
+        if host.nvml_error:
+            message = f"error creating driver: failed to initialize NVML: {host.nvml_error}"
+            return ContainerPlan(logs=klog("E", "main.go:200", message), exit_code=1, run_seconds=0.5)
+        with self._lock:
+            self._runs[pod["metadata"].get("uid", "")] = _Run(
+                pod["metadata"].get("namespace", ""), pod["metadata"]["name"], container["name"]
+            )
+        devices = host_devices(host)
+        logs = klog("I", "driver.go:92", f"Starting DRA kubelet plugin for driver {DRIVER}")
+        logs += klog(
+            "I", "device_state.go:110", f"Enumerated {len(devices)} allocatable device(s): {sorted(devices)}"
+        )
+        logs += klog("I", "draplugin.go:490", "Registered with kubelet, publishing ResourceSlices")
+        return ContainerPlan(logs=logs, exit_code=None)
+
+    def live(self, store: Any) -> bool:
+        with self._lock:
+            return bool(self.backend._live(self._runs, store))  # type: ignore[arg-type]
+
+    # publication ------------------------------------------------------------------------------------------------
+
+    @staticmethod
+    def slice_name(node_name: str) -> str:
+        return f"{node_name}-{DRIVER}"
+
+    def sync(self, store: Any, node: Obj, host: HostState) -> None:
+        """Publish, update or delete this node's ResourceSlice from the host's state now."""
+        node_name = node["metadata"]["name"]
+        name = self.slice_name(node_name)
+        published = store.get(SLICES, "", name)
+        if not self.live(store):
+            if published is not None:
+                store.delete(SLICES, "", name)
+            return
+        devices = [_device(host, g, m) for g, m in host_devices(host).values()]
+        if published is not None:
+            if _same(devices, (published.get("spec") or {}).get("devices") or []):
+                return
+
+            def change(obj: Obj) -> bool:
+                spec = obj.setdefault("spec", {})
+                if _same(devices, spec.get("devices") or []):
+                    return False
+                spec["devices"] = devices
+                spec["pool"]["generation"] = int(spec["pool"].get("generation") or 0) + 1
+                return True
+
+            store.modify(SLICES, "", name, change)
+            return
+        store.create(
+            SLICES,
+            {
+                "apiVersion": "resource.k8s.io/v1",
+                "kind": "ResourceSlice",
+                "metadata": {
+                    "name": name,
+                    "ownerReferences": [
+                        {
+                            "apiVersion": "v1",
+                            "kind": "Node",
+                            "name": node_name,
+                            "uid": node["metadata"]["uid"],
+                        }
+                    ],
+                },
+                "spec": {
+                    "driver": DRIVER,
+                    "nodeName": node_name,
+                    "pool": {"name": node_name, "generation": 1, "resourceSliceCount": 1},
+                    "devices": devices,
+                },
+            },
+        )
+
+    # the kubelet's side -----------------------------------------------------------------------------------------
+
+    @staticmethod
+    def _claim_names(pod: Obj) -> dict[str, str]:
+        """Pod claim name -> ResourceClaim name (a template's claim is named in the pod's status)."""
+        out = {}
+        statuses = {
+            s.get("name"): s.get("resourceClaimName")
+            for s in (pod.get("status") or {}).get("resourceClaimStatuses") or []
+        }
+        for ref in (pod.get("spec") or {}).get("resourceClaims") or []:
+            claim = ref.get("resourceClaimName") or statuses.get(ref.get("name"))
+            if claim:
+                out[ref["name"]] = claim
+        return out
+
+    def _claim(self, store: Any, namespace: str, name: str) -> Obj | None:
+        claim = store.get(CLAIMS, namespace, name)
+        if claim is None or not (claim.get("status") or {}).get("allocation"):
+            try:  # the scheduler's allocation may not have reached the mirror yet: ask the API server
+                claim = store.api.request("GET", object_path(CLAIMS, namespace, name))
+            except ApiError as exc:
+                if exc.status != 404:
+                    raise
+                return None
+        return claim
+
+    def prepare(
+        self, pod: Obj, container: Obj, node_name: str, host: HostState
+    ) -> Exposure | ContainerPlan | None:
+        """The devices of the container's claims (None: it names no claim), or why it cannot start."""
+        wanted = [c.get("name") for c in (container.get("resources") or {}).get("claims") or []]
+        if not wanted:
+            return None
+        server = self.backend.server
+        if server is None:
+            return None
+        store = server.store
+        namespace = pod["metadata"].get("namespace", "")
+        names = self._claim_names(pod)
+        available = host_devices(host)
+        chosen: list[tuple[Gpu, MigDevice | None]] = []
+        for ref in wanted:
+            claim_name = names.get(ref)
+            claim = self._claim(store, namespace, claim_name) if claim_name else None
+            if claim is None:
+                return self._refuse(
+                    pod, f"claim {ref}: ResourceClaim {claim_name or '(not created yet)'} not found"
+                )
+            allocation = (claim.get("status") or {}).get("allocation")
+            if not allocation:
+                return self._refuse(pod, f"claim {namespace}/{claim_name}: not allocated")
+            results = [
+                r
+                for r in (allocation.get("devices") or {}).get("results") or []
+                if r.get("driver") == DRIVER and r.get("pool") == node_name
+            ]
+            if results and not self.live(store):
+                return self._refuse(pod, f"DRA driver {DRIVER} is not registered")
+            for result in results:
+                found = available.get(result.get("device", ""))
+                if found is None:
+                    return self._refuse(
+                        pod,
+                        f"prepare devices failed: error preparing devices for claim {namespace}/{claim_name}: "
+                        f"requested device is not allocatable: {result.get('device')}",
+                    )
+                if found not in chosen:
+                    chosen.append(found)
+        owner = (namespace, pod["metadata"]["name"], container["name"])
+        with self._lock:
+            self._prepared[(pod["metadata"].get("uid", ""), container["name"])] = (owner, chosen)
+        # the plugin hands CDI devices of its own spec; containerd without CDI drops them
+        return Exposure(host.nvml_present, chosen) if host.cdi_enabled else Exposure(False, [])
+
+    def _refuse(self, pod: Obj, why: str) -> ContainerPlan:
+        message = f"Failed to prepare dynamic resources: {why}"
+        self.backend.record(pod, "Warning", NOT_PREPARED, message)
+        return ContainerPlan(exit_code=None, waiting=[(0.0, NOT_PREPARED, message)])
+
+    def release(self, uid: str) -> None:
+        with self._lock:
+            for key in [k for k in self._prepared if k[0] == uid]:
+                del self._prepared[key]
+            self._runs.pop(uid, None)
+
+    def owners(self) -> dict[str, tuple[str, str, str]]:
+        """Device UUID -> the pod holding it through a claim (for dcgm-exporter's pod labels)."""
+        with self._lock:
+            out: dict[str, tuple[str, str, str]] = {}
+            for owner, devices in self._prepared.values():
+                for gpu, mig in devices:
+                    out.setdefault(gpu.uuid if mig is None else mig.uuid, owner)
+            return out

@@ -1,0 +1,131 @@
+"""The DRA checks (gpuready.conformance.checks.dra) on API objects: each passes on what a healthy dra node shows and
+fails naming the node's device on the matching fault; device-plugin nodes skip them with the reason."""
+
+from __future__ import annotations
+
+import copy
+import shutil
+
+import pytest
+from inventories import write_inventory
+from shims import GROUP_DATA, JOIN
+
+from gpuready.conformance.checks import CannotCheck, PodResult
+from gpuready.conformance.checks import dra as checks
+from gpuready.spec import dra, load_fleet
+
+
+@pytest.fixture(scope="module")
+def nodes(tmp_path_factory):
+    """(an A100 dra node with MIG on GPU 0, an L4 device-plugin node)."""
+    base = tmp_path_factory.mktemp("dra")
+    (base / "group_data").mkdir()
+    shutil.copy(GROUP_DATA, base / "group_data" / "all.py")
+    mig = {"gpu_model": "NVIDIA A100-SXM4-80GB", "gpu_count": 2, "gpu_sharing": "mig", "gpu_allocation": "dra",
+           "mig_layout": {0: ["3g.40gb", "1g.10gb"]}}  # fmt: skip
+    l4 = {"gpu_model": "NVIDIA L4", "gpu_count": 1}
+    fleet = load_fleet(write_inventory(base / "inv.py", [("a100", {**mig, **JOIN}), ("l4", {**l4, **JOIN})]))
+    return fleet.nodes["a100"], fleet.nodes["l4"]
+
+
+def healthy_slice(node):
+    """What the driver publishes for ``node`` (names and UUIDs as a real node has them)."""
+    devices = []
+    for i, d in enumerate(node.expected_devices):
+        attrs = {k: {"version" if k in dra.VERSION_ATTRIBUTES else "string": v} for k, v in d.attributes}
+        attrs["uuid"] = {"string": f"GPU-{i:08d}"}
+        name = f"gpu-{d.gpu_index}" if d.type == "gpu" else f"gpu-{d.gpu_index}-mig-x-{i}"
+        devices.append(
+            {
+                "name": name,
+                "attributes": attrs,
+                "capacity": {"memory": {"value": dra.binary_quantity(d.memory_bytes)}},
+            }
+        )
+    spec = {"driver": dra.DRIVER, "nodeName": node.name, "pool": {"name": node.name}, "devices": devices}
+    return [{"metadata": {"name": f"{node.name}-gpu.nvidia.com"}, "spec": spec}]  # fmt: skip
+
+
+def test_healthy_slices_pass_and_device_plugin_nodes_skip(nodes):
+    a100, l4 = nodes
+    assert checks.resource_slices(a100, healthy_slice(a100)) == []
+    with pytest.raises(CannotCheck, match="gpu_allocation is 'device-plugin'"):
+        checks.resource_slices(l4, [])
+
+
+def test_a_missing_gpu_is_named(nodes):
+    a100, _ = nodes
+    slices = healthy_slice(a100)
+    slices[0]["spec"]["devices"] = [d for d in slices[0]["spec"]["devices"] if d["name"] != "gpu-1"]
+    (missing, count) = checks.resource_slices(a100, slices)
+    assert missing == "not published: gpu-1"
+    assert count.startswith("GPU (") and count.endswith("0 published, expected 1")
+
+
+def test_a_wrong_driver_version_and_a_wrong_mig_profile(nodes):
+    a100, _ = nodes
+    slices = healthy_slice(a100)
+    devices = slices[0]["spec"]["devices"]
+    for d in devices:
+        d["attributes"]["driverVersion"] = {"version": "570.1.2"}
+    problems = checks.resource_slices(a100, slices)
+    assert any("driverVersion 570.1.2" in p and "unexpected gpu-1 GPU-" in p for p in problems), problems
+    slices = healthy_slice(a100)
+    slices[0]["spec"]["devices"][1]["attributes"]["profile"] = {"string": "2g.20gb"}
+    problems = checks.resource_slices(a100, slices)
+    assert any(p.startswith("MIG 1g.10gb (") and "0 published, expected 1" in p for p in problems), problems
+
+
+def test_no_slice_says_what_was_expected(nodes):
+    a100, _ = nodes
+    (problem,) = checks.resource_slices(a100, [])
+    assert problem.startswith(
+        "no ResourceSlice of driver gpu.nvidia.com for this node, expected 3 device(s): "
+    )
+
+
+def test_device_classes(nodes):
+    a100, _ = nodes
+    good = {
+        name: {"spec": {"selectors": [{"cel": {"expression": dra.device_class_selector(t)}}]}}
+        for name, t in dra.DEVICE_CLASSES.items()
+    }
+    assert checks.device_classes(a100, good) == []
+    assert checks.device_classes(a100, {dra.GPU_CLASS: good[dra.GPU_CLASS]}) == [
+        "DeviceClass mig.nvidia.com not found (the add-ons deploy creates it)"
+    ]
+    wrong = copy.deepcopy(good)
+    wrong[dra.MIG_CLASS]["spec"]["selectors"] = []
+    assert checks.device_classes(a100, wrong)[0].startswith("DeviceClass mig.nvidia.com does not select")
+
+
+def test_driver_version_against_nvidia_smi(nodes):
+    a100, _ = nodes
+    slices = healthy_slice(a100)
+    ran = PodResult("driver-x", a100.name, phase="Succeeded", exit_code=0, log="580.178.04\n")
+    assert checks.driver_version(a100, slices, ran) == []
+    other = PodResult("driver-x", a100.name, phase="Succeeded", exit_code=0, log="580.200.01\n")
+    assert checks.driver_version(a100, slices, other) == [
+        "ResourceSlice driverVersion 580.178.4 but nvidia-smi in a pod prints 580.200.01"
+    ]
+    failed = PodResult("driver-x", a100.name, phase="Failed", exit_code=127)
+    assert "did not run: pod driver-x: phase Failed" in checks.driver_version(a100, slices, failed)[0]
+
+
+def test_unsatisfiable_claim(nodes):
+    a100, _ = nodes
+    refused = PodResult(
+        "u",
+        a100.name,
+        phase="Pending",
+        unschedulable="0/5 nodes are available: 1 cannot allocate all claims.",
+    )
+    assert checks.unsatisfiable(a100, refused) == []
+    ran = PodResult("u", a100.name, phase="Running")
+    assert checks.unsatisfiable(a100, ran)[0].startswith(
+        "a claim for 3 GPUs was not refused by the scheduler"
+    )
+    other = PodResult(
+        "u", a100.name, phase="Pending", unschedulable="0/5 nodes are available: 5 Insufficient cpu."
+    )
+    assert "not for its claim" in checks.unsatisfiable(a100, other)[0]
