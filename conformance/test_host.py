@@ -90,7 +90,13 @@ def test_containerd_cdi(node, host):
 def test_cdi_spec_names_every_device(node, host):
     if not node.cdi:
         pytest.skip(f"{node.name}: not applicable: runtime-class mode (nvidia_cdi = False)")
-    judge(node, checks.cdi_spec, output(host, checks.CDI_SPEC_COMMAND), output(host, checks.SMI_LIST_COMMAND))
+    judge(
+        node,
+        checks.cdi_spec,
+        output(host, checks.CDI_SPEC_COMMAND),
+        output(host, checks.SMI_LIST_COMMAND),
+        output(host, checks.NVIDIA_SMI_COMMAND),
+    )
 
 
 def test_kubelet_active(node, host):

@@ -103,3 +103,25 @@ def test_containerd_2_has_cdi_on_by_default():
 def test_containerd_versions_for_cdi(version, problem):
     found = cdi.containerd_problem(version)
     assert (found is None) if problem is None else (problem in (found or ""))
+
+
+def test_a_spec_from_before_a_driver_change_is_named():
+    """The spec mounts the driver's libraries by version: one generated for another driver mounts files that are
+    gone (a real A100 capture runs 535.54.03)."""
+    query = ok(
+        (
+            Path(__file__).resolve().parents[1] / "fixtures/nvidia-smi-xml/telegraf__a100-sxm4-v12.xml"
+        ).read_text()
+    )
+
+    def with_mounts(version: str) -> Output:
+        out = spec_output(every_name())
+        lib = f"/usr/lib/x86_64-linux-gnu/libcuda.so.{version}"
+        return ok(
+            out.stdout.replace("containerEdits:\n", f"containerEdits:\n  mounts:\n  - hostPath: {lib}\n", 1)
+        )
+
+    assert host.cdi_spec(with_mounts("535.54.03"), ok(LIST), query) == []
+    (problem,) = host.cdi_spec(with_mounts("530.30.02"), ok(LIST), query)
+    assert "mounts the libraries of driver 530.30.02 but driver 535.54.03 is loaded" in problem
+    assert "nvidia-cdi-refresh.path" in problem

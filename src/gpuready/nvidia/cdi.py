@@ -13,6 +13,7 @@ Pure: text in, names and problems out (checks and deploys both use it; no I/O he
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -93,6 +94,8 @@ class Spec:
     kind: str
     cdi_version: str
     devices: tuple[str, ...]
+    # the driver versions of the libraries it mounts (libcuda.so.<version>): the driver it was generated for
+    driver_versions: frozenset[str] = frozenset()
 
 
 class SpecError(ValueError):
@@ -132,7 +135,17 @@ def _parse_one(path: str, text: str) -> Spec:
     devices = doc.get("devices") or []
     if not isinstance(devices, list) or not all(isinstance(d, dict) and "name" in d for d in devices):
         raise SpecError(f"{path}: devices must be a list of entries with a name")
-    return Spec(path, str(doc["kind"]), str(doc["cdiVersion"]), tuple(str(d["name"]) for d in devices))
+    return Spec(
+        path,
+        str(doc["kind"]),
+        str(doc["cdiVersion"]),
+        tuple(str(d["name"]) for d in devices),
+        frozenset(_LIBRARY_VERSION.findall(yaml.safe_dump(doc.get("containerEdits") or {}))),
+    )
+
+
+# a driver library the spec mounts, e.g. /usr/lib/x86_64-linux-gnu/libcuda.so.580.95.05
+_LIBRARY_VERSION = re.compile(r"/lib(?:cuda|nvidia-ml)\.so\.(\d+\.\d+(?:\.\d+)?)\b")
 
 
 def qualified(name: str) -> str:

@@ -265,9 +265,10 @@ def containerd_cdi(out: Output) -> list[str]:
     return problems
 
 
-def cdi_spec(spec_out: Output, smi_list: Output) -> list[str]:
-    """CDI mode: the toolkit's CDI spec exists, parses and names every GPU and MIG device ``nvidia-smi -L`` lists
-    (a missing or stale device is a container that containerd refuses: "unresolvable CDI devices")."""
+def cdi_spec(spec_out: Output, smi_list: Output, smi_query: Output | None = None) -> list[str]:
+    """CDI mode: the toolkit's CDI spec exists, parses, names every GPU and MIG device ``nvidia-smi -L`` lists (a
+    missing or stale device is a container that containerd refuses: "unresolvable CDI devices") and mounts the
+    running driver's libraries (a spec from before a driver change mounts files that are gone)."""
     if smi_list.rc != 0:
         raise CannotCheck(
             f"`{SMI_LIST_COMMAND}` failed: no devices to compare (test_nvidia_smi_runs says why)"
@@ -288,15 +289,34 @@ def cdi_spec(spec_out: Output, smi_list: Output) -> list[str]:
     except ParseError as exc:
         raise CannotCheck(f"`{SMI_LIST_COMMAND}` printed no device list: {exc}") from None
     missing = [name for name in wanted if name not in named]
-    if not missing:
-        return []
     paths = ", ".join(s.path for s in ours)
+    problems = _stale_driver(ours, smi_query, paths)
+    if not missing:
+        return problems
     shown = "; ".join(f"{cdi.qualified(name)} ({wanted[name]})" for name in missing[:6])
     more = f" and {len(missing) - 6} more" if len(missing) > 6 else ""
     return [
         f"the CDI spec ({paths}) lacks {len(missing)} device(s) nvidia-smi reports: {shown}{more}; a pod given "
         f"one fails with 'unresolvable CDI devices'. Regenerate it: `systemctl start {cdi.REFRESH_SERVICE}` "
-        "(after a MIG change the spec goes stale until refreshed)"
+        "(after a MIG change the spec goes stale until refreshed)",
+        *problems,
+    ]
+
+
+def _stale_driver(specs: list[cdi.Spec], smi_query: Output | None, paths: str) -> list[str]:
+    if smi_query is None or smi_query.rc != 0:
+        return []
+    try:
+        running = parse_query_xml(smi_query.stdout).driver_version
+    except ParseError:
+        return []
+    mounted = sorted({v for spec in specs for v in spec.driver_versions})
+    if not mounted or mounted == [running]:
+        return []
+    return [
+        f"the CDI spec ({paths}) mounts the libraries of driver {', '.join(mounted)} but driver {running} is "
+        f"loaded: it predates the driver change (is {cdi.REFRESH_PATH_UNIT} active?); regenerate it with "
+        f"`systemctl start {cdi.REFRESH_SERVICE}`"
     ]
 
 
