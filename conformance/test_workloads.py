@@ -3,7 +3,8 @@
 Two rounds, each one create-all + one watch: first a vectorAdd pod per node (short-lived, so its GPU is free
 again afterwards), then the sharing checks, whose pods keep running (they hold their GPUs for the metrics
 layer, which looks for them in dcgm-exporter's pod labels): time-slicing nodes get ``replicas`` pods per GPU
-plus one that must stay Unschedulable; MIG nodes one pod per MIG profile. The judging is in
+plus one that must stay Unschedulable; MIG nodes one pod per MIG profile; ``gpu_allocation = "dra"`` nodes two pods
+naming one ResourceClaim of a whole GPU with the DRA driver's time-slicing config. The judging is in
 :mod:`gpuready.conformance.checks.workloads`; pods and namespace in :mod:`gpuready.conformance.workloads`.
 """
 
@@ -71,7 +72,7 @@ def pods(gpuready_suite, gpuready_workloads):
     for n in nodes:
         found[(n.name, "vectoradd", "")] = results.get(f"vectoradd-{n.name}")
         found[(n.name, "unsatisfiable", "")] = results.get(f"unsatisfiable-{n.name}")
-    second = []
+    second, claims = [], []
     for n in nodes:
         if n.sharing.mode == "time-slicing":
             total = n.expected_allocatable.get(checks.GPU_RESOURCE, 0) or sum(n.expected_allocatable.values())
@@ -86,6 +87,11 @@ def pods(gpuready_suite, gpuready_workloads):
                         "settled",
                     )
                 )
+        if n.dra and dw.shares_whole_gpu(n):  # two pods, one time-sliced claim
+            claims.append(dw.shared_claim(n))
+            second += [
+                (pod, "running") for pod in dw.shared_pods(n, n.images.cuda_base, LIST_AND_HOLD, "dra")
+            ]
         for profile, res in _mig_resources(n).items():
             name = f"mig-{n.name}-{profile.replace('.', '-')}"
             if n.dra:
@@ -95,8 +101,18 @@ def pods(gpuready_suite, gpuready_workloads):
             else:
                 pod = wl.gpu_pod(name, n, n.images.cuda_base, res, command=LIST_AND_HOLD, check="mig")
             second.append((pod, "running"))
+    if claims:
+        dw.create_claims(gpuready_workloads, claims)
     results = gpuready_workloads.run(second, timeout) if second else {}
+    shared = dw.allocated(gpuready_workloads, [c["metadata"]["name"] for c in claims])
+    for n in nodes:
+        name = dw.shared_claim(n)["metadata"]["name"]
+        if name in shared:
+            pods = [results.get(p) for p in dw.shared_pod_names(n)]
+            found[(n.name, "shared-claim", "")] = ([p for p in pods if p is not None], shared[name])
     for name, result in results.items():
+        if name.startswith("shared-"):
+            continue
         if name.startswith("timeslice-"):
             found.setdefault((result.node, "time-slicing", ""), []).append(result)
         else:
@@ -143,6 +159,12 @@ def test_mig_devices(node, pods):
         return problems
 
     judge(node, all_profiles)
+
+
+def test_dra_shared_claim_same_gpu(node, pods):
+    results, devices = pods.get((node.name, "shared-claim", ""), ([], None))
+    claim = dw.shared_claim(node)["metadata"]["name"]
+    judge(node, dra_checks.shared_claim, node, claim, results, devices)
 
 
 def test_dra_unsatisfiable_claim_pending(node, pods):

@@ -129,3 +129,79 @@ def test_unsatisfiable_claim(nodes):
         "u", a100.name, phase="Pending", unschedulable="0/5 nodes are available: 5 Insufficient cpu."
     )
     assert "not for its claim" in checks.unsatisfiable(a100, other)[0]
+
+
+LISTING = "GPU 0: NVIDIA A100-SXM4-80GB (UUID: {})\n"
+
+
+def shared(name, uuid=None, **kw):
+    log = LISTING.format(uuid) if uuid else ""
+    return PodResult(name=name, node="a100", phase=kw.pop("phase", "Running"), log=log, **kw)
+
+
+def test_a_shared_claim_passes_when_both_pods_see_its_gpu(nodes):
+    a100, l4 = nodes
+    uuid = "GPU-11111111-2222-3333-4444-555555555555"
+    pods = [shared("shared-a100-0", uuid), shared("shared-a100-1", uuid)]
+    assert checks.shared_claim(a100, "shared-a100", pods, ["a100/gpu-1"]) == []
+    with pytest.raises(CannotCheck, match="gpu_allocation is 'device-plugin'"):
+        checks.shared_claim(l4, "shared-l4", [], None)
+
+
+def test_a_shared_claim_that_does_not_start_or_splits_is_named(nodes):
+    a100, _ = nodes
+    refused = shared(
+        "shared-a100-1",
+        phase="Pending",
+        reason="ContainerCreating",
+        timed_out=True,
+        events=["Warning FailedPrepareDynamicResources: ... unknown GPU sharing strategy: TimeSlicing"],
+    )
+    (problem,) = checks.shared_claim(
+        a100, "shared-a100", [shared("shared-a100-0", "GPU-1"), refused], ["a100/gpu-1"]
+    )
+    assert problem.startswith(
+        "pod shared-a100-1 sharing ResourceClaim shared-a100 (TimeSlicing) on device a100/gpu-1 did not run: "
+    )
+    assert "unknown GPU sharing strategy: TimeSlicing" in problem
+    a = "GPU-aaaaaaaa-0000-0000-0000-000000000000"
+    b = "GPU-bbbbbbbb-0000-0000-0000-000000000000"
+    (problem,) = checks.shared_claim(
+        a100, "shared-a100", [shared("shared-a100-0", a), shared("shared-a100-1", b)], ["a100/gpu-1"]
+    )
+    assert problem == (
+        f"pods sharing ResourceClaim shared-a100 (TimeSlicing) on device a100/gpu-1 saw different GPUs: "
+        f"{a}: shared-a100-0; {b}: shared-a100-1"
+    )
+    (problem,) = checks.shared_claim(a100, "shared-a100", [], None)
+    assert problem == "no pod was started for the shared ResourceClaim shared-a100"
+
+
+def test_an_all_mig_dra_node_skips_the_shared_claim(tmp_path):
+    (tmp_path / "group_data").mkdir()
+    shutil.copy(GROUP_DATA, tmp_path / "group_data" / "all.py")
+    node = {"gpu_model": "NVIDIA A100-SXM4-80GB", "gpu_count": 1, "gpu_sharing": "mig", "gpu_allocation": "dra",
+            "mig_layout": {0: ["3g.40gb", "3g.40gb"]}}  # fmt: skip
+    (mig,) = load_fleet(write_inventory(tmp_path / "inv.py", [("a100", {**node, **JOIN})])).nodes.values()
+    with pytest.raises(CannotCheck, match="every GPU of the node is in MIG mode"):
+        checks.shared_claim(mig, "shared-a100", [], None)
+
+
+def test_the_kubelet_plugin_refuses_time_slicing_without_its_feature_gate():
+    from gpuready.conformance.dra_workloads import TIME_SLICING
+    from gpuready.deploy import dra_addons
+    from gpuready.lab.agent.gpu_dra import config_problem, feature_gates
+
+    container = dra_addons.kubelet_plugin(lambda n, ns, pod: pod, "ns", "img")["containers"][0]
+    gates = feature_gates(container)
+    assert gates == {"TimeSlicingSettings"}  # the add-ons turn it on
+    assert config_problem(TIME_SLICING, mig=False, gates=gates) is None
+    assert config_problem(TIME_SLICING, mig=False, gates=set()) == "unknown GPU sharing strategy: TimeSlicing"
+    assert feature_gates(
+        {"env": [{"name": "FEATURE_GATES", "value": "MPSSupport=true,TimeSlicingSettings=false"}]}
+    ) == {"MPSSupport"}
+    assert config_problem(TIME_SLICING, mig=True, gates=gates) == "cannot apply GpuConfig to a MIG device"
+    mig_ts = {**TIME_SLICING, "kind": "MigDeviceConfig"}
+    assert (
+        config_problem(mig_ts, mig=True, gates=gates) == "can only set the time-slice interval on full GPUs"
+    )

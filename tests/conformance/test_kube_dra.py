@@ -102,13 +102,17 @@ def test_mixed_fleet_passes_and_the_dra_node_publishes_its_devices(pytester, sui
     got = results(verdict)
     for check in ("node/test_resource_slices", "node/test_device_classes", "node/test_dra_kubelet_plugin_ready",
                   "workloads/test_vector_add", "workloads/test_mig_devices",
-                  "workloads/test_dra_unsatisfiable_claim_pending", "workloads/test_dra_driver_version_matches_smi"):  # fmt: skip
+                  "workloads/test_dra_unsatisfiable_claim_pending", "workloads/test_dra_driver_version_matches_smi",
+                  "workloads/test_dra_shared_claim_same_gpu"):  # fmt: skip
         assert got[f"{a100}:{check}"][0] == "pass", (check, got[f"{a100}:{check}"])
     assert got[f"{a100}:node/test_device_plugin_ready"] == (
         "skip", f"{a100}: not applicable: gpu_allocation is 'dra' (the DRA driver serves this node's GPUs); "
         "test_dra_kubelet_plugin_ready checks its plugin",
     )  # fmt: skip
     assert got[f"{l4}:node/test_resource_slices"] == (
+        "skip", f"{l4}: not applicable: gpu_allocation is 'device-plugin'"
+    )  # fmt: skip
+    assert got[f"{l4}:workloads/test_dra_shared_claim_same_gpu"] == (
         "skip", f"{l4}: not applicable: gpu_allocation is 'device-plugin'"
     )  # fmt: skip
     assert got[f"{l4}:node/test_device_plugin_ready"][0] == "pass"
@@ -166,3 +170,48 @@ def test_a_driver_library_mismatch_stops_the_kubelet_plugin(pytester, suite, fle
         bad
     )
     assert "not Ready" in bad[f"{a100}:node/test_dra_kubelet_plugin_ready"]
+
+
+def test_a_kubelet_plugin_without_the_time_slicing_gate_refuses_the_shared_claim(pytester, suite, fleet):
+    """The driver's chart installed without featureGates.TimeSlicingSettings: the plugin runs and publishes, but
+    refuses the claim's time-slicing config, so the pods sharing it never start; nothing else fails."""
+    from kubernetes import client
+
+    a100, _l4 = converged(fleet)
+    apps = client.AppsV1Api(fleet.api)
+    ds = apps.read_namespaced_daemon_set(dra_addons.KUBELET_PLUGIN, fleet.namespace)
+    before = {p["metadata"]["uid"] for p in fleet.pods(fleet.namespace, a100)}
+    patch = {
+        "spec": {
+            "template": {
+                "spec": {"containers": [{"name": ds.spec.template.spec.containers[0].name, "args": []}]}
+            }
+        }
+    }
+    apps.patch_namespaced_daemon_set(dra_addons.KUBELET_PLUGIN, fleet.namespace, patch)
+
+    def restarted() -> bool:
+        pods = [
+            p
+            for p in fleet.pods(fleet.namespace, a100)
+            if p["metadata"]["name"].startswith(dra_addons.KUBELET_PLUGIN)
+        ]
+        return any(
+            p["metadata"]["uid"] not in before
+            and p.get("status", {}).get("phase") == "Running"
+            and not p["spec"]["containers"][0].get("args")
+            for p in pods
+        )
+
+    wait_for(restarted, what="the kubelet plugin restarted without its feature gates")
+    wait_for(lambda: len(devices_of(fleet, a100)) == 7, what=f"{a100}'s ResourceSlice published again")
+    verdict = run(pytester, fleet, "-m", "workloads", "--pod-timeout", "20")
+    bad = failing(verdict)
+    assert set(bad) == {f"{a100}:workloads/test_dra_shared_claim_same_gpu"}, bad
+    message = bad[f"{a100}:workloads/test_dra_shared_claim_same_gpu"]
+    assert message.startswith(
+        f"{a100}: pod shared-{a100}-0 sharing ResourceClaim shared-{a100} (TimeSlicing) on device {a100}/gpu-"
+    ), message
+    assert (
+        "FailedPrepareDynamicResources" in message and "unknown GPU sharing strategy: TimeSlicing" in message
+    ), message

@@ -83,3 +83,82 @@ def list_dra_objects(cluster: Any) -> tuple[list[Obj], dict[str, Obj]]:
     raw = api.list_device_class(_preload_content=False)
     classes = json.loads(raw.data)["items"]
     return slices, {c["metadata"]["name"]: c for c in classes}
+
+
+# two pods, one claim: time-slicing as a config on the claim ------------------------------------------------------
+
+SHARED_PODS = 2
+TIME_SLICING = {
+    "apiVersion": "resource.nvidia.com/v1beta1",
+    "kind": "GpuConfig",
+    "sharing": {"strategy": "TimeSlicing", "timeSlicingConfig": {"interval": "Default"}},
+}
+
+
+def shares_whole_gpu(node: NodeSpec) -> bool:
+    """Time-slicing settings apply to whole GPUs only: the node needs one with MIG off."""
+    return node.gpu_count - len(node.mig_enabled_gpus) > 0
+
+
+def shared_claim(node: NodeSpec) -> Obj:
+    """A ResourceClaim of one whole GPU with the driver's time-slicing config, for pods of ``node`` to share."""
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": f"shared-{node.name}", "labels": dict(MANAGED_BY)},
+        "spec": {
+            "devices": {
+                "requests": [{"name": CLAIM, "exactly": {"deviceClassName": dra.GPU_CLASS, "count": 1}}],
+                "config": [
+                    {"requests": [CLAIM], "opaque": {"driver": dra.DRIVER, "parameters": TIME_SLICING}}
+                ],
+            }
+        },
+    }
+
+
+def shared_pod_names(node: NodeSpec) -> list[str]:
+    return [f"{shared_claim(node)['metadata']['name']}-{i}" for i in range(SHARED_PODS)]
+
+
+def shared_pods(node: NodeSpec, image: str, command: list[str], check: str) -> list[Obj]:
+    """``SHARED_PODS`` pods on ``node`` naming the same ResourceClaim (``shared_claim``)."""
+    claim = shared_claim(node)["metadata"]["name"]
+    pods = []
+    for name in shared_pod_names(node):
+        pod = wl.gpu_pod(name, node, image, "nvidia.com/gpu", command=command, check=check)
+        pod["spec"]["containers"][0]["resources"] = {"claims": [{"name": CLAIM}]}
+        pod["spec"]["resourceClaims"] = [{"name": CLAIM, "resourceClaimName": claim}]
+        pods.append(pod)
+    return pods
+
+
+def create_claims(workloads: wl.Workloads, claims: list[Obj]) -> None:
+    """Create these ResourceClaims in the run's namespace (they go with it)."""
+    from kubernetes import client
+
+    workloads.ensure_namespace()
+    api = client.ResourceV1Api(workloads.cluster.api)
+    for claim in claims:
+        api.create_namespaced_resource_claim(workloads.namespace, claim)  # type: ignore[arg-type]
+        workloads.requests += 1
+
+
+def allocated(workloads: wl.Workloads, names: list[str]) -> dict[str, list[str]]:
+    """Claim name -> the devices (``pool/device``) the scheduler allocated to it (empty: not allocated)."""
+    from kubernetes import client
+
+    if not names:
+        return {}
+    api = client.ResourceV1Api(workloads.cluster.api)
+    raw: Any = api.list_namespaced_resource_claim(workloads.namespace, _preload_content=False)
+    workloads.requests += 1
+    out: dict[str, list[str]] = {name: [] for name in names}
+    for claim in json.loads(raw.data)["items"]:
+        name = claim["metadata"]["name"]
+        if name in out:
+            results = (((claim.get("status") or {}).get("allocation") or {}).get("devices") or {}).get(
+                "results"
+            )
+            out[name] = [f"{r.get('pool')}/{r.get('device')}" for r in results or []]
+    return out

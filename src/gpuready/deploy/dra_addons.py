@@ -8,6 +8,10 @@ privileged as upstream: it writes CDI specs and prepares devices; on ``dra`` nod
 ``gpuready.io/gpu-allocation=dra`` label those nodes join with) and the controller Deployment (ComputeDomains; one
 replica, off the GPU nodes' taint). The device plugin DaemonSet avoids those nodes (``addons.device_plugin``);
 GPU feature discovery and dcgm-exporter run on every GPU node in both modes.
+
+The kubelet plugin runs with the driver's ``TimeSlicingSettings`` feature gate on (alpha, off by default): sharing
+is a config on the claim (an opaque ``GpuConfig`` with ``sharing.strategy: TimeSlicing``), and without the gate the
+plugin refuses such a claim ("unknown GPU sharing strategy"), so pods sharing a time-sliced claim never start.
 """
 
 from __future__ import annotations
@@ -20,6 +24,8 @@ Manifest = dict[str, Any]
 NAME = "nvidia-dra-driver-gpu"
 KUBELET_PLUGIN = f"{NAME}-kubelet-plugin"
 CONTROLLER = f"{NAME}-controller"
+# The chart's ``featureGates`` values: what the kubelet plugin gets as --feature-gates.
+FEATURE_GATES = {"TimeSlicingSettings": True}
 DRA_NODE_SELECTOR = {GPU_PRESENT_LABEL: "true", dra.ALLOCATION_LABEL: "dra"}
 # The device plugin's DaemonSet stays off dra nodes (nodes without the label, joined before it existed, keep it).
 NOT_DRA_AFFINITY = {
@@ -90,6 +96,7 @@ def kubelet_plugin(daemonset: Any, namespace: str, image: str) -> Manifest:
                 "name": "gpus",
                 "image": image,
                 "command": ["gpu-kubelet-plugin"],
+                "args": ["--feature-gates=" + ",".join(f"{k}={str(v).lower()}" for k, v in FEATURE_GATES.items())],
                 "env": [
                     {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
                     {"name": "NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},

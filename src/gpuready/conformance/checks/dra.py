@@ -12,6 +12,7 @@ from collections import Counter
 from typing import Any
 
 from gpuready.conformance.checks import CannotCheck, PodResult
+from gpuready.conformance.checks.workloads import gpu_uuids
 from gpuready.spec import dra
 from gpuready.spec.model import NodeSpec
 
@@ -158,3 +159,36 @@ def unsatisfiable(node: NodeSpec, result: PodResult | None) -> list[str]:
             f"a claim for {node.gpu_count + 1} GPUs is Pending, but not for its claim: {result.unschedulable}"
         ]
     return []
+
+
+def shared_claim(
+    node: NodeSpec, claim: str, results: list[PodResult], devices: list[str] | None
+) -> list[str]:
+    """Pods naming one ResourceClaim (a whole GPU with the driver's time-slicing config) run at once and see the
+    same GPU, the one the scheduler allocated to the claim."""
+    if not node.dra:
+        raise CannotCheck(DRA_ONLY)
+    if node.gpu_count - len(node.mig_enabled_gpus) <= 0:
+        raise CannotCheck(
+            "not applicable: every GPU of the node is in MIG mode (time-slicing needs a whole GPU)"
+        )
+    if not results:
+        return [f"no pod was started for the shared ResourceClaim {claim}"]
+    where = f"ResourceClaim {claim} (TimeSlicing)"
+    where += f" on device {', '.join(devices)}" if devices else ", not allocated"
+    problems = []
+    ran = [r for r in results if r.running]
+    for r in results:
+        if not r.running:
+            problems.append(f"pod {r.name} sharing {where} did not run: {r.describe()}")
+    seen: dict[str, list[str]] = {}
+    for r in ran:
+        uuids = sorted(set(gpu_uuids(r.log)))
+        if len(uuids) != 1:
+            problems.append(f"pod {r.name} sharing {where} saw {len(uuids)} GPUs, expected 1: {r.describe()}")
+        for uuid in uuids:
+            seen.setdefault(uuid, []).append(r.name)
+    if len(seen) > 1:
+        shown = "; ".join(f"{uuid}: {', '.join(pods)}" for uuid, pods in sorted(seen.items()))
+        problems.append(f"pods sharing {where} saw different GPUs: {shown}")
+    return problems

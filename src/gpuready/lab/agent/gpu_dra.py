@@ -18,6 +18,13 @@ allocated claims. The real scheduler allocates; nothing here picks devices.
   it gets none). A claim not allocated, a driver whose plugin is not running, or a device gone from the host since
   allocation keep the container from starting (``FailedPrepareDynamicResources``). Devices are released when the
   pod ends.
+* A claim is prepared once for all the pods that share it (the real plugin's Prepare is idempotent per claim): each
+  pod gets the claim's devices. The claim's opaque ``resource.nvidia.com/v1beta1`` configs for this driver
+  (``status.allocation.devices.config``, which the scheduler copies from the claim and its class) are validated as
+  the driver's ``api/.../validate.go`` does: a ``GpuConfig`` with ``sharing.strategy: TimeSlicing`` needs the
+  plugin's ``TimeSlicingSettings`` feature gate (``--feature-gates`` or ``FEATURE_GATES``; alpha, off by default),
+  ``MPS`` needs ``MPSSupport``; without it the strategy is unknown and preparation fails, as it does for a
+  time-slice interval on a MIG device (``can only set the time-slice interval on full GPUs``).
 """
 
 from __future__ import annotations
@@ -33,6 +40,7 @@ from gpuready.spec.dra import DRIVER, GPU_TYPE, MIB, MIG_TYPE, binary_quantity, 
 from .api import ApiError, object_path
 from .gpu_host import Gpu, HostState, MigDevice
 from .gpu_images import DRA_REPOS, Exposure, klog
+from .gpu_plugin import env_of, flag_of
 from .runtime import ContainerPlan, normalize_image
 
 if TYPE_CHECKING:
@@ -43,6 +51,44 @@ DRA_TAG = re.compile(r"^v\d+\.\d+\.\d+(-[a-z0-9.]+)?$")
 SLICES = "resourceslices.resource.k8s.io"
 CLAIMS = "resourceclaims.resource.k8s.io"
 NOT_PREPARED = "FailedPrepareDynamicResources"
+CONFIG_API = "resource.nvidia.com/v1beta1"
+INTERVALS = ("Default", "Short", "Medium", "Long")
+STRATEGY_GATES = {"TimeSlicing": "TimeSlicingSettings", "MPS": "MPSSupport"}
+
+
+def feature_gates(container: Obj) -> set[str]:
+    """The gates a plugin container turns on (``--feature-gates=A=true,B=false`` or ``FEATURE_GATES``)."""
+    spec = flag_of(container, "feature-gates") or env_of(container).get("FEATURE_GATES") or ""
+    on = set()
+    for item in spec.split(","):
+        name, _, value = item.strip().partition("=")
+        if name and value.strip().lower() == "true":
+            on.add(name)
+    return on
+
+
+def config_problem(params: Obj, mig: bool, gates: set[str]) -> str | None:
+    """Why the driver refuses this opaque config for a device (None: it applies it)."""
+    if params.get("apiVersion") != CONFIG_API:
+        return f"unsupported config apiVersion {params.get('apiVersion')!r} (want {CONFIG_API})"
+    kind = params.get("kind")
+    if kind not in ("GpuConfig", "MigDeviceConfig"):
+        return f"unknown config kind {kind!r}"
+    if (kind == "MigDeviceConfig") != mig:
+        return f"cannot apply {kind} to a {'MIG device' if mig else 'full GPU'}"
+    sharing = params.get("sharing")
+    if not sharing:
+        return None
+    strategy = str(sharing.get("strategy", ""))
+    if STRATEGY_GATES.get(strategy) not in gates:
+        return f"unknown GPU sharing strategy: {strategy}"
+    if strategy == "TimeSlicing":
+        interval = (sharing.get("timeSlicingConfig") or {}).get("interval", "Default")
+        if interval not in INTERVALS:
+            return f"unknown time-slice interval: {interval}"
+        if mig and sharing.get("timeSlicingConfig"):
+            return "can only set the time-slice interval on full GPUs"
+    return None
 
 
 def is_dra_image(image: str) -> bool:
@@ -99,6 +145,7 @@ class _Run:
     namespace: str
     pod: str
     container: str
+    gates: frozenset[str] = frozenset()
 
 
 def _same(devices: list[Obj], published: list[Obj]) -> bool:
@@ -138,8 +185,9 @@ class DraNode:
             message = f"error creating driver: failed to initialize NVML: {host.nvml_error}"
             return ContainerPlan(logs=klog("E", "main.go:200", message), exit_code=1, run_seconds=0.5)
         with self._lock:
+            gates = frozenset(feature_gates(container))
             self._runs[pod["metadata"].get("uid", "")] = _Run(
-                pod["metadata"].get("namespace", ""), pod["metadata"]["name"], container["name"]
+                pod["metadata"].get("namespace", ""), pod["metadata"]["name"], container["name"], gates
             )
         devices = host_devices(host)
         logs = klog("I", "driver.go:92", f"Starting DRA kubelet plugin for driver {DRIVER}")
@@ -152,6 +200,16 @@ class DraNode:
     def live(self, store: Any) -> bool:
         with self._lock:
             return bool(self.backend._live(self._runs, store))  # type: ignore[arg-type]
+
+    def gates(self, store: Any) -> set[str]:
+        """The feature gates of the running plugin."""
+        with self._lock:
+            live = self.backend._live(self._runs, store)  # type: ignore[arg-type]
+            out: set[str] = set()
+            for uid in live:
+                if uid in self._runs:
+                    out |= self._runs[uid].gates
+            return out
 
     # publication ------------------------------------------------------------------------------------------------
 
@@ -267,6 +325,7 @@ class DraNode:
             ]
             if results and not self.live(store):
                 return self._refuse(pod, f"DRA driver {DRIVER} is not registered")
+            gates = self.gates(store) if results else set()
             for result in results:
                 found = available.get(result.get("device", ""))
                 if found is None:
@@ -275,6 +334,14 @@ class DraNode:
                         f"prepare devices failed: error preparing devices for claim {namespace}/{claim_name}: "
                         f"requested device is not allocatable: {result.get('device')}",
                     )
+                for params in self._configs(claim, allocation, result.get("request", "")):
+                    problem = config_problem(params, found[1] is not None, gates)
+                    if problem:
+                        return self._refuse(
+                            pod,
+                            f"prepare devices failed: error applying config to device {result.get('device')} "
+                            f"of claim {namespace}/{claim_name}: {problem}",
+                        )
                 if found not in chosen:
                     chosen.append(found)
         owner = (namespace, pod["metadata"]["name"], container["name"])
@@ -282,6 +349,22 @@ class DraNode:
             self._prepared[(pod["metadata"].get("uid", ""), container["name"])] = (owner, chosen)
         # the plugin hands CDI devices of its own spec; containerd without CDI drops them
         return Exposure(host.nvml_present, chosen) if host.cdi_enabled else Exposure(False, [])
+
+    @staticmethod
+    def _configs(claim: Obj, allocation: Obj, request: str) -> list[Obj]:
+        """This driver's opaque parameters that apply to ``request`` (class configs first, then the claim's)."""
+        configs = (allocation.get("devices") or {}).get("config")
+        if configs is None:  # as allocated by an older scheduler: the claim's own configs
+            configs = ((claim.get("spec") or {}).get("devices") or {}).get("config") or []
+        out = []
+        for config in configs:
+            opaque = config.get("opaque") or {}
+            wanted = config.get("requests") or []
+            if opaque.get("driver") == DRIVER and (
+                not wanted or request in wanted or request.split("/")[0] in wanted
+            ):
+                out.append(opaque.get("parameters") or {})
+        return out
 
     def _refuse(self, pod: Obj, why: str) -> ContainerPlan:
         message = f"Failed to prepare dynamic resources: {why}"
