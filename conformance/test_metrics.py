@@ -2,7 +2,9 @@
 
 Every node's exporter is scraped at once. A GPU pod must be running on the node for the pod-label check: the
 workloads layer's sharing pods still hold their GPUs; a node without one gets a pod that holds one GPU (all
-started together, one watch). The judging is in :mod:`gpuready.conformance.checks.metrics`.
+started together, one watch); a ``gpu_allocation = "dra"`` node gets a pod holding a ResourceClaim of the run, whose
+claim its GPU's series must name (dcgm-exporter's ``dra_claim_*`` labels). The judging is in
+:mod:`gpuready.conformance.checks.metrics`.
 """
 
 import json
@@ -10,6 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
+from gpuready.conformance import dra_workloads as dw
 from gpuready.conformance import workloads as wl
 from gpuready.conformance.checks import CannotCheck
 from gpuready.conformance.checks import metrics as checks
@@ -35,9 +38,16 @@ def _exporter_port(pod):
 def scrapes(gpuready_suite, cluster, gpuready_workloads):
     """{node name: (parsed samples or an error message, names of this run's pods running there)}."""
     nodes = [n for n in gpuready_suite.nodes if gpuready_suite.gated(n, "metrics") is None]
-    holders = []
+    holders, claims = [], {}
     for n in nodes:
-        if not gpuready_workloads.running_on(n.name):
+        if n.dra:  # a GPU held through a claim of this run, looked for in the dra_claim_* labels
+            claim = dw.held_claim(n)
+            claims[n.name] = claim["metadata"]["name"]
+            dw.create_claims(gpuready_workloads, [claim])
+            pod = dw.claim_pod(f"holder-{n.name}", n, n.images.cuda_base, claims[n.name], ["sleep", "infinity"],
+                               "metrics")  # fmt: skip
+            holders.append((pod, "running"))
+        elif not gpuready_workloads.running_on(n.name):
             try:
                 res = pod_resource(n)
             except CannotCheck:
@@ -80,7 +90,7 @@ def scrapes(gpuready_suite, cluster, gpuready_workloads):
     with ThreadPoolExecutor(max_workers=max(1, min(32, len(nodes)))) as pool:
         scraped = dict(pool.map(scrape, nodes)) if nodes else {}
     found = {
-        name: (value, [r.name for r in gpuready_workloads.running_on(name)])
+        name: (value, [r.name for r in gpuready_workloads.running_on(name)], claims.get(name))
         for name, value in scraped.items()
     }
     gpuready_workloads.release(("metrics",), gpuready_suite.pod_timeout)  # scraped: give the GPUs back
@@ -89,7 +99,7 @@ def scrapes(gpuready_suite, cluster, gpuready_workloads):
 
 @pytest.fixture
 def samples(node, scrapes):
-    value = scrapes.get(node.name, ("not scraped", []))[0]
+    value = scrapes.get(node.name, ("not scraped", [], None))[0]
     if isinstance(value, str):
         pytest.fail(f"{node.name}: {value}", pytrace=False)
     return value
@@ -105,3 +115,7 @@ def test_values_sane(node, samples):
 
 def test_running_pod_in_labels(node, samples, scrapes, gpuready_workloads):
     judge(node, checks.pod_labels, samples, gpuready_workloads.namespace, scrapes[node.name][1])
+
+
+def test_claim_in_labels(node, samples, scrapes, gpuready_workloads):
+    judge(node, checks.claim_labels, node, samples, gpuready_workloads.namespace, scrapes[node.name][2])

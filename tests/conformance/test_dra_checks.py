@@ -205,3 +205,36 @@ def test_the_kubelet_plugin_refuses_time_slicing_without_its_feature_gate():
     assert (
         config_problem(mig_ts, mig=True, gates=gates) == "can only set the time-slice interval on full GPUs"
     )
+
+
+def scrape(node, **dra):
+    from gpuready.nvidia.dcgm import parse_dcgm_metrics
+
+    extra = "".join(f',{k}="{v}"' for k, v in sorted(dra.items()))
+    text = (
+        "# HELP DCGM_FI_DEV_GPU_TEMP GPU temperature (in C).\n# TYPE DCGM_FI_DEV_GPU_TEMP gauge\n"
+        'DCGM_FI_DEV_GPU_TEMP{gpu="1",UUID="GPU-1",device="nvidia1",modelName="NVIDIA A100-SXM4-80GB",'
+        f'container="ctr",namespace="run-1",pod="holder"{extra}}} 31\n'
+    )
+    return parse_dcgm_metrics(text)
+
+
+def test_a_claim_held_gpu_carries_the_claim_or_the_check_says_the_mapping_is_off(nodes):
+    from gpuready.conformance.checks import metrics
+
+    a100, l4 = nodes
+    labels = {"dra_claim_name": "holder-a100", "dra_claim_namespace": "run-1", "dra_device_name": "gpu-1",
+              "dra_driver_name": "gpu.nvidia.com", "dra_pool_name": "a100"}  # fmt: skip
+    assert metrics.claim_labels(a100, scrape(a100, **labels), "run-1", "holder-a100") == []
+    assert metrics.claim_labels(a100, scrape(a100), "run-1", "holder-a100") == [
+        "no series carries ResourceClaim run-1/holder-a100 (no series has a dra_claim_name label: is "
+        "dcgm-exporter's DRA mapping on, DCGM_EXPORTER_KUBERNETES_ENABLE_DRA=true / --kubernetes-enable-dra?)"
+    ]
+    other = {**labels, "dra_claim_name": "someone-else"}
+    assert metrics.claim_labels(a100, scrape(a100, **other), "run-1", "holder-a100") == [
+        "no series carries ResourceClaim run-1/holder-a100 (claims in labels: run-1/someone-else)"
+    ]
+    with pytest.raises(CannotCheck, match="gpu_allocation is 'device-plugin'"):
+        metrics.claim_labels(l4, [], "run-1", None)
+    with pytest.raises(CannotCheck, match="no GPU held through a ResourceClaim"):
+        metrics.claim_labels(a100, [], "run-1", None)

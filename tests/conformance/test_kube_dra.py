@@ -29,7 +29,7 @@ HOSTS = [("a100-80gb-4", DRA_A100), ("l4-1", {})]
 def suite(pytester):
     target = pytester.path / "conformance"
     target.mkdir()
-    for name in ("test_node.py", "test_workloads.py"):
+    for name in ("test_node.py", "test_workloads.py", "test_metrics.py"):
         shutil.copy(REPO / "conformance" / name, target / name)
     return target
 
@@ -103,7 +103,8 @@ def test_mixed_fleet_passes_and_the_dra_node_publishes_its_devices(pytester, sui
     for check in ("node/test_resource_slices", "node/test_device_classes", "node/test_dra_kubelet_plugin_ready",
                   "workloads/test_vector_add", "workloads/test_mig_devices",
                   "workloads/test_dra_unsatisfiable_claim_pending", "workloads/test_dra_driver_version_matches_smi",
-                  "workloads/test_dra_shared_claim_same_gpu"):  # fmt: skip
+                  "workloads/test_dra_shared_claim_same_gpu", "metrics/test_claim_in_labels",
+                  "metrics/test_running_pod_in_labels"):  # fmt: skip
         assert got[f"{a100}:{check}"][0] == "pass", (check, got[f"{a100}:{check}"])
     assert got[f"{a100}:node/test_device_plugin_ready"] == (
         "skip", f"{a100}: not applicable: gpu_allocation is 'dra' (the DRA driver serves this node's GPUs); "
@@ -215,3 +216,39 @@ def test_a_kubelet_plugin_without_the_time_slicing_gate_refuses_the_shared_claim
     assert (
         "FailedPrepareDynamicResources" in message and "unknown GPU sharing strategy: TimeSlicing" in message
     ), message
+
+
+def test_dcgm_exporter_without_its_dra_mapping_names_no_claim(pytester, suite, fleet):
+    """dcgm-exporter without DCGM_EXPORTER_KUBERNETES_ENABLE_DRA (its default): a GPU held through a claim carries
+    neither the pod nor the claim; the metrics layer's label checks fail on the dra node only."""
+    from kubernetes import client
+
+    a100, l4 = converged(fleet)
+    apps = client.AppsV1Api(fleet.api)
+    name = "nvidia-dcgm-exporter"
+    ds = json.loads(apps.read_namespaced_daemon_set(name, fleet.namespace, _preload_content=False).data)
+    (container,) = ds["spec"]["template"]["spec"]["containers"]
+    env = [e for e in container["env"] if e["name"] != "DCGM_EXPORTER_KUBERNETES_ENABLE_DRA"]
+    assert len(env) == len(container["env"]) - 1  # the add-ons turned it on: the fleet has a dra pool
+    before = {p["metadata"]["uid"] for p in fleet.pods(fleet.namespace)}
+    patch = [{"op": "replace", "path": "/spec/template/spec/containers/0/env", "value": env}]
+    apps.patch_namespaced_daemon_set(name, fleet.namespace, patch)
+
+    def replaced() -> bool:
+        pods = [p for p in fleet.pods(fleet.namespace) if p["metadata"]["name"].startswith(name)]
+        return len(pods) == 2 and all(
+            p["metadata"]["uid"] not in before and p.get("status", {}).get("phase") == "Running" for p in pods
+        )
+
+    wait_for(replaced, what="dcgm-exporter restarted without its DRA mapping")
+    verdict = run(pytester, fleet, "-m", "metrics")
+    bad = failing(verdict)
+    assert set(bad) == {
+        f"{a100}:metrics/test_claim_in_labels",
+        f"{a100}:metrics/test_running_pod_in_labels",
+    }, bad
+    message = bad[f"{a100}:metrics/test_claim_in_labels"]
+    assert message.startswith(f"{a100}: no series carries ResourceClaim gpuready-") and (
+        f"/holder-{a100} (no series has a dra_claim_name label: is dcgm-exporter's DRA mapping on" in message
+    ), message
+    assert results(verdict)[f"{l4}:metrics/test_running_pod_in_labels"][0] == "pass"

@@ -121,16 +121,30 @@ def shared_pod_names(node: NodeSpec) -> list[str]:
     return [f"{shared_claim(node)['metadata']['name']}-{i}" for i in range(SHARED_PODS)]
 
 
+def claim_pod(name: str, node: NodeSpec, image: str, claim: str, command: list[str], check: str) -> Obj:
+    """``gpu_pod``'s pod with the devices of the ResourceClaim ``claim`` (of the run's namespace)."""
+    pod = wl.gpu_pod(name, node, image, "nvidia.com/gpu", command=command, check=check)
+    pod["spec"]["containers"][0]["resources"] = {"claims": [{"name": CLAIM}]}
+    pod["spec"]["resourceClaims"] = [{"name": CLAIM, "resourceClaimName": claim}]
+    return pod
+
+
 def shared_pods(node: NodeSpec, image: str, command: list[str], check: str) -> list[Obj]:
     """``SHARED_PODS`` pods on ``node`` naming the same ResourceClaim (``shared_claim``)."""
     claim = shared_claim(node)["metadata"]["name"]
-    pods = []
-    for name in shared_pod_names(node):
-        pod = wl.gpu_pod(name, node, image, "nvidia.com/gpu", command=command, check=check)
-        pod["spec"]["containers"][0]["resources"] = {"claims": [{"name": CLAIM}]}
-        pod["spec"]["resourceClaims"] = [{"name": CLAIM, "resourceClaimName": claim}]
-        pods.append(pod)
-    return pods
+    return [claim_pod(name, node, image, claim, command, check) for name in shared_pod_names(node)]
+
+
+def held_claim(node: NodeSpec) -> Obj:
+    """A ResourceClaim ``holder-<node>`` of one device of ``node`` (``single_device``'s request), for a pod that
+    holds it while the metrics layer looks for the claim in dcgm-exporter's labels."""
+    request = single_device(node)["spec"]["spec"]["devices"]["requests"]
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": f"holder-{node.name}", "labels": dict(MANAGED_BY)},
+        "spec": {"devices": {"requests": request}},
+    }
 
 
 def create_claims(workloads: wl.Workloads, claims: list[Obj]) -> None:

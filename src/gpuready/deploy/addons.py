@@ -223,8 +223,10 @@ def device_plugin_rbac(settings: AddonSettings) -> list[Manifest]:
     ]
 
 
-def dcgm_exporter(settings: AddonSettings) -> list[Manifest]:
-    """dcgm-exporter on :9400 with Kubernetes pod mapping (needs the kubelet's pod-resources socket)."""
+def dcgm_exporter(settings: AddonSettings, dra: bool = False) -> list[Manifest]:
+    """dcgm-exporter on :9400 with Kubernetes pod mapping (needs the kubelet's pod-resources socket); ``dra``: a
+    pool uses DRA, so DRA mapping too (``DCGM_EXPORTER_KUBERNETES_ENABLE_DRA``, off by default upstream): a GPU held
+    through a ResourceClaim then carries its pod and the claim's ``dra_claim_*`` labels."""
     name = "nvidia-dcgm-exporter"
     pod = {
         "containers": [
@@ -235,6 +237,7 @@ def dcgm_exporter(settings: AddonSettings) -> list[Manifest]:
                     {"name": "DCGM_EXPORTER_LISTEN", "value": f":{DCGM_PORT}"},
                     {"name": "DCGM_EXPORTER_KUBERNETES", "value": "true"},
                     {"name": "DCGM_EXPORTER_COLLECTORS", "value": "/etc/dcgm-exporter/default-counters.csv"},
+                    *([{"name": "DCGM_EXPORTER_KUBERNETES_ENABLE_DRA", "value": "true"}] if dra else []),
                 ],
                 "ports": [{"name": "metrics", "containerPort": DCGM_PORT}],
                 "securityContext": {"capabilities": {"add": ["SYS_ADMIN"]}},
@@ -293,7 +296,7 @@ def render_all(fleet: Fleet, settings: AddonSettings) -> list[Manifest]:
         device_plugin_configmap(fleet, settings),
         device_plugin(settings),
         gpu_feature_discovery(settings),
-        *dcgm_exporter(settings),
+        *dcgm_exporter(settings, dra=dra_addons.uses_dra(fleet)),
         *dra_addons.render(fleet, _meta, _daemonset, settings.namespace, settings.dra_driver_image),
         *quotas_and_priorities(settings),
     ]

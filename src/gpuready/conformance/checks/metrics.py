@@ -91,3 +91,41 @@ def pod_labels(samples: list[DcgmSample], namespace: str, pods: list[str]) -> li
             "dcgm-exporter's Kubernetes mapping on, DCGM_EXPORTER_KUBERNETES=true, with the pod-resources socket?)"
         )
     ]
+
+
+def claim_labels(node: NodeSpec, samples: list[DcgmSample], namespace: str, claim: str | None) -> list[str]:
+    """A device held through the ResourceClaim ``claim`` (of ``namespace``) carries the claim in its series'
+    labels (dcgm-exporter's DRA mapping: ``dra_claim_name``, ``dra_claim_namespace``, ``dra_driver_name``,
+    ``dra_pool_name``, ``dra_device_name``)."""
+    if not node.dra:
+        raise CannotCheck("not applicable: gpu_allocation is 'device-plugin'")
+    if claim is None:
+        raise CannotCheck("no GPU held through a ResourceClaim of this run on the node to look for")
+    held = [
+        s
+        for s in samples
+        if s.labels.get("dra_claim_name") == claim and s.labels.get("dra_claim_namespace") == namespace
+    ]
+    if not held:
+        labelled = sorted(
+            {f"{s.labels['dra_claim_namespace']}/{s.labels['dra_claim_name']}" for s in samples
+             if s.labels.get("dra_claim_name") and s.labels.get("dra_claim_namespace")}
+        )  # fmt: skip
+        return [
+            f"no series carries ResourceClaim {namespace}/{claim}"
+            + (
+                f" (claims in labels: {', '.join(labelled)})"
+                if labelled
+                else " (no series has a dra_claim_name label: is dcgm-exporter's DRA mapping on, "
+                "DCGM_EXPORTER_KUBERNETES_ENABLE_DRA=true / --kubernetes-enable-dra?)"
+            )
+        ]
+    problems = []
+    for s in held[:1]:
+        where = f"GPU {s.gpu} {s.uuid or ''}".strip()
+        if s.labels.get("dra_pool_name") != node.name or not s.labels.get("dra_device_name"):
+            problems.append(
+                f"{where}: claim {namespace}/{claim} labelled with pool {s.labels.get('dra_pool_name')!r} and "
+                f"device {s.labels.get('dra_device_name')!r}, expected pool {node.name!r} and a device name"
+            )
+    return problems

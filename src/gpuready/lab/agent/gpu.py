@@ -36,7 +36,7 @@ from .events import Recorder
 from .gpu_dra import DraNode
 from .gpu_host import GpuView, HostState, HostView, VirtualGpuView
 from .gpu_images import DRA_REPOS, GpuRuntime, klog, nvidia_image, plugin_start_logs
-from .gpu_metrics import Owner, dcgm_scrape
+from .gpu_metrics import Owner, dcgm_scrape, dra_mapping
 from .gpu_plugin import (
     CONFIG_LABEL,
     GFD_LABEL,
@@ -148,14 +148,15 @@ class LabGpuBackend(NodeBackend):
         node = (pod.get("spec") or {}).get("nodeName", "")
         self._recorder.event(pod, type_, reason, message, "kubelet", node)
 
-    def owners(self) -> dict[str, Owner]:
-        """Device UUID -> the pod using it, like the kubelet's pod-resources API (first owner of a shared GPU)."""
+    def owners(self, dra: bool = True) -> dict[str, Owner]:
+        """Device UUID -> the pod using it, like the kubelet's pod-resources API (first owner of a shared GPU);
+        ``dra``: also the devices pods hold through ResourceClaims."""
         with self._lock:
             out: dict[str, Owner] = {}
             for alloc in self._allocs.values():
                 for d in alloc.devices:
                     out.setdefault(d.uuid, alloc.owner)
-            for uuid, owner in self.dra.owners().items():
+            for uuid, owner in (self.dra.owners() if dra else {}).items():
                 out.setdefault(uuid, owner)
             return out
 
@@ -536,7 +537,9 @@ class LabGpuBackend(NodeBackend):
             if path == "/health":
                 return ProxyResponse(200, b"OK")
             if path == "/metrics":
-                text = dcgm_scrape(self.host(), pod, self.owners(), self._started, c["image"])
+                dra = dra_mapping(pod)
+                claims = self.dra.claims() if dra else None
+                text = dcgm_scrape(self.host(), pod, self.owners(dra), self._started, c["image"], claims)
                 return ProxyResponse(200, text.encode(), "text/plain; version=0.0.4; charset=utf-8")
             return ProxyResponse(404, b"404 page not found\n")
         return None

@@ -140,6 +140,18 @@ def host_devices(host: HostState) -> dict[str, tuple[Gpu, MigDevice | None]]:
     return out
 
 
+@dataclass(frozen=True)
+class ClaimRef:
+    """A device held through a claim, as the kubelet's pod-resources API reports it (DynamicResources)."""
+
+    namespace: str
+    name: str
+    pool: str
+    device: str
+    mig_profile: str = ""
+    mig_uuid: str = ""
+
+
 @dataclass
 class _Run:
     namespace: str
@@ -167,6 +179,9 @@ class DraNode:
         self._prepared: dict[
             tuple[str, str], tuple[tuple[str, str, str], list[tuple[Gpu, MigDevice | None]]]
         ] = {}
+        self._claims: dict[
+            tuple[str, str], list[ClaimRef]
+        ] = {}  # (pod uid, container) -> its claims' devices
 
     # the plugin's container -------------------------------------------------------------------------------------
 
@@ -308,6 +323,7 @@ class DraNode:
         names = self._claim_names(pod)
         available = host_devices(host)
         chosen: list[tuple[Gpu, MigDevice | None]] = []
+        held: list[ClaimRef] = []
         for ref in wanted:
             claim_name = names.get(ref)
             claim = self._claim(store, namespace, claim_name) if claim_name else None
@@ -344,9 +360,15 @@ class DraNode:
                         )
                 if found not in chosen:
                     chosen.append(found)
+                    mig = found[1]
+                    held.append(
+                        ClaimRef(namespace, str(claim_name), node_name, str(result.get("device")),
+                                 mig.name if mig else "", mig.uuid if mig else "")
+                    )  # fmt: skip
         owner = (namespace, pod["metadata"]["name"], container["name"])
         with self._lock:
             self._prepared[(pod["metadata"].get("uid", ""), container["name"])] = (owner, chosen)
+            self._claims[(pod["metadata"].get("uid", ""), container["name"])] = held
         # the plugin hands CDI devices of its own spec; containerd without CDI drops them
         return Exposure(host.nvml_present, chosen) if host.cdi_enabled else Exposure(False, [])
 
@@ -375,6 +397,7 @@ class DraNode:
         with self._lock:
             for key in [k for k in self._prepared if k[0] == uid]:
                 del self._prepared[key]
+                self._claims.pop(key, None)
             self._runs.pop(uid, None)
 
     def owners(self) -> dict[str, tuple[str, str, str]]:
@@ -384,4 +407,14 @@ class DraNode:
             for owner, devices in self._prepared.values():
                 for gpu, mig in devices:
                     out.setdefault(gpu.uuid if mig is None else mig.uuid, owner)
+            return out
+
+    def claims(self) -> dict[str, ClaimRef]:
+        """Device UUID (the GPU's, or the MIG device's) -> the claim holding it (for dcgm-exporter's DRA labels)."""
+        with self._lock:
+            out: dict[str, ClaimRef] = {}
+            for key, (_owner, devices) in self._prepared.items():
+                refs = self._claims.get(key, [])
+                for (gpu, mig), ref in zip(devices, refs, strict=True):
+                    out.setdefault(gpu.uuid if mig is None else mig.uuid, ref)
             return out

@@ -5,16 +5,24 @@ entity; an entity is a GPU, or a GPU instance on a MIG-enabled GPU (``GPU_I_PROF
 and empty MIG-enabled GPUs have no utilisation fields (DCGM reports them blank, and blank values are skipped).
 Labels in the exporter's order: gpu, UUID, pci_bus_id, device, modelName, GPU_I_*, Hostname (``hostname`` after
 4.5.3-4.8.2), DCGM_FI_DRIVER_VERSION, then container/namespace/pod with Kubernetes mapping on. A GPU that fell off
-the bus keeps only its XID series (every other field reads blank).
+the bus keeps only its XID series (every other field reads blank). With DRA mapping on as well
+(``--kubernetes-enable-dra``, ``DCGM_EXPORTER_KUBERNETES_ENABLE_DRA``; off by default), a device held through a
+ResourceClaim carries the pod and ``dra_claim_name``, ``dra_claim_namespace``, ``dra_device_name``,
+``dra_driver_name``, ``dra_pool_name`` (and ``dra_mig_profile``, ``dra_mig_device_uuid`` for a MIG device), the
+Kubernetes labels sorted by name as the exporter writes them (the Kubernetes docs' GH200 example); with it off, such a
+device has no pod at all (the exporter ignores the pod-resources API's DynamicResources).
 """
 
 from __future__ import annotations
 
 import re
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .gpu_host import Gpu, HostState
+
+if TYPE_CHECKING:
+    from .gpu_dra import ClaimRef
 
 # (field, type, help, for MIG entities too)
 FIELDS: tuple[tuple[str, str, str, bool], ...] = (
@@ -107,10 +115,41 @@ def _value(field: str, g: Gpu, mem: int, used: int, busy: bool, uptime: float) -
     return str(values.get(field, 0))
 
 
+def dra_mapping(exporter: dict[str, Any]) -> bool:
+    """dcgm-exporter's DRA mapping: ``--kubernetes-enable-dra`` or its environment variable."""
+    for c in (exporter.get("spec") or {}).get("containers") or []:
+        argv = list(c.get("command") or []) + list(c.get("args") or [])
+        env = {e.get("name"): str(e.get("value", "")).lower() for e in c.get("env") or []}
+        if "--kubernetes-enable-dra" in argv or "--kubernetes-enable-dra=true" in argv:
+            return True
+        if "true" in (env.get("DCGM_EXPORTER_KUBERNETES_ENABLE_DRA"), env.get("KUBERNETES_ENABLE_DRA")):
+            return True
+    return False
+
+
+def _dra_labels(ref: ClaimRef) -> dict[str, str]:
+    labels = {
+        "dra_claim_name": ref.name,
+        "dra_claim_namespace": ref.namespace,
+        "dra_device_name": ref.device,
+        "dra_driver_name": "gpu.nvidia.com",
+        "dra_pool_name": ref.pool,
+    }
+    if ref.mig_profile:
+        labels.update(dra_mig_profile=ref.mig_profile, dra_mig_device_uuid=ref.mig_uuid)
+    return labels
+
+
 def dcgm_scrape(
-    host: HostState, exporter: dict[str, Any], owners: dict[str, Owner], started: float, image: str = ""
+    host: HostState,
+    exporter: dict[str, Any],
+    owners: dict[str, Owner],
+    started: float,
+    image: str = "",
+    claims: dict[str, ClaimRef] | None = None,
 ) -> str:
-    """The `/metrics` body; `owners` maps allocated device UUIDs to the pod using them (pod-resources API)."""
+    """The `/metrics` body; `owners` maps allocated device UUIDs to the pod using them (pod-resources API),
+    `claims` the devices held through ResourceClaims to their claim (pod-resources' DynamicResources)."""
     spec = exporter.get("spec") or {}
     env = {
         e.get("name"): str(e.get("value", ""))
@@ -139,6 +178,7 @@ def dcgm_scrape(
             if field in ROW_REMAP_FIELDS and not g.hw.get("row_remapping"):
                 continue
             owner = next((owners[u] for u in uuids if u in owners), None)
+            claim = next((claims[u] for u in uuids if u in (claims or {})), None) if claims else None
             labels = [
                 ("gpu", str(g.index)),
                 ("UUID", g.uuid),
@@ -152,7 +192,10 @@ def dcgm_scrape(
             labels.append(("DCGM_FI_DRIVER_VERSION", host.driver_version or ""))
             if kubernetes:
                 ns, pod, container = owner or ("", "", "")
-                labels.extend([("container", container), ("namespace", ns), ("pod", pod)])
+                extra = {"container": container, "namespace": ns, "pod": pod}
+                if claim is not None and owner is not None:
+                    extra.update(_dra_labels(claim))
+                labels.extend(sorted(extra.items()))
             value = _value(
                 field, g, mem, used if owner is None else max(used, 420), owner is not None, uptime
             )
