@@ -7,6 +7,8 @@ hardware profile, and the lab's signed package repositories. The repositories ar
 NVIDIA's and Kubernetes' real ones (``group_data/all.py``), so the deploy runs the same repository code against them.
 """
 
+import os
+
 from gpuready.lab.state import LabPaths, lab_dir, require_state
 
 _state = require_state(LabPaths(lab_dir()))  # raises "lab is not up: run `gpuready lab up`"
@@ -40,6 +42,16 @@ _SHARING = {
     "t4-1": {},
 }
 
+# Pools in DRA mode (gpu_allocation "dra": NVIDIA's DRA driver instead of the device plugin; CDI hosts, so not on
+# bookworm): GPUREADY_LAB_DRA=a100-80gb-4[,l4-1...] puts those profiles' pools in it, with what _ALLOCATION adds (in
+# DRA mode the A100 keeps MIG on GPU 0 only, so its pool also has whole GPUs for a shared, time-sliced claim).
+_ALLOCATION = {
+    "a100-80gb-4": {"mig_layout": {0: ["3g.40gb", "2g.20gb", "1g.10gb", "1g.10gb"]}},
+    "l4-1": {"gpu_sharing": "none"},
+    "l40s-2": {"gpu_sharing": "none"},
+}
+_DRA = {p.strip() for p in os.environ.get("GPUREADY_LAB_DRA", "").split(",") if p.strip()}
+
 gpu_nodes = (
     [
         (
@@ -56,6 +68,11 @@ gpu_nodes = (
                 "nvswitch": host["nvswitch"],
                 "lab_profile": host["profile"],
                 **_SHARING.get(host["profile"], {}),
+                **(
+                    {"gpu_allocation": "dra", **_ALLOCATION.get(host["profile"], {})}
+                    if host["profile"] in _DRA
+                    else {}
+                ),
                 # a bookworm host's containerd is Debian 12's 1.6, which has no CDI: runtime-class mode there
                 **({"nvidia_cdi": False} if host.get("os", "bookworm") == "bookworm" else {}),
             },
