@@ -1,4 +1,4 @@
-"""The ``gpuready`` console script: ``plan`` an inventory, and run the local ``lab``.
+"""The ``gpuready`` console script: ``plan`` an inventory, ``discover`` one from a cluster, and run the local ``lab``.
 
 Deploys run with pyinfra's own CLI and the conformance suite with pytest; this script only adds what neither has.
 """
@@ -25,6 +25,12 @@ def _plan(args: argparse.Namespace) -> int:
     for warning in fleet.cuda_warnings():
         print(f"gpuready: WARNING: CUDA newer than the driver: {warning}", file=sys.stderr)
     return 0
+
+
+def _discover(args: argparse.Namespace) -> int:
+    from gpuready.conformance import discovered
+
+    return discovered.main(args)
 
 
 def _models(args: argparse.Namespace) -> int:
@@ -58,6 +64,23 @@ def build_parser() -> argparse.ArgumentParser:
         "knobs", help="print inventory/group_data/all.py: every knob with its default, from the registry"
     )
     k.set_defaults(func=_knobs)
+    d = sub.add_parser(
+        "discover",
+        help="print an inventory of the cluster's GPU nodes, from their labels, the device plugin's config and a "
+        "probe pod per node (review it, pin it, commit it: pytest conformance --inventory ...)",
+    )
+    d.add_argument("--kubeconfig", default=None, help="the cluster's kubeconfig (default $KUBECONFIG)")
+    d.add_argument("--kube-context", default=None, help="kubeconfig context (default: the current one)")
+    d.add_argument("--expect-driver", default=None, metavar="VERSION", help="the driver every pool must run")
+    d.add_argument(
+        "--expect-toolkit", default=None, metavar="VERSION", help="the toolkit every pool must run"
+    )
+    d.add_argument("--nodes", default=None, help="comma-separated node names (default: every GPU node)")
+    d.add_argument("--no-probe", action="store_true", help="labels only: no probe pods (toolkit not known)")
+    d.add_argument("--probe-image", default=None, help="the probe pods' image (knob probe_image)")
+    d.add_argument("--command-timeout", type=float, default=60.0, metavar="SECONDS", help="per probe command")
+    d.add_argument("--pod-timeout", type=float, default=300.0, metavar="SECONDS", help="per probe pod")
+    d.set_defaults(func=_discover)
     try:
         from gpuready.lab.cli import add_lab_parser
     except ImportError:  # the lab is optional on machines that only deploy and test

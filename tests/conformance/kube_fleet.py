@@ -175,12 +175,14 @@ def make_fleet(
     mig_override: dict[int, dict[int, list[str]]] | None = None,
     dcgm: bool = True,
     stand_ins: bool = False,
+    layout: str = "gpuready",
 ) -> KubeFleet:
     """Register one virtual node per host with the lab's agent, give it the host's GPUs, label and taint it from
     the inventory, and apply the add-ons; ``configs`` overrides device-plugin ConfigMap keys, ``mig_override`` a
     host's (by position) MIG instances; ``stand_ins``: each node also gets a stand-in host on this machine
     (shims.FakeNode: the emulated nvidia-smi and stand-in systemctl, journalctl, containerd, nvidia-ctk, in
-    ``fleet.stand_ins``) where a container that looks at its host, the ``--connection pod`` probe, runs."""
+    ``fleet.stand_ins``) where a container that looks at its host, the ``--connection pod`` probe, runs;
+    ``layout="gpu-operator"``: the add-ons laid out as the GPU Operator lays them out (see ``apply_addons``)."""
     names = add_nodes(len(hosts), "cpu")
     entries = [
         (name, {**PROFILE_INVENTORY[profile], **JOIN, **data})
@@ -190,7 +192,7 @@ def make_fleet(
     shutil.copy(GROUP_DATA, root / "group_data" / "all.py")
     inventory = write_inventory(root / "inventory.py", entries)
     fleet = load_fleet(inventory)
-    namespace = f"gpu-system-{secrets.token_hex(3)}"
+    namespace = OPERATOR_NAMESPACE if layout == "gpu-operator" else f"gpu-system-{secrets.token_hex(3)}"
     kf = KubeFleet(
         lab=lab, api=api, root=root, inventory=inventory, namespace=namespace, nodes=dict(fleet.nodes)
     )
@@ -225,18 +227,56 @@ def make_fleet(
         if spec.taints:
             patch["spec"] = {"taints": [t.as_dict() for t in spec.taints]}
         core.patch_node(name, patch)
-    apply_addons(kube.Cluster(api=api, url=""), fleet, namespace, configs or {}, dcgm=dcgm)
+    apply_addons(kube.Cluster(api=api, url=""), fleet, namespace, configs or {}, dcgm=dcgm, layout=layout)
     return kf
 
 
+# The GPU Operator's layout (its ClusterPolicy's operands): namespace, DaemonSet and ConfigMap names
+OPERATOR_NAMESPACE = "gpu-operator"
+OPERATOR_NAMES = {
+    "nvidia-device-plugin": "nvidia-device-plugin-daemonset",
+    "gpu-feature-discovery": "gpu-feature-discovery",
+    "nvidia-dcgm-exporter": "nvidia-dcgm-exporter",
+    addons.DEVICE_PLUGIN_CONFIGMAP: "time-slicing-config",  # devicePlugin.config.name, as NVIDIA's docs name it
+}
+
+
+def operator_layout(manifest: dict[str, Any]) -> dict[str, Any]:
+    """An add-on object renamed and relabelled as the GPU Operator names its operands (``app: <name>``, the
+    config ConfigMap of ``devicePlugin.config.name``), its references to the ConfigMap too."""
+    meta = manifest["metadata"]
+    if manifest["kind"] in ("DaemonSet", "ConfigMap"):  # the ServiceAccount and RBAC keep their names
+        meta["name"] = OPERATOR_NAMES.get(meta["name"], meta["name"])
+    if manifest["kind"] == "DaemonSet":
+        labels = {"app": meta["name"]}
+        manifest["spec"]["selector"] = {"matchLabels": labels}
+        manifest["spec"]["template"]["metadata"]["labels"] = labels
+        for volume in manifest["spec"]["template"]["spec"].get("volumes") or []:
+            if "configMap" in volume:
+                volume["configMap"]["name"] = OPERATOR_NAMES.get(
+                    volume["configMap"]["name"], volume["configMap"]["name"]
+                )
+    if manifest["kind"] == "Service":
+        manifest["spec"]["selector"] = {"app": meta["name"]}
+    return manifest
+
+
 def apply_addons(
-    cluster: kube.Cluster, fleet: Any, namespace: str, configs: dict[str, str], dcgm: bool = True
+    cluster: kube.Cluster,
+    fleet: Any,
+    namespace: str,
+    configs: dict[str, str],
+    dcgm: bool = True,
+    layout: str = "gpuready",
 ) -> None:
-    """gpuready.deploy.addons' objects, server-side applied as the add-ons deploy applies them (in its order)."""
+    """gpuready.deploy.addons' objects, server-side applied as the add-ons deploy applies them (in its order);
+    ``layout="gpu-operator"``: renamed as the GPU Operator names them (``operator_layout``)."""
     settings = replace(addons.AddonSettings(), namespace=namespace)
     for manifest in addons.render_all(fleet, settings):
         if manifest["metadata"]["name"] == addons.DEVICE_PLUGIN_CONFIGMAP:
             manifest["data"] = {**manifest["data"], **configs}
         if not dcgm and manifest["metadata"]["name"] == "nvidia-dcgm-exporter":
             continue
+        if layout == "gpu-operator":
+            operator_layout(manifest)
         kube.apply(cluster, manifest)

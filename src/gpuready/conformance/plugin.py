@@ -74,6 +74,9 @@ class Suite:
     probes: Any = None  # gpuready.conformance.probe.ProbeFleet: --connection pod's probe pods and namespace
     restore_signal: Callable[[], None] | None = None
     notes: list[str] = field(default_factory=list)
+    discovery: Any = (
+        None  # --discover: gpuready.spec.discovery.Discovery (the nodes' problems by kind, pools)
+    )
 
     def connect(self) -> Any:
         """The cluster of --kubeconfig/--kube-context (else the inventory's ``kubeconfig`` data, else the
@@ -183,6 +186,25 @@ def pytest_addoption(parser: pytest.Parser, pluginmanager: pytest.PytestPluginMa
         default=None,
         help="pyinfra inventory file describing the fleet (e.g. inventory/lab.py); without it the suite skips",
     )
+    group.addoption(
+        "--discover",
+        action="store_true",
+        default=False,
+        help="instead of --inventory: expectations from the cluster itself (GPU feature discovery's labels, the "
+        "device plugin's config, the probes' nvidia-smi), checked to agree with each other (needs a kubeconfig)",
+    )
+    group.addoption(
+        "--expect-driver",
+        default=None,
+        metavar="VERSION",
+        help="with --discover: the driver every pool must run",
+    )
+    group.addoption(
+        "--expect-toolkit",
+        default=None,
+        metavar="VERSION",
+        help="with --discover: the NVIDIA Container Toolkit every pool must run",
+    )
     group.addoption("--kubeconfig", default=None, help="kubeconfig for the node/workloads/metrics layers")
     group.addoption("--kube-context", default=None, help="kubeconfig context (default: the current one)")
     group.addoption(
@@ -236,11 +258,19 @@ def pytest_addoption(parser: pytest.Parser, pluginmanager: pytest.PytestPluginMa
 def pytest_configure(config: pytest.Config) -> None:
     for layer in LAYERS:
         config.addinivalue_line("markers", f"{layer}: {LAYER_HELP[layer]}")
+    config.addinivalue_line(
+        "markers", "discover: a check of --discover's expectations (deselected without it)"
+    )
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
     """Load and validate the inventory before anything is collected or contacted; a bad one is a usage error."""
     config = session.config
+    if config.getoption("discover"):
+        from gpuready.conformance.discovered import start_suite
+
+        config.stash[SUITE] = start_suite(config, Suite, _interrupt_on_sigterm)
+        return
     inventory = config.getoption("inventory")
     if not inventory:
         return
@@ -367,6 +397,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         items[:] = [item for item in items if id(item) not in dropped]
         if suite is not None:
             suite.notes.append(NO_CLUSTER)
+    if suite is None or suite.discovery is None:  # the discovery's own checks only run with --discover
+        items[:] = [item for item in items if item.get_closest_marker("discover") is None]
     rank = {layer: i for i, layer in enumerate(LAYERS)}
     order = {id(item): i for i, item in enumerate(items)}
     items.sort(key=lambda item: (rank.get(layer_of(item) or "", -1), order[id(item)]))

@@ -1,0 +1,307 @@
+"""``--discover`` and ``gpuready discover``: the I/O around :mod:`gpuready.spec.discovery`.
+
+One LIST of nodes and one of pods for the whole cluster, one GET per device-plugin ConfigMap (found from the device
+plugin's pods, by image, in whatever namespace and under whatever name they run: gpuready's add-ons and the GPU
+Operator alike), then one probe per GPU node at once (``nvidia-smi -q -x``, ``nvidia-ctk --version``,
+``nvidia-smi -L``: the host layer's own commands, so its probe later reuses the answers), and the pure discovery
+turns it all into NodeSpecs and problems.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import yaml
+
+from gpuready.conformance.checks import CannotCheck, Output
+from gpuready.conformance.checks import host as host_checks
+from gpuready.conformance.checks.node import ADDON_IMAGES, NOT_THE_ADDON
+from gpuready.nvidia.smi import parse_list
+from gpuready.spec import DEVICE_PLUGIN_CONFIG_LABEL, NodeSpec, SpecError, discovery
+
+Obj = dict[str, Any]
+COMMANDS = ["true", host_checks.NVIDIA_SMI_COMMAND, host_checks.TOOLKIT_COMMAND, host_checks.SMI_LIST_COMMAND]
+Prober = Callable[[Sequence[NodeSpec]], Mapping[str, Mapping[str, Output] | None]]
+
+
+def _device_plugin_pod(pod: Obj) -> bool:
+    containers = (pod.get("spec") or {}).get("containers") or []
+    words = " ".join(" ".join([*(c.get("command") or []), *(c.get("args") or [])]) for c in containers)
+    other = NOT_THE_ADDON["device plugin"]
+    if other in words or other in pod["metadata"].get("name", ""):
+        return False
+    return any(ADDON_IMAGES["device plugin"] in (c.get("image") or "") for c in containers)
+
+
+def _default_key(pod: Obj) -> str:
+    for c in [*(pod["spec"].get("initContainers") or []), *(pod["spec"].get("containers") or [])]:
+        for env in c.get("env") or []:
+            if env.get("name") == "DEFAULT_CONFIG" and env.get("value"):
+                return str(env["value"])
+    return "default"
+
+
+def read_cluster(cluster: Any) -> tuple[list[Obj], dict[str, Obj | None]]:
+    """Every Node, and per node the device plugin config its label (else the plugin's DEFAULT_CONFIG) selects in
+    the ConfigMaps its device plugin pod mounts (None where there is no plugin pod or no such key)."""
+    from kubernetes.client.exceptions import ApiException
+
+    core = cluster.core
+    nodes = json.loads(core.list_node(_preload_content=False).data)["items"]
+    pods = json.loads(core.list_pod_for_all_namespaces(_preload_content=False).data)["items"]
+    plugins = {p["spec"].get("nodeName"): p for p in pods if _device_plugin_pod(p)}
+    maps: dict[tuple[str, str], dict[str, str]] = {}
+    configs: dict[str, Obj | None] = {}
+    for node in nodes:
+        name = node["metadata"]["name"]
+        pod = plugins.get(name)
+        if pod is None:
+            continue
+        namespace = pod["metadata"]["namespace"]
+        key = ((node["metadata"].get("labels") or {}).get(DEVICE_PLUGIN_CONFIG_LABEL)) or _default_key(pod)
+        for volume in pod["spec"].get("volumes") or []:
+            cm = (volume.get("configMap") or {}).get("name")
+            if not cm:
+                continue
+            if (namespace, cm) not in maps:
+                try:
+                    maps[(namespace, cm)] = core.read_namespaced_config_map(cm, namespace).data or {}
+                except ApiException:
+                    maps[(namespace, cm)] = {}
+            text = maps[(namespace, cm)].get(key)
+            if text is not None:
+                try:
+                    configs[name] = yaml.safe_load(text)
+                except yaml.YAMLError:
+                    configs[name] = None
+                break
+    return nodes, configs
+
+
+def probed_from(outputs: Mapping[str, Output]) -> discovery.Probed:
+    """What the discovery needs from a node's answers to :data:`COMMANDS`."""
+    driver: str | None = None
+    gpus: tuple[str, ...] = ()
+    memory: int | None = None
+    try:
+        report = host_checks.smi_report(outputs[host_checks.NVIDIA_SMI_COMMAND])
+    except CannotCheck:
+        report = None
+    if report is not None:
+        driver = report.driver_version
+        gpus = tuple(g.name or "" for g in report.gpus)
+        memory = report.gpus[0].memory_total_mib if report.gpus else None
+    toolkit = host_checks._TOOLKIT_VERSION.search(outputs[host_checks.TOOLKIT_COMMAND].stdout)
+    mig: tuple[tuple[str, ...] | None, ...] = ()
+    listed = outputs[host_checks.SMI_LIST_COMMAND]
+    if listed.rc == 0:
+        try:
+            mig = tuple(tuple(d.profile for d in g.mig_devices) or None for g in parse_list(listed.stdout))
+        except ValueError:
+            mig = ()
+    return discovery.Probed(driver, toolkit.group(1) if toolkit else None, gpus, memory, mig)
+
+
+def discover_cluster(
+    cluster: Any,
+    prober: Prober | None,
+    names: Sequence[str] = (),
+    expect_driver: str | None = None,
+    expect_toolkit: str | None = None,
+    overrides: Mapping[str, Any] | None = None,
+) -> tuple[discovery.Discovery, Any]:
+    """(the discovery, its validated Fleet). ``prober`` runs :data:`COMMANDS` on the GPU nodes it is given, at
+    once, and returns each node's answers (None for a node that did not answer); None: labels only."""
+    nodes, configs = read_cluster(cluster)
+    if names:
+        known = {n["metadata"]["name"] for n in nodes}
+        unknown = [n for n in names if n not in known]
+        if unknown:
+            raise SpecError(f"--nodes of {cluster.url}", [f"unknown node(s) {unknown}"])
+        nodes = [n for n in nodes if n["metadata"]["name"] in names]
+    source = cluster.url or "the cluster"
+    first = discovery.discover(nodes, configs, {}, expect_driver, expect_toolkit, source=source)
+    probed: dict[str, discovery.Probed] = {}
+    if prober is not None and first.hosts:
+        answers = prober(list(discovery.fleet(first, overrides).nodes.values()))
+        probed = {name: probed_from(out) for name, out in answers.items() if out is not None}
+    found = discovery.discover(nodes, configs, probed, expect_driver, expect_toolkit, source=source)
+    return found, discovery.fleet(found, overrides)
+
+
+def probe_answers(
+    gather: Callable[[dict[str, list[str]]], None], runner: Callable[[NodeSpec], Any]
+) -> Prober:
+    """A prober over a suite's (or a ProbeFleet's) runners: ``gather`` fills every node's cache at once (one
+    probe pod per node), then each node's answers are read from its runner."""
+    from gpuready.conformance.runners import ConnectionFailed
+
+    def probe(specs: Sequence[NodeSpec]) -> dict[str, dict[str, Output] | None]:
+        gather({n.name: list(COMMANDS) for n in specs})
+        out: dict[str, dict[str, Output] | None] = {}
+        for node in specs:
+            try:
+                out[node.name] = {c: runner(node).run(c) for c in COMMANDS}
+            except ConnectionFailed:
+                out[node.name] = None
+        return out
+
+    return probe
+
+
+def start_suite(config: Any, suite_class: type, on_sigterm: Callable[[], Any]) -> Any:
+    """The plugin's session start with ``--discover``: the run's Suite, its nodes discovered from the cluster
+    (the probes' answers already in the nodes' caches), or a usage error."""
+    import os
+
+    import pytest
+
+    from gpuready import kube
+    from gpuready.conformance.report import FleetResults
+    from gpuready.spec import parse_data_overrides
+
+    if config.getoption("inventory"):
+        raise pytest.UsageError(
+            "--discover builds the expectations from the cluster: give it or --inventory, not both"
+        )
+    connection = config.getoption("connection") or "pod"
+    if connection not in ("pod", "local"):
+        raise pytest.UsageError(
+            f"--discover --connection {connection}: discovered nodes have no SSH data; use --connection pod (the "
+            "default with --discover) or local"
+        )
+    try:
+        overrides = parse_data_overrides(config.getoption("data"))
+    except ValueError as exc:
+        raise pytest.UsageError(str(exc)) from None
+    kubeconfig = config.getoption("kubeconfig") or overrides.get("kubeconfig")
+    context = config.getoption("kube_context")
+    if not (kubeconfig or context or os.environ.get("KUBECONFIG")):
+        raise pytest.UsageError(
+            "--discover reads the cluster: give it one (--kubeconfig, --kube-context or $KUBECONFIG)"
+        )
+    timeout = float(config.getoption("command_timeout"))
+    try:
+        cluster = kube.connect(kubeconfig, context, timeout=max(5.0, min(timeout, 10.0)))
+    except kube.KubeError as exc:
+        raise pytest.UsageError(f"--discover: {exc}") from None
+    names = [n.strip() for n in (config.getoption("nodes") or "").split(",") if n.strip()]
+    pod_timeout = float(config.getoption("pod_timeout") or overrides.get("pod_timeout") or 300)
+    suite = suite_class(
+        nodes=[],
+        inventory=f"(discovered from {cluster.url})",
+        connection=connection,
+        timeout=timeout,
+        pod_timeout=pod_timeout,
+        kubeconfig=kubeconfig,
+        kube_context=context,
+        report_dir=config.getoption("report_dir"),
+        results=FleetResults([], "(discovered)"),
+    )
+    suite.cluster = cluster
+    suite.restore_signal = on_sigterm()
+
+    def gather(wanted: dict[str, list[str]]) -> None:
+        if connection == "pod":
+            suite.probe_fleet().gather(wanted)
+
+    def prober(specs: Sequence[NodeSpec]) -> Mapping[str, Mapping[str, Output] | None]:
+        suite.nodes = list(specs)
+        if connection == "local" and len(specs) > 1:
+            raise pytest.UsageError(
+                f"--connection local checks this machine as one node, but {len(specs)} GPU nodes were discovered: "
+                "add --nodes <this machine's node name>"
+            )
+        return probe_answers(gather, suite.runner)(specs)
+
+    try:
+        found, fleet = discover_cluster(
+            cluster,
+            prober,
+            names,
+            config.getoption("expect_driver"),
+            config.getoption("expect_toolkit"),
+            overrides,
+        )
+    except SpecError as exc:
+        suite.close()
+        raise pytest.UsageError(str(exc)) from None
+    except BaseException:
+        suite.close()
+        raise
+    if not fleet.nodes:
+        suite.close()
+        left = "; ".join(f"{n}: {why}" for n, why in found.undiscoverable.items())
+        raise pytest.UsageError(
+            f"--discover: no GPU node found in {cluster.url}" + (f" ({left})" if left else "")
+        )
+    suite.nodes = list(fleet.nodes.values())
+    suite.inventory = fleet.inventory
+    suite.results = FleetResults([n.name for n in suite.nodes], fleet.inventory)
+    if suite.probes is not None:
+        suite.probes.nodes = {n.name: n for n in suite.nodes}
+    suite.discovery = found
+    for name, why in found.undiscoverable.items():
+        suite.notes.append(f"--discover: {name} left out: {why}")
+    suite.notes.append(
+        "--discover: pools (product + sharing): "
+        + "; ".join(f"{pool}: {len(members)} node(s)" for pool, members in found.pools.items())
+    )
+    return suite
+
+
+def main(args: Any) -> int:
+    """``gpuready discover``: print the discovered inventory (stdout) and what disagrees (stderr)."""
+    import sys
+
+    from gpuready import kube
+    from gpuready.conformance.probe import ProbeFleet
+
+    try:
+        cluster = kube.connect(args.kubeconfig, args.kube_context, timeout=10.0)
+    except kube.KubeError as exc:
+        print(f"gpuready discover: {exc}", file=sys.stderr)
+        return 2
+    overrides = {"probe_image": args.probe_image} if args.probe_image else {}
+    probes = ProbeFleet([], lambda: cluster, args.command_timeout, args.pod_timeout)
+
+    def prober(specs: Sequence[NodeSpec]) -> Mapping[str, Mapping[str, Output] | None]:
+        probes.nodes = {n.name: n for n in specs}
+        return probe_answers(probes.gather, probes.runner)(specs)
+
+    names = [n.strip() for n in (args.nodes or "").split(",") if n.strip()]
+    try:
+        found, fleet = discover_cluster(
+            cluster,
+            None if args.no_probe else prober,
+            names,
+            args.expect_driver,
+            args.expect_toolkit,
+            overrides,
+        )
+    except SpecError as exc:
+        print(f"gpuready discover: the cluster declares what an inventory may not: {exc}", file=sys.stderr)
+        return 2
+    finally:
+        probes.delete()
+    sys.stdout.write(discovery.render_inventory(found))
+    for name, why in found.undiscoverable.items():
+        print(f"gpuready discover: {name} left out: {why}", file=sys.stderr)
+    unanswered = [
+        n for n in fleet.nodes if not args.no_probe and probes.backends.get(n) and probes.backends[n].error
+    ]
+    for name in unanswered:
+        print(f"gpuready discover: {name}: {probes.backends[name].error}", file=sys.stderr)
+    count = 0
+    for name in found.hosts:
+        for kind in discovery.KINDS:
+            for text in found.of(name, kind):
+                count += 1
+                print(f"gpuready discover: {name}: {kind}: {text}", file=sys.stderr)
+    print(
+        f"gpuready discover: {len(found.hosts)} GPU node(s) in {len(found.pools)} pool(s), {count} problem(s)",
+        file=sys.stderr,
+    )
+    return 0
