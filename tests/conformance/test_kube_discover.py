@@ -97,6 +97,8 @@ def test_discover_with_no_inventory_passes_a_healthy_fleet(pytester, suite_dir, 
         "--discover: pools (product + sharing): NVIDIA-H100-80GB-HBM3: 1 node(s); NVIDIA-L4-SHARED time-slicing x4: 3 node(s)"
         in text
     )
+    inventory = (pytester.path / "report" / "discovered-inventory.py").read_text()
+    assert all(f"({node!r}, {{" in inventory for node in fleet.nodes)
     assert_cleaned_up(fleet)
 
 

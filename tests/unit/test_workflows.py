@@ -52,10 +52,12 @@ def test_the_nightly_conformance_step_checks_this_machine_locally():
 
 
 def test_the_kubeconfig_workflow_reaches_the_nodes_only_through_the_cluster():
-    """A runner with only a kubeconfig: the host and gpu layers run in probe pods, nothing is deployed over SSH."""
+    """A runner with only a kubeconfig: the expectations discovered from the cluster, the host and gpu layers in
+    probe pods, nothing deployed over SSH."""
     commands = [c for _, c in steps(REPO / ".github" / "workflows" / "nightly-kubeconfig.yml")]
     (suite,) = [c for c in commands if "pytest conformance" in c]
     assert "--connection pod" in suite and '--kubeconfig "$KUBECONFIG"' in suite
+    assert "--discover" in suite and "--inventory" not in suite  # no inventory: expectations from the cluster
     assert not [c for c in commands if "pyinfra" in c or "ssh" in c]
     doc = yaml.safe_load((REPO / ".github" / "workflows" / "nightly-kubeconfig.yml").read_text())
     assert "pull_request" not in doc[True]  # YAML's `on:` key; the secret never reaches a fork's code

@@ -23,6 +23,7 @@ from gpuready.spec import DEVICE_PLUGIN_CONFIG_LABEL, NodeSpec, SpecError, disco
 
 Obj = dict[str, Any]
 COMMANDS = ["true", host_checks.NVIDIA_SMI_COMMAND, host_checks.TOOLKIT_COMMAND, host_checks.SMI_LIST_COMMAND]
+INVENTORY_FILE = "discovered-inventory.py"  # in --report-dir with --discover
 Prober = Callable[[Sequence[NodeSpec]], Mapping[str, Mapping[str, Output] | None]]
 
 
@@ -243,6 +244,13 @@ def start_suite(config: Any, suite_class: type, on_sigterm: Callable[[], Any]) -
     if suite.probes is not None:
         suite.probes.nodes = {n.name: n for n in suite.nodes}
     suite.discovery = found
+    if suite.report_dir:  # what was discovered, as an inventory to review, pin and commit
+        from pathlib import Path
+
+        path = Path(suite.report_dir) / INVENTORY_FILE
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(discovery.render_inventory(found))
+        suite.notes.append(f"--discover: wrote {path} (review it, pin it, then run with --inventory)")
     for name, why in found.undiscoverable.items():
         suite.notes.append(f"--discover: {name} left out: {why}")
     suite.notes.append(
