@@ -16,10 +16,12 @@ environment instead, which is how the tests against the lab cluster run the prob
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
 from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from .runtime import CATALOGUE, ContainerPlan, container_argv, normalize_image, pull_failure
@@ -80,22 +82,60 @@ def run_host_container(
             run_seconds=0.1,
             image_id=f"{repo}@{digest}",
         )
-    proc = subprocess.Popen(
-        full,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,  # one log, both streams, as the kubelet keeps them
-        stdin=subprocess.DEVNULL,
-        env=env,
-        start_new_session=True,
-    )
-    try:
-        out, _ = proc.communicate(timeout=LIMIT_S)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        out, _ = proc.communicate()
-    return ContainerPlan(
-        logs=out.decode(errors="replace"),
-        exit_code=proc.returncode if proc.returncode >= 0 else 128 - proc.returncode,
-        run_seconds=0.1,
-        image_id=f"{repo}@{digest}",
-    )
+    # in a worker thread: the kubelet loop goes on with the fleet's other pods meanwhile (1000 probes at once)
+    return ContainerPlan(run_seconds=0.1, image_id=f"{repo}@{digest}", pending=HostCommand(full, env))
+
+
+_POOL: ThreadPoolExecutor | None = None
+WORKERS = 8  # host commands at once; each mostly waits on its processes
+
+
+def _workers() -> ThreadPoolExecutor:
+    global _POOL
+    if _POOL is None:
+        _POOL = ThreadPoolExecutor(max_workers=WORKERS, thread_name_prefix="host-exec")
+    return _POOL
+
+
+class HostCommand:
+    """A container's command running in a worker thread: ``done()``, ``result() -> (log, exit code)``, and
+    ``kill()`` when its pod goes (the process group, as the container's end would)."""
+
+    def __init__(self, argv: list[str], env: dict[str, str]) -> None:
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.killed = False
+        self.future = _workers().submit(self._run, argv, env)
+
+    def done(self) -> bool:
+        return self.future.done()
+
+    def result(self) -> tuple[str, int]:
+        return self.future.result()
+
+    def kill(self) -> None:
+        self.killed = True
+        if self.proc is not None and self.proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGKILL)
+
+    def _run(self, argv: list[str], env: dict[str, str]) -> tuple[str, int]:
+        if self.killed:
+            return "", 137
+        self.proc = proc = subprocess.Popen(
+            argv,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,  # one log, both streams, as the kubelet keeps them
+            stdin=subprocess.DEVNULL,
+            env=env,
+            start_new_session=True,
+        )
+        if self.killed:
+            self.kill()
+        try:
+            out, _ = proc.communicate(timeout=LIMIT_S)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            out, _ = proc.communicate()
+        return out.decode(
+            errors="replace"
+        ), proc.returncode if proc.returncode >= 0 else 128 - proc.returncode

@@ -30,6 +30,7 @@ if TYPE_CHECKING:
 
 Obj = dict[str, Any]
 COMPONENT = "kubelet"
+PENDING_POLL_S = 0.1  # how often the loop looks at a container whose command runs in a worker thread
 log = logging.getLogger(__name__)
 
 
@@ -149,6 +150,7 @@ class Kubelet:
             with self._lock:
                 state = self._pods.pop(uid, None)
             if state is not None:
+                _kill_pending(state)
                 self._backend(state.node).pod_stopped(pod)
                 self._server.node_changed(state.node)
             return
@@ -166,6 +168,7 @@ class Kubelet:
         with self._lock:
             state = self._pods.pop(meta.get("uid", ""), None)
         if state is not None:
+            _kill_pending(state)
             self._backend(state.node).pod_stopped(pod)
         self._store.delete(
             "pods",
@@ -263,7 +266,9 @@ class Kubelet:
         )
         c.logs = plan.logs
         c.state = {"running": {"startedAt": now_rfc3339()}}
-        if plan.exit_code is not None:
+        if plan.pending is not None:  # runs in a worker thread: look again until it is done
+            self._timer(now + PENDING_POLL_S, pod.uid, f"pending:{c.name}")
+        elif plan.exit_code is not None:
             self._timer(now + plan.run_seconds, pod.uid, f"exit:{c.name}")
 
     def _timer(self, due: float, uid: str, action: str) -> None:
@@ -292,6 +297,14 @@ class Kubelet:
                         COMPONENT,
                         pod.node,
                     )
+            elif kind == "pending":
+                if not c.plan.pending.done():
+                    self._timer(now + PENDING_POLL_S, uid, action)
+                    continue
+                c.plan.logs, c.plan.exit_code = c.plan.pending.result()
+                c.plan.pending = None
+                c.logs = c.plan.logs
+                self._exit(pod, c)
             elif kind == "exit":
                 self._exit(pod, c)
             elif kind == "restart":
@@ -419,6 +432,13 @@ class Kubelet:
             )
 
         self._store.modify("pods", pod.namespace, pod.name, change)
+
+
+def _kill_pending(pod: _Pod) -> None:
+    """A pod that goes ends the commands its containers still run in worker threads (host_exec)."""
+    for c in pod.containers.values():
+        if c.plan.pending is not None:
+            c.plan.pending.kill()
 
 
 def _cond(

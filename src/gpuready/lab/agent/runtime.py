@@ -32,6 +32,9 @@ class ContainerPlan:
     image_id: str = ""
     # (seconds after start, length of `logs` written by then): lets `logs -f` show output as it happens.
     log_times: list[tuple[float, int]] = field(default_factory=list)
+    # a command running elsewhere (a worker thread, host_exec): a Future of (logs, exit code); the container runs
+    # until it is done, so the kubelet loop never waits on one
+    pending: Any = None
 
     def logs_at(self, elapsed: float) -> str:
         if not self.log_times:
