@@ -129,6 +129,9 @@ class DeployedLab:
     addons_second: PyinfraRun
 
 
+# test_lab_lifecycle.py takes the session lab down and brings it up again, undeployed: a module that uses
+# deployed_lab must sort before it (pytest runs the files in name order), as test_lab_conformance*.py and
+# test_lab_deploy.py do.
 @pytest.fixture(scope="session")
 def deployed_lab(lab: Lab) -> DeployedLab:
     """The session lab converged by both deploys, each run twice (the second runs must change nothing)."""

@@ -315,10 +315,11 @@ def test_lab_status_table(lab):
     )
     lines = result.stdout.splitlines()
     port = lab.state["ssh"]["port"]
-    assert lines[0].split() == ["HOST", "ADDRESS", "PROFILE", "GPUS", "STATE"]
+    assert lines[0].split() == ["HOST", "ADDRESS", "OS", "PROFILE", "GPUS", "STATE"]
     address = lab.state["hosts"]["gpu-node-1"]["address"]
-    assert lines[1].split() == ["gpu-node-1", f"{address}:{port}", "h100-sxm-8", "8x", "NVIDIA", "H100", "80GB",
-                                "HBM3", "up"]  # fmt: skip
+    release = lab.state["hosts"]["gpu-node-1"]["os"]
+    assert lines[1].split() == ["gpu-node-1", f"{address}:{port}", release, "h100-sxm-8", "8x", "NVIDIA", "H100",
+                                "80GB", "HBM3", "up"]  # fmt: skip
     assert [line.split()[-1] for line in lines[1:4]] == ["up", "up", "up"]
     assert lines[4].startswith(f"repositories: {lab.state['repo']['base_url']}/ (serving), keyring ")
     net = lab.state["network"]
