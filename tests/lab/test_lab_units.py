@@ -147,7 +147,7 @@ def test_repository_inventory_data_keeps_the_real_layout():
         for s in ("url", "keyring_url")
     }
     for layout in aptrepo.REPOS.values():  # the concrete path is the template filled for Debian 12 on x86_64
-        filled = layout.template.format(distro="debian12", arch="x86_64", deb_arch="amd64", minor="1.34")
+        filled = layout.template.format(distro="debian12", arch="x86_64", deb_arch="amd64", minor="1.36")
         assert filled == layout.path
 
 
