@@ -303,7 +303,7 @@ def test_without_a_cluster_the_kubernetes_layers_are_deselected_and_said_so(
     result = pytester.runpytest_inprocess(
         "conformance", "--inventory", str(inventory), "-p", "no:cacheprovider"
     )
-    result.assert_outcomes(deselected=20)
+    result.assert_outcomes(deselected=22)
     result.stdout.fnmatch_lines(
         ["node, workloads, metrics and policy layers not run: no cluster given (--kubeconfig,*"]
     )
