@@ -229,10 +229,15 @@ class Workloads:
         core = self.cluster.core
         goals: dict[str, str] = {}
         nodes: dict[str, str] = {}
-        for pod, goal in pods:
+        todo = list(pods)
+        for _pod, goal in todo:
             if goal not in GOALS:
                 raise ValueError(f"unknown goal {goal!r}; one of {GOALS}")
-            core.create_namespaced_pod(self.namespace, pod)  # type: ignore[arg-type]  # a dict body, as above
+
+        def create(pair: tuple[Obj, str]) -> None:
+            core.create_namespaced_pod(self.namespace, pair[0])  # type: ignore[arg-type]  # a dict body, as above
+
+        for (pod, goal), _ in zip(todo, _at_once(create, todo), strict=True):  # one request per pod, at once
             self.requests += 1
             name = pod["metadata"]["name"]
             goals[name] = goal
@@ -297,18 +302,23 @@ class Workloads:
         from kubernetes.client.exceptions import ApiException
 
         core = self.cluster.core
-        for name, res in state.items():
-            if res.phase not in ("Running", "Succeeded", "Failed"):
-                continue
-            for _attempt in range(20):  # a just-started container may not have printed yet
+
+        def read_log(item: tuple[str, PodResult]) -> int:
+            name, res = item
+            for attempt in range(1, 21):  # a just-started container may not have printed yet
                 try:
-                    self.requests += 1
                     res.log = core.read_namespaced_pod_log(name, self.namespace, _request_timeout=10)
                 except ApiException:
                     res.log = ""
                 if res.log or res.phase != "Running" or time.monotonic() >= deadline:
-                    break
+                    return attempt
                 time.sleep(0.1)
+            return 20
+
+        ran = [(n, r) for n, r in state.items() if r.phase in ("Running", "Succeeded", "Failed")]
+        self.requests += sum(
+            _at_once(read_log, ran)
+        )  # one request per pod (more while it has printed nothing)
         if any(r.timed_out or r.phase == "Failed" or r.reason for r in state.values()):
             self.requests += 1
             events = core.list_namespaced_event(self.namespace, _request_timeout=10).items
@@ -320,3 +330,14 @@ class Workloads:
     def running_on(self, node: str) -> list[PodResult]:
         """Pods of this run that were running on ``node`` (they hold GPUs until the namespace goes)."""
         return [r for r in self.results.values() if r.node == node and r.phase == "Running"]
+
+
+def _at_once(call: Any, items: list[Any], workers: int = 8) -> list[Any]:
+    """``call`` on every item, a few requests in flight at once (the client's connection pool holds a few): a
+    fleet's pods are created and their logs read in the time of a few round trips each, not one after another."""
+    if len(items) <= 1:
+        return [call(i) for i in items]
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=min(workers, len(items))) as pool:
+        return list(pool.map(call, items))
