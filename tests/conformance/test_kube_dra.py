@@ -159,12 +159,23 @@ def test_a_driver_library_mismatch_stops_the_kubelet_plugin(pytester, suite, fle
     from kubernetes import client
 
     core = client.CoreV1Api(fleet.api)
+    deleted = set()
     for pod in fleet.pods(fleet.namespace, a100):
         if pod["metadata"]["name"].startswith(dra_addons.KUBELET_PLUGIN):
+            deleted.add(pod["metadata"]["uid"])
             core.delete_namespaced_pod(
                 pod["metadata"]["name"], fleet.namespace
             )  # restarts on the new library
     wait_for(lambda: slice_of(fleet, a100) == [], what="no slice from a plugin that cannot load NVML")
+    # the DaemonSet's replacement exists (it cannot become Ready) before the suite looks at the node
+    wait_for(
+        lambda: any(
+            p["metadata"]["name"].startswith(dra_addons.KUBELET_PLUGIN)
+            and p["metadata"]["uid"] not in deleted
+            for p in fleet.pods(fleet.namespace, a100)
+        ),
+        what="the DaemonSet's replacement kubelet-plugin pod",
+    )
     verdict = run(pytester, fleet, "-m", "node")
     bad = failing(verdict)
     assert set(bad) == {f"{a100}:node/test_resource_slices", f"{a100}:node/test_dra_kubelet_plugin_ready"}, (
