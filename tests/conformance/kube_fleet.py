@@ -25,7 +25,7 @@ from inventories import write_inventory
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from polling import wait_for
-from shims import GROUP_DATA, JOIN, PROFILE_INVENTORY, FakeNode
+from shims import GROUP_DATA, JOIN, PROFILE_INVENTORY, REPO, FakeNode
 
 from gpuready import kube
 from gpuready.conformance.workloads import NAMESPACE_PREFIX
@@ -280,3 +280,12 @@ def apply_addons(
         if layout == "gpu-operator":
             operator_layout(manifest)
         kube.apply(cluster, manifest)
+
+
+def copy_suite(pytester: Any, *layers: str) -> Path:
+    """The conformance files a test runs in-process, copied into its pytester directory (``conformance/``)."""
+    target = pytester.path / "conformance"
+    target.mkdir()
+    for name in layers:
+        shutil.copy(REPO / "conformance" / name, target / name)
+    return target

@@ -6,12 +6,11 @@ suite's claims and the agent prepares exactly the allocated devices. Faults fail
 from __future__ import annotations
 
 import json
-import shutil
 
 import pytest
-from kube_fleet import make_fleet
+from kube_fleet import copy_suite, make_fleet
 from polling import wait_for
-from shims import REPO, read_verdict
+from shims import read_verdict
 
 from gpuready.deploy import dra_addons
 from gpuready.spec import dra
@@ -27,11 +26,7 @@ HOSTS = [("a100-80gb-4", DRA_A100), ("l4-1", {})]
 
 @pytest.fixture
 def suite(pytester):
-    target = pytester.path / "conformance"
-    target.mkdir()
-    for name in ("test_node.py", "test_workloads.py", "test_metrics.py"):
-        shutil.copy(REPO / "conformance" / name, target / name)
-    return target
+    return copy_suite(pytester, "test_node.py", "test_workloads.py", "test_metrics.py")
 
 
 @pytest.fixture

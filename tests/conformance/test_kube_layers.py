@@ -9,9 +9,9 @@ import json
 import shutil
 
 import pytest
-from kube_fleet import HEALTHY, make_fleet
+from kube_fleet import HEALTHY, copy_suite, make_fleet
 from polling import wait_for
-from shims import REPO, read_verdict
+from shims import read_verdict
 
 from gpuready.conformance import workloads as wl
 
@@ -20,11 +20,7 @@ KUBE_LAYERS = ("node", "workloads", "metrics")
 
 @pytest.fixture
 def kube_suite(pytester):
-    target = pytester.path / "conformance"
-    target.mkdir()
-    for name in ("test_node.py", "test_workloads.py", "test_metrics.py"):
-        shutil.copy(REPO / "conformance" / name, target / name)
-    return target
+    return copy_suite(pytester, "test_node.py", "test_workloads.py", "test_metrics.py")
 
 
 @pytest.fixture

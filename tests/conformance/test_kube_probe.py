@@ -11,15 +11,14 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
 
 import pytest
-from kube_fleet import make_fleet
+from kube_fleet import copy_suite, make_fleet
 from polling import wait_for
-from shims import REPO, read_verdict
+from shims import read_verdict
 
 from gpuready.conformance import workloads as wl
 
@@ -33,11 +32,7 @@ PROBE_PREFIX = wl.NAMESPACE_PREFIX + "probe-"
 
 @pytest.fixture
 def suite_dir(pytester):
-    target = pytester.path / "conformance"
-    target.mkdir()
-    for name in ("conftest.py", "test_host.py", "test_gpu.py"):
-        shutil.copy(REPO / "conformance" / name, target / name)
-    return target
+    return copy_suite(pytester, "conftest.py", "test_host.py", "test_gpu.py")
 
 
 @pytest.fixture
