@@ -1,0 +1,243 @@
+"""``--discover`` on real lab hosts: no inventory at all, the expectations from the cluster itself.
+
+A lab of its own: three time-sliced L4 hosts on trixie (gpu-node-171..173, one pool: NVIDIA-L4-SHARED time-slicing
+x4, CDI mode), converged by the real deploys (pyinfra deploys/gpu_node.py then deploys/cluster_addons.py,
+inventory/lab.py) and joined to the lab's real control plane. Proven, in order (module-scoped, the last test
+breaks the lab):
+
+* healthy, ``pytest conformance --discover --connection pod`` with no ``--inventory`` finds the three GPU nodes from
+  GFD's labels, the device plugin's config and a probe pod per node, and passes every node on every layer it runs;
+* ``gpuready discover`` writes an inventory that, fed back with ``--inventory <it> --connection pod``, passes;
+* a node whose allocatable disagrees with its labels (GFD's DaemonSet deleted, so its labels stay at 4 replicas,
+  then the node relabelled to a device-plugin config of 2 replicas the plugin takes) and a node whose driver
+  differs from its pool (upgraded alone by the real rolling upgrade, deploys/upgrade_driver.py ``--limit``, to
+  595.91.07 while the other two run the pinned 580.178.04) each fail, exactly those two nodes, with messages
+  naming the label or version and what was expected; pinned with ``--expect-driver`` to the odd one's driver, the
+  other two fail instead. GFD runs through the upgrade, so the upgraded node's driver label follows nvidia-smi
+  (unlike the stand-ins of tests/conformance/test_kube_discover.py): it fails on its pool and the pin only.
+
+The same proof on virtual nodes with stand-in hosts: tests/conformance/test_kube_discover.py.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import re
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from conftest import Lab, lab_skip_reason
+from polling import wait_for
+from pyinfra_runs import REPO, run_pyinfra
+from suite_runs import failed
+
+from gpuready import kube
+from gpuready.deploy.addons import DEVICE_PLUGIN_CONFIGMAP
+from gpuready.lab import hosts
+from gpuready.lab.state import LabPaths
+from gpuready.spec import DEVICE_PLUGIN_CONFIG_LABEL
+
+pytestmark = pytest.mark.lab
+
+FIRST_INDEX = 171
+NODES = [f"gpu-node-{FIRST_INDEX + i}" for i in range(3)]
+STALE, FINE, ODD = NODES
+PROFILES = ["l4-1"] * 3  # trixie, the default release: CDI mode
+DRIVER, OTHER_DRIVER = "580.178.04", "595.91.07"  # the pin (group_data/all.py), and one the lab's repo serves
+POOL = "NVIDIA-L4-SHARED time-slicing x4"
+ADDONS_NAMESPACE = "gpu-system"  # group_data/all.py: addons_namespace
+TIMEOUTS = ("--command-timeout", "30", "--pod-timeout", "120")
+
+
+@pytest.fixture(scope="module")
+def discover_lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Lab, kube.Cluster]]:
+    if reason := lab_skip_reason():
+        pytest.skip(reason)
+    paths = LabPaths(tmp_path_factory.mktemp("discover-lab"))
+    try:
+        started = time.monotonic()
+        lab = Lab(paths, hosts.up(paths, nodes=3, profiles=PROFILES, first_index=FIRST_INDEX))
+        print(f"discover lab up: {time.monotonic() - started:.1f} s")
+        for deploy in ("deploys/gpu_node.py", "deploys/cluster_addons.py"):
+            started = time.monotonic()
+            done = run_pyinfra(lab, deploy=deploy)
+            assert done.returncode == 0, done.output[-4000:]
+            print(f"{deploy}: {time.monotonic() - started:.1f} s")
+        cluster = kube.connect(lab.state["apiserver"]["kubeconfig"])
+        wait_for(
+            lambda: all(allocatable(cluster, n) == "4" for n in NODES), what="4 time-sliced GPUs per node"
+        )
+        yield lab, cluster
+    finally:
+        with contextlib.suppress(Exception):
+            hosts.down(paths, quiet=True)
+
+
+def allocatable(cluster: kube.Cluster, node: str) -> str | None:
+    return (cluster.core.read_node(node).status.allocatable or {}).get("nvidia.com/gpu")
+
+
+def suite(lab: Lab, report_dir: Path, *args: str) -> tuple[subprocess.CompletedProcess[str], dict]:
+    """``pytest conformance --connection pod`` against the lab's cluster, with only the given inventory options
+    (suite_runs.run_suite always passes --inventory inventory/lab.py); the run and its verdict."""
+    cmd = [sys.executable, "-m", "pytest", "conformance", "--connection", "pod", "--kubeconfig",
+           lab.state["apiserver"]["kubeconfig"], "--report-dir", str(report_dir), "-p", "no:cacheprovider", "-rs",
+           *TIMEOUTS, *args]  # fmt: skip
+    started = time.monotonic()
+    done = subprocess.run(cmd, cwd=REPO, env=lab.env(), capture_output=True, text=True, timeout=600)
+    print(f"conformance {' '.join(args)}: {time.monotonic() - started:.1f} s")
+    verdict_path = report_dir / "verdict.json"
+    assert verdict_path.exists(), done.stdout[-4000:] + done.stderr[-2000:]
+    return done, json.loads(verdict_path.read_text())
+
+
+def statuses(verdict: dict, node: str) -> dict[str, str]:
+    return {
+        f"{layer}/{check}": r["status"]
+        for layer, data in verdict["nodes"][node]["layers"].items()
+        for check, r in data["checks"].items()
+    }
+
+
+def test_discover_with_no_inventory_passes_the_healthy_lab(discover_lab, tmp_path):
+    lab, _cluster = discover_lab
+    done, verdict = suite(lab, tmp_path / "report", "--discover")
+    assert failed(verdict) == {}, done.stdout[-4000:]
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
+    assert sorted(verdict["nodes"]) == NODES  # the GPU nodes, found by their capacity and labels
+    assert f"--discover: pools (product + sharing): {POOL}: 3 node(s)" in done.stdout, done.stdout[-3000:]
+    for node in NODES:
+        got = statuses(verdict, node)
+        for check in ("host/test_labels_agree", "host/test_labels_match_nvidia_smi", "host/test_versions_match_pool",
+                      "host/test_driver_version", "gpu/test_gpus_match_spec", "node/test_allocatable",
+                      "node/test_gfd_labels", "node/test_device_plugin_ready", "workloads/test_vector_add",
+                      "workloads/test_time_slicing"):  # fmt: skip
+            assert got[check] == "pass", (node, check, got)
+        for layer, data in verdict["nodes"][node]["layers"].items():
+            if layer != "diag":  # the node deploy installs no DCGM
+                assert "pass" in {r["status"] for r in data["checks"].values()}, (node, layer, data)
+    inventory = (tmp_path / "report" / "discovered-inventory.py").read_text()
+    assert all(f"({node!r}, {{" in inventory for node in NODES), inventory
+
+
+def test_gpuready_discover_writes_an_inventory_that_fed_back_passes(discover_lab, tmp_path):
+    lab, _cluster = discover_lab
+    out = subprocess.run(
+        [sys.executable, "-m", "gpuready.cli", "discover", "--kubeconfig", lab.state["apiserver"]["kubeconfig"],
+         *TIMEOUTS],
+        cwd=REPO, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    assert "3 GPU node(s) in 1 pool(s), 0 problem(s)" in out.stderr, out.stderr
+    assert "'kube_join': False" in out.stdout and "ssh_" not in out.stdout, out.stdout
+    for knob in (
+        "'sharing_replicas': 4",
+        "'gpu_sharing': 'time-slicing'",
+        f"'nvidia_driver_version': {DRIVER!r}",
+    ):
+        assert knob in out.stdout, (knob, out.stdout)
+    assert "'nvidia_cdi': False" not in out.stdout  # the lab's trixie hosts run CDI mode
+    inventory = tmp_path / "discovered.py"
+    inventory.write_text(out.stdout)
+    done, verdict = suite(lab, tmp_path / "report", "--inventory", str(inventory))
+    assert failed(verdict) == {}, done.stdout[-4000:]
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
+    assert sorted(verdict["nodes"]) == NODES
+    for node in NODES:
+        got = statuses(verdict, node)
+        for check in ("host/test_driver_version", "gpu/test_gpus_match_spec", "node/test_allocatable",
+                      "node/test_device_plugin_ready", "workloads/test_vector_add"):  # fmt: skip
+            assert got[check] == "pass", (node, check, got)
+        assert "host/test_labels_agree" not in got  # discovery checks only run with --discover
+
+
+def two_replicas(cluster: kube.Cluster, node: str) -> str:
+    """Add to the device plugin's ConfigMap a copy of the node's config with 2 replicas instead of 4; its key."""
+    key = cluster.core.read_node(node).metadata.labels[DEVICE_PLUGIN_CONFIG_LABEL]
+    data = cluster.core.read_namespaced_config_map(DEVICE_PLUGIN_CONFIGMAP, ADDONS_NAMESPACE).data
+    config = yaml.safe_load(data[key])
+    (resource,) = config["sharing"]["timeSlicing"]["resources"]
+    assert resource["replicas"] == 4, config
+    resource["replicas"] = 2
+    new = f"{key}-2"
+    cluster.core.patch_namespaced_config_map(
+        DEVICE_PLUGIN_CONFIGMAP, ADDONS_NAMESPACE, {"data": {new: yaml.safe_dump(config)}}
+    )
+    return new
+
+
+def gfd_pods(cluster: kube.Cluster) -> list[Any]:
+    pods = cluster.core.list_namespaced_pod(ADDONS_NAMESPACE).items
+    return [p for p in pods if p.metadata.name.startswith("gpu-feature-discovery")]
+
+
+def driver_of(lab: Lab, node: str) -> str:
+    smi = lab.ssh(node, "nvidia-smi --query-gpu=driver_version --format=csv,noheader")
+    return smi.stdout.strip()
+
+
+def test_discover_catches_allocatable_against_labels_and_a_driver_against_its_pool(discover_lab, tmp_path):
+    lab, cluster = discover_lab
+    # one L4 of the pool upgraded alone by the real rolling upgrade (drain, packages, reboot, its checks, uncordon)
+    started = time.monotonic()
+    upgrade = run_pyinfra(
+        lab, "--limit", ODD, "--data", f"nvidia_driver_version={OTHER_DRIVER}", "--data", "nvidia_driver_branch=595",
+        deploy="deploys/upgrade_driver.py",
+    )  # fmt: skip
+    print(f"upgrade of {ODD}: {time.monotonic() - started:.1f} s")
+    assert upgrade.returncode == 0, upgrade.output[-4000:]
+    plain = re.sub(r"\x1b\[[0-9;]*m", "", upgrade.output)
+    assert re.search(
+        rf"{ODD}\s+upgraded\s+validated and uncordoned \(nvidia-driver {DRIVER}-1 -> {OTHER_DRIVER}-1", plain
+    ), plain[-3000:]
+    assert [driver_of(lab, n) for n in NODES] == [DRIVER, DRIVER, OTHER_DRIVER]
+    assert not cluster.core.read_node(ODD).spec.unschedulable
+
+    # GFD stops: its labels stay as they were; the device plugin then takes another config (2 replicas)
+    from kubernetes import client
+
+    client.AppsV1Api(cluster.api).delete_namespaced_daemon_set("gpu-feature-discovery", ADDONS_NAMESPACE)
+    wait_for(lambda: not gfd_pods(cluster), what="gpu-feature-discovery pods gone")
+    key = two_replicas(cluster, STALE)
+    cluster.core.patch_node(STALE, {"metadata": {"labels": {DEVICE_PLUGIN_CONFIG_LABEL: key}}})
+    wait_for(lambda: allocatable(cluster, STALE) == "2", what=f"2 replicas on {STALE}")
+    assert cluster.core.read_node(STALE).metadata.labels["nvidia.com/gpu.replicas"] == "4"  # stale
+
+    done, verdict = suite(lab, tmp_path / "faults", "--discover", "-m", "host or gpu or node")
+    bad = {
+        f"{node}:{check}": message
+        for node, checks in failed(verdict).items()
+        for check, message in checks.items()
+    }
+    assert {key.split(":")[0] for key in bad} == {STALE, ODD}, bad
+    assert bad[f"{STALE}:host/test_labels_agree"].startswith(
+        f"{STALE}: allocatable nvidia.com/gpu = 2, but the labels say 4 (nvidia.com/gpu.count = 1 x "
+        "nvidia.com/gpu.replicas = 4)"
+    ), bad
+    assert "has replicas 2" in bad[f"{STALE}:host/test_labels_agree"], bad
+    assert bad[f"{ODD}:host/test_versions_match_pool"] == (
+        f"{ODD}: NVIDIA driver is {OTHER_DRIVER}, but 2 of 3 nodes of pool {POOL!r} run {DRIVER}"
+    ), bad
+    # GFD still ran through the upgrade: its driver label followed nvidia-smi, so only the pool and the pin disagree
+    assert set(bad) - {f"{STALE}:host/test_labels_agree"} == {
+        f"{ODD}:host/test_versions_match_pool",
+        f"{ODD}:host/test_driver_version",
+    }, bad
+    assert f"the inventory pins {DRIVER}" in bad[f"{ODD}:host/test_driver_version"], bad
+    assert statuses(verdict, ODD)["node/test_allocatable"] == "skip"  # gated: the host layer failed
+    assert not any(k.startswith(FINE) for k in bad)
+    assert done.returncode == 1
+
+    # pinned to the odd one out's driver: the other two differ from the pin
+    _done, verdict = suite(
+        lab, tmp_path / "pinned", "--discover", "-m", "host", "--expect-driver", OTHER_DRIVER
+    )
+    pinned = {node for node, checks in failed(verdict).items() if "host/test_versions_match_pool" in checks}
+    assert pinned == {STALE, FINE}, failed(verdict)
