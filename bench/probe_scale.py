@@ -7,10 +7,11 @@ the H100's ``nvidia-smi`` answers recorded once from the lab's emulator and repl
 measures the suite, the API server and the agent rather than 1000 emulator start-ups on two cores. Prints per
 fleet size: wall time of ``pytest conformance -m "host or gpu" --connection pod``, the suite's API requests
 (client-side, every HTTP request) and per node, the API server's read counts meanwhile, the probe pods and the
-check outcomes. Asserts nothing. Goal (issue 18): under 60 s for 1000 nodes; requests growing with nodes, not
+check outcomes; then the same layers on --lab-hosts real lab hosts (default 8), over SSH and through probe
+pods, side by side. Asserts nothing. Goal (issue 18): under 60 s for 1000 nodes; requests growing with nodes, not
 nodes x checks.
 
-Needs root and `make control-plane`. Run: .venv/bin/python bench/probe_scale.py [--sizes 100,1000]
+Needs root and `make control-plane`. Run: .venv/bin/python bench/probe_scale.py [--sizes 100,1000] [--lab-hosts 8]
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from cluster_common import api_client, lab_cluster, request_totals, table
+from cluster_common import api_client, lab_cluster, pids, request_totals, table
 from conformance_scale import DGX_H100, REPO, Requests
 
 sys.path[:0] = [str(REPO / "tests"), str(REPO / "tests" / "conformance")]
@@ -69,8 +70,16 @@ def inventory(root: Path, names: list[str]) -> Path:
     return path
 
 
-def run(api: Any, kubeconfig: str, root: Path, names: list[str]) -> dict[str, Any]:
+def cpu_seconds(pid: int) -> tuple[float, float]:
+    """(the process's own CPU seconds, its waited-for children's): /proc/<pid>/stat utime+stime, cutime+cstime."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    tick = os.sysconf("SC_CLK_TCK")
+    return (int(fields[11]) + int(fields[12])) / tick, (int(fields[13]) + int(fields[14])) / tick
+
+
+def run(api: Any, kubeconfig: str, root: Path, names: list[str], agent: int) -> dict[str, Any]:
     path = inventory(root / f"n{len(names)}", names)
+    agent_before = cpu_seconds(agent)
     report = root / f"n{len(names)}" / "report"
     before = request_totals(api)
     output = io.StringIO()
@@ -95,6 +104,7 @@ def run(api: Any, kubeconfig: str, root: Path, names: list[str]) -> dict[str, An
         wall = time.monotonic() - start
     ProbeFleet.gather = original  # type: ignore[method-assign]
     after = request_totals(api)
+    agent_after = cpu_seconds(agent)
     summary = [line for line in output.getvalue().splitlines() if " passed" in line or " failed" in line]
     print(f"  pytest -m 'host or gpu' --connection pod on {len(names)}: {summary[-1] if summary else '?'}")
     reads = {
@@ -118,13 +128,58 @@ def run(api: Any, kubeconfig: str, root: Path, names: list[str]) -> dict[str, An
             "exit": int(code), "requests": counted.n,
             "per_node": round(counted.n / len(names), 2), "checks": checks,
             "per_check": round(counted.n / max(checks, 1), 3), "apiserver_reads": reads,
-            "outcomes": dict(outcomes), "failed": dict(failed.most_common(5))}  # fmt: skip
+            "outcomes": dict(outcomes), "failed": dict(failed.most_common(5)),
+            "agent_cpu_s": round(agent_after[0] - agent_before[0], 1),
+            "probe_cpu_s": round(agent_after[1] - agent_before[1], 1)}  # fmt: skip
+
+
+LAB_FIRST_INDEX = 121  # gpu-node-121..: apart from the test labs' hosts
+
+
+def lab_hosts(count: int, tmp: Path) -> list[tuple[str, str]]:
+    """The same two layers on ``count`` real lab hosts (nspawn, deployed by deploys/gpu_node.py, joined): once
+    over SSH (the default connection) and once through probe pods, whole ``pytest`` processes."""
+    from gpuready.lab import hosts
+    from gpuready.lab.state import LabPaths
+
+    paths = LabPaths(tmp / "lab")
+    env = {**os.environ, "GPUREADY_LAB_DIR": str(paths.root)}
+    rows = []
+    try:
+        start = time.monotonic()
+        state = hosts.up(paths, nodes=count, first_index=LAB_FIRST_INDEX)
+        deploy = subprocess.run([str(Path(sys.executable).parent / "pyinfra"), "-y", "inventory/lab.py",
+                                 "deploys/gpu_node.py"], cwd=REPO, env=env, capture_output=True, text=True)  # fmt: skip
+        if deploy.returncode != 0:
+            raise SystemExit(
+                f"deploying the {count} lab hosts failed:\n{deploy.stdout[-3000:]}{deploy.stderr[-2000:]}"
+            )
+        rows.append((f"{count} lab hosts up and deployed", f"{time.monotonic() - start:8.1f} s"))
+        kubeconfig = state["apiserver"]["kubeconfig"]
+        for label, extra in (("over SSH", []), ("probe pods", ["--connection", "pod"])):
+            cmd = [sys.executable, "-m", "pytest", "conformance", "--inventory", "inventory/lab.py", "-m",
+                   "host or gpu", "-q", "-p", "no:cacheprovider", "--kubeconfig", kubeconfig, *extra]  # fmt: skip
+            start = time.monotonic()
+            done = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=1800)
+            wall = time.monotonic() - start
+            summary = [ln for ln in done.stdout.splitlines() if " passed" in ln or " failed" in ln]
+            rows.append((f"host+gpu layers, {count} lab hosts, {label}: wall",
+                         f"{wall:8.1f} s (exit {done.returncode}; {summary[-1] if summary else '?'})"))  # fmt: skip
+    finally:
+        hosts.down(paths, quiet=True)
+    return rows
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
         "--sizes", default="100,1000", help="fleet sizes, comma-separated (the largest is registered)"
+    )
+    parser.add_argument(
+        "--lab-hosts",
+        type=int,
+        default=8,
+        help="real lab hosts to time the SSH path on beside the probes (0: none)",
     )
     args = parser.parse_args()
     sizes = sorted(int(s) for s in args.sizes.split(","))
@@ -147,7 +202,7 @@ def main() -> int:
                    (f"{len(names)} stand-in hosts attached", f"{time.monotonic() - start:8.1f} s")])  # fmt: skip
             api = api_client(entry)
             for size in sizes:
-                r = run(api, entry["kubeconfig"], root, names[:size])
+                r = run(api, entry["kubeconfig"], root, names[:size], pids(entry)["agent"])
                 results.append(r)
                 table([
                     (f"host+gpu layers, {size} nodes, probe pods: wall", f"{r['wall_s']:8.1f} s (exit {r['exit']})"),
@@ -156,6 +211,9 @@ def main() -> int:
                     ("  suite's API requests (client-side)",
                      f"{r['requests']:8d} = {r['per_node']:.2f} per node, {r['per_check']:.3f} per check ({r['checks']} checks)"),
                     ("  API server reads meanwhile (all clients)", json.dumps(r["apiserver_reads"])),
+                    ("  CPU on this machine meanwhile: node agent; probe processes",
+                     f"{r['agent_cpu_s']:8.1f} s; {r['probe_cpu_s']:.1f} s = {1000 * r['probe_cpu_s'] / size:.0f} ms per node "
+                     "(on a real fleet each node runs its own)"),
                     ("  check outcomes", f"{json.dumps(r['outcomes'])} failed: {json.dumps(r['failed'])}"),
                 ])  # fmt: skip
             if len(results) > 1:
@@ -163,6 +221,9 @@ def main() -> int:
                 table([(f"ratio {b['nodes']}/{a['nodes']} nodes", f"wall x{b['wall_s'] / a['wall_s']:.1f}, "
                         f"requests x{b['requests'] / a['requests']:.1f}")])  # fmt: skip
             api.close()
+        if args.lab_hosts:
+            print(f"bringing up {args.lab_hosts} lab hosts for the SSH path beside the probes", flush=True)
+            table(lab_hosts(args.lab_hosts, root))
     print(json.dumps({"results": results}))
     return 0
 

@@ -19,7 +19,7 @@ pytestmark = pytest.mark.gpu
 @pytest.fixture(scope="module", autouse=True)
 def _whole_fleet_at_once(gpuready_suite):
     """Every node still in the running runs the gpu layer's commands at once."""
-    gpuready_suite.prefetch("gpu", lambda node: [host.NVIDIA_SMI_COMMAND, *gpu.commands(node)])
+    gpuready_suite.prefetch("gpu")
 
 
 class GpuFacts(NamedTuple):
@@ -31,12 +31,11 @@ class GpuFacts(NamedTuple):
 @pytest.fixture
 def facts(node, node_shell, gpuready_suite):
     """The node's GpuFacts, once per node per run."""
-    return gpuready_suite.cached(
-        node, "gpu-facts", lambda: _read_facts(node_shell, gpuready_suite.connection)
-    )
+    return gpuready_suite.cached(node, "gpu-facts", lambda: _read_facts(node, node_shell, gpuready_suite))
 
 
-def _read_facts(node_shell, connection):
+def _read_facts(node, node_shell, suite):
+    connection = suite.connection
     smi = node_shell.run(host.NVIDIA_SMI_COMMAND)
     lost = gpu.lost_gpus(smi)
     if connection == "local":
@@ -47,9 +46,9 @@ def _read_facts(node_shell, connection):
             report, pstates = nvml
             return GpuFacts(report, pstates, lost)
     try:
-        report = host.smi_report(smi)
+        report = suite.cached(node, host.SMI_REPORT, lambda: host.smi_report(smi))
     except CannotCheck as exc:  # the host layer owns nvidia-smi failures
-        pytest.skip(f"{node_shell.node.name}: {exc}")
+        pytest.skip(f"{node.name}: {exc}")
     return GpuFacts(report, gpu.performance_states(smi.stdout), lost)
 
 

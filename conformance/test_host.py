@@ -15,7 +15,7 @@ pytestmark = pytest.mark.host
 @pytest.fixture(scope="module", autouse=True)
 def _whole_fleet_at_once(gpuready_suite):
     """Every node's host commands run at once, before the first check reads them."""
-    gpuready_suite.prefetch("host", lambda node: ["true", *checks.commands(node)])
+    gpuready_suite.prefetch("host")
 
 
 def output(host, command: str) -> Output:
@@ -37,6 +37,15 @@ def unit(host, name: str) -> checks.Unit:
     return checks.Unit(name, service.is_running, enabled, state.stdout.strip() or state.stderr.strip())
 
 
+@pytest.fixture
+def smi(node, host, gpuready_suite):
+    """nvidia-smi's parsed report of the node, parsed once per run (the gpu layer shares it): call it inside
+    ``judge``, so a node without a report skips (CannotCheck) the checks that read it."""
+    return lambda: gpuready_suite.cached(
+        node, checks.SMI_REPORT, lambda: checks.smi_report(output(host, checks.NVIDIA_SMI_COMMAND))
+    )
+
+
 def test_connection(node, node_shell):
     judge(node, node_shell.connection_problems)
 
@@ -45,16 +54,16 @@ def test_nvidia_smi_runs(node, host):
     judge(node, checks.nvidia_smi_runs, output(host, checks.NVIDIA_SMI_COMMAND))
 
 
-def test_driver_version(node, host):
-    judge(node, checks.driver_version, node, output(host, checks.NVIDIA_SMI_COMMAND))
+def test_driver_version(node, smi):
+    judge(node, lambda: checks.driver_version(node, smi()))
 
 
 def test_no_driver_library_mismatch(node, host):
     judge(node, checks.driver_library_mismatch, output(host, checks.NVIDIA_SMI_COMMAND))
 
 
-def test_persistence_mode(node, host):
-    judge(node, checks.persistence_mode, output(host, checks.NVIDIA_SMI_COMMAND))
+def test_persistence_mode(node, smi):
+    judge(node, lambda: checks.persistence_mode(smi()))
 
 
 def test_fabric_manager_active(node, host):
@@ -69,8 +78,8 @@ def test_toolkit_version(node, host):
     judge(node, checks.toolkit_version, node, output(host, checks.TOOLKIT_COMMAND))
 
 
-def test_driver_security_floor(node, host):
-    judge(node, checks.driver_security, output(host, checks.NVIDIA_SMI_COMMAND))
+def test_driver_security_floor(node, smi):
+    judge(node, lambda: checks.driver_security(smi()))
 
 
 def test_toolkit_security_floor(node, host):

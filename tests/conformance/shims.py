@@ -30,6 +30,7 @@ PROFILE_INVENTORY = {
     "h100-sxm-8": {"gpu_model": "NVIDIA H100 80GB HBM3", "gpu_count": 8, "nvswitch": True},
     "a100-80gb-4": {"gpu_model": "NVIDIA A100-SXM4-80GB", "gpu_count": 4},
     "l4-1": {"gpu_model": "NVIDIA L4", "gpu_count": 1},
+    "t4-1": {"gpu_model": "Tesla T4", "gpu_count": 1},
 }
 JOIN = {
     "kube_api_endpoint": "10.0.0.1:6443",

@@ -85,13 +85,13 @@ def test_nvidia_smi_failures_are_named():
 
 
 def test_driver_version(a100_mig):
-    report = ok(xml("telegraf__a100-sxm4-v12.xml"))
+    report = host.smi_report(ok(xml("telegraf__a100-sxm4-v12.xml")))
     assert host.driver_version(spec_like(a100_mig, driver="535.54.03"), report) == []
     assert host.driver_version(a100_mig, report) == [
         "driver version is 535.54.03, the inventory pins 580.178.04 (nvidia_driver_version)"
     ]
     with pytest.raises(CannotCheck, match="nvidia-smi not found"):
-        host.driver_version(a100_mig, Output(127, "", "nvidia-smi: command not found"))
+        host.smi_report(Output(127, "", "nvidia-smi: command not found"))
 
 
 def test_driver_library_mismatch():
@@ -103,8 +103,8 @@ def test_driver_library_mismatch():
 
 
 def test_persistence_mode_on_real_reports():
-    assert host.persistence_mode(ok(xml("telegraf__rtx-3060-v12.xml"))) == []
-    assert host.persistence_mode(ok(xml("telegraf__a100-sxm4-v12.xml"))) == [
+    assert host.persistence_mode(host.smi_report(ok(xml("telegraf__rtx-3060-v12.xml")))) == []
+    assert host.persistence_mode(host.smi_report(ok(xml("telegraf__a100-sxm4-v12.xml")))) == [
         "persistence mode is off on GPU 0 (is nvidia-persistenced running?)"
     ]
 
@@ -410,10 +410,11 @@ def test_toolkit_security_floor():
 
 
 def test_driver_security_floor_on_a_real_report():
-    report = ok(xml("telegraf__a100-sxm4-v12.xml"))  # driver 535.54.03 (2023): below every R535 fix since
+    # driver 535.54.03 (2023): below every R535 fix since
+    report = host.smi_report(ok(xml("telegraf__a100-sxm4-v12.xml")))
     (problem,) = host.driver_security(report)
     assert problem.startswith("NVIDIA driver 535.54.03 is affected by ") and "CVE-2024-0074" in problem
-    fixed = ok(xml("telegraf__a100-sxm4-v12.xml").replace("535.54.03", "580.178.04"))
+    fixed = host.smi_report(ok(xml("telegraf__a100-sxm4-v12.xml").replace("535.54.03", "580.178.04")))
     assert host.driver_security(fixed) == []
 
 

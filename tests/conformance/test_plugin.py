@@ -201,3 +201,20 @@ def test_a_test_with_another_node_fixture_is_left_alone(pytester, two_node_inven
     )
     result = pytester.runpytest_inprocess("--inventory", str(two_node_inventory))
     result.assert_outcomes(passed=1)
+
+
+@pytest.mark.parametrize(
+    ("markexpr", "layers"),
+    [
+        ("", ("host", "gpu")),
+        ("host or gpu", ("host", "gpu")),
+        ("gpu", ("gpu",)),
+        ("not host", ("gpu",)),
+        ("node or workloads", ()),
+        ("host and not slow", ("host",)),
+    ],
+)
+def test_a_probe_gathers_only_the_node_side_layers_that_minus_m_selects(markexpr, layers):
+    from gpuready.conformance.plugin import selected_probe_layers
+
+    assert selected_probe_layers(markexpr) == layers

@@ -152,9 +152,12 @@ def probe_answers(
     return probe
 
 
-def start_suite(config: Any, suite_class: type, on_sigterm: Callable[[], Any]) -> Any:
+def start_suite(
+    config: Any, suite_class: type, on_sigterm: Callable[[], Any], probe_layers: tuple[str, ...]
+) -> Any:
     """The plugin's session start with ``--discover``: the run's Suite, its nodes discovered from the cluster
-    (the probes' answers already in the nodes' caches), or a usage error."""
+    (the probes' answers already in the nodes' caches: the discovery's commands and those of ``probe_layers``,
+    in one probe pod per node), or a usage error."""
     import os
 
     import pytest
@@ -203,10 +206,12 @@ def start_suite(config: Any, suite_class: type, on_sigterm: Callable[[], Any]) -
     )
     suite.cluster = cluster
     suite.restore_signal = on_sigterm()
+    suite.probe_layers = probe_layers
 
     def gather(wanted: dict[str, list[str]]) -> None:
-        if connection == "pod":
-            suite.probe_fleet().gather(wanted)
+        if connection == "pod":  # the same probe pod gathers the host and gpu layers' commands (one round)
+            specs = {n.name: n for n in suite.nodes}
+            suite.probe_fleet().gather({n: [*c, *suite.probe_commands(specs[n])] for n, c in wanted.items()})
 
     def prober(specs: Sequence[NodeSpec]) -> Mapping[str, Mapping[str, Output] | None]:
         suite.nodes = list(specs)

@@ -69,6 +69,8 @@ class Suite:
     _runners: dict[str, Any] = field(default_factory=dict)
     _facts: dict[tuple[str, str], Any] = field(default_factory=dict)
     _prefetched: set[str] = field(default_factory=set)
+    # the node-side layers this run selects (-m): what a probe pod gathers (see selected_probe_layers)
+    probe_layers: tuple[str, ...] = ("host", "gpu")
     cluster: Any = None  # gpuready.kube.Cluster, connected on first use by the Kubernetes layers
     workloads: Any = None  # gpuready.conformance.workloads.Workloads: the run's namespace and pods
     probes: Any = None  # gpuready.conformance.probe.ProbeFleet: --connection pod's probe pods and namespace
@@ -134,10 +136,18 @@ class Suite:
                 return f"skipped: {earlier} layer failed on {node.name}: {message}"
         return None
 
-    def prefetch(self, layer: str, commands_of: Callable[[Any], list[str]], workers: int = 32) -> None:
-        """Run a layer's commands on every node still in the running at once (each node's in order), so the
-        layer costs the slowest node's time, not the sum over the fleet; the checks then read the cache (the
-        commands testinfra's modules run, e.g. ``systemctl is-active kubelet``, are cached the same way)."""
+    def probe_commands(self, node: Any) -> list[str]:
+        """Every command the run's node-side layers (host, gpu: :data:`PROBE_LAYERS`) run on ``node``, in order,
+        once each: what one probe pod per node gathers with ``--connection pod``."""
+        return list(dict.fromkeys(c for layer in self.probe_layers for c in PROBE_LAYERS[layer](node)))
+
+    def prefetch(self, layer: str, workers: int = 32) -> None:
+        """Run a layer's commands (:data:`PROBE_LAYERS`) on every node still in the running at once (each node's
+        in order), so the layer costs the slowest node's time, not the sum over the fleet; the checks then read
+        the cache (the commands testinfra's modules run, e.g. ``systemctl is-active kubelet``, are cached the
+        same way). With ``--connection pod`` the first of the run's node-side layers gathers them all, in one
+        probe pod per node: one round of pods per run, not one per layer (a node a later layer gates out had
+        its answers gathered for nothing, which costs less than a second round)."""
         from concurrent.futures import ThreadPoolExecutor
 
         from gpuready.conformance.runners import ConnectionFailed
@@ -146,9 +156,11 @@ class Suite:
             return
         self._prefetched.add(layer)
         if self.connection == "pod" and self.runner_factory is None:  # one probe pod per node, all at once
-            wanted = {n.name: ["true", *commands_of(n)] for n in self.nodes if self.gated(n, layer) is None}
+            self._prefetched.update(self.probe_layers)
+            wanted = {n.name: self.probe_commands(n) for n in self.nodes if self.gated(n, layer) is None}
             self.probe_fleet().gather(wanted)
             return
+        commands_of = PROBE_LAYERS[layer]
         jobs = [(self.runner(n), commands_of(n)) for n in self.nodes if self.gated(n, layer) is None]
 
         def run_all(job: tuple[Any, list[str]]) -> None:
@@ -171,6 +183,40 @@ class Suite:
         for runner in self._runners.values():
             runner.close()
         self._runners.clear()
+
+
+def _host_commands(node: NodeSpec) -> list[str]:
+    from gpuready.conformance.checks import host
+
+    return ["true", *host.commands(node)]
+
+
+def _gpu_commands(node: NodeSpec) -> list[str]:
+    from gpuready.conformance.checks import gpu, host
+
+    return [host.NVIDIA_SMI_COMMAND, *gpu.commands(node)]
+
+
+# The layers whose checks read commands run on the node (over SSH, here, or in a probe pod), and those commands.
+PROBE_LAYERS: dict[str, Callable[[NodeSpec], list[str]]] = {"host": _host_commands, "gpu": _gpu_commands}
+
+
+def selected_probe_layers(markexpr: str) -> tuple[str, ...]:
+    """The node-side layers a ``-m`` expression selects (every test carries one layer marker), so that a probe
+    pod gathers nothing a run of ``-m node`` does not read. No expression: all of them."""
+    if not markexpr.strip():
+        return tuple(PROBE_LAYERS)
+    from _pytest.mark.expression import Expression
+
+    try:
+        expression = Expression.compile(markexpr)
+    except Exception:  # pytest reports a bad -m itself
+        return tuple(PROBE_LAYERS)
+
+    def marked(layer: str) -> Callable[..., bool]:
+        return lambda name, /, **_: name == layer
+
+    return tuple(layer for layer in PROBE_LAYERS if expression.evaluate(marked(layer)))
 
 
 SUITE = pytest.StashKey[Suite]()
@@ -269,7 +315,8 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     if config.getoption("discover"):
         from gpuready.conformance.discovered import start_suite
 
-        config.stash[SUITE] = start_suite(config, Suite, _interrupt_on_sigterm)
+        layers = selected_probe_layers(config.getoption("markexpr") or "")
+        config.stash[SUITE] = start_suite(config, Suite, _interrupt_on_sigterm, layers)
         return
     inventory = config.getoption("inventory")
     if not inventory:
@@ -322,6 +369,7 @@ def pytest_sessionstart(session: pytest.Session) -> None:
         results=FleetResults([n.name for n in nodes], inventory),
     )
     config.stash[SUITE].restore_signal = _interrupt_on_sigterm()
+    config.stash[SUITE].probe_layers = selected_probe_layers(config.getoption("markexpr") or "")
 
 
 def _interrupt_on_sigterm() -> Callable[[], None] | None:
@@ -347,11 +395,14 @@ def _interrupt_on_sigterm() -> Callable[[], None] | None:
     return restore
 
 
+_LAYER = pytest.StashKey[str | None]()
+
+
 def layer_of(item: pytest.Item) -> str | None:
-    for layer in LAYERS:
-        if item.get_closest_marker(layer) is not None:
-            return layer
-    return None
+    """The item's layer marker, looked up once per item (the hooks ask for it several times per check)."""
+    if _LAYER not in item.stash:
+        item.stash[_LAYER] = next((x for x in LAYERS if item.get_closest_marker(x) is not None), None)
+    return item.stash[_LAYER]
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:

@@ -245,13 +245,19 @@ class Workloads:
         deadline = time.monotonic() + timeout
         state: dict[str, PodResult] = {}
 
+        pending = set(goals)  # pods not at their goal yet: one check per event, not one per pod per event
+
         def seen(obj: Obj) -> None:
             name = obj["metadata"]["name"]
             if name in goals:
-                state[name] = _result(obj, nodes[name])
+                state[name] = result = _result(obj, nodes[name])
+                if _reached(result, goals[name]):
+                    pending.discard(name)
+                else:
+                    pending.add(name)
 
         def done() -> bool:
-            return all(n in state and _reached(state[n], g) for n, g in goals.items())
+            return not pending
 
         listed = self._list_pods()
         for obj in listed["items"]:
@@ -260,6 +266,9 @@ class Workloads:
         while goals and not done() and time.monotonic() < deadline:
             remaining = max(1, int(deadline - time.monotonic() + 0.999))
             stream = watch.Watch()
+            # events as the API server sent them (dicts): the client's model deserialisation of every pod event
+            # (then serialised back) was the costliest part of following 1000 probe pods
+            stream.get_return_type = lambda func: None  # type: ignore[method-assign]
             self.requests += 1
             try:
                 events = stream.stream(
@@ -270,7 +279,7 @@ class Workloads:
                     _request_timeout=remaining + 5,
                 )
                 for event in events:
-                    obj = self.cluster.api.sanitize_for_serialization(event["object"])
+                    obj = event["raw_object"]
                     version = obj["metadata"].get("resourceVersion") or version
                     seen(obj)
                     if done() or time.monotonic() >= deadline:

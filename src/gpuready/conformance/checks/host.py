@@ -11,8 +11,6 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-import tomlkit.exceptions
-
 from gpuready.conformance.checks import CannotCheck, Output, not_found
 from gpuready.nvidia import cdi, security
 from gpuready.nvidia.containerd_config import (
@@ -79,8 +77,13 @@ def _unit_problems(unit: Unit, what: str, consequence: str = "") -> list[str]:
 _TOOLKIT_VERSION = re.compile(r"NVIDIA Container Toolkit CLI version (\S+)")
 
 
+# the suite's per-node cache key of the parsed report (the host and gpu layers share it)
+SMI_REPORT = "smi-report"
+
+
 def smi_report(out: Output) -> SmiReport:
-    """nvidia-smi's report, or CannotCheck when nvidia-smi gave none (``test_nvidia_smi_runs`` owns that)."""
+    """nvidia-smi's report, or CannotCheck when nvidia-smi gave none (``test_nvidia_smi_runs`` owns that). The
+    checks that judge the report take it parsed: the suite parses it once per node (SMI_REPORT)."""
     if not_found(out):
         raise CannotCheck("nvidia-smi not found; test_nvidia_smi_runs reports it")
     if MISMATCH in out.text:
@@ -117,8 +120,7 @@ def nvidia_smi_runs(out: Output) -> list[str]:
     return []
 
 
-def driver_version(node: NodeSpec, out: Output) -> list[str]:
-    report = smi_report(out)
+def driver_version(node: NodeSpec, report: SmiReport) -> list[str]:
     if report.driver_version != node.versions.driver:
         return [
             f"driver version is {report.driver_version}, the inventory pins {node.versions.driver} "
@@ -139,8 +141,7 @@ def driver_library_mismatch(out: Output) -> list[str]:
     return []
 
 
-def persistence_mode(out: Output) -> list[str]:
-    report = smi_report(out)
+def persistence_mode(report: SmiReport) -> list[str]:
     off = [str(gpu.index) for gpu in report.gpus if gpu.persistence_mode is False]
     if off:
         return [f"persistence mode is off on GPU {', '.join(off)} (is nvidia-persistenced running?)"]
@@ -192,9 +193,9 @@ def toolkit_security(out: Output) -> list[str]:
     )
 
 
-def driver_security(out: Output) -> list[str]:
+def driver_security(report: SmiReport) -> list[str]:
     """The loaded driver is not below its branch's fix of an NVIDIA GPU display driver security bulletin."""
-    version = smi_report(out).driver_version
+    version = report.driver_version
     return _advisories("NVIDIA driver", "nvidia_driver_version", version, security.driver_advisories(version))
 
 
@@ -206,7 +207,7 @@ def containerd_nvidia_handler(out: Output) -> list[str]:
     try:
         nvidia = nvidia_runtime_of(out.stdout)
         runc = nvidia_runtime_of(out.stdout, "runc")
-    except (tomlkit.exceptions.TOMLKitError, ContainerdConfigError) as exc:
+    except ContainerdConfigError as exc:
         return [f"`{CONTAINERD_COMMAND}` printed no readable config: {exc}"]
     if nvidia is None:
         return [
@@ -249,7 +250,7 @@ def containerd_cdi(out: Output) -> list[str]:
         return [problem]
     try:
         enabled, dirs = cdi_settings(out.stdout)
-    except (tomlkit.exceptions.TOMLKitError, ContainerdConfigError) as exc:
+    except ContainerdConfigError as exc:
         return [f"`{CONTAINERD_COMMAND}` printed no readable config: {exc}"]
     problems = []
     if not enabled:
