@@ -92,6 +92,10 @@ def test_discover_with_no_inventory_passes_a_healthy_fleet(pytester, suite_dir, 
                       "host/test_driver_version", "gpu/test_gpus_match_spec", "node/test_allocatable",
                       "node/test_gfd_labels", "workloads/test_vector_add"):  # fmt: skip
             assert got[check] == "pass", (node, check, got)
+    # the H100's GPUs report an NVSwitch fabric: Fabric Manager and NVLinks are checked
+    h100 = next(iter(fleet.nodes))
+    assert statuses(verdict, h100)["host/test_fabric_manager_active"] == "pass"
+    assert statuses(verdict, h100)["gpu/test_nvlink_up"] == "pass"
     text = result.stdout.str()
     assert (
         "--discover: pools (product + sharing): NVIDIA-H100-80GB-HBM3: 1 node(s); NVIDIA-L4-SHARED time-slicing x4: 3 node(s)"

@@ -9,6 +9,7 @@ from __future__ import annotations
 import copy
 import subprocess
 import sys
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -239,3 +240,34 @@ def test_discover_cli_help():
         [sys.executable, "-m", "gpuready.cli", "discover", "--help"], capture_output=True, text=True
     )
     assert out.returncode == 0 and "--expect-driver" in out.stdout, out.stderr
+
+
+def test_nvswitch_is_discovered_from_the_gpus_fabric_state(specs):
+    """A GPU of a Hopper NVSwitch board reports its fabric state (Completed, or In Progress while Fabric Manager
+    is not done: gpud's capture of an HGX H100, tests/fixtures/nvidia-smi-text); others report N/A (telegraf's
+    A100 capture). The discovered node then expects Fabric Manager active and its NVLinks up."""
+    from pathlib import Path
+
+    from gpuready.conformance.checks import Output
+    from gpuready.conformance.checks import host as host_checks
+    from gpuready.conformance.discovered import probed_from
+
+    real = (
+        Path(__file__).parents[1] / "fixtures" / "nvidia-smi-xml" / "telegraf__a100-sxm4-v12.xml"
+    ).read_text()
+
+    def answers(report: str) -> dict[str, Output]:
+        return {
+            host_checks.NVIDIA_SMI_COMMAND: Output(0, report, ""),
+            host_checks.TOOLKIT_COMMAND: Output(0, "NVIDIA Container Toolkit CLI version 1.20.0\n", ""),
+            host_checks.SMI_LIST_COMMAND: Output(0, "", ""),
+        }
+
+    assert "<state>N/A</state>" in real and probed_from(answers(real)).nvswitch is False
+    for state in ("Completed", "In Progress"):
+        fabric = real.replace("<state>N/A</state>", f"<state>{state}</state>", 1)
+        assert probed_from(answers(fabric)).nvswitch is True, state
+    probes = {n: probed(s) for n, s in specs.items()}
+    probes["h100-a"] = replace(probes["h100-a"], nvswitch=True)
+    fleet = discovery.fleet(run(specs, probes=probes))
+    assert fleet.nodes["h100-a"].nvswitch is True and fleet.nodes["h100-b"].nvswitch is False

@@ -102,7 +102,8 @@ def probed_from(outputs: Mapping[str, Output]) -> discovery.Probed:
             mig = tuple(tuple(d.profile for d in g.mig_devices) or None for g in parse_list(listed.stdout))
         except ValueError:
             mig = ()
-    return discovery.Probed(driver, toolkit.group(1) if toolkit else None, gpus, memory, mig)
+    nvswitch = report is not None and any(g.fabric_state not in (None, "N/A") for g in report.gpus)
+    return discovery.Probed(driver, toolkit.group(1) if toolkit else None, gpus, memory, mig, nvswitch)
 
 
 def discover_cluster(

@@ -67,13 +67,19 @@ KINDS = ("labels", "nvidia-smi", "pool")
 @dataclass(frozen=True)
 class Probed:
     """What a node's probe saw: driver (nvidia-smi), toolkit (nvidia-ctk), and per GPU its name, memory and MIG
-    devices' profiles (None: MIG disabled)."""
+    devices' profiles (None: MIG disabled); ``nvswitch``: a GPU reports an NVSwitch fabric state.
+
+    The fabric state is how a node shows its NVSwitches without an inventory: on Hopper and later, a GPU of an
+    NVSwitch board reports ``Fabric State`` (In Progress until Fabric Manager has configured the fabric, then
+    Completed) where every other GPU reports N/A. Older NVSwitch boards (HGX A100) report N/A too, so they are
+    found only by an inventory that says ``nvswitch = True``."""
 
     driver: str | None = None
     toolkit: str | None = None
     gpus: tuple[str, ...] = ()
     memory_mib: int | None = None
     mig: tuple[tuple[str, ...] | None, ...] = ()
+    nvswitch: bool = False
 
 
 @dataclass
@@ -223,6 +229,8 @@ def _node_data(obj: Obj, config: Obj | None, probed: Probed | None, d: Discovery
     base, single_profile, shared = split_product(product)
     model_name, model = _model(base, probed)
     data: dict[str, Any] = {"gpu_model": model_name}
+    if probed is not None and probed.nvswitch:
+        data["nvswitch"] = True  # Fabric Manager must be active and the NVLinks up (the host and gpu layers)
     replicas = _int(labels.get(REPLICAS)) or 1
     strategy = str(labels.get(STRATEGY, "none"))
     mig_strategy = str(labels.get(MIG_STRATEGY, "none"))
