@@ -54,6 +54,23 @@ def test_the_document_gives_back_what_each_command_printed():
     assert answers["no-such-command-here"].rc == 127  # what the checks read as "not found"
 
 
+def test_a_base64_without_w0_is_joined_by_tr(tmp_path):
+    """An image whose base64 knows no -w0 (one that wraps at 76 columns and refuses the flag)."""
+    bin_ = tmp_path / "bin"
+    bin_.mkdir()
+    real = shutil.which("base64")
+    (bin_ / "base64").write_text(
+        f'#!/bin/sh\nfor a; do [ "$a" = -w0 ] && {{ echo "base64: invalid option -- w" >&2; exit 1; }}; done\n'
+        f'exec {real} "$@"\n'
+    )
+    (bin_ / "base64").chmod(0o755)
+    env = {**os.environ, "GPUREADY_HOST_ROOT": "/", "PATH": f"{bin_}:{os.environ['PATH']}"}
+    done = subprocess.run(probe.argv(COMMANDS), env=env, capture_output=True, text=True, timeout=60)
+    assert len(done.stdout.splitlines()) == 1, done.stdout[:300]
+    answers = probe.parse(done.stdout, COMMANDS)
+    assert answers[COMMANDS[-1]].stdout == "x" * 300000 and answers[COMMANDS[1]].stdout == "two\nlines"
+
+
 def test_render_is_the_inverse_of_parse():
     outputs = [Output(0, "a\n", ""), Output(3, "", "ünïcode\n"), Output(124, "", "")]
     assert list(probe.parse(probe.render(outputs), ["a", "b", "c"]).values()) == outputs

@@ -1,11 +1,11 @@
 """``--connection pod``: the host and gpu layers with only a kubeconfig, through one short-lived probe pod per node.
 
-For every node still in the running at once, a pod pinned to the node runs the layer's commands (the same strings
-the SSH runner would run: ``checks.host.commands(node)``, ``checks.gpu.commands(node)``, ...) with the host's own
-tools, from a read-only view of the host's root (a hostPath of ``/`` at ``/host``, each command chrooted there, as
-the GPU Operator's validator does; ``nvidia-smi`` from ``/run/nvidia/driver`` where the GPU Operator's driver
-container keeps it). The image only needs a POSIX shell, ``chroot``, ``timeout``, ``mktemp`` and ``base64``: a
-stock minimal image (knob ``probe_image``, default Debian slim) serves, and a mirror is one knob. The pod prints
+For every node still in the running at once, a pod pinned to the node runs the commands of both node-side layers
+(the same strings the SSH runner would run: ``plugin.PROBE_LAYERS``, from ``checks.host.commands(node)`` and
+``checks.gpu.commands(node)``) with the host's own tools, from a read-only view of the host's root (a hostPath of
+``/`` at ``/host``, each command chrooted there, as the GPU Operator's validator does; ``nvidia-smi`` from
+``/run/nvidia/driver`` where the GPU Operator's driver container keeps it). The image only needs a POSIX shell,
+``chroot``, ``timeout``, ``mktemp`` and ``base64`` (and ``tr`` where its ``base64`` has no ``-w0``): a stock minimal image (knob ``probe_image``, default Debian slim) serves, and a mirror is one knob. The pod prints
 ONE JSON document on one line::
 
     {"format": "gpuready-probe/v1", "driver_root": "/", "results": [{"rc": 0, "stdout": "<base64>",
@@ -60,6 +60,8 @@ dr=/
 [ -x "$root/run/nvidia/driver/usr/bin/nvidia-smi" ] && dr=/run/nvidia/driver
 tmp=$(mktemp -d) || exit 70
 trap 'rm -rf "$tmp"' EXIT
+# one line of base64: -w0 where base64 has it (coreutils, busybox), else a tr after it (a process more a stream)
+if base64 -w0 </dev/null >/dev/null 2>&1; then b64() { base64 -w0 <"$1"; }; else b64() { base64 <"$1" | tr -d '\n'; }; fi
 run_in() {
   case "$1" in
     nvidia-smi*) r="${root%/}$dr" ;;
@@ -74,9 +76,9 @@ for c in "$@"; do
   run_in "$c" >"$tmp/out" 2>"$tmp/err" </dev/null
   rc=$?
   printf '%s{"rc":%d,"stdout":"' "$sep" "$rc"
-  base64 <"$tmp/out" | tr -d '\n'
+  b64 "$tmp/out"
   printf '","stderr":"'
-  base64 <"$tmp/err" | tr -d '\n'
+  b64 "$tmp/err"
   printf '"}'
   sep=,
 done

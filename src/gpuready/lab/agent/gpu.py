@@ -553,13 +553,16 @@ class GpuSync(Loop):
     node label and status edits) and polls lab hosts, whose files change outside the API (faults, MIG, deploys)."""
 
     keys = ("nodes", "pods")
-    poll_s = 1.0
+    poll_s = 1.0  # the shortest time between two polls of the lab hosts
+    # at most this share of the loop's time goes to polling the hosts (1000 stand-in hosts: one poll every ~8 s)
+    poll_share = 0.2
 
     def __init__(self, server: Agent) -> None:
         super().__init__(server)
         self.backends: dict[str, LabGpuBackend] = {}
         self._dirty: set[str] = set()
         self._last_poll = 0.0
+        self._poll_every = self.poll_s
 
     def observe(self, ev: Event) -> None:
         if ev.key == "nodes":
@@ -580,7 +583,8 @@ class GpuSync(Loop):
 
     def reconcile(self) -> None:
         now = time.monotonic()
-        if now - self._last_poll >= self.poll_s:
+        polling = now - self._last_poll >= self._poll_every
+        if polling:
             self._last_poll = now
             self._dirty.update(n for n, b in list(self.backends.items()) if b.needs_polling())
         dirty, self._dirty = self._dirty, set()
@@ -588,6 +592,9 @@ class GpuSync(Loop):
             backend = self.backends.get(name)
             if backend is not None:
                 backend.sync_node(self.server, name)
+        # a poll of many hosts takes long: space the polls so they stay a share of the loop's time
+        if polling:
+            self._poll_every = max(self.poll_s, (time.monotonic() - now) / self.poll_share)
 
 
 def attach(

@@ -16,6 +16,7 @@ from __future__ import annotations
 import glob
 import json
 import os
+import threading
 import time
 import tomllib
 from dataclasses import dataclass, field
@@ -266,6 +267,38 @@ def _cgroup_pids(cgroup: Path) -> list[int]:
     return pids
 
 
+class _RootScan:
+    """Which process of this machine has which root directory: one walk of /proc a second for every host view
+    at once (1000 stand-in hosts each walking /proc every second was the agent's costliest work)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.at = -1e9
+        self.pids: dict[tuple[int, int], int] = {}
+
+    def pid_of(self, root: Path) -> int | None:
+        try:
+            st = os.stat(root)
+        except OSError:
+            return None
+        with self.lock:
+            now = time.monotonic()
+            if now - self.at >= 1.0:
+                self.at = now
+                self.pids = {}
+                for p in os.listdir("/proc"):
+                    if p.isdigit():
+                        try:
+                            mine = os.stat(f"/proc/{p}/root")
+                        except OSError:
+                            continue
+                        self.pids.setdefault((mine.st_dev, mine.st_ino), int(p))
+            return self.pids.get((st.st_dev, st.st_ino))
+
+
+_ROOTS = _RootScan()
+
+
 def _root_of(pid: int, root: Path) -> bool:
     """Whether process ``pid`` has ``root`` (the host's overlay) as its root directory."""
     try:
@@ -343,7 +376,6 @@ class HostView:
     cgroups: tuple[Path, ...] = ()  # the host's cgroups: where its processes (and so its live /run) are found
     _cache: dict[str, _Cached] = field(default_factory=dict, repr=False)
     _root_pid: int | None = field(default=None, repr=False)
-    _scanned: float = field(default=-1e9, repr=False)
 
     def _cached_json(self, path: Path) -> Any:
         entry = self._cache.setdefault(str(path), _Cached())
@@ -372,14 +404,13 @@ class HostView:
         # the host's cgroups first; the agent may run in a mount namespace that shows no cgroup tree, so else any
         # process of this machine whose root is the host's overlay (at most one scan a second while none is)
         candidates: list[int] = [pid for cgroup in self.cgroups for pid in _cgroup_pids(cgroup)]
-        now = time.monotonic()
-        if not candidates and now - self._scanned >= 1.0:
-            self._scanned = now
-            candidates = [int(p) for p in os.listdir("/proc") if p.isdigit()]
         for pid in candidates:
             if _root_of(pid, self.root):
                 self._root_pid = pid
                 return Path(f"/proc/{pid}/root")
+        if not candidates and (found := _ROOTS.pid_of(self.root)) is not None and _root_of(found, self.root):
+            self._root_pid = found
+            return Path(f"/proc/{found}/root")
         return None
 
     def snapshot(self) -> HostState:
