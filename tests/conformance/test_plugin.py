@@ -152,6 +152,20 @@ def test_items_run_in_layer_order_with_node_ids(pytester, two_node_inventory):
     ]
 
 
+def test_a_layer_minus_m_leaves_out_is_not_parametrized_per_node(pytester, two_node_inventory):
+    """-m host: the gpu and metrics checks are collected once each, to be deselected, not once per node (a
+    1000-node run collected 54,000 items to deselect 31,000)."""
+    write_suite(pytester, LAYERED_SUITE)
+    result = pytester.runpytest_inprocess("--inventory", str(two_node_inventory), "-m", "host or not metrics", "-q",
+                                          "-p", "no:cacheprovider")  # fmt: skip
+    # plain; host 2 x 2 (one fails); gpu 1 x 2 (one gated)
+    result.assert_outcomes(passed=5, failed=1, skipped=1)
+    result.stdout.fnmatch_lines(["*1 deselected*"])  # test_series, once
+    result = pytester.runpytest_inprocess("--inventory", str(two_node_inventory), "-m", "host", "--collect-only",
+                                          "-q", "-p", "no:cacheprovider")  # fmt: skip
+    result.stdout.fnmatch_lines(["4/7 tests collected (3 deselected)*"])  # plain, count, series: once each
+
+
 def test_a_failed_layer_skips_later_layers_on_that_node_only(pytester, two_node_inventory):
     write_suite(pytester, LAYERED_SUITE)
     result = pytester.runpytest_inprocess(
