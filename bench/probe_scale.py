@@ -21,6 +21,7 @@ import contextlib
 import io
 import json
 import os
+import resource
 import subprocess
 import sys
 import tempfile
@@ -77,9 +78,14 @@ def cpu_seconds(pid: int) -> tuple[float, float]:
     return (int(fields[11]) + int(fields[12])) / tick, (int(fields[13]) + int(fields[14])) / tick
 
 
-def run(api: Any, kubeconfig: str, root: Path, names: list[str], agent: int) -> dict[str, Any]:
+def run(
+    api: Any, kubeconfig: str, root: Path, names: list[str], components: dict[str, int]
+) -> dict[str, Any]:
     path = inventory(root / f"n{len(names)}", names)
+    agent = components["agent"]
     agent_before = cpu_seconds(agent)
+    others_before = {c: cpu_seconds(p)[0] for c, p in components.items() if c != "agent"}
+    suite_before = resource.getrusage(resource.RUSAGE_SELF)
     report = root / f"n{len(names)}" / "report"
     before = request_totals(api)
     output = io.StringIO()
@@ -105,6 +111,13 @@ def run(api: Any, kubeconfig: str, root: Path, names: list[str], agent: int) -> 
     ProbeFleet.gather = original  # type: ignore[method-assign]
     after = request_totals(api)
     agent_after = cpu_seconds(agent)
+    suite_after = resource.getrusage(resource.RUSAGE_SELF)
+    others = {
+        c: round(cpu_seconds(p)[0] - others_before[c], 1) for c, p in components.items() if c != "agent"
+    }
+    suite_cpu = (suite_after.ru_utime - suite_before.ru_utime) + (
+        suite_after.ru_stime - suite_before.ru_stime
+    )
     summary = [line for line in output.getvalue().splitlines() if " passed" in line or " failed" in line]
     print(f"  pytest -m 'host or gpu' --connection pod on {len(names)}: {summary[-1] if summary else '?'}")
     reads = {
@@ -130,7 +143,8 @@ def run(api: Any, kubeconfig: str, root: Path, names: list[str], agent: int) -> 
             "per_check": round(counted.n / max(checks, 1), 3), "apiserver_reads": reads,
             "outcomes": dict(outcomes), "failed": dict(failed.most_common(5)),
             "agent_cpu_s": round(agent_after[0] - agent_before[0], 1),
-            "probe_cpu_s": round(agent_after[1] - agent_before[1], 1)}  # fmt: skip
+            "probe_cpu_s": round(agent_after[1] - agent_before[1], 1),
+            "suite_cpu_s": round(suite_cpu, 1), "control_plane_cpu_s": others}  # fmt: skip
 
 
 LAB_FIRST_INDEX = 121  # gpu-node-121..: apart from the test labs' hosts
@@ -202,7 +216,7 @@ def main() -> int:
                    (f"{len(names)} stand-in hosts attached", f"{time.monotonic() - start:8.1f} s")])  # fmt: skip
             api = api_client(entry)
             for size in sizes:
-                r = run(api, entry["kubeconfig"], root, names[:size], pids(entry)["agent"])
+                r = run(api, entry["kubeconfig"], root, names[:size], pids(entry))
                 results.append(r)
                 table([
                     (f"host+gpu layers, {size} nodes, probe pods: wall", f"{r['wall_s']:8.1f} s (exit {r['exit']})"),
@@ -214,6 +228,8 @@ def main() -> int:
                     ("  CPU on this machine meanwhile: node agent; probe processes",
                      f"{r['agent_cpu_s']:8.1f} s; {r['probe_cpu_s']:.1f} s = {1000 * r['probe_cpu_s'] / size:.0f} ms per node "
                      "(on a real fleet each node runs its own)"),
+                    ("  CPU of the suite (this process); of the control plane",
+                     f"{r['suite_cpu_s']:8.1f} s; {json.dumps(r['control_plane_cpu_s'])}"),
                     ("  check outcomes", f"{json.dumps(r['outcomes'])} failed: {json.dumps(r['failed'])}"),
                 ])  # fmt: skip
             if len(results) > 1:
