@@ -142,13 +142,16 @@ class Suite:
         layers = [x for x in PROBE_LAYERS if x in self.probe_layers or x == also]
         return list(dict.fromkeys(c for layer in layers for c in PROBE_LAYERS[layer](node)))
 
-    def prefetch(self, layer: str, workers: int = 32) -> None:
-        """Run a layer's commands (:data:`PROBE_LAYERS`) on every node still in the running at once (each node's
-        in order), so the layer costs the slowest node's time, not the sum over the fleet; the checks then read
-        the cache (the commands testinfra's modules run, e.g. ``systemctl is-active kubelet``, are cached the
-        same way). With ``--connection pod`` the first of the run's node-side layers gathers them all, in one
-        probe pod per node: one round of pods per run, not one per layer (a node a later layer gates out had
-        its answers gathered for nothing, which costs less than a second round)."""
+    def prefetch(
+        self, layer: str, commands_of: Callable[[Any], list[str]] | None = None, workers: int = 32
+    ) -> None:
+        """Run a layer's commands (``commands_of``; :data:`PROBE_LAYERS` for host and gpu) on every node still in
+        the running at once (each node's in order), so the layer costs the slowest node's time, not the sum over
+        the fleet; the checks then read the cache (the commands testinfra's modules run, e.g. ``systemctl
+        is-active kubelet``, are cached the same way). With ``--connection pod`` the first of the run's host and
+        gpu layers gathers both, in one probe pod per node: one round of pods per run, not one per layer (a node
+        a later layer gates out had its answers gathered for nothing, which costs less than a second round);
+        another layer (diag) gets a round of its own."""
         from concurrent.futures import ThreadPoolExecutor
 
         from gpuready.conformance.runners import ConnectionFailed
@@ -156,14 +159,20 @@ class Suite:
         if layer in self._prefetched:
             return
         self._prefetched.add(layer)
+        if commands_of is None:
+            commands_of = PROBE_LAYERS[layer]
         if self.connection == "pod" and self.runner_factory is None:  # one probe pod per node, all at once
-            self._prefetched.update(self.probe_layers)
-            wanted = {
-                n.name: self.probe_commands(n, layer) for n in self.nodes if self.gated(n, layer) is None
-            }
+            if layer in PROBE_LAYERS:
+                self._prefetched.update(self.probe_layers)
+                wanted = {
+                    n.name: self.probe_commands(n, layer) for n in self.nodes if self.gated(n, layer) is None
+                }
+            else:
+                wanted = {
+                    n.name: ["true", *commands_of(n)] for n in self.nodes if self.gated(n, layer) is None
+                }
             self.probe_fleet().gather(wanted)
             return
-        commands_of = PROBE_LAYERS[layer]
         jobs = [(self.runner(n), commands_of(n)) for n in self.nodes if self.gated(n, layer) is None]
 
         def run_all(job: tuple[Any, list[str]]) -> None:
