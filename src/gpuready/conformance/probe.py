@@ -5,8 +5,9 @@ For every node still in the running at once, a pod pinned to the node runs the c
 ``checks.gpu.commands(node)``) with the host's own tools, from a read-only view of the host's root (a hostPath of
 ``/`` at ``/host``, each command chrooted there, as the GPU Operator's validator does; ``nvidia-smi`` from
 ``/run/nvidia/driver`` where the GPU Operator's driver container keeps it). The image only needs a POSIX shell,
-``chroot``, ``timeout``, ``mktemp`` and ``base64`` (and ``tr`` where its ``base64`` has no ``-w0``): a stock minimal image (knob ``probe_image``, default Debian slim) serves, and a mirror is one knob. The pod prints
-ONE JSON document on one line::
+``chroot``, ``timeout``, ``mktemp`` and ``base64`` (and ``tr`` where its ``base64`` has no ``-w0``): a stock
+minimal image (knob ``probe_image``, default Debian slim) serves, and a mirror is one knob. The pod prints ONE
+JSON document on one line::
 
     {"format": "gpuready-probe/v1", "driver_root": "/", "results": [{"rc": 0, "stdout": "<base64>",
      "stderr": "<base64>"}, ...]}
