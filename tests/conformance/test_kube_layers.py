@@ -227,6 +227,10 @@ def test_namespace_deleted_after_a_timeout(pytester, kube_suite, fleets):
     fleet = fleets()
     l4 = list(fleet.nodes)[2]
     fleet.remove_nvidia_dropin(l4)
+    # a taint no GPU pod tolerates keeps vectorAdd Pending: it cannot fail on its own before the 0.01 s are up
+    taint = {"key": "gpuready.io/test-hold", "value": "x", "effect": "NoSchedule"}
+    taints = (fleet.node(l4)["spec"].get("taints") or []) + [taint]
+    fleet.core.patch_node(l4, {"spec": {"taints": taints}})
     result, verdict = run(pytester, fleet, "--nodes", l4, "--pod-timeout", "0.01")
     message = checks(verdict, l4)["workloads/test_vector_add"][1]
     assert "(timed out waiting)" in message or "RunContainerError" in message
