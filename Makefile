@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: setup system-deps control-plane demo plan test lint clean
+.PHONY: setup system-deps control-plane demo plan test unit lint clean
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -42,6 +42,10 @@ lint: setup $(BIN)/actionlint
 
 test: setup system-deps control-plane lint
 	$(BIN)/pytest
+
+# The fast run: no root, no control plane, no lab hosts (tests/conftest.py marks the tests that need the cluster).
+unit: setup
+	$(BIN)/pytest -m "not cluster and not lab"
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache reports

@@ -63,6 +63,32 @@ class LabCluster:
         control.call(self.control, {"op": "resume_heartbeat", "name": name})
 
 
+# The directories whose every test runs against a real control plane (the session's or one of their own): they
+# are `cluster` tests even where a test's fixtures do not reach `lab_cluster`.
+CLUSTER_DIRS = ("agent", "cluster", "kube")
+TESTS = Path(__file__).resolve().parent
+
+
+def needs_cluster(item: pytest.Item) -> bool:
+    """True for a test that needs the shared lab cluster: `lab_cluster` in its fixture closure (directly or through
+    virtual_nodes, api, namespace, kubectl, kube_fleet...) or a test in one of CLUSTER_DIRS."""
+    if "lab_cluster" in getattr(item, "fixturenames", ()):
+        return True
+    try:
+        parts = item.path.resolve().relative_to(TESTS).parts
+    except ValueError:
+        return False
+    return len(parts) > 1 and parts[0] in CLUSTER_DIRS
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark every test that needs the lab cluster `cluster`, in this one place, so that
+    `-m "not cluster and not lab"` (`make unit`) is the fast run that needs neither root nor a control plane."""
+    for item in items:
+        if needs_cluster(item):
+            item.add_marker(pytest.mark.cluster)
+
+
 def cluster_skip_reason() -> str | None:
     if os.geteuid() != 0:
         return (

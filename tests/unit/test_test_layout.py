@@ -4,6 +4,10 @@ fail to import ("import file mismatch"), and every in-process suite run with it.
 
 from __future__ import annotations
 
+import shutil
+import subprocess
+import sys
+import tomllib
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
@@ -17,3 +21,69 @@ def test_no_top_level_test_module_shares_a_conformance_file_name():
         if path.name in layers and not (path.parent / "__init__.py").exists()
     ]
     assert clashing == [], f"rename these: they shadow conformance/ layer files of the same name: {clashing}"
+
+
+def collected(args: list[str], cwd: Path) -> list[str]:
+    """The node ids `pytest --collect-only` selects with `args` (run in a fresh process: the conftest under test)."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode in (0, 5), proc.stdout + proc.stderr  # 5: everything deselected
+    return sorted(line for line in proc.stdout.splitlines() if "::" in line)
+
+
+def test_a_test_that_reaches_lab_cluster_is_marked_cluster(tmp_path):
+    """tests/conftest.py marks `cluster` every test whose fixture closure holds `lab_cluster` (directly or through
+    another fixture) and every test in its cluster directories, so `-m "not cluster and not lab"` is the unit run."""
+    tests = tmp_path / "tests"
+    (tests / "kube").mkdir(parents=True)
+    shutil.copy(REPO / "tests" / "conftest.py", tests / "conftest.py")
+    (tests / "test_sample.py").write_text(
+        "import pytest\n\n"
+        "@pytest.fixture\n"
+        "def fleet(virtual_nodes):\n"
+        "    return virtual_nodes\n\n"
+        "def test_direct(lab_cluster): pass\n"
+        "def test_through_virtual_nodes(virtual_nodes): pass\n"
+        "def test_through_a_fixture_of_its_own(fleet): pass\n"
+        "def test_through_kubectl(kubectl): pass\n"
+        "def test_plain(tmp_path): pass\n"
+    )
+    (tests / "kube" / "__init__.py").write_text("")
+    (tests / "kube" / "test_in_a_cluster_dir.py").write_text("def test_no_fixture(): pass\n")
+    (tmp_path / "pytest.ini").write_text("[pytest]\ntestpaths = tests\n")
+    assert collected(["-m", "cluster"], tmp_path) == [
+        "tests/kube/test_in_a_cluster_dir.py::test_no_fixture",
+        "tests/test_sample.py::test_direct",
+        "tests/test_sample.py::test_through_a_fixture_of_its_own",
+        "tests/test_sample.py::test_through_kubectl",
+        "tests/test_sample.py::test_through_virtual_nodes",
+    ]
+    assert collected(["-m", "not cluster and not lab"], tmp_path) == ["tests/test_sample.py::test_plain"]
+
+
+def test_the_unit_run_leaves_out_the_real_cluster_tests():
+    """On the real tree: kube_fleet's tests and the cluster directories' are out of `make unit`, unit tests in."""
+    selected = collected(
+        [
+            "-m",
+            "not cluster and not lab",
+            "tests/conformance/test_kube_policy.py",
+            "tests/agent/test_runtime.py",
+            "tests/unit/test_test_layout.py",
+        ],
+        REPO,
+    )
+    assert selected, "the unit tests were left out too"
+    assert [node for node in selected if not node.startswith("tests/unit/")] == []
+
+
+def test_make_unit_runs_the_unit_selection_and_the_marker_is_registered():
+    config = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["pytest"]["ini_options"]
+    assert any(marker.startswith("cluster:") for marker in config["markers"])
+    makefile = (REPO / "Makefile").read_text()
+    assert '-m "not cluster and not lab"' in makefile.split("\nunit:", 1)[1].split("\n\n", 1)[0]
