@@ -7,23 +7,28 @@ fact's own command and parses each section with the fact's own ``process``. The 
 operation has run a command on the host in this run; after a change the next read batches again, so an operation
 never decides on a state older than the last change.
 
+Which facts the batch holds is declared by the tasks that read them, not listed here: each task module registers
+with :func:`reads` a function that names the facts it (and the operations it calls) reads for the current node,
+and :func:`node_fact_specs` gathers every registered declaration. This module imports no task and no operation
+(``lint-imports`` holds it to that), so the operations can import :func:`node_fact` without a cycle.
+
 Outside a pyinfra run (the JSON operation tests' fake host has no state) :func:`node_fact` is ``host.get_fact``.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
 from pyinfra import host
 from pyinfra.api import FactBase, StringCommand
 from pyinfra.context import ctx_host
-from pyinfra.facts.deb import DebPackages
-from pyinfra.facts.server import Arch, LinuxDistribution, Sysctl, Which
 
 T = TypeVar("T")
 FactSpec = tuple[type[FactBase[Any]], dict[str, Any]]
+# A task's declaration: the facts it reads on the current pyinfra host (it may look at the host's node spec).
+FactDeclaration = Callable[[], Iterable[FactSpec]]
 
 _MARK = "@@gpuready-fact@@"
 _MISSING = "@@gpuready-missing@@"
@@ -104,47 +109,26 @@ class Batch(FactBase[dict[str, Any]]):
         return results
 
 
-def node_fact_specs() -> list[FactSpec]:
-    """Every fact the node deploy (``deploys/gpu_node.py``) reads on a host, with its arguments."""
-    from gpuready.deploy.context import current_node
-    from gpuready.deploy.facts.apt import HeldPackages
-    from gpuready.deploy.facts.containerd import ContainerdConfigText
-    from gpuready.deploy.facts.host import FileDigest, FileText, KernelFeature, Swap, UnitState
-    from gpuready.deploy.facts.kubeadm import KubeletJoined
-    from gpuready.deploy.facts.nvidia import MigInstances, NvidiaSmi
-    from gpuready.deploy.operations import apt as gpu_apt
-    from gpuready.deploy.tasks import containerd, driver, repos, toolkit
-    from gpuready.deploy.tasks import host as host_task
-    from gpuready.deploy.tasks import kubernetes as kube_task
-    from gpuready.nvidia import cdi
+_DECLARATIONS: dict[str, FactDeclaration] = {}
 
-    node = current_node()
-    specs: list[FactSpec] = [
-        (LinuxDistribution, {}),
-        (Arch, {}),
-        (DebPackages, {}),
-        (HeldPackages, {}),
-        (Which, {"command": "update-initramfs"}),
-        (Swap, {}),
-        (KubeletJoined, {}),
-        (FileText, {"path": host_task.SYSCTL_FILE}),
-        (Sysctl, {"keys": sorted(host_task.SYSCTLS)}),
-    ]
-    specs += [(KernelFeature, {"probe": probe}) for probe in host_task.MODULES.values()]
-    specs += [(FileDigest, {"path": path}) for path in (*host_task.FILES, driver.PREFERENCES_FILE)]
-    for repo in repos.REPOSITORIES:
-        specs += [
-            (FileDigest, {"path": repos.keyring_path(repo)}),
-            (FileText, {"path": gpu_apt.list_path(repo)}),
-        ]
-    units = (*driver.units(node), *toolkit.units(node.cdi), containerd.UNIT, kube_task.UNIT)
-    specs += [(UnitState, {"unit": unit}) for unit in units]
-    if node.cdi:
-        specs.append((FileDigest, {"path": cdi.SPEC_PATH}))
-    specs += [(ContainerdConfigText, {"path": path}) for path in containerd.config_paths()]
-    if node.sharing.mode == "mig":
-        specs += [(NvidiaSmi, {}), (MigInstances, {})]
-    return specs
+
+def reads(declaration: FactDeclaration) -> FactDeclaration:
+    """Register a task's declaration of the facts it reads (a decorator, at the task module's top level).
+
+    Keyed by the function's module and name, so a module imported twice (or reloaded) replaces its declaration
+    instead of adding a second one.
+    """
+    _DECLARATIONS[f"{declaration.__module__}.{declaration.__qualname__}"] = declaration
+    return declaration
+
+
+def node_fact_specs() -> list[FactSpec]:
+    """Every fact the registered tasks (the node deploy's, ``deploys/gpu_node.py``) read on this host, once each."""
+    specs: dict[str, FactSpec] = {}
+    for declaration in _DECLARATIONS.values():
+        for cls, kwargs in declaration():
+            specs.setdefault(_key(cls, kwargs), (cls, kwargs))
+    return list(specs.values())
 
 
 def _changes(target: Any) -> int:

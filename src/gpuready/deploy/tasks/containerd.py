@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 from pyinfra.api import deploy
+from pyinfra.facts.deb import DebPackages
 from pyinfra.operations import systemd
 
 from gpuready.deploy.context import current_node
+from gpuready.deploy.facts.containerd import ContainerdConfigText
+from gpuready.deploy.facts.host import UnitState
+from gpuready.deploy.node_facts import FactSpec, reads
 from gpuready.deploy.operations import apt as gpu_apt
 from gpuready.deploy.operations import containerd as containerd_ops
 from gpuready.deploy.operations import host as host_ops
@@ -19,6 +23,16 @@ CONFIG = "/etc/containerd/config.toml"
 def config_paths() -> tuple[str, str]:
     """The files the runtime step reads: the main config and the nvidia drop-in."""
     return CONFIG, f"{DEFAULT_DROP_IN_DIR}/{DEFAULT_DROP_IN_NAME}"
+
+
+@reads
+def facts_read() -> list[FactSpec]:
+    """The facts containerd_runtime reads: the packages, the unit and both config files."""
+    return [
+        (DebPackages, {}),
+        (UnitState, {"unit": UNIT}),
+        *[(ContainerdConfigText, {"path": path}) for path in config_paths()],
+    ]
 
 
 @deploy("containerd with the nvidia runtime", data_defaults=knobs.defaults("deploy"))

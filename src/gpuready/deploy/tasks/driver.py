@@ -7,7 +7,8 @@ from pyinfra.api import deploy
 from pyinfra.facts.deb import DebPackages
 
 from gpuready.deploy.context import current_node
-from gpuready.deploy.node_facts import node_fact
+from gpuready.deploy.facts.host import FileDigest, UnitState
+from gpuready.deploy.node_facts import FactSpec, node_fact, reads
 from gpuready.deploy.operations import host as host_ops
 from gpuready.deploy.tasks.repos import install_pinned, repository
 from gpuready.nvidia.driver_packages import driver_package_names
@@ -38,6 +39,16 @@ def driver_preferences(package_version: str, branch: str, source: str = "cuda-re
 def units(node: NodeSpec) -> tuple[str, ...]:
     """The driver's systemd units on this node."""
     return ("nvidia-persistenced", "nvidia-fabricmanager") if node.nvswitch else ("nvidia-persistenced",)
+
+
+@reads
+def facts_read() -> list[FactSpec]:
+    """The facts nvidia_driver reads (the repository and pins: tasks.repos declares those)."""
+    return [
+        (DebPackages, {}),
+        (FileDigest, {"path": PREFERENCES_FILE}),
+        *[(UnitState, {"unit": unit}) for unit in units(current_node())],
+    ]
 
 
 @deploy("NVIDIA driver", data_defaults=knobs.defaults("deploy"))

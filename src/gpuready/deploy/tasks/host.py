@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from pyinfra.api import deploy
-from pyinfra.facts.server import Which
+from pyinfra.facts.server import Sysctl, Which
 from pyinfra.operations import server
 
-from gpuready.deploy.node_facts import node_fact
+from gpuready.deploy.facts.host import FileDigest, FileText, KernelFeature, Swap
+from gpuready.deploy.node_facts import FactSpec, node_fact, reads
 from gpuready.deploy.operations import host as host_ops
 from gpuready.spec import knobs
 
@@ -25,6 +26,19 @@ SYSCTLS = {
     "net.bridge.bridge-nf-call-ip6tables": 1,
     "net.ipv4.ip_forward": 1,
 }
+
+
+@reads
+def facts_read() -> list[FactSpec]:
+    """The facts host_prerequisites reads (through its operations too), for the batched round trip."""
+    return [
+        (Which, {"command": "update-initramfs"}),
+        (Swap, {}),
+        (FileText, {"path": SYSCTL_FILE}),
+        (Sysctl, {"keys": sorted(SYSCTLS)}),
+        *[(KernelFeature, {"probe": probe}) for probe in MODULES.values()],
+        *[(FileDigest, {"path": path}) for path in FILES],
+    ]
 
 
 @deploy("Host prerequisites", data_defaults=knobs.defaults("deploy"))

@@ -5,12 +5,21 @@ from __future__ import annotations
 from pyinfra.api import deploy
 
 from gpuready.deploy.context import current_node
+from gpuready.deploy.facts.host import UnitState
+from gpuready.deploy.facts.kubeadm import KubeletJoined
+from gpuready.deploy.node_facts import FactSpec, reads
 from gpuready.deploy.operations import host as host_ops
 from gpuready.deploy.operations import kubeadm
 from gpuready.deploy.tasks.repos import install_pinned, repository
 from gpuready.spec import knobs
 
 UNIT = "kubelet"
+
+
+@reads
+def facts_read() -> list[FactSpec]:
+    """The facts kubernetes_packages and join_cluster read (the repository and pins: tasks.repos declares those)."""
+    return [(UnitState, {"unit": UNIT}), (KubeletJoined, {})]
 
 
 @deploy("Kubernetes node packages", data_defaults=knobs.defaults("deploy"))

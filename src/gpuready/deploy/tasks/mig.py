@@ -6,9 +6,17 @@ from pyinfra.api import deploy
 from pyinfra.operations import systemd
 
 from gpuready.deploy.context import current_node
+from gpuready.deploy.facts.nvidia import MigInstances, NvidiaSmi
+from gpuready.deploy.node_facts import FactSpec, reads
 from gpuready.deploy.operations import mig
 from gpuready.nvidia import cdi
 from gpuready.spec import knobs
+
+
+@reads
+def facts_read() -> list[FactSpec]:
+    """The facts mig_layout reads, on a MIG node only."""
+    return [(NvidiaSmi, {}), (MigInstances, {})] if current_node().sharing.mode == "mig" else []
 
 
 @deploy("MIG layout", data_defaults=knobs.defaults("deploy"))

@@ -6,8 +6,13 @@ Keyrings go to /etc/apt/keyrings and sources reference them with ``signed-by=``:
 from __future__ import annotations
 
 from pyinfra.api import deploy
+from pyinfra.facts.deb import DebPackages
+from pyinfra.facts.server import Arch, LinuxDistribution
 
 from gpuready.deploy.context import repo_vars
+from gpuready.deploy.facts.apt import HeldPackages
+from gpuready.deploy.facts.host import FileDigest, FileText
+from gpuready.deploy.node_facts import FactSpec, reads
 from gpuready.deploy.operations import apt as gpu_apt
 from gpuready.spec import knobs
 
@@ -17,6 +22,16 @@ REPOSITORIES = ("cuda", "nvidia-container-toolkit", "kubernetes")
 
 def keyring_path(repo: str) -> str:
     return f"{KEYRING_DIR}/{repo}.gpg"
+
+
+@reads
+def facts_read() -> list[FactSpec]:
+    """The facts a repository and its pinned packages read: the URL's variables, each repository's keyring and
+    list, the installed and held packages."""
+    specs: list[FactSpec] = [(LinuxDistribution, {}), (Arch, {}), (DebPackages, {}), (HeldPackages, {})]
+    for repo in REPOSITORIES:
+        specs += [(FileDigest, {"path": keyring_path(repo)}), (FileText, {"path": gpu_apt.list_path(repo)})]
+    return specs
 
 
 @deploy("Package repository", data_defaults=knobs.defaults("deploy"))

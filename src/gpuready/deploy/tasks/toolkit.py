@@ -6,6 +6,8 @@ from __future__ import annotations
 from pyinfra.api import deploy
 
 from gpuready.deploy.context import current_node
+from gpuready.deploy.facts.host import FileDigest, UnitState
+from gpuready.deploy.node_facts import FactSpec, reads
 from gpuready.deploy.operations import cdi as cdi_ops
 from gpuready.deploy.operations import host as host_ops
 from gpuready.deploy.tasks.repos import install_pinned, repository
@@ -16,6 +18,16 @@ from gpuready.spec import knobs
 def units(cdi_mode: bool) -> tuple[str, ...]:
     """The toolkit's units this step manages: the CDI refresh pair in CDI mode."""
     return (cdi.REFRESH_PATH_UNIT, cdi.REFRESH_SERVICE) if cdi_mode else ()
+
+
+@reads
+def facts_read() -> list[FactSpec]:
+    """The facts container_toolkit reads: its units, and the CDI spec in CDI mode."""
+    node = current_node()
+    specs: list[FactSpec] = [(UnitState, {"unit": unit}) for unit in units(node.cdi)]
+    if node.cdi:
+        specs.append((FileDigest, {"path": cdi.SPEC_PATH}))
+    return specs
 
 
 @deploy("NVIDIA container toolkit", data_defaults=knobs.defaults("deploy"))
