@@ -86,6 +86,8 @@ gpu_nodes = (
         **_cluster,
         # The binary keyring on this machine, for a deploy that uploads it instead of fetching it.
         "lab_repo_keyring_path": _repo["keyring_path"],
+        # The lab's own data beside the knobs (gpuready refuses any other unknown key)
+        "extra_data_keys": ["lab_profile", "lab_repo_keyring_path"],
         # DCGM's level 2 (PCIe and memory tests) where a lab host has dcgmi: emulated, it takes no minutes
         "diag_dcgm_level": 2,
         # Cluster policies to try on the lab; the policy layer proves each as behaviour. The taint is the

@@ -198,3 +198,12 @@ node_ready_timeout = 300
 pod_timeout = 300
 # eviction of pods from a node before an upgrade [fleet-wide]
 drain_timeout = 600
+
+# --- Data that is not a knob --------------------------------------------------------------------------------
+# A key in host or group data that is neither a knob, nor a retired knob (named with what replaced it), nor
+# pyinfra's own (its connectors' data such as ssh_user, ssh_port, docker_identifier, and its global arguments
+# such as _sudo) is refused, naming file, host and key: a misspelt knob would otherwise be ignored and the
+# real knob keep its default. Data your own deploys read is declared in extra_data_keys.
+# keys of host or group data of your own (read by your deploys, not by gpuready), allowed beside the knobs,
+# e.g. ["rack", "asset_tag"]
+extra_data_keys = []

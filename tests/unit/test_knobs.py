@@ -78,6 +78,7 @@ BAD: dict[str, tuple[object, str]] = {
     "node_ready_timeout": (0, "must be an integer >= 1"),
     "pod_timeout": ("5m", "must be an integer >= 1"),
     "drain_timeout": (-1, "must be an integer >= 1"),
+    "extra_data_keys": ("rack", "must be a list of data keys"),
 }
 # knobs whose bad value only shows with another knob set (the rule is across knobs, in gpuready.spec)
 CONTEXT: dict[str, dict[str, object]] = {
@@ -203,14 +204,24 @@ def test_one_bad_mig_layout_on_two_hosts_of_eight_gpus_is_one_line(tmp_path):
 
 def test_a_misspelt_knob_is_named_with_the_knob_it_resembles(tmp_path):
     problems = problems_of(write_inventory(tmp_path, gpu_sharring="time-slicing"))
-    assert problems == [
+    assert len(problems) == 1
+    assert problems[0].startswith(
         f"{tmp_path / 'inv.py'}: host node-1: gpu_sharring = 'time-slicing': is not a gpuready knob: did you mean "
         "gpu_sharing?"
-    ]
-    # other data of a user's own (or pyinfra's) is left alone
-    assert load_fleet(
-        write_inventory(tmp_path / "x" if (tmp_path / "x").mkdir() is None else tmp_path, pool="a")
-    )
+    ), problems
+
+
+def test_data_of_a_users_own_is_refused_unless_extra_data_keys_lists_it(tmp_path):
+    problems = problems_of(write_inventory(tmp_path, pool="a"))
+    assert len(problems) == 1 and "host node-1: pool = 'a': is not a gpuready knob" in problems[0], problems
+    assert "extra_data_keys" in problems[0]
+    # (a new directory each: pyinfra caches the code of an inventory file by its path)
+    (tmp_path / "listed").mkdir()
+    assert load_fleet(write_inventory(tmp_path / "listed", pool="a", extra_data_keys=["pool"]))
+    # pyinfra's own data (its SSH connector's, its global arguments) is left alone
+    (tmp_path / "pyinfra").mkdir()
+    pyinfra_own = {"ssh_user": "ubuntu", "ssh_port": 2222, "_sudo": True, "_sudo_user": "root"}
+    assert load_fleet(write_inventory(tmp_path / "pyinfra", **pyinfra_own))
 
 
 def test_an_inventory_without_group_data_gets_the_registrys_defaults(tmp_path):

@@ -91,8 +91,11 @@ GPU_ALLOCATIONS = ("device-plugin", "dra")  # how a pool's GPUs reach pods (gpur
 
 
 def _branch(value: Any) -> str | None:
-    # --data nvidia_driver_branch=570 arrives as an int (pyinfra parses it): both forms are the branch
-    ok = isinstance(value, int | str) and not isinstance(value, bool) and re.fullmatch(r"\d{3}", str(value))
+    # --data nvidia_driver_branch=570 arrives as an int (pyinfra parses it): both forms are the branch. [0-9], not
+    # \d: \d also matches other scripts' digits (fullwidth 580, U+FF15 U+FF18 U+FF10)
+    ok = (
+        isinstance(value, int | str) and not isinstance(value, bool) and re.fullmatch(r"[0-9]{3}", str(value))
+    )
     return None if ok else "must be a driver branch like '580'"
 
 
@@ -104,6 +107,17 @@ _DNS_LABEL = r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?"
 _DNS_SUBDOMAIN = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*"
 _URL = _text(r"(https?|file)://\S+", "an http(s):// or file:// URL")
 _REVISION = _text(r"[A-Za-z0-9.+~-]+", "a Debian revision like 1 or 1.1")
+# Upper bounds of counts, so a typo (gpu_count = 10**7) is refused at once instead of expanding into millions of
+# per-GPU expectations. GPUs one host exposes: 8 on an HGX board, 16 on HGX-2/DGX-2 (V100) and 10-20 PCIe cards in
+# a 4U server (20 T4 in a Supermicro SYS-6049GP-TRT); 32 leaves room for PCIe expansion chassis.
+MAX_GPUS_PER_NODE = 32
+# Time-slicing replicas: the device plugin advertises replicas x GPUs devices and the conformance suite runs that many
+# pods at once on one node; MPS serves at most 48 clients per GPU (Volta and later), which bounds it for MPS.
+MAX_SHARING_REPLICAS = 256
+MAX_MPS_CLIENTS = 48
+MAX_FLEET = 100_000  # nodes in one batch or out of service at once
+MAX_TIMEOUT_S = 7 * 24 * 3600  # a week: longer is a typo
+MAX_GPU_MEMORY_MIB = 4 * 1024 * 1024  # 4 TiB: 20 times the largest GPU memory shipped (B300, 288 GB)
 # PriorityClass values of user classes: -2147483648 .. 1000000000 (larger ones are reserved for system classes)
 PRIORITY_MIN, PRIORITY_MAX = -2147483648, 1000000000
 
@@ -139,6 +153,18 @@ def _priorities(value: Any) -> str | None:
     return None
 
 
+def _data_keys(value: Any) -> str | None:
+    allowed = "must be a list of data keys (Python identifiers), e.g. ['rack', 'asset_tag']"
+    if not isinstance(value, list | tuple) or len(value) > 1000:
+        return allowed
+    for key in value:
+        if not isinstance(key, str) or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]{0,99}", key):
+            return f"{allowed}; {key!r} is not one"
+        if key in KNOBS:
+            return f"{allowed}; {key!r} is a knob already"
+    return None
+
+
 @dataclass(frozen=True)
 class Knob:
     """One knob. ``reads``: which side reads it (deploy, conformance or both). ``fleet_wide``: one value for
@@ -165,8 +191,13 @@ SECTIONS = {
     "images": "Container images: every image the add-ons and the conformance suite run",
     "diag": "Node acceptance: the conformance suite's diag layer (pytest conformance -m diag)",
     "timeouts": "Timeouts (seconds)",
+    "data": "Data that is not a knob",
 }
 SECTION_NOTES = {
+    "data": "A key in host or group data that is neither a knob, nor a retired knob (named with what replaced it), nor "
+    "pyinfra's own (its connectors' data such as ssh_user, ssh_port, docker_identifier, and its global arguments "
+    "such as _sudo) is refused, naming file, host and key: a misspelt knob would otherwise be ignored and the real "
+    "knob keep its default. Data your own deploys read is declared in extra_data_keys.",
     "versions": "`gpuready plan` and every deploy name the NVIDIA security bulletins that affect the pinned driver "
     "and toolkit (gpuready/nvidia/security.py, a source per row). Defaults (chosen 2026-11): branch R580, the "
     "data center long-term support branch (R595 is the newer production branch, GPU Operator 26.7's default: set "
@@ -198,7 +229,7 @@ KNOBS: dict[str, Knob] = {k.name: k for k in (
        "a catalogue alias (\"h100-sxm\"); `gpuready models` lists the catalogue", "gpus", "both"),
     _K("gpu_count", REQUIRED, "GPUs per node, > 0", "gpus", "both"),
     _K("gpu_memory_mib", REQUIRED, "only for a model the catalogue does not know: the nvidia.com/gpu.memory label "
-       "value", "gpus", "both", _optional(_integer(1))),
+       "value", "gpus", "both", _optional(_integer(1, MAX_GPU_MEMORY_MIB))),
     _K("nvswitch", False, "True on HGX/DGX boards: Fabric Manager is installed and must be active, NVLinks up",
        "gpus", "both", _boolean),
     # --- versions
@@ -283,9 +314,9 @@ KNOBS: dict[str, Knob] = {k.name: k for k in (
        "runtimeClassName nvidia (the only mode for containerd 1.6, Debian 12)", "containerd", "both", _boolean),
     # --- upgrade
     _K("upgrade_batch_size", 1, "nodes upgraded at the same time (<= upgrade_max_unavailable)", "upgrade",
-       "deploy", _integer(1), fleet_wide=True),
+       "deploy", _integer(1, MAX_FLEET), fleet_wide=True),
     _K("upgrade_max_unavailable", 1, "nodes allowed out of service (cordoned or NotReady) at once, batch "
-       "included", "upgrade", "deploy", _integer(1), fleet_wide=True),
+       "included", "upgrade", "deploy", _integer(1, MAX_FLEET), fleet_wide=True),
     _K("drain_gpu_pods_only", True, "evict only pods that request GPUs; False evicts everything but DaemonSet "
        "pods", "upgrade", "deploy", _boolean, fleet_wide=True),
     _K("drain_force", False, "also evict pods no controller recreates (kubectl drain --force): they are lost",
@@ -333,11 +364,37 @@ KNOBS: dict[str, Knob] = {k.name: k for k in (
        "catalogue's", "diag", "conformance"),
     # --- timeouts
     _K("node_ready_timeout", 300, "wait for a node to become Ready after join or reboot", "timeouts", "deploy",
-       _integer(1)),
+       _integer(1, MAX_TIMEOUT_S)),
     _K("pod_timeout", 300, "conformance workload pods: from creation to completion", "timeouts", "conformance",
-       _integer(1)),
-    _K("drain_timeout", 600, "eviction of pods from a node before an upgrade", "timeouts", "deploy", _integer(1),
-       fleet_wide=True),
+       _integer(1, MAX_TIMEOUT_S)),
+    _K("drain_timeout", 600, "eviction of pods from a node before an upgrade", "timeouts", "deploy",
+       _integer(1, MAX_TIMEOUT_S), fleet_wide=True),
+    # --- data
+    _K("extra_data_keys", [], "keys of host or group data of your own (read by your deploys, not by gpuready), "
+       "allowed beside the knobs, e.g. [\"rack\", \"asset_tag\"]", "data", "both", _data_keys),
+)}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class RetiredKnob:
+    """A knob an earlier gpuready read and this one does not: kept so that a setting of it is refused with what
+    replaced it, not ignored (which would leave the real knob at its default after an upgrade of gpuready)."""
+
+    name: str
+    version: str  # the gpuready release that dropped it
+    renamed_to: str | None  # the knob that replaced it, when one did
+    note: str  # what to do instead
+
+    def problem(self) -> str:
+        what = f"was renamed to {self.renamed_to}" if self.renamed_to else "was removed"
+        return f"{what} in gpuready {self.version}: {self.note}"
+
+
+RETIRED: dict[str, RetiredKnob] = {r.name: r for r in (
+    RetiredKnob("containerd_enable_cdi", "0.1.0", "nvidia_cdi", "set nvidia_cdi (True: CDI mode, which also turns "
+                "containerd's enable_cdi on; False: runtime-class mode)"),
+    RetiredKnob("allow_reboot", "0.1.0", None, "deploys/gpu_node.py never reboots; deploys/upgrade_driver.py "
+                "cordons, drains and reboots a node when its driver changes (upgrade_* knobs)"),
 )}  # fmt: skip
 
 

@@ -9,8 +9,10 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-_NAME = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)$")
-_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+# Every pattern here is applied with fullmatch: `$` with re.match lets a trailing newline through.
+_NAME = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?")
+_DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
 
 
@@ -21,9 +23,9 @@ def label_key_problem(key: object) -> str | None:
     prefix, _, name = key.rpartition("/")
     if "/" in prefix:
         return "a key has at most one '/' (prefix/name)"
-    if prefix and (len(prefix) > 253 or not _DNS_SUBDOMAIN.match(prefix)):
+    if prefix and (len(prefix) > 253 or not _DNS_SUBDOMAIN.fullmatch(prefix)):
         return "the prefix must be a DNS subdomain (lower case, digits, '-', '.'), at most 253 characters"
-    if len(name) > 63 or not _NAME.match(name):
+    if len(name) > 63 or not _NAME.fullmatch(name):
         return (
             "the name part must be at most 63 characters of [A-Za-z0-9-_.], "
             "starting and ending with a letter or digit"
@@ -35,7 +37,7 @@ def label_value_problem(value: object) -> str | None:
     """Why ``value`` is not a valid label value, or None (the empty string is valid)."""
     if not isinstance(value, str):
         return "a value must be a string"
-    if value and (len(value) > 63 or not _NAME.match(value)):
+    if value and (len(value) > 63 or not _NAME.fullmatch(value)):
         return (
             "a value must be empty or at most 63 characters of [A-Za-z0-9-_.], "
             "starting and ending with a letter or digit"
@@ -60,6 +62,20 @@ class Taint:
         return out
 
 
+def dns_name_problem(name: object) -> str | None:
+    """Why ``name`` is not a Kubernetes node name (an RFC 1123 DNS subdomain: lower case, at most 253 characters,
+    labels of at most 63), or None. An IPv4 address passes, as a DNS subdomain of digits."""
+    allowed = (
+        "must be a DNS name, the node's name in Kubernetes: lower-case letters, digits, '-' and '.', labels of "
+        "1-63 characters starting and ending with a letter or digit, at most 253 in all"
+    )
+    if not isinstance(name, str) or not name or len(name) > 253:
+        return allowed
+    if not all(_DNS_LABEL.fullmatch(label) for label in name.split(".")):
+        return allowed
+    return None
+
+
 def parse_taint(text: object) -> Taint:
     """Parse ``key[=value]:Effect``; raise ValueError saying what is wrong and what is allowed."""
     if isinstance(text, dict):
@@ -79,11 +95,11 @@ def parse_taint(text: object) -> Taint:
 # Container image references, as the distribution reference grammar (what containerd and the kubelet parse) has
 # them: [registry[:port]/]path[:tag][@sha256:digest]; path components lower case.
 _IMAGE_DOMAIN_PART = r"[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?"
-_IMAGE_DOMAIN = rf"{_IMAGE_DOMAIN_PART}(?:\.{_IMAGE_DOMAIN_PART})*(?::\d+)?"
+_IMAGE_DOMAIN = rf"{_IMAGE_DOMAIN_PART}(?:\.{_IMAGE_DOMAIN_PART})*(?::(?P<port>[0-9]{{1,5}}))?"
 _IMAGE_PATH = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
 _IMAGE_REFERENCE = re.compile(
-    rf"^(?:(?P<domain>{_IMAGE_DOMAIN})/)?(?P<path>{_IMAGE_PATH}(?:/{_IMAGE_PATH})*)"
-    r"(?::(?P<tag>[\w][\w.-]{0,127}))?(?:@(?P<digest>sha256:[0-9a-f]{64}))?$"
+    rf"(?:(?P<domain>{_IMAGE_DOMAIN})/)?(?P<path>{_IMAGE_PATH}(?:/{_IMAGE_PATH})*)"
+    r"(?::(?P<tag>[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}))?(?:@(?P<digest>sha256:[0-9a-f]{64}))?"
 )
 IMAGE_REFERENCE_FORM = (
     "must be an image reference [registry[:port]/]repository[:tag][@sha256:<64 lower-case hex>], with lower-case "
@@ -94,8 +110,10 @@ IMAGE_REFERENCE_FORM = (
 
 def image_reference_problem(ref: object) -> str | None:
     """Why ``ref`` is not a valid container image reference, or None."""
-    if not isinstance(ref, str) or not _IMAGE_REFERENCE.match(ref):
+    if not isinstance(ref, str) or (m := _IMAGE_REFERENCE.fullmatch(ref)) is None:
         return IMAGE_REFERENCE_FORM
+    if m.group("port") is not None and not 1 <= int(m.group("port")) <= 65535:
+        return f"the registry port {m.group('port')} is not in 1..65535"
     if len(image_repository(ref)) > 255:
         return "the repository name is longer than 255 characters"
     return None
