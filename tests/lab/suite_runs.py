@@ -14,12 +14,16 @@ from gpuready.lab.state import load_state
 REPO = Path(__file__).resolve().parents[2]
 
 
-def run_suite(deployed_lab: Any, report_dir: Path, *args: str) -> dict:
+INVENTORY = ("--inventory", "inventory/lab.py")
+DISCOVER = ("--discover",)  # no inventory: the expectations from the cluster itself
+
+
+def run_suite(deployed_lab: Any, report_dir: Path, *args: str, source: tuple[str, ...] = INVENTORY) -> dict:
     lab = deployed_lab.lab
     state = load_state(lab.paths) or {}
     kubeconfig = (state.get("apiserver") or {}).get("kubeconfig")
     assert kubeconfig, "the lab records no API server kubeconfig"
-    cmd = [sys.executable, "-m", "pytest", "conformance", "--inventory", "inventory/lab.py", "--kubeconfig",
+    cmd = [sys.executable, "-m", "pytest", "conformance", *source, "--kubeconfig",
            kubeconfig, "--report-dir", str(report_dir), "-p", "no:cacheprovider", "-q", *args]  # fmt: skip
     started = time.monotonic()
     done = subprocess.run(cmd, cwd=REPO, env=lab.env(), capture_output=True, text=True, timeout=600)

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from gpuready.nvidia import catalogue
 from gpuready.spec import discovery, load_fleet
 from gpuready.spec.discovery import Probed
 
@@ -271,3 +272,96 @@ def test_nvswitch_is_discovered_from_the_gpus_fabric_state(specs):
     probes["h100-a"] = replace(probes["h100-a"], nvswitch=True)
     fleet = discovery.fleet(run(specs, probes=probes))
     assert fleet.nodes["h100-a"].nvswitch is True and fleet.nodes["h100-b"].nvswitch is False
+
+
+# --- #31 item 0: no GPU node vanishes from a discovery ---------------------------------------------------------
+LAB_A100_GPU = ["3g.40gb", "2g.20gb", "1g.10gb", "1g.10gb"]  # inventory/lab.py's mixed layout, on each GPU
+
+
+@pytest.fixture(scope="module")
+def lab_a100(tmp_path_factory):
+    path = tmp_path_factory.mktemp("lab-a100") / "inventory.py"
+    data = {"gpu_model": "NVIDIA A100-SXM4-80GB", "gpu_count": 4, "gpu_sharing": "mig", "mig_strategy": "mixed",
+            "mig_layout": {i: LAB_A100_GPU for i in range(4)}, "node_taints": [], "kube_join": False}  # fmt: skip
+    path.write_text(f"gpu_nodes = ({[('a100-lab', data)]!r}, {{}})\n")
+    return load_fleet(path).nodes["a100-lab"]
+
+
+def test_the_labs_mixed_mig_layout_is_discovered_from_labels_alone(lab_a100):
+    """Greedy first-fit put two 3g.40gb on one GPU and then found no room: the node was dropped and the run passed."""
+    found = discovery.discover([node_object(lab_a100)], {"a100-lab": lab_a100.device_plugin_config}, {})
+    assert found.undiscoverable == {} and found.problems == {}
+    got = discovery.fleet(found).nodes["a100-lab"]
+    assert got.gpu_count == 4 and got.expected_allocatable == lab_a100.expected_allocatable
+    assert got.expected_labels == lab_a100.expected_labels
+
+
+@pytest.mark.parametrize(
+    ("model", "gpus", "layout"),
+    [
+        ("NVIDIA A100-SXM4-80GB", 4, [LAB_A100_GPU, ["7g.80gb"], ["4g.40gb", "3g.40gb"], ["1g.10gb"] * 7]),
+        (
+            "NVIDIA A100-SXM4-80GB",
+            8,
+            [["2g.20gb"] * 3 + ["1g.10gb"], ["3g.40gb", "3g.40gb"], None, ["1g.20gb"] * 4],
+        ),
+        (
+            "NVIDIA H100 80GB HBM3",
+            8,
+            [["1g.10gb+me", "1g.10gb", "2g.20gb", "3g.40gb"], ["1g.20gb"] * 4, None, None],
+        ),
+        ("NVIDIA A30", 4, [["2g.12gb", "1g.6gb", "1g.6gb"], ["4g.24gb"], ["1g.6gb"] * 4, None]),
+    ],
+)
+def test_every_mixed_layout_the_catalogue_allows_is_read_from_its_counts(model, gpus, layout):
+    """Counts alone (no probe) name no GPU, but some layout of that many GPUs holds exactly those devices."""
+    profiles = [p for gpu in layout if gpu for p in gpu]
+    packed = discovery._pack(model, profiles, gpus)
+    assert packed is not None and len(packed) == gpus
+    assert sorted(p for gpu in packed if gpu for p in gpu) == sorted(profiles)
+    assert all(not catalogue.layout_problems(model, list(gpu)) for gpu in packed if gpu)
+
+
+def test_devices_no_layout_of_the_gpus_holds_are_refused_quickly():
+    assert discovery._pack("NVIDIA A100-SXM4-80GB", ["7g.80gb"] * 5, 4) is None
+    assert (
+        discovery._pack("NVIDIA A100-SXM4-80GB", ["1g.10gb+me"] * 5, 4) is None
+    )  # one media-engine slice each
+
+
+def _unreadable(spec):
+    obj = node_object(spec)
+    obj["metadata"]["labels"]["nvidia.com/mig-3g.40gb.count"] = "40"  # no 4 GPUs hold 40 x 3g.40gb
+    return obj
+
+
+def test_a_node_discovery_cannot_read_is_in_the_run_failing_with_why(specs):
+    """Such a node is still a host of the fleet (so the suite reaches it) and fails the discovery check; it is in
+    no pool and the rendered inventory names it in a comment, not as a node."""
+    objects = [node_object(s) for n, s in specs.items() if n != "a100-mixed"] + [
+        _unreadable(specs["a100-mixed"])
+    ]
+    found = discovery.discover(objects, configs(specs), {})
+    assert "fit no layout of 4 GPU(s)" in found.undiscoverable["a100-mixed"]
+    (why,) = found.of("a100-mixed", "discovery")
+    assert why.startswith("no expectations could be read from the cluster for it: the MIG labels' devices")
+    assert "a100-mixed" in discovery.fleet(found).nodes
+    assert all("a100-mixed" not in members for members in found.pools.values())
+    text = discovery.render_inventory(found)
+    assert (
+        "# a100-mixed: left out, its expectations could not be read:" in text and "('a100-mixed'" not in text
+    )
+    # with the probe's nvidia-smi -L the layout is read from the GPUs: readable again, the counts judged by it
+    probes = {n: probed(s) for n, s in specs.items()}
+    objects[-1] = node_object(specs["a100-mixed"])
+    assert discovery.discover(objects, configs(specs), probes).undiscoverable == {}
+
+
+def test_a_node_known_only_by_its_addon_pod_is_a_gpu_node(specs):
+    """No nvidia.com/* capacity (the plugin lost every GPU) and no GFD labels: the device plugin or DRA kubelet
+    plugin pod on it still makes it a GPU node, and one the discovery cannot read."""
+    lost = {"metadata": {"name": "gpu-lost", "labels": {}}, "status": {"capacity": {"cpu": "8"}}}
+    assert discovery.discover([lost], {}, {}).hosts == {}
+    found = discovery.discover([lost], {}, {}, with_addons={"gpu-lost"})
+    assert "no nvidia.com/gpu.product label" in found.undiscoverable["gpu-lost"]
+    assert found.of("gpu-lost", "discovery") and "gpu-lost" in discovery.fleet(found).nodes

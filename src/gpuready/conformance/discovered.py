@@ -27,13 +27,14 @@ INVENTORY_FILE = "discovered-inventory.py"  # in --report-dir with --discover
 Prober = Callable[[Sequence[NodeSpec]], Mapping[str, Mapping[str, Output] | None]]
 
 
-def _device_plugin_pod(pod: Obj) -> bool:
+def _addon_pod(pod: Obj, component: str) -> bool:
+    """A pod of ``component`` (a key of ADDON_IMAGES: "device plugin", "DRA kubelet plugin"), by image."""
     containers = (pod.get("spec") or {}).get("containers") or []
     words = " ".join(" ".join([*(c.get("command") or []), *(c.get("args") or [])]) for c in containers)
-    other = NOT_THE_ADDON["device plugin"]
+    other = NOT_THE_ADDON[component]
     if other in words or other in pod["metadata"].get("name", ""):
         return False
-    return any(ADDON_IMAGES["device plugin"] in (c.get("image") or "") for c in containers)
+    return any(ADDON_IMAGES[component] in (c.get("image") or "") for c in containers)
 
 
 def _default_key(pod: Obj) -> str:
@@ -44,15 +45,18 @@ def _default_key(pod: Obj) -> str:
     return "default"
 
 
-def read_cluster(cluster: Any) -> tuple[list[Obj], dict[str, Obj | None]]:
-    """Every Node, and per node the device plugin config its label (else the plugin's DEFAULT_CONFIG) selects in
-    the ConfigMaps its device plugin pod mounts (None where there is no plugin pod or no such key)."""
+def read_cluster(cluster: Any) -> tuple[list[Obj], dict[str, Obj | None], set[str]]:
+    """Every Node; per node the device plugin config its label (else the plugin's DEFAULT_CONFIG) selects in
+    the ConfigMaps its device plugin pod mounts (None where there is no plugin pod or no such key); and the nodes
+    a device plugin or DRA kubelet plugin pod runs on (GPU nodes, whatever their labels and capacity say)."""
     from kubernetes.client.exceptions import ApiException
 
     core = cluster.core
     nodes = json.loads(core.list_node(_preload_content=False).data)["items"]
     pods = json.loads(core.list_pod_for_all_namespaces(_preload_content=False).data)["items"]
-    plugins = {p["spec"].get("nodeName"): p for p in pods if _device_plugin_pod(p)}
+    plugins = {p["spec"].get("nodeName"): p for p in pods if _addon_pod(p, "device plugin")}
+    dra = {p["spec"].get("nodeName") for p in pods if _addon_pod(p, "DRA kubelet plugin")}
+    with_addons = {n for n in [*plugins, *dra] if n}
     maps: dict[tuple[str, str], dict[str, str]] = {}
     configs: dict[str, Obj | None] = {}
     for node in nodes:
@@ -78,7 +82,7 @@ def read_cluster(cluster: Any) -> tuple[list[Obj], dict[str, Obj | None]]:
                 except yaml.YAMLError:
                     configs[name] = None
                 break
-    return nodes, configs
+    return nodes, configs, with_addons
 
 
 def probed_from(outputs: Mapping[str, Output]) -> discovery.Probed:
@@ -116,7 +120,7 @@ def discover_cluster(
 ) -> tuple[discovery.Discovery, Any]:
     """(the discovery, its validated Fleet). ``prober`` runs :data:`COMMANDS` on the GPU nodes it is given, at
     once, and returns each node's answers (None for a node that did not answer); None: labels only."""
-    nodes, configs = read_cluster(cluster)
+    nodes, configs, with_addons = read_cluster(cluster)
     if names:
         known = {n["metadata"]["name"] for n in nodes}
         unknown = [n for n in names if n not in known]
@@ -124,12 +128,12 @@ def discover_cluster(
             raise SpecError(f"--nodes of {cluster.url}", [f"unknown node(s) {unknown}"])
         nodes = [n for n in nodes if n["metadata"]["name"] in names]
     source = cluster.url or "the cluster"
-    first = discovery.discover(nodes, configs, {}, expect_driver, expect_toolkit, source=source)
+    first = discovery.discover(nodes, configs, {}, expect_driver, expect_toolkit, source, with_addons)
     probed: dict[str, discovery.Probed] = {}
     if prober is not None and first.hosts:
         answers = prober(list(discovery.fleet(first, overrides).nodes.values()))
         probed = {name: probed_from(out) for name, out in answers.items() if out is not None}
-    found = discovery.discover(nodes, configs, probed, expect_driver, expect_toolkit, source=source)
+    found = discovery.discover(nodes, configs, probed, expect_driver, expect_toolkit, source, with_addons)
     return found, discovery.fleet(found, overrides)
 
 
@@ -258,7 +262,9 @@ def start_suite(
         path.write_text(discovery.render_inventory(found))
         suite.notes.append(f"--discover: wrote {path} (review it, pin it, then run with --inventory)")
     for name, why in found.undiscoverable.items():
-        suite.notes.append(f"--discover: {name} left out: {why}")
+        suite.notes.append(
+            f"--discover: {name}: its expectations could not be read ({why}): it fails the host layer"
+        )
     suite.notes.append(
         "--discover: pools (product + sharing): "
         + "; ".join(f"{pool}: {len(members)} node(s)" for pool, members in found.pools.items())
@@ -301,8 +307,6 @@ def main(args: Any) -> int:
     finally:
         probes.delete()
     sys.stdout.write(discovery.render_inventory(found))
-    for name, why in found.undiscoverable.items():
-        print(f"gpuready discover: {name} left out: {why}", file=sys.stderr)
     unanswered = [
         n for n in fleet.nodes if not args.no_probe and probes.backends.get(n) and probes.backends[n].error
     ]
@@ -314,8 +318,10 @@ def main(args: Any) -> int:
             for text in found.of(name, kind):
                 count += 1
                 print(f"gpuready discover: {name}: {kind}: {text}", file=sys.stderr)
+    left = f" ({len(found.undiscoverable)} left out of the inventory)" if found.undiscoverable else ""
     print(
-        f"gpuready discover: {len(found.hosts)} GPU node(s) in {len(found.pools)} pool(s), {count} problem(s)",
+        f"gpuready discover: {len(found.hosts)} GPU node(s){left} in {len(found.pools)} pool(s), "
+        f"{count} problem(s)",
         file=sys.stderr,
     )
-    return 0
+    return 1 if count or unanswered else 0

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -51,9 +51,9 @@ REPLICAS = "nvidia.com/gpu.replicas"
 STRATEGY = "nvidia.com/gpu.sharing-strategy"
 MIG_STRATEGY = "nvidia.com/mig.strategy"
 DRIVER_LABEL = "nvidia.com/cuda.driver-version.full"
-_MIG_COUNT = re.compile(r"^nvidia\.com/mig-(.+)\.count$")
-_DRIVER = re.compile(r"^\d{3}\.\d{1,3}(\.\d{1,3})?$")
-_SEMVER = re.compile(r"^v?(\d+\.\d+\.\d+)")
+_MIG_COUNT = re.compile(r"nvidia\.com/mig-(.+)\.count")
+_DRIVER = re.compile(r"[0-9]{3}\.[0-9]{1,3}(\.[0-9]{1,3})?")  # fullmatch: no trailing newline, ASCII digits
+_SEMVER = re.compile(r"v?([0-9]+\.[0-9]+\.[0-9]+)")
 # taints the cluster or its controllers set: not what an inventory asks for
 _SYSTEM_TAINTS = (
     "node.kubernetes.io/",
@@ -61,7 +61,7 @@ _SYSTEM_TAINTS = (
     "node.cloudprovider.kubernetes.io/",
     "ToBeDeleted",
 )
-KINDS = ("labels", "nvidia-smi", "pool")
+KINDS = ("discovery", "labels", "nvidia-smi", "pool")
 
 
 @dataclass(frozen=True)
@@ -91,7 +91,9 @@ class Discovery:
     problems: dict[str, dict[str, list[str]]] = field(default_factory=dict)
     pools: dict[str, list[str]] = field(default_factory=dict)
     pool_versions: dict[str, tuple[str | None, str | None]] = field(default_factory=dict)
-    undiscoverable: dict[str, str] = field(default_factory=dict)  # node -> why no spec could be built
+    # node -> why its expectations could not be read from the cluster; such a node is in ``hosts`` all the same
+    # (what little is known: model, count, versions, taints), in no pool, and fails the discovery check
+    undiscoverable: dict[str, str] = field(default_factory=dict)
 
     def problem(self, node: str, kind: str, text: str) -> None:
         self.problems.setdefault(node, {k: [] for k in KINDS})[kind].append(text)
@@ -117,9 +119,15 @@ def _resources(obj: Obj, field_: str) -> dict[str, int]:
     return out
 
 
-def is_gpu_node(obj: Obj) -> bool:
-    """NVIDIA capacity, or GPU feature discovery's (and the GPU Operator's) ``nvidia.com/gpu.present``."""
-    return bool(_resources(obj, "capacity")) or _labels(obj).get(GPU_PRESENT_LABEL) == "true"
+def is_gpu_node(obj: Obj, with_addons: Collection[str] = ()) -> bool:
+    """NVIDIA capacity, GPU feature discovery's (and the GPU Operator's) ``nvidia.com/gpu.present``, or a device
+    plugin or DRA kubelet plugin pod on it (``with_addons``: such nodes' names): a node whose plugin lost every
+    GPU, or whose labels were removed, is still a GPU node, and the run must say what is wrong with it."""
+    return (
+        bool(_resources(obj, "capacity"))
+        or _labels(obj).get(GPU_PRESENT_LABEL) == "true"
+        or obj["metadata"]["name"] in with_addons
+    )
 
 
 def _int(value: str | None) -> int | None:
@@ -184,21 +192,119 @@ def _resource_profile(model: str, resource: str) -> str | None:
     return None
 
 
+MAX_GPUS_PER_NODE = 64  # no board holds more; a label past it is refused, not searched
+
+
+def _gpu_layouts(model: str, counts: Mapping[str, int]) -> list[tuple[str, ...]]:
+    """Every set of MIG devices one GPU of ``model`` can hold, drawn from ``counts`` (a device set that cannot
+    fit makes every larger one unfit too, so the search stops there), largest sets first."""
+    profiles = sorted(counts)
+    found: list[tuple[str, ...]] = []
+
+    def grow(start: int, held: list[str]) -> None:
+        for i in range(start, len(profiles)):
+            profile = profiles[i]
+            if held.count(profile) >= counts[profile]:
+                continue
+            candidate = [*held, profile]
+            if catalogue.layout_problems(model, candidate):
+                continue
+            found.append(tuple(candidate))
+            grow(i, candidate)
+
+    grow(0, [])
+    return sorted(found, key=lambda layout: (-len(layout), layout))
+
+
 def _pack(model: str, profiles: list[str], gpus: int) -> tuple[tuple[str, ...] | None, ...] | None:
-    """A MIG layout from counts alone (no probe): largest profiles first, each on the first GPU it fits (``gpus``
-    0: as many GPUs as needed)."""
+    """A MIG layout from the devices' counts alone (no probe): every device on a GPU whose set of devices the
+    catalogue allows, the same set on every MIG GPU where the counts allow it (the usual configuration), the
+    other GPUs whole; None when no layout of ``gpus`` GPUs holds them (``gpus`` 0: the fewest GPUs that do).
+
+    Which GPU holds which device cannot be read from counts, but the devices, and so the allocatable and the
+    labels the node must have, are the same in every layout that holds them."""
+    counts = Counter(profiles)
+    if not counts:
+        return tuple(None for _ in range(gpus)) if gpus else None
+    layouts = _gpu_layouts(model, counts)
+    if not layouts:
+        return None
     sizes = catalogue.mig_profiles(model)
-    layout: list[list[str]] = [[] for _ in range(max(gpus, 1))]
-    for profile in sorted(profiles, key=lambda p: -sizes[p].memory_mib):
-        for placed in layout:
-            if not catalogue.layout_problems(model, [*placed, profile]):
-                placed.append(profile)
-                break
-        else:
-            if gpus:
-                return None
-            layout.append([profile])  # the GPU count is not known: as many GPUs as the devices need
-    return tuple(tuple(p) if p else None for p in layout)
+    compute, memory = catalogue.mig_slices(model)
+    fewest = max(
+        -(-sum(sizes[p].compute_slices for p in profiles) // compute),
+        -(-sum(sizes[p].memory_slices for p in profiles) // memory),
+        *(-(-n // max((layout.count(p) for layout in layouts), default=1)) for p, n in counts.items()),
+    )
+    dead: set[tuple[int, int, tuple[tuple[str, int], ...]]] = set()  # what no number of GPUs holds
+    for size in [gpus] if gpus else range(fewest, MAX_GPUS_PER_NODE + 1):
+        if size < fewest or size > MAX_GPUS_PER_NODE:
+            continue
+        for k in range(size, 0, -1):  # k GPUs with one and the same set, the rest whole
+            if all(n % k == 0 for n in counts.values()):
+                same = tuple(sorted(p for p, n in counts.items() for _ in range(n // k)))
+                if same in layouts:
+                    return (*([same] * k), *([None] * (size - k)))
+        try:
+            found = _search_layouts(model, layouts, counts, size, dead, gpus_fixed=bool(gpus))
+        except _TooLong:
+            continue  # with more GPUs the search only gets easier (a count label fixes the size: never here)
+        if found is not None:
+            return (*found, *([None] * (size - len(found))))
+    return None
+
+
+class _TooLong(Exception):
+    """The search tried :data:`_SEARCH_BUDGET` device sets without an answer."""
+
+
+_SEARCH_BUDGET = 20_000  # device sets tried per GPU count: a few tenths of a second
+
+
+def _search_layouts(
+    model: str,
+    layouts: list[tuple[str, ...]],
+    counts: Counter[str],
+    gpus: int,
+    dead: set[tuple[int, int, tuple[tuple[str, int], ...]]],
+    gpus_fixed: bool = True,
+) -> list[tuple[str, ...]] | None:
+    """At most ``gpus`` device sets from ``layouts`` whose devices are exactly ``counts`` (depth-first; each
+    combination tried once, in the order of ``layouts``; dead ends remembered; a branch whose devices need more
+    memory or compute slices than its GPUs have is cut; ``dead``: the dead ends, kept across calls)."""
+    sizes = catalogue.mig_profiles(model)
+    compute, memory = catalogue.mig_slices(model)
+    budget = [_SEARCH_BUDGET]
+
+    def search(first: int, left: int, need: Counter[str]) -> list[tuple[str, ...]] | None:
+        if not +need:
+            return []
+        budget[0] -= 1
+        if budget[0] < 0 and not gpus_fixed:
+            raise _TooLong
+        key = (first, left, tuple(sorted((+need).items())))
+        if left == 0 or key in dead:
+            return None
+        total = sum(need.values())
+        if sum(sizes[p].compute_slices * n for p, n in need.items()) > left * compute or (
+            sum(sizes[p].memory_slices * n for p, n in need.items()) > left * memory
+        ):
+            dead.add(key)
+            return None
+        for i in range(first, len(layouts)):
+            layout = layouts[i]
+            if len(layout) * left < total:
+                break  # the sets only get smaller from here on: too few GPUs for what is left
+            took = Counter(layout)
+            if any(need[p] < n for p, n in took.items()):
+                continue
+            rest = search(i, left - 1, need - took)
+            if rest is not None:
+                return [layout, *rest]
+        dead.add(key)
+        return None
+
+    return search(0, gpus, Counter(counts))
 
 
 def _taints(obj: Obj) -> list[str]:
@@ -234,7 +340,7 @@ def _node_data(obj: Obj, config: Obj | None, probed: Probed | None, d: Discovery
     replicas = _int(labels.get(REPLICAS)) or 1
     strategy = str(labels.get(STRATEGY, "none"))
     mig_strategy = str(labels.get(MIG_STRATEGY, "none"))
-    mig_counts = {m.group(1): _int(v) or 0 for k, v in labels.items() if (m := _MIG_COUNT.match(k))}
+    mig_counts = {m.group(1): _int(v) or 0 for k, v in labels.items() if (m := _MIG_COUNT.fullmatch(k))}
     whole_probed = len(probed.gpus) if probed and probed.gpus else None
     if single_profile or (mig_strategy == "mixed" and mig_counts):
         if model is None:
@@ -373,14 +479,46 @@ def _node_data(obj: Obj, config: Obj | None, probed: Probed | None, d: Discovery
     if probed is not None and probed.driver and label_driver and label_driver != probed.driver:
         d.problem(name, "nvidia-smi", f"GFD label {DRIVER_LABEL} = {label_driver!r}, but nvidia-smi says driver "
                   f"{probed.driver!r}")  # fmt: skip
-    if labels.get(DRA_ALLOCATION_LABEL) == "dra":
-        data["gpu_allocation"] = "dra"
+    return {**data, **_as_joined(obj)}
+
+
+def _as_joined(obj: Obj) -> dict[str, Any]:
+    """What every discovered node is, whatever its GPUs: in the cluster already (nothing to join), its kubelet's
+    version, its taints, its allocation mode."""
+    data: dict[str, Any] = (
+        {"gpu_allocation": "dra"} if _labels(obj).get(DRA_ALLOCATION_LABEL) == "dra" else {}
+    )
     kubelet = _SEMVER.match(((obj.get("status") or {}).get("nodeInfo") or {}).get("kubeletVersion") or "")
     if kubelet:
         data["kubernetes_version"] = kubelet.group(1)
     data["node_taints"] = _taints(obj)
-    data["kube_join"] = False  # discovered nodes are already in the cluster: nothing to join
+    data["kube_join"] = False
     return data
+
+
+def _fallback(obj: Obj, probed: Probed | None, why: str, d: Discovery) -> dict[str, Any]:
+    """The knobs of a node whose expectations the cluster does not declare readably: enough for the suite to
+    reach it (model and count as far as known, what it runs, its taints) and a ``discovery`` problem naming why,
+    so the node fails the host layer instead of vanishing from the run."""
+    name = obj["metadata"]["name"]
+    labels = _labels(obj)
+    d.undiscoverable[name] = why
+    d.problem(name, "discovery", f"no expectations could be read from the cluster for it: {why}")
+    product = labels.get(PRODUCT)
+    model_name, model = _model(split_product(product)[0], probed) if product else (None, None)
+    if model_name is None and probed is not None and probed.gpus:
+        model_name, model = _model(probed.gpus[0], None)
+    data: dict[str, Any] = {"gpu_model": model_name or "unknown GPU"}
+    if model is None:
+        data["gpu_memory_mib"] = _int(labels.get(MEMORY)) or (probed.memory_mib if probed else None) or 1
+    count = len(probed.gpus) if probed is not None and probed.gpus else _int(labels.get(COUNT))
+    data["gpu_count"] = count if count and 0 < count <= MAX_GPUS_PER_NODE else 1
+    driver = (probed.driver if probed else None) or _driver_label(labels)
+    if driver and _DRIVER.fullmatch(driver):
+        data.update(nvidia_driver_branch=driver.split(".")[0], nvidia_driver_version=driver)
+    if probed is not None and probed.toolkit:
+        data["nvidia_container_toolkit_version"] = probed.toolkit
+    return {**data, **_as_joined(obj)}
 
 
 def _compare_alloc(d: Discovery, name: str, alloc: dict[str, int], wanted: dict[str, int], why: str) -> None:
@@ -448,16 +586,19 @@ def discover(
     expect_driver: str | None = None,
     expect_toolkit: str | None = None,
     source: str = "the cluster",
+    with_addons: Collection[str] = (),
 ) -> Discovery:
     """Every GPU node's inventory data (in node-name order) and its problems. ``configs``: node name -> the
-    device plugin config its label selects (None where none was found); ``probed``: node name -> its probe."""
+    device plugin config its label selects (None where none was found); ``probed``: node name -> its probe;
+    ``with_addons``: the nodes a device plugin or DRA kubelet plugin pod runs on."""
     configs, probed = configs or {}, probed or {}
     d = Discovery(source=source)
-    gpu_nodes = sorted((n for n in nodes if is_gpu_node(n)), key=lambda n: n["metadata"]["name"])
+    gpu_nodes = sorted((n for n in nodes if is_gpu_node(n, with_addons)), key=lambda n: n["metadata"]["name"])
     for obj in gpu_nodes:
         name = obj["metadata"]["name"]
         data = _node_data(obj, configs.get(name), probed.get(name), d)
-        if data is None:
+        if data is None:  # in the run all the same, failing the discovery check: never silently left out
+            d.hosts[name] = _fallback(obj, probed.get(name), d.undiscoverable.pop(name), d)
             continue
         d.hosts[name] = data
         d.pools.setdefault(pool_of(obj), []).append(name)
@@ -472,7 +613,7 @@ def discover(
                              expect_toolkit)  # fmt: skip
         d.pool_versions[pool] = (driver, toolkit)
         for n in members:
-            if driver and _DRIVER.match(driver):
+            if driver and _DRIVER.fullmatch(driver):
                 d.hosts[n].update(nvidia_driver_branch=driver.split(".")[0], nvidia_driver_version=driver)
             if toolkit:
                 d.hosts[n]["nvidia_container_toolkit_version"] = toolkit
@@ -529,6 +670,6 @@ def render_inventory(d: Discovery) -> str:
             lines += [f"            {key!r}: {_plain(value)!r}," for key, value in d.hosts[name].items()]
             lines.append("        }),")
     for name, why in d.undiscoverable.items():
-        lines.append(f"        # {name}: left out: {why}")
+        lines.append(f"        # {name}: left out, its expectations could not be read: {why}")
     lines += ["    ],", "    {},", ")", ""]
     return "\n".join(lines)
