@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpuready.nvidia import catalogue
+from gpuready.spec.knobs import MAX_GPUS_PER_NODE
 from gpuready.spec.model import (
     DEVICE_PLUGIN_CONFIG_LABEL,
     DRA_ALLOCATION_LABEL,
@@ -190,9 +191,6 @@ def _resource_profile(model: str, resource: str) -> str | None:
         if profile.resource_name == resource:
             return name
     return None
-
-
-MAX_GPUS_PER_NODE = 64  # no board holds more; a label past it is refused, not searched
 
 
 def _gpu_layouts(model: str, counts: Mapping[str, int]) -> list[tuple[str, ...]]:
