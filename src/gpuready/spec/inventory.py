@@ -392,19 +392,19 @@ class _HostReader:
     def pools(self) -> None:
         """A host listed in two groups that both carry data gets a mix of both (pyinfra merges them, the last group
         winning key by key): refused, naming the groups and what each sets. A group without data (a name for
-        some hosts, or every host's group) is no pool."""
-        every = {h.name for h in self.inventory}
+        some hosts) is no pool, nor are ``all`` and the group pyinfra names after the inventory file."""
+        file_group = Path(self.inventory_path).name.rsplit(".", 1)[0]
         setting: dict[str, set[str]] = {}
         for g in self.host.groups:
-            group = self.inventory.get_groups_data([g]) if g != "all" else {}
-            keys = set(group)
+            if g == "all" or (g == file_group and g not in self.groups_of_file):
+                continue
+            keys = set(self.inventory.get_group_data(g))
             declared = self.groups_of_file.get(g)
             hosts = declared[0] if isinstance(declared, tuple) and len(declared) == 2 else declared
             for entry in hosts if isinstance(hosts, list | tuple) else ():
                 if isinstance(entry, tuple) and len(entry) == 2 and entry[0] == self.host.name:
                     keys |= set(entry[1] or {})
-            members = {h.name for h in self.inventory.get_group(g, [])} if g != "all" else every
-            if keys and members != every:
+            if keys:
                 setting[g] = {str(k) for k in keys}
         if len(setting) > 1:
             shown_groups = "; ".join(f"{g} sets {', '.join(sorted(keys))}" for g, keys in setting.items())

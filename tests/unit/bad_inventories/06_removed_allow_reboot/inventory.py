@@ -1,0 +1,2 @@
+# expect: allow_reboot
+servers = ["srv-1", "srv-2"]

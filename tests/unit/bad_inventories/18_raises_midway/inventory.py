@@ -1,0 +1,6 @@
+# expect: RuntimeError, inventory.py:6
+def cmdb():
+    # the asset database is down
+    return None
+
+raise RuntimeError("CMDB returned no rows") if cmdb() is None else None

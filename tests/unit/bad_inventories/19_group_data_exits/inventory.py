@@ -1,0 +1,2 @@
+# expect: sys.exit, cluster.py:5
+cluster = ["c-1"]

@@ -1,0 +1,2 @@
+# expect: device_plugin_image
+hosts = ["mirror-1"]

@@ -1,0 +1,2 @@
+# expect: asset_tag, asset.py
+asset = ["a-1"]

@@ -1,0 +1,2 @@
+# expect: host name
+pool = [("@local", {"gpu_model": "NVIDIA L4", "gpu_count": 1, "kube_join": False})]
