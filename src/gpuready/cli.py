@@ -6,8 +6,10 @@ Deploys run with pyinfra's own CLI and the conformance suite with pytest; this s
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 
+from gpuready.arguments import seconds
 from gpuready.spec import SpecError, load_fleet
 
 
@@ -28,8 +30,14 @@ def _plan(args: argparse.Namespace) -> int:
 
 
 def _discover(args: argparse.Namespace) -> int:
+    from gpuready.arguments import kubeconfig_problem
     from gpuready.conformance import discovered
 
+    # before anything runs: a missing or unreadable kubeconfig is a usage error, like a bad inventory
+    problem = kubeconfig_problem(args.kubeconfig)
+    if problem:
+        print(f"gpuready discover: {problem}", file=sys.stderr)
+        return 2
     return discovered.main(args)
 
 
@@ -78,8 +86,14 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--nodes", default=None, help="comma-separated node names (default: every GPU node)")
     d.add_argument("--no-probe", action="store_true", help="labels only: no probe pods (toolkit not known)")
     d.add_argument("--probe-image", default=None, help="the probe pods' image (knob probe_image)")
-    d.add_argument("--command-timeout", type=float, default=60.0, metavar="SECONDS", help="per probe command")
-    d.add_argument("--pod-timeout", type=float, default=300.0, metavar="SECONDS", help="per probe pod")
+    d.add_argument(
+        "--command-timeout",
+        type=seconds,
+        default=60.0,
+        metavar="SECONDS",
+        help="per probe command and per API request (default 60)",
+    )
+    d.add_argument("--pod-timeout", type=seconds, default=300.0, metavar="SECONDS", help="per probe pod")
     d.set_defaults(func=_discover)
     try:
         from gpuready.lab.cli import add_lab_parser
@@ -91,8 +105,28 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    return int(args.func(args) or 0)
+    """Every subcommand, with one exit for a closed pipe: ``gpuready plan ... | head`` ends quietly (exit 141,
+    as a shell reports a command killed by SIGPIPE), with no traceback and no "Exception ignored" at exit."""
+    try:
+        args = build_parser().parse_args(argv)
+        code = int(args.func(args) or 0)
+        sys.stdout.flush()  # a closed pipe shows here, inside the handler, not at interpreter exit
+        return code
+    except BrokenPipeError:
+        _quiet_stdout()
+        return BROKEN_PIPE
+
+
+BROKEN_PIPE = 128 + 13  # SIGPIPE
+
+
+def _quiet_stdout() -> None:
+    """Point stdout at /dev/null, so the interpreter's final flush of the closed pipe says nothing (Python's
+    documented way: docs.python.org/3/library/signal.html#note-on-sigpipe)."""
+    import os
+
+    with contextlib.suppress(OSError, ValueError):
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
 
 
 if __name__ == "__main__":
