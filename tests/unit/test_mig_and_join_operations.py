@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import shlex
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -129,18 +130,15 @@ def test_join_sends_the_token_on_stdin_only(node):
     assert all(isinstance(c, StringCommand) for c in commands)
     for command in commands:
         assert TOKEN not in command.get_raw_value()
-    write, join = commands
-    config = write.connector_arguments["_stdin"]
+    (join,) = commands  # written, used and removed by one shell: no interruption falls between two commands
+    config = join.connector_arguments["_stdin"]
     assert f"token: {TOKEN}" in config
     assert "name: node-1" in config
     assert (
         "value: nvidia.com/device-plugin.config=default,nvidia.com/gpu.present=true,pool=inference" in config
     )
     assert "effect: NoSchedule" in config and "key: nvidia.com/gpu" in config
-    assert write.get_raw_value() == (
-        "sh -c 'umask 077 && mkdir -p /etc/kubernetes/gpuready && cat > /etc/kubernetes/gpuready/join.yaml'"
-    )
-    assert "kubeadm join --config /etc/kubernetes/gpuready/join.yaml; rc=$?; rm -f" in join.get_raw_value()
+    assert join.get_raw_value() == f"sh -c {shlex.quote(kubeadm.join_script())}"
 
 
 def test_join_skipped_when_joined(node):

@@ -36,6 +36,7 @@ from typing import Any
 from testinfra.backend.base import BaseBackend, CommandResult
 
 from gpuready.conformance.checks import Output
+from gpuready.conformance.checks.host import CONTAINERD_COMMAND
 from gpuready.conformance.runners import ConnectionFailed, NodeRunner, _OncePerRun
 from gpuready.kube import MANAGED_BY
 from gpuready.spec import NodeSpec
@@ -54,7 +55,8 @@ PATH = (
 # POSIX sh (dash, busybox ash). $@ are the commands; each runs in the host's root (chroot), nvidia-smi in the
 # driver's root, bounded by timeout(1) (exit 124, as over SSH). Outputs go through files, base64-encoded, so the
 # document is valid JSON whatever the tools print.
-SCRIPT = r"""root="${GPUREADY_HOST_ROOT:-/host}"
+SCRIPT = (
+    r"""root="${GPUREADY_HOST_ROOT:-/host}"
 t="${GPUREADY_COMMAND_TIMEOUT:-60}"
 export PATH="${PATH:-/usr/sbin:/usr/bin:/sbin:/bin}:__PATH__"
 dr=/
@@ -71,20 +73,59 @@ run_in() {
   [ "$r" = "${r%/}/" ] && [ "$r" != / ] && r="${r%/}"
   if [ "$r" = / ]; then timeout "$t" /bin/sh -c "$1"; else timeout "$t" chroot "$r" /bin/sh -c "$1"; fi
 }
+# `containerd config dump` is cut to the keys the host checks read, so registry credentials never reach the log:
+# version; the CRI plugin's enable_cdi and cdi_spec_dirs; its runtimes' runtime_type, BinaryName, SystemdCgroup
+read_keys() {
+  k_s=top; k_a=
+  while IFS= read -r k_l || [ -n "$k_l" ]; do
+    k_t=${k_l#"${k_l%%[![:space:]]*}"}
+    if [ -n "$k_a" ]; then
+      printf '%s\n' "$k_t"
+      case "$k_t" in *]*) k_a= ;; esac
+      continue
+    fi
+    case "$k_t" in
+      '['*)
+        k_s=drop
+        case "$k_t" in
+          '[plugins.cri]'*|'[plugins."io.containerd.grpc.v1.cri"]'*|"[plugins.'io.containerd.grpc.v1.cri']"*|\
+          '[plugins."io.containerd.cri.v1.runtime"]'*|"[plugins.'io.containerd.cri.v1.runtime']"*) k_s=cri ;;
+          '[plugins.cri.containerd.runtimes.'*|'[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.'*|\
+          "[plugins.'io.containerd.grpc.v1.cri'.containerd.runtimes."*|\
+          '[plugins."io.containerd.cri.v1.runtime".containerd.runtimes.'*|\
+          "[plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes."*) k_s=rt ;;
+        esac
+        case "$k_t" in '[['*) k_s=drop ;; esac
+        [ "$k_s" = drop ] || printf '%s\n' "$k_t" ;;
+      *=*)
+        k_k=${k_t%%=*}; k_k=${k_k%"${k_k##*[![:space:]]}"}
+        case "$k_s:$k_k" in
+          top:version|cri:enable_cdi|cri:cdi_spec_dirs|rt:runtime_type|rt:BinaryName|rt:SystemdCgroup)
+            printf '%s\n' "$k_t"
+            case "$k_t" in *=*'['*) case "$k_t" in *]*) ;; *) k_a=1 ;; esac ;; esac ;;
+        esac ;;
+    esac
+  done
+}
 printf '{"format":"__FORMAT__","driver_root":"%s","results":[' "$dr"
 sep=
 for c in "$@"; do
   run_in "$c" >"$tmp/out" 2>"$tmp/err" </dev/null
   rc=$?
+  o="$tmp/out"
+  case "$c" in "__CONTAINERD__") read_keys <"$tmp/out" >"$tmp/kept"; o="$tmp/kept" ;; esac
   printf '%s{"rc":%d,"stdout":"' "$sep" "$rc"
-  b64 "$tmp/out"
+  b64 "$o"
   printf '","stderr":"'
   b64 "$tmp/err"
   printf '"}'
   sep=,
 done
 printf ']}\n'
-""".replace("__PATH__", PATH).replace("__FORMAT__", FORMAT)
+""".replace("__PATH__", PATH)
+    .replace("__FORMAT__", FORMAT)
+    .replace("__CONTAINERD__", CONTAINERD_COMMAND)
+)
 
 
 class ProbeError(Exception):

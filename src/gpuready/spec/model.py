@@ -17,6 +17,7 @@ import yaml
 
 from gpuready.nvidia import catalogue
 from gpuready.spec import knobs, kubesyntax
+from gpuready.spec.secrets import mask
 
 SHARING_MODES = knobs.SHARING_MODES
 SharingMode = knobs.SharingMode
@@ -37,10 +38,10 @@ class SpecError(ValueError):
 
     def __init__(self, inventory: str, problems: list[str]):
         self.inventory = inventory
-        self.problems = problems
+        self.problems = [mask(p) for p in problems]  # a token typed into the inventory is never echoed
         super().__init__(
-            f"{inventory}: {len(problems)} problem(s) in the inventory:\n"
-            + "\n".join(f"  - {p}" for p in problems)
+            f"{inventory}: {len(self.problems)} problem(s) in the inventory:\n"
+            + "\n".join(f"  - {p}" for p in self.problems)
         )
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import shlex
+
 import yaml
 from pyinfra import host
 from pyinfra.api import QuoteString, StringCommand, operation
@@ -44,7 +46,8 @@ def join(node: NodeSpec):
 
     The JoinConfiguration holds the bootstrap token: it reaches the host on the command's standard input (never a
     command-line argument, never an uploaded temp file), lives in a root-only file only while kubeadm runs, and is
-    removed whether the join worked or not.
+    removed whether the join worked, failed or was interrupted: written, used and removed by ONE shell with a trap
+    (:func:`join_script`), never by separate commands an interruption could fall between.
 
     + node: the node's spec (name, endpoint, CA hash, labels, taints)
     """
@@ -53,7 +56,17 @@ def join(node: NodeSpec):
         host.noop(f"node has joined {joined}")
         return
     config = join_configuration(node, node.join.read_token())
-    write = f"umask 077 && mkdir -p {JOIN_DIR} && cat > {JOIN_FILE}"
-    yield StringCommand("sh", "-c", QuoteString(write), _stdin=config)
-    run = f"kubeadm join --config {JOIN_FILE}; rc=$?; rm -f {JOIN_FILE}; exit $rc"
-    yield StringCommand("sh", "-c", QuoteString(run))
+    yield StringCommand("sh", "-c", QuoteString(join_script()), _stdin=config)
+
+
+def join_script(join_file: str = JOIN_FILE) -> str:
+    """One shell: write the JoinConfiguration from standard input to a root-only file, run ``kubeadm join`` on it,
+    and remove it on every way out (the EXIT trap; HUP, INT and TERM exit through it), so an interrupted deploy or
+    a lost SSH session leaves no token on the host. Only SIGKILL of the shell itself could, and a rerun removes
+    the file first."""
+    path, folder = shlex.quote(join_file), shlex.quote(join_file.rsplit("/", 1)[0] or "/")
+    return (
+        f'umask 077 && rm -f {path} && mkdir -p {folder} && trap "rm -f {path}" EXIT && '
+        f"trap 'exit 129' HUP && trap 'exit 130' INT && trap 'exit 143' TERM && "
+        f"cat > {path} && kubeadm join --config {path}"
+    )
