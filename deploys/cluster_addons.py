@@ -6,17 +6,15 @@ configuration, GPU feature discovery, dcgm-exporter, optional quotas and priorit
 with the device-plugin config it must run. Objects gpuready applied earlier that the spec no longer renders are
 named, and deleted only with ``addons_prune = True``. A field someone else changed on an add-on object (another
 field manager: ``kubectl edit``, a controller) stops the deploy with the object, field and manager named, unless
-``addons_take_ownership = True``. The alert rules (idle GPU held by a pod, XID errors, row remapping, temperature; proven with promtool) are written to ``reports/gpu-alerts.yaml``
-for your Prometheus.
+``addons_take_ownership = True``. The alert rules (idle GPU held by a pod, XID errors, row remapping, temperature; proven with promtool) are written to
+``reports/gpu-alerts.yaml`` for your Prometheus, by an operation: ``--dry`` writes nothing.
 """
 
-from pathlib import Path
-
-import yaml
 from pyinfra import host
 from pyinfra.api import OperationError
+from pyinfra.operations import python
 
-from gpuready.deploy.addons import AddonSettings, prometheus_rules, render_all
+from gpuready.deploy.addons import ALERTS, AddonSettings, prometheus_rules, render_all, write_alert_rules
 from gpuready.deploy.context import current_node, fleet_for
 from gpuready.deploy.operations import cluster_objects
 from gpuready.kube import describe
@@ -56,6 +54,10 @@ cluster_objects.node_labels(
     kubeconfig=kubeconfig,
 )
 
-alerts = Path("reports") / "gpu-alerts.yaml"
-alerts.parent.mkdir(exist_ok=True)
-alerts.write_text(yaml.safe_dump(prometheus_rules(settings), sort_keys=False))
+python.call(
+    name=f"Write the alert rules to {ALERTS}",
+    function=write_alert_rules,
+    path=ALERTS,
+    rules=prometheus_rules(settings),
+    _run_once=True,
+)

@@ -28,6 +28,9 @@ class KubeError(RuntimeError):
 class Cluster:
     api: client.ApiClient
     url: str
+    # seconds one API request may take (the connect timeout: --command-timeout in the suite), for callers that
+    # make single requests on the cluster (reading a log, deleting a namespace)
+    request_timeout: float = 10.0
 
     @property
     def core(self) -> client.CoreV1Api:
@@ -54,10 +57,32 @@ def connect(kubeconfig: str | None = None, context: str | None = None, timeout: 
     api = client.ApiClient(configuration)
     try:
         client.VersionApi(api).get_code(_request_timeout=timeout)
+    except client.ApiException as exc:  # it answered, and said no
+        raise KubeError(
+            f"the Kubernetes API at {configuration.host} refused the kubeconfig's request: "
+            f"{exc.status} {exc.reason}{REFUSED.get(exc.status or 0, '')}"
+        ) from exc
     except Exception as exc:
-        reason = getattr(exc, "reason", None) or exc
-        raise KubeError(f"cannot reach the Kubernetes API at {configuration.host}: {reason}") from exc
-    return Cluster(api=api, url=configuration.host)
+        raise KubeError(f"cannot reach the Kubernetes API at {configuration.host}: {_cause(exc)}") from exc
+    return Cluster(api=api, url=configuration.host, request_timeout=timeout)
+
+
+REFUSED = {
+    401: " (its credentials were not accepted: an expired token or certificate, or another cluster's)",
+    403: " (its user may not read the API's version: anonymous, or no RBAC)",
+}
+
+
+def _cause(exc: BaseException) -> str:
+    """Why a request got no answer, without urllib3's wrapping ("HTTPSConnection object at 0x...: ", "Max retries
+    exceeded with url"): e.g. "[Errno 111] Connection refused", "timed out (read timeout=5)"."""
+    import re
+
+    reason: object = getattr(exc, "reason", None) or exc
+    text = str(reason)
+    text = re.sub(r"^(<[^>]*>|\w+Connection\([^)]*\)): ", "", text)
+    text = re.sub(r"^Failed to establish a new connection: ", "", text)
+    return text
 
 
 def contains(live: Any, desired: Any) -> bool:

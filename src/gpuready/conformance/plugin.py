@@ -82,16 +82,15 @@ class Suite:
 
     def connect(self) -> Any:
         """The cluster of --kubeconfig/--kube-context (else the inventory's ``kubeconfig`` data, else the
-        client's defaults), connected once per run with a fast failure."""
+        client's defaults), connected once per run: one ``GET /version`` bounded by --command-timeout, as every
+        API request of the run is."""
         if self.cluster is None:
             from gpuready import kube
 
             kubeconfig = self.kubeconfig or next(
                 (n.knobs["kubeconfig"] for n in self.nodes if n.knobs["kubeconfig"]), None
             )
-            self.cluster = kube.connect(
-                kubeconfig, self.kube_context, timeout=max(5.0, min(self.timeout, 10.0))
-            )
+            self.cluster = kube.connect(kubeconfig, self.kube_context, timeout=self.timeout)
         return self.cluster
 
     def cleanup(self) -> None:
@@ -279,17 +278,19 @@ def pytest_addoption(parser: pytest.Parser, pluginmanager: pytest.PytestPluginMa
             "default), local (this machine, e.g. a GPU CI runner) or pod (a probe pod per node through the "
             "cluster: only a kubeconfig needed)",
         )
+    from gpuready.arguments import seconds
+
     group.addoption(
         "--command-timeout",
         default=DEFAULT_TIMEOUT,
-        type=float,
+        type=seconds,
         metavar="SECONDS",
         help=f"seconds to wait for one command on a node or one API request (default {DEFAULT_TIMEOUT:g})",
     )
     group.addoption(
         "--pod-timeout",
         default=None,
-        type=float,
+        type=seconds,
         metavar="SECONDS",
         help="seconds the suite's pods (workloads, metrics, policy) may take from creation to their end "
         "(default: the inventory's pod_timeout)",
@@ -310,8 +311,12 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
-    """Load and validate the inventory before anything is collected or contacted; a bad one is a usage error."""
+    """Load and validate the inventory before anything is collected or contacted; a bad one is a usage error, as
+    are a --report-dir the run could not write its reports to and a kubeconfig that is missing or unreadable."""
     config = session.config
+    if not (config.getoption("discover") or config.getoption("inventory")):
+        return
+    _check_arguments(config, config.getoption("kubeconfig"))
     if config.getoption("discover"):
         from gpuready.conformance.discovered import start_suite
 
@@ -319,8 +324,6 @@ def pytest_sessionstart(session: pytest.Session) -> None:
         config.stash[SUITE] = start_suite(config, Suite, _interrupt_on_sigterm, layers)
         return
     inventory = config.getoption("inventory")
-    if not inventory:
-        return
     import os
 
     from gpuready.spec import SpecError, load_fleet, parse_data_overrides
@@ -336,12 +339,15 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     try:
         overrides = parse_data_overrides(config.getoption("data"))
     except ValueError as exc:
-        raise pytest.UsageError(str(exc)) from None
+        raise _usage_error(exc) from None
     try:
         fleet = load_fleet(inventory, overrides)
         nodes = fleet.select(names)
     except SpecError as exc:
-        raise pytest.UsageError(str(exc)) from None
+        raise _usage_error(exc) from None
+    if not config.getoption("kubeconfig"):  # the inventory's, the one the run uses without --kubeconfig
+        _check_arguments(config, next((n.knobs["kubeconfig"] for n in nodes if n.knobs["kubeconfig"]), None),
+                         "the inventory's kubeconfig")  # fmt: skip
     if connection == "pod" and not (
         config.getoption("kubeconfig")
         or config.getoption("kube_context")
@@ -370,6 +376,43 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     )
     config.stash[SUITE].restore_signal = _interrupt_on_sigterm()
     config.stash[SUITE].probe_layers = selected_probe_layers(config.getoption("markexpr") or "")
+
+
+def _usage_error(problem: object) -> pytest.UsageError:
+    """A usage error whose message went through the one masking function (gpuready.spec.secrets.mask)."""
+    from gpuready.spec.secrets import mask
+
+    return pytest.UsageError(mask(problem))
+
+
+def _check_arguments(config: pytest.Config, kubeconfig: str | None, named_by: str = "--kubeconfig") -> None:
+    """Before anything runs: --report-dir can be created and written to (else the reports of a whole run would be
+    lost at its end), and the kubeconfig exists, is readable and parses (it is not yet contacted)."""
+    from gpuready.arguments import kubeconfig_problem, report_dir_problem
+
+    report_dir = config.getoption("report_dir")
+    problem = (report_dir and report_dir_problem(report_dir)) or kubeconfig_problem(kubeconfig, named_by)
+    if problem:
+        raise _usage_error(problem)
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """When a selected check needs the cluster (or --connection pod reaches nodes through it), connect once, now:
+    an API server that is unreachable, or refuses the kubeconfig's credentials, is ONE usage error naming the URL
+    and the cause, not an identical setup error per check."""
+    config = session.config
+    suite = config.stash.get(SUITE, None)
+    if suite is None or config.getoption("collectonly") or suite.cluster is not None:
+        return
+    needs = suite.connection == "pod" and any(layer_of(i) in suite.probe_layers for i in session.items)
+    if not (needs or any(layer_of(i) and "cluster" in getattr(i, "fixturenames", ()) for i in session.items)):
+        return
+    from gpuready.kube import KubeError
+
+    try:
+        suite.connect()
+    except KubeError as exc:
+        raise _usage_error(f"{exc}; no check was run") from None
 
 
 def _interrupt_on_sigterm() -> Callable[[], None] | None:
@@ -505,13 +548,30 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
 
 
 def _message(report: pytest.TestReport, call: pytest.CallInfo[None]) -> str:
+    """The one-line message the fleet report records, masked (gpuready.spec.secrets.mask)."""
+    from gpuready.spec.secrets import mask
+
     if call.excinfo is not None:
         exc = call.excinfo.value
         msg = getattr(exc, "msg", None)
         if isinstance(msg, str) and isinstance(exc, (pytest.fail.Exception, pytest.skip.Exception)):
-            return msg
-        return f"{call.excinfo.typename}: {exc}".strip()
-    return report.longreprtext.strip().splitlines()[-1] if report.longreprtext.strip() else ""
+            return mask(msg)
+        return mask(f"{call.excinfo.typename}: {exc}".strip())
+    return mask(report.longreprtext.strip().splitlines()[-1]) if report.longreprtext.strip() else ""
+
+
+def _mask_report(report: pytest.TestReport) -> None:
+    """What pytest prints of a check (its failure, its skip reason, its captured output) with every secret
+    masked: a check that echoes a token or a kubeconfig credential does not put it in the terminal or CI logs."""
+    from gpuready.spec.secrets import has_secret, mask
+
+    if report.longrepr is not None:
+        if isinstance(report.longrepr, tuple):  # a skip: (path, line, reason)
+            path, line, reason = report.longrepr
+            report.longrepr = (path, line, mask(reason))
+        elif has_secret(str(report.longrepr)):
+            report.longrepr = mask(str(report.longrepr))
+    report.sections = [(title, mask(text)) for title, text in report.sections]
 
 
 @pytest.hookimpl(wrapper=True)
@@ -523,6 +583,7 @@ def pytest_runtest_makereport(
     suite = item.config.stash.get(SUITE, None)
     if where is None or suite is None or getattr(report, "wasxfail", None) is not None:
         return report
+    _mask_report(report)
     node, layer = where
     if report.when == "call" or report.outcome != "passed":
         status = {"passed": "pass", "failed": "fail", "skipped": "skip"}[report.outcome]
@@ -566,7 +627,9 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
 
 def _skip_here(reason: str) -> NoReturn:
     """Skip, reported at the test's location (pytest's skip marker does the same) rather than at this helper's."""
-    raise pytest.skip.Exception(reason, _use_item_location=True)
+    from gpuready.spec.secrets import mask
+
+    raise pytest.skip.Exception(mask(reason), _use_item_location=True)
 
 
 class NodeShell:
@@ -625,11 +688,12 @@ def cluster(gpuready_suite: Suite) -> Any:
     """The cluster the Kubernetes layers look at (a :class:`gpuready.kube.Cluster`); an unreachable one fails
     every check that needs it with the URL and the reason."""
     from gpuready.kube import KubeError
+    from gpuready.spec.secrets import mask
 
     try:
         return gpuready_suite.connect()
     except KubeError as exc:
-        pytest.fail(str(exc), pytrace=False)
+        pytest.fail(mask(exc), pytrace=False)
 
 
 @pytest.fixture(scope="session")
@@ -671,4 +735,6 @@ def judge(node: Any, check: Callable[..., list[str]], *args: Any) -> None:
     except CannotCheck as exc:
         _skip_here(f"{node.name}: {exc}")
     if problems:
-        pytest.fail(f"{node.name}: " + "; ".join(problems), pytrace=False)
+        from gpuready.spec.secrets import mask
+
+        pytest.fail(mask(f"{node.name}: " + "; ".join(problems)), pytrace=False)

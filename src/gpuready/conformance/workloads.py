@@ -210,7 +210,7 @@ class Workloads:
 
         try:
             self.cluster.core.delete_namespace(
-                self.namespace, propagation_policy="Background", _request_timeout=10
+                self.namespace, propagation_policy="Background", _request_timeout=self.cluster.request_timeout
             )
         except ApiException as exc:
             if exc.status != 404:
@@ -316,7 +316,9 @@ class Workloads:
             name, res = item
             for attempt in range(1, 21):  # a just-started container may not have printed yet
                 try:
-                    res.log = core.read_namespaced_pod_log(name, self.namespace, _request_timeout=10)
+                    res.log = core.read_namespaced_pod_log(
+                        name, self.namespace, _request_timeout=self.cluster.request_timeout
+                    )
                 except ApiException:
                     res.log = ""
                 if res.log or res.phase != "Running" or time.monotonic() >= deadline:
@@ -330,7 +332,9 @@ class Workloads:
         )  # one request per pod (more while it has printed nothing)
         if any(r.timed_out or r.phase == "Failed" or r.reason for r in state.values()):
             self.requests += 1
-            events = core.list_namespaced_event(self.namespace, _request_timeout=10).items
+            events = core.list_namespaced_event(
+                self.namespace, _request_timeout=self.cluster.request_timeout
+            ).items
             for ev in sorted(events, key=_event_time):
                 involved = state.get(ev.involved_object.name or "")
                 if involved is not None:

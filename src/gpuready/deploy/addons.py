@@ -398,3 +398,20 @@ def prometheus_rules(settings: AddonSettings) -> Manifest:
         "metadata": _meta("gpuready-gpu-alerts", settings.namespace),
         "spec": {"groups": prometheus_rule_groups()},
     }
+
+
+ALERTS = (
+    "reports/gpu-alerts.yaml"  # relative to where pyinfra runs: the alert rules for the site's Prometheus
+)
+
+
+def write_alert_rules(path: str, rules: Manifest) -> None:
+    """Write the alert rules (:func:`prometheus_rules`) on the machine running pyinfra. The add-ons deploy calls it
+    from an operation (``python.call``), never when the deploy file is loaded: ``pyinfra --dry`` writes nothing."""
+    from pathlib import Path
+
+    import yaml
+
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(yaml.safe_dump(rules, sort_keys=False))
