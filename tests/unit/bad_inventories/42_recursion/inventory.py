@@ -2,4 +2,5 @@
 def hosts(n):
     return hosts(n + 1)
 
+
 pool = hosts(0)
