@@ -173,10 +173,10 @@ def test_policy_defaults_and_a_batch_larger_than_max_unavailable_refused(tmp_pat
 @pytest.mark.parametrize(
     ("key", "value", "allowed"),
     [
-        ("upgrade_batch_size", 0, "must be an integer >= 1"),
-        ("upgrade_max_unavailable", "2", "must be an integer >= 1"),
+        ("upgrade_batch_size", 0, "must be an integer >= 1 and <= 100000"),
+        ("upgrade_max_unavailable", "2", "must be an integer >= 1 and <= 100000"),
         ("drain_gpu_pods_only", "yes", "must be True or False"),
-        ("drain_timeout", -1, "must be an integer >= 1"),
+        ("drain_timeout", -1, "must be an integer >= 1 and <= 604800"),
     ],
 )
 def test_bad_upgrade_knobs_are_refused(tmp_path: Path, key: str, value, allowed: str) -> None:
