@@ -19,8 +19,22 @@ FIXTURES = REPO / "tests" / "fixtures"
 XML = FIXTURES / "nvidia-smi-xml"
 
 
+TRIMMED = "telegraf__a100-sxm4-v12.xml"  # trimmed upstream to one of its 4 GPUs
+
+
 def xml(name: str) -> str:
-    return (XML / name).read_text()
+    """A capture as nvidia-smi printed it; the trimmed one says it has the one GPU it lists."""
+    text = (XML / name).read_text()
+    return (
+        text.replace("<attached_gpus>4</attached_gpus>", "<attached_gpus>1</attached_gpus>")
+        if name == TRIMMED
+        else text
+    )
+
+
+def missing_three() -> SmiReport:
+    """The trimmed capture as it is: one GPU listed of 4 attached, 3 that nvidia-smi said it could not reach."""
+    return parse_query_xml((XML / TRIMMED).read_text(), unlisted=3)
 
 
 def ok(stdout: str) -> Output:
@@ -209,7 +223,7 @@ def test_gpus_match_spec(h100, fleet):
     assert gpu.gpus_match_spec(t4, report_of("telegraf__tesla-t4.xml"), []) == []
     # the capture is trimmed to one of its 4 GPUs: exactly what a node with GPUs missing looks like
     a100 = spec_like(h100, gpu_model="NVIDIA A100-SXM4-80GB", gpu_count=4, gpu_memory_mib=81920)
-    assert gpu.gpus_match_spec(a100, report_of("telegraf__a100-sxm4-v12.xml"), []) == [
+    assert gpu.gpus_match_spec(a100, missing_three(), []) == [
         "1 GPU(s) answer of 4 attached, the inventory says 4"
     ]
     assert gpu.gpus_match_spec(h100, report_of("telegraf__tesla-t4.xml"), []) == [
@@ -426,7 +440,7 @@ LOST = "Unable to determine the device handle for GPU0000:2A:00.0: Unknown Error
 def test_a_lost_gpu_is_named_once_by_its_bus_id(h100):
     # the capture is trimmed to one of its 4 GPUs: what a node whose other GPUs fell off the bus reports
     a100 = dataclasses.replace(h100, gpu_model="NVIDIA A100-SXM4-80GB", gpu_count=4, gpu_memory_mib=81920)
-    report = parse_query_xml((XML / "telegraf__a100-sxm4-v12.xml").read_text())
+    report = missing_three()
     lost = gpu.lost_gpus(Output(15, "", LOST))
     problems = gpu.gpus_match_spec(a100, report, lost)
     assert problems == [
@@ -438,7 +452,7 @@ def test_a_lost_gpu_is_named_once_by_its_bus_id(h100):
 
 def test_several_lost_gpus_are_each_named_once(h100):
     a100 = dataclasses.replace(h100, gpu_model="NVIDIA A100-SXM4-80GB", gpu_count=4, gpu_memory_mib=81920)
-    report = parse_query_xml((XML / "telegraf__a100-sxm4-v12.xml").read_text())
+    report = missing_three()
     stderr = LOST + "Unable to determine the device handle for GPU0000:3B:00.0: GPU is lost\n"
     problems = gpu.gpus_match_spec(a100, report, gpu.lost_gpus(Output(15, "", stderr)))
     assert problems[0].endswith(

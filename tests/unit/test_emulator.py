@@ -159,7 +159,7 @@ def test_mig_device_xml_paths_match_the_real_a100_capture(tmp_path: Path) -> Non
     out = host.ok("-q", "-x", "-i", "0")
     emulated = {p for p in xml_paths(out) if "/mig_device" in p}
     assert emulated == MIG_DEVICE_PATHS
-    report = smi.parse_query_xml(out)
+    report = smi.parse_query_xml(out, unlisted=3)  # -i 0: one GPU of 4
     assert [(d.gpu_instance_id, d.memory_total_mib, d.sm_count) for d in report.gpus[0].mig_devices] == [
         (3, 19968, 14),
         (4, 19968, 14),

@@ -34,7 +34,12 @@ def test_held_packages():
 
 
 def test_nvidia_smi_on_a_real_a100_capture():
-    state = NvidiaSmi().process(lines("nvidia-smi-xml/telegraf__a100-sxm4-v12.xml"))
+    # the capture was trimmed upstream to one of its 4 GPUs: say so, or the report reads as cut short
+    capture = [
+        line.replace(">4</attached_gpus>", ">1</attached_gpus>")
+        for line in lines("nvidia-smi-xml/telegraf__a100-sxm4-v12.xml")
+    ]
+    state = NvidiaSmi().process(capture)
     assert state.installed and state.error is None
     assert state.report.driver_version == "535.54.03"
     assert state.report.gpus[0].name == "NVIDIA A100-SXM4-80GB"

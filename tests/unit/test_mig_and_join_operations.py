@@ -20,7 +20,10 @@ from gpuready.nvidia import smi
 from gpuready.spec import SpecError, load_fleet
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
-A100 = smi.parse_query_xml((FIXTURES / "nvidia-smi-xml" / "telegraf__a100-sxm4-v12.xml").read_text())
+# trimmed upstream to one of its 4 GPUs: read as a query of that GPU alone (the reader must be told 3 are left out)
+A100 = smi.parse_query_xml(
+    (FIXTURES / "nvidia-smi-xml" / "telegraf__a100-sxm4-v12.xml").read_text(), unlisted=3
+)
 
 
 def smi_state(modes: list[tuple[str, str]]) -> NvidiaSmiState:

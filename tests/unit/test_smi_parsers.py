@@ -345,7 +345,8 @@ XML_EXPECTED = {
 @pytest.mark.parametrize("name", sorted(XML_EXPECTED))
 def test_query_xml_reads_every_field_of_each_capture(name: str) -> None:
     (driver, cuda, attached), gpu = XML_EXPECTED[name]
-    report = parse_query_xml(read(f"nvidia-smi-xml/{name}"))
+    # the A100 capture was trimmed upstream to one of its 4 GPUs: read it as a query of GPU 0 alone (-i 0)
+    report = parse_query_xml(read(f"nvidia-smi-xml/{name}"), unlisted=attached - 1)
     assert (report.driver_version, report.cuda_version, report.attached_gpus) == (driver, cuda, attached)
     assert report.gpus == (gpu,)
 
@@ -360,7 +361,7 @@ def test_query_xml_sums_dram_and_sram_uncorrectable_counts() -> None:
         "<sram_uncorrectable>5</sram_uncorrectable>\n                <dram_correctable>",
         1,
     )
-    gpu = parse_query_xml(text).gpus[0]
+    gpu = parse_query_xml(text, unlisted=3).gpus[0]  # one of the trimmed capture's 4 GPUs
     assert (gpu.ecc_uncorrectable_volatile, gpu.ecc_uncorrectable_aggregate) == (7, 0)
 
 
@@ -390,7 +391,7 @@ def test_query_xml_reads_active_throttle_reasons_and_pending_retirement() -> Non
 def test_query_xml_reads_fabric_state_when_reported() -> None:
     text = read("nvidia-smi-xml/telegraf__a100-sxm4-v12.xml")
     text = text.replace("<state>N/A</state>", "<state>In Progress</state>")
-    assert parse_query_xml(text).gpus[0].fabric_state == "In Progress"
+    assert parse_query_xml(text, unlisted=3).gpus[0].fabric_state == "In Progress"
 
 
 @pytest.mark.parametrize(

@@ -20,6 +20,7 @@ from typing import Any
 
 import yaml
 
+from gpuready.nvidia.errors import check_text
 from gpuready.nvidia.security import compare_versions
 from gpuready.nvidia.smi import ListedGpu
 
@@ -99,7 +100,8 @@ class Spec:
 
 
 class SpecError(ValueError):
-    pass
+    """The CDI spec output cannot be read (not YAML, not a CDI spec, nested too deep, too long): the one error
+    :func:`parse_specs` raises."""
 
 
 FILE_MARK = "# gpuready-cdi-file: "
@@ -112,6 +114,7 @@ def spec_command(paths: Iterable[str] = (STATIC_SPEC_PATH, SPEC_PATH)) -> str:
 
 def parse_specs(text: str) -> list[Spec]:
     """The specs in ``spec_command``'s output; a file that is not a CDI spec raises :class:`SpecError`."""
+    check_text(text, "CDI spec files", SpecError)
     files: list[tuple[str, list[str]]] = []
     for line in text.splitlines():
         if line.startswith(FILE_MARK):
@@ -125,7 +128,9 @@ def _parse_one(path: str, text: str) -> Spec:
     try:
         docs = [d for d in yaml.safe_load_all(text) if d is not None]
     except yaml.YAMLError as exc:
-        raise SpecError(f"{path} is not valid YAML: {exc}") from None
+        raise SpecError(f"{path} is not valid YAML: {str(exc)[:300]}") from None
+    except RecursionError:
+        raise SpecError(f"{path} nests too deep to be a CDI spec") from None
     if len(docs) != 1 or not isinstance(docs[0], dict):
         raise SpecError(f"{path} is not one CDI spec document")
     doc: dict[str, Any] = docs[0]
@@ -135,17 +140,21 @@ def _parse_one(path: str, text: str) -> Spec:
     devices = doc.get("devices") or []
     if not isinstance(devices, list) or not all(isinstance(d, dict) and "name" in d for d in devices):
         raise SpecError(f"{path}: devices must be a list of entries with a name")
+    try:
+        edits = yaml.safe_dump(doc.get("containerEdits") or {})
+    except (yaml.YAMLError, RecursionError):
+        raise SpecError(f"{path}: containerEdits cannot be read") from None
     return Spec(
         path,
         str(doc["kind"]),
         str(doc["cdiVersion"]),
         tuple(str(d["name"]) for d in devices),
-        frozenset(_LIBRARY_VERSION.findall(yaml.safe_dump(doc.get("containerEdits") or {}))),
+        frozenset(_LIBRARY_VERSION.findall(edits)),
     )
 
 
 # a driver library the spec mounts, e.g. /usr/lib/x86_64-linux-gnu/libcuda.so.580.95.05
-_LIBRARY_VERSION = re.compile(r"/lib(?:cuda|nvidia-ml)\.so\.(\d+\.\d+(?:\.\d+)?)\b")
+_LIBRARY_VERSION = re.compile(r"/lib(?:cuda|nvidia-ml)\.so\.([0-9]+\.[0-9]+(?:\.[0-9]+)?)\b")
 
 
 def qualified(name: str) -> str:

@@ -20,6 +20,8 @@ from typing import Any
 import tomlkit
 from tomlkit.items import Table
 
+from gpuready.nvidia.errors import check_text
+
 DEFAULT_DROP_IN_DIR = "/etc/containerd/conf.d"
 DEFAULT_DROP_IN_NAME = "99-nvidia.toml"
 NVIDIA_RUNTIME_BINARY = "/usr/bin/nvidia-container-runtime"
@@ -30,7 +32,8 @@ CRI_PLUGIN = {1: "cri", 2: "io.containerd.grpc.v1.cri", 3: "io.containerd.cri.v1
 
 
 class ContainerdConfigError(ValueError):
-    """The existing config cannot be extended safely (unparsable TOML, unknown version)."""
+    """The config cannot be read or extended safely (unparsable TOML, unknown version, a table that is not a
+    table): the one error the readers here raise."""
 
 
 @dataclass(frozen=True)
@@ -57,7 +60,7 @@ def config_version(doc: dict[str, Any], text: str) -> int:
     if not text.strip():
         return 2
     version = doc.get("version", 1)
-    if version not in (1, 2, 3):
+    if isinstance(version, bool) or not isinstance(version, int) or version not in (1, 2, 3):
         raise ContainerdConfigError(
             f"containerd config version {version!r} is not supported (1, 2 and 3 are); "
             "containerd 2.3 writes version 4: pin containerd < 2.3 or upgrade gpuready"
@@ -151,10 +154,24 @@ def _as_tables(value: dict[str, Any]) -> Table:
     return table
 
 
+def _subtable(table: dict[str, Any], key: str, where: str) -> dict[str, Any]:
+    value = table.get(key, {})
+    if not isinstance(value, dict):
+        raise ContainerdConfigError(f"{where}.{key} is a {type(value).__name__}, not a table")
+    return value
+
+
 def nvidia_runtime_of(dump_text: str, runtime_name: str = "nvidia") -> dict[str, Any] | None:
     """The runtime table named ``runtime_name`` in a (merged) config, e.g. ``containerd config dump`` output."""
-    _, cri = cri_plugin_of(dump_text)
-    return cri.get("containerd", {}).get("runtimes", {}).get(runtime_name)
+    version, cri = cri_plugin_of(dump_text)
+    where = f"plugins.{CRI_PLUGIN[version]!r}"
+    runtimes = _subtable(_subtable(cri, "containerd", where), "runtimes", f"{where}.containerd")
+    runtime = runtimes.get(runtime_name)
+    if runtime is not None and not isinstance(runtime, dict):
+        raise ContainerdConfigError(f"{where}.containerd.runtimes.{runtime_name} is not a table")
+    if runtime is not None:
+        _subtable(runtime, "options", f"{where}.containerd.runtimes.{runtime_name}")
+    return runtime
 
 
 def cri_plugin_of(dump_text: str) -> tuple[int, dict[str, Any]]:
@@ -163,12 +180,15 @@ def cri_plugin_of(dump_text: str) -> tuple[int, dict[str, Any]]:
     Read with the standard library's tomllib, not tomlkit: nothing is written back, and a check reads one dump
     per node (tomlkit took ~30 ms a dump, a minute of a 1000-node run). Unreadable TOML is a
     ContainerdConfigError."""
+    check_text(dump_text, "containerd config dump", ContainerdConfigError)
     try:
         doc = tomllib.loads(dump_text)
-    except tomllib.TOMLDecodeError as exc:
-        raise ContainerdConfigError(f"not TOML: {exc}") from None
+    except ValueError as exc:  # TOMLDecodeError, or an integer of more digits than Python converts
+        raise ContainerdConfigError(f"not TOML: {str(exc)[:200]}") from None
+    except RecursionError:
+        raise ContainerdConfigError("not TOML: nested too deep") from None
     version = config_version(doc, dump_text)
-    return version, doc.get("plugins", {}).get(CRI_PLUGIN[version], {})
+    return version, _subtable(_subtable(doc, "plugins", "config"), CRI_PLUGIN[version], "plugins")
 
 
 def cdi_settings(dump_text: str) -> tuple[bool, list[str]]:
@@ -177,4 +197,8 @@ def cdi_settings(dump_text: str) -> tuple[bool, list[str]]:
     version, cri = cri_plugin_of(dump_text)
     enabled = cri.get("enable_cdi", version >= 3)
     dirs = cri.get("cdi_spec_dirs", ["/etc/cdi", "/var/run/cdi"])
-    return bool(enabled), [str(d) for d in dirs]
+    if not isinstance(enabled, bool):
+        raise ContainerdConfigError(f"enable_cdi is {enabled!r}, not true or false")
+    if not isinstance(dirs, list) or not all(isinstance(d, str) for d in dirs):
+        raise ContainerdConfigError(f"cdi_spec_dirs is {str(dirs)[:80]}, not a list of paths")
+    return enabled, list(dirs)

@@ -8,11 +8,12 @@ while the exposition format itself is left to ``prometheus_client``'s parser.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from gpuready.nvidia.errors import ParseError
+from gpuready.nvidia.errors import ParseError, check_text
 
 __all__ = ["DcgmSample", "parse_dcgm_metrics"]
 
@@ -61,10 +62,9 @@ def _label_int(labels: dict[str, str], name: str, metric: str) -> int | None:
     value = _label(labels, name)
     if value is None:
         return None
-    try:
-        return int(value)
-    except ValueError:
-        raise ParseError(f"{_TOOL}: {metric} has {name}={value!r}, expected an integer") from None
+    if not re.fullmatch(r"[0-9]{1,9}", value):
+        raise ParseError(f"{_TOOL}: {metric} has {name}={value[:40]!r}, expected an integer")
+    return int(value)
 
 
 def parse_dcgm_metrics(text: str) -> list[DcgmSample]:
@@ -75,15 +75,17 @@ def parse_dcgm_metrics(text: str) -> list[DcgmSample]:
     metric with ``# HELP``/``# TYPE`` and no sample after it, or ends on a comment line (dcgm-exporter
     writes those lines only for metrics it has values for, so either is a scrape cut short).
     """
+    check_text(text, _TOOL)
     if not text.strip():
         raise ParseError(f"{_TOOL}: empty scrape")
     if text.strip().splitlines()[-1].startswith("#"):
         raise ParseError(f"{_TOOL}: ends with a comment line, not a sample; truncated scrape")
     try:
         families = list(text_string_to_metric_families(text))
-    except ValueError as exc:
+    # prometheus_client's parser reports most garbled lines as ValueError, some as IndexError or KeyError
+    except (ValueError, IndexError, KeyError, TypeError, AttributeError) as exc:
         raise ParseError(
-            f"{_TOOL}: not Prometheus text format ({exc}); truncated or garbled scrape"
+            f"{_TOOL}: not Prometheus text format ({str(exc)[:200]}); truncated or garbled scrape"
         ) from None
     samples: list[DcgmSample] = []
     seen: set[tuple[str, tuple[tuple[str, str], ...]]] = set()

@@ -49,7 +49,7 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from gpuready.nvidia.errors import ParseError
+from gpuready.nvidia.errors import MAX_JSON_DEPTH, ParseError, check_text, json_depth_exceeded
 
 __all__ = ["STATUSES", "DiagError", "DiagReport", "DiagTest", "parse_diag_json"]
 
@@ -154,8 +154,7 @@ def _not_a_document(text: str, why: str) -> DiagError:
 
 
 def _load(text: str) -> dict:
-    if not isinstance(text, str):
-        raise DiagError(f"dcgmi diag output must be text, got {type(text).__name__}")
+    check_text(text, "dcgmi diag -j", DiagError)
     # The document starts at the first line that opens an object; dcgmi may print a banner first.
     match = re.search(r"^[ \t]*\{", text, re.MULTILINE)
     if match is None:
@@ -165,9 +164,24 @@ def _load(text: str) -> dict:
         doc, _end = json.JSONDecoder().raw_decode(text, start)
     except json.JSONDecodeError as e:
         raise _not_a_document(text, f"the JSON is broken at line {e.lineno}: {e.msg}") from None
+    except RecursionError:
+        raise _not_a_document(text, f"the JSON nests deeper than {MAX_JSON_DEPTH} levels") from None
+    except ValueError as e:  # an integer of more digits than Python converts
+        raise _not_a_document(text, f"the JSON holds an unreadable value ({str(e)[:80]})") from None
     if not isinstance(doc, dict):
         raise _not_a_document(text, "the JSON is not an object")
+    if json_depth_exceeded(doc):
+        raise _not_a_document(text, f"the JSON nests deeper than {MAX_JSON_DEPTH} levels")
     return doc
+
+
+def _items(value: object, where: str) -> list:
+    """A JSON array that may be missing (null or absent: empty); anything else is not dcgmi's document."""
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise DiagError(f"{where} is {type(value).__name__}, expected a list")
+    return value
 
 
 def _strings(value: object) -> list[str]:
@@ -191,11 +205,11 @@ def _strings(value: object) -> list[str]:
 
 def _status(raw: object, where: str) -> str:
     if not isinstance(raw, str):
-        raise DiagError(f"{where}: status is missing or not text ({raw!r})")
+        raise DiagError(f"{where}: status is missing or not text ({_short(raw)})")
     status = _STATUS_WORDS.get(raw.strip().lower())
     if status is None:
         raise DiagError(
-            f"{where}: unknown status {raw!r}; known: {', '.join(STATUSES)} (and Skipped, Not Run)"
+            f"{where}: unknown status {_short(raw)}; known: {', '.join(STATUSES)} (and Skipped, Not Run)"
         )
     return status
 
@@ -206,20 +220,25 @@ def _gpu_of(result: dict, where: str) -> int | None:
         if group is not None and str(group).upper() != "GPU":
             return None  # a CPU / NvSwitch entity: not a GPU index
         entity = result["entity_id"]
-        if isinstance(entity, bool) or not isinstance(entity, int):
-            raise DiagError(f"{where}: entity_id is not an integer ({entity!r})")
+        if isinstance(entity, bool) or not isinstance(entity, int) or entity < 0:
+            raise DiagError(f"{where}: entity_id is not a GPU index ({_short(entity)})")
         return entity
     ids = result.get("gpu_ids", result.get("gpu_id"))
     if ids is None:
         return None
-    if isinstance(ids, int) and not isinstance(ids, bool):
+    if isinstance(ids, int) and not isinstance(ids, bool) and ids >= 0:
         return ids
-    text = str(ids).strip()
-    if re.fullmatch(r"\d+", text):
+    text = ids.strip() if isinstance(ids, str) else ""
+    if re.fullmatch(r"[0-9]{1,9}", text):
         return int(text)
-    if re.fullmatch(r"\d+(\s*,\s*\d+)+", text):
+    if re.fullmatch(r"[0-9]{1,9}(\s*,\s*[0-9]{1,9})+", text):
         return None  # one result standing for several GPUs (NVVS software tests)
-    raise DiagError(f"{where}: cannot read the GPU id {ids!r}")
+    raise DiagError(f"{where}: cannot read the GPU id {_short(ids)}")
+
+
+def _short(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 _RANK = {"Skip": 0, "Pass": 1, "Warn": 2, "Fail": 3}
@@ -236,14 +255,14 @@ def _tests(diag: dict) -> Iterable[DiagTest]:
             raise DiagError(f"test category #{c_index} is not an object")
         cat_name = category.get("category")
         cat_name = cat_name if isinstance(cat_name, str) else None
-        for t_index, test in enumerate(category.get("tests") or []):
+        for t_index, test in enumerate(_items(category.get("tests"), f"category {cat_name!r} tests")):
             if test is None:  # NVVS leaves null holes in its arrays
                 continue
             if not isinstance(test, dict) or not isinstance(test.get("name"), str):
                 raise DiagError(f"test #{t_index} of category {cat_name!r} has no name")
             name = test["name"]
             records: list[DiagTest] = []
-            for r_index, result in enumerate(test.get("results") or []):
+            for r_index, result in enumerate(_items(test.get("results"), f"test {name!r} results")):
                 if result is None:
                     continue
                 where = f"test {name!r} result #{r_index}"
@@ -293,12 +312,13 @@ def _text_field(*candidates: object) -> str | None:
 
 def _entity_gpus(doc: dict) -> tuple[int, ...]:
     gpus: list[int] = []
-    for group in doc.get("entity_groups") or []:
+    for group in _items(doc.get("entity_groups"), "entity_groups"):
         if not isinstance(group, dict) or str(group.get("entity_group", "")).upper() != "GPU":
             continue
-        for entity in group.get("entities") or []:
-            if isinstance(entity, dict) and isinstance(entity.get("entity_id"), int):
-                gpus.append(entity["entity_id"])
+        for entity in _items(group.get("entities"), "entity_groups entities"):
+            gpu = entity.get("entity_id") if isinstance(entity, dict) else None
+            if isinstance(gpu, int) and not isinstance(gpu, bool) and gpu >= 0:
+                gpus.append(gpu)
     return tuple(gpus)
 
 

@@ -39,7 +39,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from gpuready.nvidia.errors import ParseError
+from gpuready.nvidia.errors import MAX_JSON_DEPTH, ParseError, check_text, json_depth_exceeded
 
 __all__ = [
     "DEVICE_TO_DEVICE_READ",
@@ -64,6 +64,7 @@ DEVICE_TO_DEVICE_WRITE = "device_to_device_memcpy_write_ce"
 NVBANDWIDTH_COMMAND = f"nvbandwidth -j -t {HOST_TO_DEVICE} {DEVICE_TO_HOST} {DEVICE_TO_DEVICE_READ}"
 
 _TOOL = "nvbandwidth -j"
+_FIGURE = re.compile(r"-?[0-9]{1,12}(?:\.[0-9]{0,12})?")
 _NOT_MEASURED = "N/A"
 
 
@@ -104,7 +105,7 @@ def _load(text: str) -> dict:
     The document starts with a ``{`` at the start of a line (jsoncpp and ``json.dumps`` both write it so);
     a ``{`` inside a warning line is not mistaken for it.
     """
-    stripped = text.strip()
+    stripped = check_text(text, _TOOL, NvbandwidthError).strip()
     if not stripped:
         raise NvbandwidthError(f"{_TOOL}: empty output")
     starts = [m.start() for m in re.finditer(r"(?m)^\{", stripped)] or [stripped.find("{")]
@@ -119,9 +120,15 @@ def _load(text: str) -> dict:
         except json.JSONDecodeError as exc:
             failure = failure or exc
             continue
+        except RecursionError:
+            raise NvbandwidthError(f"{_TOOL}: the JSON nests deeper than {MAX_JSON_DEPTH} levels") from None
+        except ValueError as exc:  # an integer of more digits than Python converts
+            raise NvbandwidthError(f"{_TOOL}: unreadable JSON value ({str(exc)[:80]})") from None
+        if json_depth_exceeded(document):
+            raise NvbandwidthError(f"{_TOOL}: the JSON nests deeper than {MAX_JSON_DEPTH} levels")
         if not isinstance(document.get("nvbandwidth"), dict):
             raise NvbandwidthError(
-                f"{_TOOL}: expected an object with an 'nvbandwidth' object, found {sorted(document)}"
+                f"{_TOOL}: expected an object with an 'nvbandwidth' object, found {_describe(sorted(document))}"
             )
         return document["nvbandwidth"]
     assert failure is not None
@@ -134,10 +141,12 @@ def _cell(value: object, name: str, row: int, column: int) -> float | None:
     where = f"{_TOOL}: {name} bandwidth_matrix[{row}][{column}]"
     if not isinstance(value, str):
         raise NvbandwidthError(f"{where} is {_describe(value)}, expected a number in a string or 'N/A'")
-    try:
-        number = float(value)
-    except ValueError:
-        raise NvbandwidthError(f"{where} is {_describe(value)}, expected a number or 'N/A'") from None
+    # ASCII digits as nvbandwidth prints them: float() would also take "nan", "1_0", " 12 " or non-ASCII digits
+    if not _FIGURE.fullmatch(value):
+        raise NvbandwidthError(
+            f"{where} is {_describe(value)}, expected a finite bandwidth >= 0 (ASCII digits) or 'N/A'"
+        )
+    number = float(value)
     if not math.isfinite(number) or number < 0:
         raise NvbandwidthError(f"{where} is {_describe(value)}, expected a finite bandwidth >= 0")
     return number
@@ -190,12 +199,12 @@ def parse_nvbandwidth_json(text: str) -> BandwidthReport:
     body = _load(text)
     errors: list[str] = []
     if body.get("error"):
-        errors.append(f"nvbandwidth: {str(body['error']).strip()}")
+        errors.append(f"nvbandwidth: {str(body['error']).strip()[:500]}")
     raw_cases = body.get("testcases", [])
     if not isinstance(raw_cases, list):
         raise NvbandwidthError(f"{_TOOL}: testcases is {_describe(raw_cases)}, expected a list")
     if not raw_cases and not errors:
-        raise NvbandwidthError(f"{_TOOL}: no testcases and no error in keys {sorted(body)}")
+        raise NvbandwidthError(f"{_TOOL}: no testcases and no error in keys {_describe(sorted(body))}")
     devices = body.get("GPU Device list", [])
     if not isinstance(devices, list) or not all(isinstance(d, str) for d in devices):
         raise NvbandwidthError(f"{_TOOL}: 'GPU Device list' is {_describe(devices)}, expected strings")
@@ -213,7 +222,7 @@ def parse_nvbandwidth_json(text: str) -> BandwidthReport:
             )
         name, status = case["name"], case.get("status")
         names.append(name)
-        detail = f": {str(case['error']).strip()}" if case.get("error") else ""
+        detail = f": {str(case['error']).strip()[:500]}" if case.get("error") else ""
         if status == "Passed":
             passed.setdefault(name, case)
             if detail:

@@ -21,14 +21,16 @@ Field names and layouts were read from real captures of drivers 515 to 610 (see 
 
 from __future__ import annotations
 
+import itertools
 import re
 import xml.etree.ElementTree as ET
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 
-from gpuready.nvidia.errors import ParseError
+from gpuready.nvidia.errors import ParseError, check_text
 
 __all__ = [
+    "LOST_GPU",
     "ComputeInstanceProfileRow",
     "ComputeInstanceRow",
     "CsvValue",
@@ -55,6 +57,10 @@ __all__ = [
     "parse_query_text",
     "parse_query_xml",
 ]
+
+# What nvidia-smi prints (stdout or stderr, depending on the view) for a GPU the driver has lost; the GPU is
+# then left out of every listing and nvidia-smi exits 15.
+LOST_GPU = re.compile(r"Unable to determine the device handle for GPU\s*([0-9A-Fa-f:.]+): (.*)")
 
 # --------------------------------------------------------------------------------------------------
 # Records
@@ -130,8 +136,9 @@ class GpuInfo:
 class SmiReport:
     """The whole of one ``nvidia-smi -q`` / ``-q -x`` run.
 
-    ``attached_gpus`` is the driver's count of GPUs in the machine; ``gpus`` can hold fewer when the
-    query was limited with ``-i``. From driver 610 on the text query names the driver version ``KMD
+    ``attached_gpus`` is the driver's count of GPUs in the machine; ``gpus`` holds fewer only where the
+    reader was told how many are left out (``unlisted``: GPUs nvidia-smi could not reach, or a query
+    limited with ``-i``). From driver 610 on the text query names the driver version ``KMD
     Version`` and the CUDA version ``CUDA UMD Version`` (the old names are kept, marked deprecated);
     ``driver_version`` and ``cuda_version`` are read from whichever the output has, the new name first.
     """
@@ -274,7 +281,9 @@ _NOT_AVAILABLE = frozenset(
 # Driver 610 and later follow the value of a field they are about to drop with a note:
 # "Driver Version : 610.43.02 [Deprecated; will be removed in CUDA 14.0. Use KMD Version instead]".
 _DEPRECATION_NOTE = re.compile(r"\s+\[Deprecated\b[^\]]*\]$")
-_NUMBER_WITH_UNIT = re.compile(r"^(-?\d+(?:\.\d+)?) ?([A-Za-z%/()]*)$")
+# ASCII digits only: int() and float() also read Arabic-Indic or fullwidth digits, which no NVIDIA tool prints.
+_NUMBER_WITH_UNIT = re.compile(r"^(-?[0-9]+(?:\.[0-9]+)?) ?([A-Za-z%/()]*)$")
+_DIGITS = re.compile(r"[0-9]{1,18}")
 
 
 def _value(value: str | None) -> str | None:
@@ -286,28 +295,42 @@ def _value(value: str | None) -> str | None:
     return None if text in _NOT_AVAILABLE else text
 
 
-def _number(value: str | None, unit: str, what: str, kind: type[int] | type[float]) -> int | float | None:
-    """``"81559 MiB"`` -> 81559; the unit must be the expected one so a renamed field cannot slip by."""
+def _number(
+    value: str | None, unit: str, what: str, kind: type[int] | type[float], signed: bool = False
+) -> int | float | None:
+    """``"81559 MiB"`` -> 81559; the unit must be the expected one so a renamed field cannot slip by.
+
+    Counts and sizes (every field read here but temperatures) cannot be negative: a ``-1`` is garbled
+    output, not a healthy zero, so it is an error unless ``signed``."""
     text = _value(value)
     if text is None:
         return None
     match = _NUMBER_WITH_UNIT.match(text)
     if match is None or match.group(2) != unit:
         raise ParseError(f"{what}: expected a number in {unit or 'no unit'}, got {text!r}")
+    if not signed and match.group(1).startswith("-"):
+        raise ParseError(f"{what}: negative value {text!r}; a count or size cannot be below 0")
     try:
         return kind(match.group(1))
     except ValueError:
-        raise ParseError(f"{what}: expected {kind.__name__}, got {text!r}") from None
+        raise ParseError(f"{what}: expected {kind.__name__}, got {text[:40]!r}") from None
 
 
-def _int(value: str | None, unit: str, what: str) -> int | None:
-    result = _number(value, unit, what, int)
+def _int(value: str | None, unit: str, what: str, signed: bool = False) -> int | None:
+    result = _number(value, unit, what, int, signed)
     return None if result is None else int(result)
 
 
 def _float(value: str | None, unit: str, what: str) -> float | None:
     result = _number(value, unit, what, float)
     return None if result is None else float(result)
+
+
+def _index(token: str, what: str) -> int:
+    """A GPU index, link number or instance id: ASCII digits only, and a sane length."""
+    if not _DIGITS.fullmatch(token):
+        raise ParseError(f"{what}: expected a number, got {token[:40]!r}")
+    return int(token)
 
 
 def _flag(value: str | None, true: str, false: str, what: str) -> bool | None:
@@ -346,17 +369,22 @@ _XML_ECC_UNCORRECTABLE = (
 )
 
 
-def parse_query_xml(text: str) -> SmiReport:
+def parse_query_xml(text: str, *, unlisted: int = 0) -> SmiReport:
     """Read ``nvidia-smi -q -x`` (DTD v11, v12, v13) into an :class:`SmiReport`.
 
     Raises ParseError on XML that is not well formed (which is what a truncated capture is), on a root
-    other than ``<nvidia_smi_log>``, and on a ``<gpu>`` without name, UUID, bus id or memory totals.
+    other than ``<nvidia_smi_log>``, on a ``<gpu>`` without name, UUID, bus id or memory totals, on a
+    negative counter, and when the ``<gpu>`` elements are fewer than ``<attached_gpus>`` less ``unlisted``:
+    the GPUs the caller knows are left out, those nvidia-smi could not reach (its :data:`LOST_GPU` lines,
+    printed outside the XML) or those an ``-i`` selection did not ask for. A report cut short between two
+    ``<gpu>`` elements would not be well-formed XML; this catches a report that lists fewer GPUs silently.
     """
+    check_text(text, _XML)
     if not text.strip():
         raise ParseError(f"{_XML}: empty output")
     try:
         root = ET.fromstring(text)
-    except ET.ParseError as exc:
+    except (ET.ParseError, UnicodeError) as exc:
         raise ParseError(f"{_XML}: not well-formed XML ({exc}); truncated or not XML output") from None
     if root.tag != "nvidia_smi_log":
         raise ParseError(f"{_XML}: root element is <{root.tag}>, expected <nvidia_smi_log>")
@@ -367,7 +395,7 @@ def parse_query_xml(text: str) -> SmiReport:
     if attached is None:
         raise ParseError(f"{_XML}: no <attached_gpus> element")
     gpus = tuple(_xml_gpu(i, element) for i, element in enumerate(root.findall("gpu")))
-    _check_gpu_count(_XML, attached, len(gpus))
+    _check_gpu_count(_XML, attached, len(gpus), unlisted)
     return SmiReport(
         driver_version=driver,
         cuda_version=_value(_xml_text(root, "cuda_version")),
@@ -376,11 +404,19 @@ def parse_query_xml(text: str) -> SmiReport:
     )
 
 
-def _check_gpu_count(tool: str, attached: int, found: int) -> None:
+def _check_gpu_count(tool: str, attached: int, found: int, unlisted: int) -> None:
+    """Every attached GPU is listed, or is one the caller knows is left out (unreachable, or not selected
+    with ``-i``): a query cut short at a GPU boundary must not read as a smaller node."""
     if found > attached:
         raise ParseError(f"{tool}: {found} GPUs listed but attached GPUs says {attached}")
     if attached and not found:
         raise ParseError(f"{tool}: attached GPUs says {attached} but no GPU is listed; truncated output?")
+    if found + unlisted < attached:
+        left_out = f" and {unlisted} left out (unreachable or not selected)" if unlisted else ""
+        raise ParseError(
+            f"{tool}: attached GPUs says {attached} but {found} are listed{left_out}: the report of"
+            f" {attached - found - unlisted} GPU(s) is missing; truncated output?"
+        )
 
 
 def _xml_text(element: ET.Element, path: str) -> str | None:
@@ -409,8 +445,8 @@ class _XmlFields:
             raise ParseError(f"{self.where} <{path}> has no value ({raw.strip()!r})")
         return value
 
-    def integer(self, path: str, unit: str = "") -> int | None:
-        return _int(_xml_text(self.element, path), unit, f"{self.where} <{path}>")
+    def integer(self, path: str, unit: str = "", signed: bool = False) -> int | None:
+        return _int(_xml_text(self.element, path), unit, f"{self.where} <{path}>", signed)
 
     def required_integer(self, path: str, unit: str = "") -> int:
         value = _int(self.required(path), unit, f"{self.where} <{path}>")
@@ -493,7 +529,7 @@ def _xml_gpu(index: int, gpu: ET.Element) -> GpuInfo:
         pcie_link_width_current=fields.integer("pci/pci_gpu_link_info/link_widths/current_link_width", "x"),
         pcie_link_width_max=fields.integer("pci/pci_gpu_link_info/link_widths/max_link_width", "x"),
         clock_event_reasons_active=_active_reasons(reason_pairs),
-        temperature_c=fields.integer("temperature/gpu_temp", "C"),
+        temperature_c=fields.integer("temperature/gpu_temp", "C", signed=True),
         power_draw_w=None if power_path is None else fields.decimal(power_path, "W"),
         fabric_state=fields.text("fabric/state"),
         fabric_status=fields.text("fabric/status"),
@@ -601,6 +637,10 @@ class _Node:
         return paths
 
 
+# nvidia-smi -q nests fields 5 levels deep (PCI > GPU Link Info > PCIe Generation > Max under a GPU).
+_MAX_TEXT_DEPTH = 16
+
+
 def _indented_tree(lines: Sequence[tuple[int, str]], tool: str) -> _Node:
     root = _Node(key="", value=None, line=0)
     stack: list[tuple[int, _Node]] = [(-1, root)]
@@ -616,6 +656,10 @@ def _indented_tree(lines: Sequence[tuple[int, str]], tool: str) -> _Node:
             node = _Node(key=line[indent:].strip(), value=None, line=number)
         while stack[-1][0] >= indent:
             stack.pop()
+        if len(stack) > _MAX_TEXT_DEPTH:
+            raise ParseError(
+                f"{tool}: line {number} is nested deeper than {_MAX_TEXT_DEPTH} levels; garbled output"
+            )
         stack[-1][1].children.append(node)
         stack.append((indent, node))
     for node in root.walk():
@@ -627,14 +671,19 @@ def _indented_tree(lines: Sequence[tuple[int, str]], tool: str) -> _Node:
     return root
 
 
-def parse_query_text(text: str, *, filtered: bool = False) -> SmiReport:
+def parse_query_text(text: str, *, filtered: bool = False, unlisted: int = 0) -> SmiReport:
     """Read ``nvidia-smi -q`` text into the same :class:`SmiReport` as :func:`parse_query_xml`.
 
     ``filtered=True`` is for ``nvidia-smi -q -d PAGE_RETIREMENT,...``, whose GPU blocks hold only the
     chosen sections: fields outside them are None instead of an error. Then, as nvidia-smi prints the same
     sections for every GPU, a last GPU block with fewer fields than the first is taken as truncation.
     A full query must, for every GPU, show name, UUID, memory and the closing ``Processes`` field.
+    There must be a GPU block for each of ``Attached GPUs`` but the unreachable ones (a :data:`LOST_GPU` line
+    in ``text`` each) and ``unlisted`` more the caller knows are left out (unreachable GPUs whose lines went
+    to stderr, GPUs an ``-i`` selection did not ask for): output cut short between two GPU blocks is an
+    error, not a smaller node.
     """
+    check_text(text, _TEXT)
     if not text.strip():
         raise ParseError(f"{_TEXT}: empty output")
     lines = text.splitlines()
@@ -651,7 +700,8 @@ def parse_query_text(text: str, *, filtered: bool = False) -> SmiReport:
     if attached is None:
         raise ParseError(f"{_TEXT}: no 'Attached GPUs' line")
     blocks = [node for node in root.children if node.value is None and node.key.startswith("GPU ")]
-    _check_gpu_count(_TEXT, attached, len(blocks))
+    unlisted += sum(1 for line in lines if LOST_GPU.match(line.strip()))
+    _check_gpu_count(_TEXT, attached, len(blocks), unlisted)
     if filtered and len(blocks) > 1:
         skip = frozenset({"MIG Device", "Processes"})
         missing = blocks[0].key_paths(skip) - blocks[-1].key_paths(skip)
@@ -692,8 +742,8 @@ class _TextFields:
             )
         return raw
 
-    def integer(self, unit: str, *path: str) -> int | None:
-        return _int(self.node.get(*path), unit, self._what(path))
+    def integer(self, unit: str, *path: str, signed: bool = False) -> int | None:
+        return _int(self.node.get(*path), unit, self._what(path), signed)
 
     def required_integer(self, unit: str, *path: str) -> int | None:
         return _int(self.required(*path), unit, self._what(path))
@@ -771,7 +821,7 @@ def _text_gpu(index: int, block: _Node, filtered: bool) -> GpuInfo:
         pcie_link_width_current=fields.integer("x", "PCI", "GPU Link Info", "Link Width", "Current"),
         pcie_link_width_max=fields.integer("x", "PCI", "GPU Link Info", "Link Width", "Max"),
         clock_event_reasons_active=_active_reasons(reason_pairs),
-        temperature_c=fields.integer("C", "Temperature", "GPU Current Temp"),
+        temperature_c=fields.integer("C", "Temperature", "GPU Current Temp", signed=True),
         power_draw_w=None if power_path is None else fields.decimal("W", *power_path),
         fabric_state=fields.text("Fabric", "State"),
         fabric_status=fields.text("Fabric", "Status"),
@@ -869,8 +919,10 @@ _CSV_TEXT_FIELDS = frozenset(
 _CSV_TEXT_PREFIXES = ("pci.", "inforom.", "platform.")
 _CSV_UNITS = ("MiB", "%", "W", "MHz", "us", "ms")
 _HEADER_CELL = re.compile(r"^([A-Za-z_][\w.]*)(?: \[([^\]]+)\])?$")
-_INT = re.compile(r"^-?\d+$")
-_FLOAT = re.compile(r"^-?\d+\.\d+$")
+_INT = re.compile(r"^-?[0-9]+$")
+_FLOAT = re.compile(r"^-?[0-9]+\.[0-9]+$")
+# Error and retirement counters: a negative one is garbled output, never a healthy 0.
+_CSV_COUNTERS = ("ecc.errors.", "retired_pages.", "remapped_rows.")
 
 
 def _csv_canonical(name: str) -> str:
@@ -889,6 +941,7 @@ def parse_query_gpu_csv(text: str, fields: Sequence[str]) -> list[dict[str, CsvV
     driver_version, pci.*, inforom.*, compute_cap ...), which stay strings. Other bracketed values such
     as ``[Unknown Error]`` or ``[GPU is lost]`` are kept as strings so that a check can report them.
     """
+    check_text(text, _CSV)
     if not fields:
         raise ParseError(f"{_CSV}: no fields requested")
     wanted = [_csv_canonical(name) for name in fields]
@@ -916,12 +969,15 @@ def parse_query_gpu_csv(text: str, fields: Sequence[str]) -> list[dict[str, CsvV
                 f"{_CSV}: line {number} has {len(cells)} values for {len(fields)} fields; truncated or"
                 f" garbled: {line[:80]!r}"
             )
-        rows.append(
-            {
-                name: _csv_value(canonical, cell, unit)
-                for name, canonical, cell, unit in zip(fields, wanted, cells, units, strict=True)
-            }
-        )
+        row = {
+            name: _csv_value(canonical, cell, unit)
+            for name, canonical, cell, unit in zip(fields, wanted, cells, units, strict=True)
+        }
+        for name, canonical in zip(fields, wanted, strict=True):
+            value = row[name]
+            if canonical.startswith(_CSV_COUNTERS) and isinstance(value, int | float) and value < 0:
+                raise ParseError(f"{_CSV}: line {number} has {name} = {value}; a counter cannot be below 0")
+        rows.append(row)
     if not rows:
         raise ParseError(f"{_CSV}: a header but no GPU lines")
     return rows
@@ -937,7 +993,7 @@ def _csv_value(canonical: str, cell: str, unit: str | None) -> CsvValue:
         if value.endswith(f" {suffix}"):
             value = value[: -len(suffix) - 1]
             break
-    if _INT.match(value):
+    if _INT.match(value) and len(value) <= 1000:
         return int(value)
     if _FLOAT.match(value):
         return float(value)
@@ -949,28 +1005,53 @@ def _csv_value(canonical: str, cell: str, unit: str | None) -> CsvValue:
 # --------------------------------------------------------------------------------------------------
 
 _LIST = "nvidia-smi -L"
-_LIST_GPU = re.compile(r"^GPU (\d+): (.+) \(UUID: ([^)\s]+)\)$")
-_LIST_MIG = re.compile(r"^\s+MIG (\S+)\s+Device\s+(\d+): \(UUID: ([^)\s]+)\)$")
+_LIST_GPU = re.compile(r"^GPU ([0-9]+): (.+) \(UUID: ([^)\s]+)\)$")
+_LIST_MIG = re.compile(r"^\s+MIG (\S+)\s+Device\s+([0-9]+): \(UUID: ([^)\s]+)\)$")
 
 
-def parse_list(text: str) -> list[ListedGpu]:
-    """Read ``nvidia-smi -L``; MIG devices are attached to the GPU line above them."""
+def _check_listed(tool: str, indices: Sequence[int], uuids: Sequence[str], expected: int | None) -> None:
+    """nvidia-smi lists GPUs once each, by increasing index; and all of them, when the caller knows how many
+    there are (``expected``: the node's GPU count, ``Attached GPUs`` of ``-q``, the GPUs of ``-L``)."""
+    for before, after in itertools.pairwise(indices):
+        if after <= before:
+            raise ParseError(f"{tool}: GPU {after} listed after GPU {before}; garbled or repeated output")
+    if len(set(uuids)) != len(uuids):
+        raise ParseError(f"{tool}: a GPU UUID is listed twice; garbled or repeated output")
+    if expected is not None and len(indices) < expected:
+        shown = ", ".join(map(str, indices))
+        raise ParseError(
+            f"{tool}: {len(indices)} GPU(s) listed (GPU {shown}) but {expected} expected: the"
+            f" {expected - len(indices)} after GPU {indices[-1]} are missing; truncated output?"
+        )
+
+
+def parse_list(text: str, *, expected: int | None = None) -> list[ListedGpu]:
+    """Read ``nvidia-smi -L``; MIG devices are attached to the GPU line above them.
+
+    ``-L`` prints no total, so a listing cut short between two GPU lines looks complete: pass ``expected``
+    (the GPUs the node should have, or that ``-q`` says are attached and reachable) and fewer GPU lines are a
+    ParseError naming the missing ones. GPUs must be listed once each, by increasing index.
+    """
+    check_text(text, _LIST)
     gpus: list[ListedGpu] = []
     for number, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
             continue
         if match := _LIST_GPU.match(line.rstrip()):
-            gpus.append(ListedGpu(index=int(match.group(1)), name=match.group(2), uuid=match.group(3)))
+            index = _index(match.group(1), f"{_LIST}: line {number}")
+            gpus.append(ListedGpu(index=index, name=match.group(2), uuid=match.group(3)))
         elif (match := _LIST_MIG.match(line.rstrip())) and gpus:
-            device = ListedMigDevice(index=int(match.group(2)), profile=match.group(1), uuid=match.group(3))
+            mig_index = _index(match.group(2), f"{_LIST}: line {number}")
+            device = ListedMigDevice(index=mig_index, profile=match.group(1), uuid=match.group(3))
             last = gpus[-1]
             gpus[-1] = ListedGpu(last.index, last.name, last.uuid, (*last.mig_devices, device))
         else:
             raise ParseError(
-                f"{_LIST}: line {number} is neither a GPU nor a MIG device line: {line.strip()!r}"
+                f"{_LIST}: line {number} is neither a GPU nor a MIG device line: {line.strip()[:120]!r}"
             )
     if not gpus:
         raise ParseError(f"{_LIST}: no GPU lines")
+    _check_listed(_LIST, [gpu.index for gpu in gpus], [gpu.uuid for gpu in gpus], expected)
     return gpus
 
 
@@ -984,6 +1065,7 @@ def _box_rows(text: str, tool: str, lines_per_row: int) -> list[list[list[str]]]
 
     The table must be closed by a ``+---`` border: a capture cut short is an error, not fewer rows.
     """
+    check_text(text, tool)
     lines = [line.rstrip() for line in text.splitlines() if line.strip()]
     if not lines:
         raise ParseError(f"{tool}: empty output")
@@ -1014,10 +1096,9 @@ def _box_rows(text: str, tool: str, lines_per_row: int) -> list[list[list[str]]]
 
 
 def _ints(tool: str, tokens: Sequence[str], row: Sequence[str]) -> list[int]:
-    try:
-        return [int(token) for token in tokens]
-    except ValueError:
-        raise ParseError(f"{tool}: non-numeric column in row {' '.join(row)!r}") from None
+    if not all(_DIGITS.fullmatch(token) for token in tokens):
+        raise ParseError(f"{tool}: non-numeric column in row {' '.join(row)[:160]!r}")
+    return [int(token) for token in tokens]
 
 
 def _profile_name(tool: str, tokens: Sequence[str], at: int) -> str:
@@ -1042,6 +1123,9 @@ def _placement(tool: str, token: str, row: Sequence[str]) -> tuple[int, int]:
     return start, size
 
 
+_GIB = re.compile(r"[0-9]{1,9}(?:\.[0-9]{1,9})?")
+
+
 def parse_mig_lgip(text: str) -> list[GpuInstanceProfileRow]:
     """Read ``nvidia-smi mig -lgip``; the name drops the ``MIG`` prefix (``1g.10gb``, ``1g.10gb+me``)."""
     tool = "nvidia-smi mig -lgip"
@@ -1050,10 +1134,9 @@ def parse_mig_lgip(text: str) -> list[GpuInstanceProfileRow]:
         if len(first) != 10 or len(second) != 3:
             raise ParseError(f"{tool}: row {' '.join(first + second)!r} does not have 13 columns")
         memory = first[5]
-        try:
-            memory_gib = float(memory)
-        except ValueError:
-            raise ParseError(f"{tool}: memory {memory!r} is not a number") from None
+        if not _GIB.fullmatch(memory):
+            raise ParseError(f"{tool}: memory {memory[:40]!r} is not a number")
+        memory_gib = float(memory)
         gpu, profile_id = _ints(tool, [first[0], first[3]], first)
         free, total = _fraction(tool, first[4], first)
         sm, dec, enc = _ints(tool, first[7:10], first)
@@ -1137,19 +1220,22 @@ def parse_mig_lcip(text: str) -> list[ComputeInstanceProfileRow]:
     return result
 
 
-_LGIPP = re.compile(r"^GPU\s+(\d+) Profile ID\s+(\d+) Placements?\s*: \{([\d,]+)\}:(\d+)$")
+_LGIPP = re.compile(
+    r"^GPU\s+([0-9]{1,18}) Profile ID\s+([0-9]{1,18}) Placements?\s*: \{([0-9]{1,18}(?:,[0-9]{1,18})*)\}:([0-9]{1,18})$"
+)
 
 
 def parse_mig_lgipp(text: str) -> list[GpuInstancePlacements]:
     """Read ``nvidia-smi mig -lgipp`` (``GPU  0 Profile ID 14 Placements: {0,2,4}:2``)."""
     tool = "nvidia-smi mig -lgipp"
+    check_text(text, tool)
     result = []
     for number, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
             continue
         match = _LGIPP.match(line.strip())
         if match is None:
-            raise ParseError(f"{tool}: line {number} is not a placement line: {line.strip()!r}")
+            raise ParseError(f"{tool}: line {number} is not a placement line: {line.strip()[:120]!r}")
         starts = tuple(int(start) for start in match.group(3).split(","))
         result.append(
             GpuInstancePlacements(int(match.group(1)), int(match.group(2)), starts, int(match.group(4)))
@@ -1164,23 +1250,27 @@ def parse_mig_lgipp(text: str) -> list[GpuInstancePlacements]:
 # --------------------------------------------------------------------------------------------------
 
 _NVLINK = "nvidia-smi nvlink -s"
-_NVLINK_LINK = re.compile(r"^Link (\d+): (?:(\d+(?:\.\d+)?) GB/s|<inactive>)$")
+_NVLINK_LINK = re.compile(r"^Link ([0-9]{1,9}): (?:([0-9]{1,9}(?:\.[0-9]{1,9})?) GB/s|<inactive>)$")
 
 
-def parse_nvlink_report(text: str) -> list[NvLinkGpu]:
+def parse_nvlink_report(text: str, *, expected: int | None = None) -> list[NvLinkGpu]:
     """Read ``nvidia-smi nvlink -s`` keeping, per GPU, the messages printed instead of links.
 
     Those messages are what tells "no NVLink on this GPU" from "every link is down" from "MIG mode".
     nvidia-smi prints every link of a GPU, ``<inactive>`` ones included, so a last GPU with fewer links
-    than another GPU of the same model means the output was cut short.
+    than another GPU of the same model means the output was cut short. Output cut between two GPUs has
+    no such tell (the command prints no total): pass ``expected`` (the GPUs ``-q`` reports, or the node's
+    count) and fewer GPUs are a ParseError naming the missing ones.
     """
+    check_text(text, _NVLINK)
     gpus: list[NvLinkGpu] = []
     for number, line in enumerate(text.splitlines(), start=1):
         stripped = line.strip()
         if not stripped:
             continue
         if match := _LIST_GPU.match(line.rstrip()):
-            gpus.append(NvLinkGpu(index=int(match.group(1)), name=match.group(2), uuid=match.group(3)))
+            index = _index(match.group(1), f"{_NVLINK}: line {number}")
+            gpus.append(NvLinkGpu(index=index, name=match.group(2), uuid=match.group(3)))
             continue
         if stripped.startswith("GPU ") or not gpus:
             raise ParseError(f"{_NVLINK}: line {number} is not a complete 'GPU <n>: <name> (UUID: ...)' line")
@@ -1189,27 +1279,30 @@ def parse_nvlink_report(text: str) -> list[NvLinkGpu]:
             link = _NVLINK_LINK.match(stripped)
             if link is None or last.messages:
                 raise ParseError(
-                    f"{_NVLINK}: line {number} is a garbled or misplaced link line: {stripped!r}"
+                    f"{_NVLINK}: line {number} is a garbled or misplaced link line: {stripped[:120]!r}"
                 )
             speed = None if link.group(2) is None else float(link.group(2))
             links = (*last.links, NvLink(int(link.group(1)), speed))
             gpus[-1] = NvLinkGpu(last.index, last.name, last.uuid, links, last.messages)
         elif last.links:
-            raise ParseError(f"{_NVLINK}: line {number} follows the links of GPU {last.index}: {stripped!r}")
+            raise ParseError(
+                f"{_NVLINK}: line {number} follows the links of GPU {last.index}: {stripped[:120]!r}"
+            )
         else:
             gpus[-1] = NvLinkGpu(last.index, last.name, last.uuid, last.links, (*last.messages, stripped))
     if not gpus:
         raise ParseError(f"{_NVLINK}: no GPU lines")
     last = gpus[-1]
-    expected = max((len(gpu.links) for gpu in gpus if gpu.name == last.name), default=0)
-    if last.links and len(last.links) < expected:
+    most = max((len(gpu.links) for gpu in gpus if gpu.name == last.name), default=0)
+    if last.links and len(last.links) < most:
         raise ParseError(
             f"{_NVLINK}: GPU {last.index} lists {len(last.links)} links, another {last.name} lists"
-            f" {expected}; truncated output"
+            f" {most}; truncated output"
         )
+    _check_listed(_NVLINK, [gpu.index for gpu in gpus], [gpu.uuid for gpu in gpus], expected)
     return gpus
 
 
-def parse_nvlink_status(text: str) -> dict[int, list[NvLink]]:
+def parse_nvlink_status(text: str, *, expected: int | None = None) -> dict[int, list[NvLink]]:
     """Read ``nvidia-smi nvlink -s`` into links per GPU index; a GPU without links maps to ``[]``."""
-    return {gpu.index: list(gpu.links) for gpu in parse_nvlink_report(text)}
+    return {gpu.index: list(gpu.links) for gpu in parse_nvlink_report(text, expected=expected)}

@@ -45,6 +45,27 @@ def not_found(out: Output) -> bool:
     return out.rc in (NOT_FOUND, NOT_EXECUTABLE) or "command not found" in out.stderr
 
 
+# What coreutils' timeout(1) exits with, and what the suite's runners report for a command they stopped waiting
+# for (gpuready.conformance.runners.TIMEOUT_RC); 128 + 9 is a command killed with SIGKILL.
+TIMED_OUT = 124
+KILLED = 137
+
+
+def exit_problem(out: Output, command: str, accepted: tuple[int, ...] = (0,)) -> str | None:
+    """Why ``command``'s output cannot be judged, from its exit status alone, or None when the status is one of
+    ``accepted``. A check calls this before it reads the output: a command that timed out or failed can have
+    printed output that parses (the first GPUs of a listing cut short) and must not pass as a smaller node."""
+    if out.rc in accepted:
+        return None
+    if out.rc == TIMED_OUT:
+        how = "timed out"
+    elif out.rc == KILLED:
+        how = "was killed"
+    else:
+        how = "failed"
+    return f"`{command}` {how} (exit {out.rc}): {out.first_line()}"
+
+
 class CannotCheck(Exception):
     """The check cannot judge this node; the message says why (reported as a skip)."""
 

@@ -14,13 +14,14 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable
 
-from gpuready.conformance.checks import CannotCheck, Output
+from gpuready.conformance.checks import KILLED, TIMED_OUT, CannotCheck, Output, exit_problem
 from gpuready.conformance.report import Measurement
 from gpuready.nvidia import bandwidth, dcgm_diag, nvbandwidth
 from gpuready.nvidia.cuda import NO_LIBCUDA
 from gpuready.spec.model import NodeSpec
 
 NO_TOOL = "__gpuready_no_tool__"
+DCGM_ACCEPTED = (0, 226)
 UNIT = "GB/s"
 
 
@@ -88,10 +89,19 @@ def bandwidth_report(node: NodeSpec, out: Output) -> nvbandwidth.BandwidthReport
         )
     if out.rc == NO_LIBCUDA and "libcuda" in out.text:
         raise CannotCheck(f"cannot measure bandwidth here: {out.first_line()}")
+    if out.rc in (TIMED_OUT, KILLED):  # whatever it printed before it was stopped is not a measurement
+        raise _Failed(f"the bandwidth measurement {exit_problem(out, 'nvbandwidth')}")
     try:
-        return nvbandwidth.parse_nvbandwidth_json(out.stdout)
+        report = nvbandwidth.parse_nvbandwidth_json(out.stdout)
     except nvbandwidth.NvbandwidthError as exc:
         raise _Failed(f"the bandwidth measurement failed (exit {out.rc}): {exc}") from exc
+    if out.rc != 0 and not report.errors:
+        # nvbandwidth (and the CUDA fallback) exit non-zero with the error in the document; a failure that the
+        # document does not explain leaves its figures untrustworthy
+        raise _Failed(
+            f"the bandwidth measurement failed (exit {out.rc}) without naming an error: {out.first_line()}"
+        )
+    return report
 
 
 class _Failed(Exception):
@@ -187,13 +197,19 @@ def dcgm(node: NodeSpec, out: Output) -> list[str]:
     tool = _not_installed(out)
     if tool:
         raise CannotCheck("DCGM (dcgmi) is not installed on the node: its diagnostics were not run")
+    command = f"dcgmi diag -r {node.diag.dcgm_level}"
+    # dcgmi exits 0 when nothing failed (warnings included) and 226 (DCGM_ST_NVVS_ERROR) when a test failed;
+    # anything else (a timeout, no host engine, a lost GPU) means the document is not the run's verdict
+    status = exit_problem(out, command, DCGM_ACCEPTED)
     try:
         report = dcgm_diag.parse_diag_json(out.stdout)
     except dcgm_diag.DiagError as exc:
-        return [f"dcgmi diag -r {node.diag.dcgm_level} did not run (exit {out.rc}): {exc}"]
-    problems = []
+        return [f"{command} did not run (exit {out.rc}): {exc}"]
+    problems = [status] if status else []
     for test in report.failed():
         where = f"GPU {test.gpu}" if test.gpu is not None else "node"
         detail = f": {'; '.join(test.messages)}" if test.messages else ""
         problems.append(f"{where}: DCGM {test.name} {test.status}{detail}")
+    if out.rc != 0 and not problems:
+        problems.append(f"{command} exited {out.rc} (a test failed) but its document names no failed test")
     return problems

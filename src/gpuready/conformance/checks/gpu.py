@@ -11,9 +11,9 @@ import xml.etree.ElementTree as ET
 from collections import Counter
 from dataclasses import dataclass
 
-from gpuready.conformance.checks import CannotCheck, Output, not_found
+from gpuready.conformance.checks import CannotCheck, Output, exit_problem, not_found
 from gpuready.nvidia.errors import ParseError
-from gpuready.nvidia.smi import GpuInfo, SmiReport, parse_mig_lgi, parse_nvlink_report
+from gpuready.nvidia.smi import LOST_GPU, GpuInfo, SmiReport, parse_mig_lgi, parse_nvlink_report
 from gpuready.spec.model import NodeSpec
 
 NVLINK_COMMAND = "nvidia-smi nvlink -s"
@@ -37,8 +37,9 @@ def commands(node: NodeSpec) -> list[str]:
 
 # Clock event reasons that are not a problem: an idle GPU, and clocks an administrator set on purpose.
 BENIGN_CLOCK_REASONS = frozenset({"gpu_idle", "applications_clocks_setting"})
-# nvidia-smi prints this (on stderr or between GPUs) for a GPU the driver has lost.
-_LOST = re.compile(r"Unable to determine the device handle for GPU\s*([0-9A-Fa-f:.]+): (.*)")
+# nvidia-smi prints this (on stderr or between GPUs) for a GPU the driver has lost, and exits 15.
+_LOST = LOST_GPU
+EXIT_GPU_LOST = 15
 _XID = re.compile(r"NVRM: Xid \(PCI:([0-9A-Fa-f:.]+)\): (\d+), (.*)")
 _NO_MIG_GPUS = "No MIG-enabled devices found"
 
@@ -260,9 +261,13 @@ def nvlink(node: NodeSpec, report: SmiReport, out: Output) -> list[str]:
             problems.append(f"GPU {gpu.index}: fabric registration failed: {gpu.fabric_status}")
     if not_found(out):
         return [*problems, "nvidia-smi not found"]
+    # the exit status first: a run that timed out can have printed the first GPUs whole
+    if problem := exit_problem(out, NVLINK_COMMAND, (0, EXIT_GPU_LOST)):
+        return [*problems, problem]
     text = "\n".join(line for line in out.stdout.splitlines() if not _LOST.search(line))
     try:
-        gpus = parse_nvlink_report(text)
+        # nvlink -s prints no total: every GPU of the full report (the lost ones are in neither) must be there
+        gpus = parse_nvlink_report(text, expected=len(report.gpus))
     except ParseError as exc:
         return [*problems, f"`{NVLINK_COMMAND}` (exit {out.rc}): {exc}"]
     for linked in gpus:
@@ -304,6 +309,8 @@ def mig_layout(node: NodeSpec, report: SmiReport, lgi: Output | None) -> list[st
         )
     if _NO_MIG_GPUS in lgi.text:
         rows = []
+    elif problem := exit_problem(lgi, MIG_INSTANCES_COMMAND):
+        return [*problems, problem]
     else:
         try:
             rows = parse_mig_lgi(lgi.stdout)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from gpuready.conformance.checks import CannotCheck, Output, not_found
+from gpuready.conformance.checks import CannotCheck, Output, exit_problem, not_found
 from gpuready.nvidia import cdi, security
 from gpuready.nvidia.containerd_config import (
     NVIDIA_RUNTIME_BINARY,
@@ -21,7 +21,7 @@ from gpuready.nvidia.containerd_config import (
     nvidia_runtime_of,
 )
 from gpuready.nvidia.errors import ParseError
-from gpuready.nvidia.smi import SmiReport, parse_list, parse_query_xml
+from gpuready.nvidia.smi import LOST_GPU, SmiReport, parse_list, parse_query_xml
 from gpuready.spec.model import NodeSpec
 
 NVIDIA_SMI_COMMAND = "nvidia-smi -q -x"
@@ -33,6 +33,9 @@ FABRIC_MANAGER = "nvidia-fabricmanager"
 KUBELET = "kubelet"
 
 MISMATCH = "Driver/library version mismatch"
+# nvidia-smi's exit status when it could not reach a GPU ("GPU is lost"): its report of the other GPUs is whole.
+EXIT_GPU_LOST = 15
+SMI_ACCEPTED = (0, EXIT_GPU_LOST)
 
 
 def units(node: NodeSpec) -> list[str]:
@@ -81,15 +84,24 @@ _TOOLKIT_VERSION = re.compile(r"NVIDIA Container Toolkit CLI version (\S+)")
 SMI_REPORT = "smi-report"
 
 
+def _read_report(out: Output) -> SmiReport:
+    """``nvidia-smi -q -x``'s report; the GPUs it says it could not reach (exit 15) are the only ones it may leave
+    out: a report listing fewer GPUs than ``attached_gpus`` otherwise is a ParseError (output cut short)."""
+    return parse_query_xml(out.stdout, unlisted=len(LOST_GPU.findall(out.text)))
+
+
 def smi_report(out: Output) -> SmiReport:
     """nvidia-smi's report, or CannotCheck when nvidia-smi gave none (``test_nvidia_smi_runs`` owns that). The
-    checks that judge the report take it parsed: the suite parses it once per node (SMI_REPORT)."""
+    checks that judge the report take it parsed: the suite parses it once per node (SMI_REPORT). The exit status
+    is looked at first: only 0 and 15 (a GPU is lost, the others are reported) give a report to judge."""
     if not_found(out):
         raise CannotCheck("nvidia-smi not found; test_nvidia_smi_runs reports it")
     if MISMATCH in out.text:
         raise CannotCheck(f"nvidia-smi cannot report: {MISMATCH}; test_no_driver_library_mismatch reports it")
+    if problem := exit_problem(out, NVIDIA_SMI_COMMAND, SMI_ACCEPTED):
+        raise CannotCheck(f"{problem}; test_nvidia_smi_runs reports it")
     try:
-        return parse_query_xml(out.stdout)
+        return _read_report(out)
     except ParseError:
         raise CannotCheck(
             f"nvidia-smi gave no report ({out.first_line()}); test_nvidia_smi_runs reports it"
@@ -100,7 +112,8 @@ def nvidia_smi_runs(out: Output) -> list[str]:
     """nvidia-smi starts, initialises NVML and prints a complete report.
 
     Exit 15 ("GPU is lost") with a readable report passes here: the driver works, and the GPU count check of
-    the gpu layer names the missing GPU.
+    the gpu layer names the missing GPU. Any other non-zero exit fails, whatever was printed: a report cut short
+    by a timeout can still be well-formed.
     """
     if not_found(out):
         return ["nvidia-smi not found (is the NVIDIA driver installed?)"]
@@ -111,11 +124,11 @@ def nvidia_smi_runs(out: Output) -> list[str]:
             f"nvidia-smi finds no GPU (exit {out.rc}: No devices were found): every GPU fell off the bus or none is "
             "bound to the nvidia driver (see the kernel log)"
         ]
+    if problem := exit_problem(out, NVIDIA_SMI_COMMAND, SMI_ACCEPTED):
+        return [problem]
     try:
-        parse_query_xml(out.stdout)
+        _read_report(out)
     except ParseError as exc:
-        if out.rc != 0:
-            return [f"`{NVIDIA_SMI_COMMAND}` failed (exit {out.rc}): {out.first_line()}"]
         return [f"`{NVIDIA_SMI_COMMAND}` printed an unreadable report: {exc}"]
     return []
 
@@ -161,6 +174,8 @@ def toolkit_version(node: NodeSpec, out: Output) -> list[str]:
     match = _TOOLKIT_VERSION.search(out.stdout)
     if match is None:
         return [f"`{TOOLKIT_COMMAND}` printed no version (exit {out.rc}): {out.first_line()}"]
+    if problem := exit_problem(out, TOOLKIT_COMMAND):  # a version, and a failure: the binary is not sound
+        return [problem]
     if match.group(1) != node.versions.toolkit:
         return [
             f"NVIDIA Container Toolkit is {match.group(1)}, the inventory pins {node.versions.toolkit} "
@@ -181,6 +196,8 @@ def _advisories(what: str, knob: str, version: str, found: list[security.Advisor
 
 def toolkit_security(out: Output) -> list[str]:
     """The running Container Toolkit is not below a fix of an NVIDIA security bulletin (container escapes)."""
+    if out.rc != 0:
+        raise CannotCheck("no toolkit version to judge; test_toolkit_version reports why")
     match = _TOOLKIT_VERSION.search(out.stdout)
     if match is None:
         raise CannotCheck("no toolkit version to judge; test_toolkit_version reports why")
@@ -274,6 +291,8 @@ def cdi_spec(spec_out: Output, smi_list: Output, smi_query: Output | None = None
         raise CannotCheck(
             f"`{SMI_LIST_COMMAND}` failed: no devices to compare (test_nvidia_smi_runs says why)"
         )
+    if problem := exit_problem(spec_out, "cat <the CDI spec files>"):
+        return [problem]
     try:
         specs = cdi.parse_specs(spec_out.stdout)
     except cdi.SpecError as exc:
@@ -285,13 +304,16 @@ def cdi_spec(spec_out: Output, smi_list: Output, smi_query: Output | None = None
             f"in CDI mode; is {cdi.REFRESH_PATH_UNIT} enabled? (`systemctl start {cdi.REFRESH_SERVICE}` writes it)"
         ]
     named = {name for spec in ours for name in spec.devices}
+    report = _query_report(smi_query)
     try:
-        wanted = cdi.expected_devices(parse_list(smi_list.stdout))
+        # -L prints no total: a listing cut short between two GPUs reads as fewer GPUs unless compared with -q's
+        listed = parse_list(smi_list.stdout, expected=len(report.gpus) if report is not None else None)
+        wanted = cdi.expected_devices(listed)
     except ParseError as exc:
         raise CannotCheck(f"`{SMI_LIST_COMMAND}` printed no device list: {exc}") from None
     missing = [name for name in wanted if name not in named]
     paths = ", ".join(s.path for s in ours)
-    problems = _stale_driver(ours, smi_query, paths)
+    problems = _stale_driver(ours, report, paths)
     if not missing:
         return problems
     shown = "; ".join(f"{cdi.qualified(name)} ({wanted[name]})" for name in missing[:6])
@@ -304,13 +326,20 @@ def cdi_spec(spec_out: Output, smi_list: Output, smi_query: Output | None = None
     ]
 
 
-def _stale_driver(specs: list[cdi.Spec], smi_query: Output | None, paths: str) -> list[str]:
-    if smi_query is None or smi_query.rc != 0:
-        return []
+def _query_report(smi_query: Output | None) -> SmiReport | None:
+    """The ``-q -x`` report beside ``-L``, when there is a whole one (test_nvidia_smi_runs judges the rest)."""
+    if smi_query is None or exit_problem(smi_query, NVIDIA_SMI_COMMAND, SMI_ACCEPTED):
+        return None
     try:
-        running = parse_query_xml(smi_query.stdout).driver_version
+        return _read_report(smi_query)
     except ParseError:
+        return None
+
+
+def _stale_driver(specs: list[cdi.Spec], report: SmiReport | None, paths: str) -> list[str]:
+    if report is None:
         return []
+    running = report.driver_version
     mounted = sorted({v for spec in specs for v in spec.driver_versions})
     if not mounted or mounted == [running]:
         return []
