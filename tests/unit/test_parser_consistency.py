@@ -187,6 +187,7 @@ def test_smi_checks_look_at_the_exit_status_first(emulated):
     assert len(host.smi_report(out(15, one_gone, lost)).gpus) == 8
     assert host.nvidia_smi_runs(out(15, one_gone, lost)) == []
     assert "the report of 1 GPU" in host.nvidia_smi_runs(out(15, one_gone, ""))[0]
+    assert len(host.smi_report(out(15, lost + one_gone)).gpus) == 8  # the line on stdout, before the XML
 
 
 def test_toolkit_version_looks_at_the_exit_status():

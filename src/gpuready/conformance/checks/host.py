@@ -87,7 +87,10 @@ SMI_REPORT = "smi-report"
 def _read_report(out: Output) -> SmiReport:
     """``nvidia-smi -q -x``'s report; the GPUs it says it could not reach (exit 15) are the only ones it may leave
     out: a report listing fewer GPUs than ``attached_gpus`` otherwise is a ParseError (output cut short)."""
-    return parse_query_xml(out.stdout, unlisted=len(LOST_GPU.findall(out.text)))
+    stdout = out.stdout
+    if LOST_GPU.search(stdout):  # printed before the XML, where a driver writes them to stdout
+        stdout = "\n".join(line for line in stdout.splitlines() if not LOST_GPU.search(line))
+    return parse_query_xml(stdout, unlisted=len(LOST_GPU.findall(out.text)))
 
 
 def smi_report(out: Output) -> SmiReport:
