@@ -193,7 +193,7 @@ def start_suite(
         )
     timeout = float(config.getoption("command_timeout"))
     try:
-        cluster = kube.connect(kubeconfig, context, timeout=max(5.0, min(timeout, 10.0)))
+        cluster = kube.connect(kubeconfig, context, timeout=timeout)
     except kube.KubeError as exc:
         raise pytest.UsageError(f"--discover: {exc}") from None
     names = [n.strip() for n in (config.getoption("nodes") or "").split(",") if n.strip()]
@@ -280,7 +280,7 @@ def main(args: Any) -> int:
     from gpuready.conformance.probe import ProbeFleet
 
     try:
-        cluster = kube.connect(args.kubeconfig, args.kube_context, timeout=10.0)
+        cluster = kube.connect(args.kubeconfig, args.kube_context, timeout=args.command_timeout)
     except kube.KubeError as exc:
         print(f"gpuready discover: {exc}", file=sys.stderr)
         return 2

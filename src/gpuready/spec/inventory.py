@@ -383,8 +383,12 @@ class _HostReader:
 
     def host_name(self) -> None:
         """The host's name is its Kubernetes node name: a DNS name. A pyinfra connector name (@local, @docker/...)
-        is not one."""
+        is not one; ``@local`` (pyinfra on this machine) passes only for a node that joins nothing
+        (``kube_join = False``), e.g. to run the add-ons deploy once from here."""
         name = self.host.name
+        if name == "@local" and self.data.get("kube_join") is False:
+            self.pools()
+            return
         if problem := kubesyntax.dns_name_problem(name):
             self.problems.append(Problem(self.inventory_path, str(name), "host name", name, problem))
         self.pools()
