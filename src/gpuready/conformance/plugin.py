@@ -300,6 +300,9 @@ def pytest_addoption(parser: pytest.Parser, pluginmanager: pytest.PytestPluginMa
         default=None,
         help="write the fleet report here: fleet.xml (junit, one suite per node), verdict.json",
     )
+    from gpuready.conformance import verdict_back
+
+    verdict_back.add_options(group)  # --write-back, --taint-failed, --taint-max-fraction, --metrics-file
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -391,7 +394,10 @@ def _check_arguments(config: pytest.Config, kubeconfig: str | None, named_by: st
     from gpuready.arguments import kubeconfig_problem, report_dir_problem
 
     report_dir = config.getoption("report_dir")
+    from gpuready.conformance.verdict_back import option_problem
+
     problem = (report_dir and report_dir_problem(report_dir)) or kubeconfig_problem(kubeconfig, named_by)
+    problem = problem or option_problem(config)
     if problem:
         raise _usage_error(problem)
 
@@ -606,6 +612,9 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     suite.close()
     if suite.report_dir:
         suite.report_paths = fleet_report.write_reports(suite.results, suite.report_dir, int(exitstatus))
+    from gpuready.conformance import verdict_back
+
+    verdict_back.finish(session.config, suite, int(exitstatus))  # --metrics-file, --write-back
 
 
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
