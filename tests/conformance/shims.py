@@ -8,7 +8,6 @@ real lines; ``containerd config dump`` prints a dump that real containerd 1.6.20
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import subprocess
@@ -18,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from inventories import write_inventory
+from verdict_schema import read_valid_verdict
 
 from gpuready.lab import faults, hardware
 
@@ -183,4 +183,5 @@ def fake_node(root: Path, profile: str = "h100-sxm-8") -> FakeNode:
 
 
 def read_verdict(report_dir: Path) -> dict:
-    return json.loads((report_dir / "verdict.json").read_text())
+    """verdict.json, validated against the schema the package ships (every suite run a test reads is checked)."""
+    return read_valid_verdict(report_dir)

@@ -9,6 +9,7 @@ import types
 import xml.etree.ElementTree as ET
 
 import pytest
+from verdict_schema import assert_valid_verdict
 
 from gpuready.conformance import local_gpu
 from gpuready.conformance.cuda import vector_add as cuda_vector_add
@@ -39,21 +40,40 @@ def test_layer_statuses_and_table():
 
 def test_verdict_json_and_fleet_xml(tmp_path):
     paths = write_reports(sample(), tmp_path / "out", exit_code=1)
-    assert [p.name for p in paths] == ["fleet.xml", "verdict.json"]
+    assert [p.name for p in paths] == ["fleet.xml", "verdict.json", "report.html"]
     verdict = json.loads((tmp_path / "out" / "verdict.json").read_text())
+    assert_valid_verdict(verdict)
     assert verdict["verdict"] == "fail" and verdict["exit_code"] == 1
     assert verdict["exit_code_meaning"] == "at least one check failed on at least one node"
+    none, one_each = {"pass": 0, "fail": 0, "skip": 0}, {"pass": 1, "fail": 0, "skip": 1}
     assert verdict["nodes"]["gpu-node-1"] == {
         "verdict": "pass",
+        "counts": one_each,
         "layers": {
-            "host": {"status": "pass", "checks": {"test_driver_version": {"status": "pass", "message": ""}}},
+            "host": {
+                "status": "pass",
+                "counts": {**none, "pass": 1},
+                "seconds": 0.25,
+                "checks": {"test_driver_version": {"status": "pass", "message": "", "seconds": 0.25}},
+            },
             "gpu": {
                 "status": "skip",
-                "checks": {"test_vector_add": {"status": "skip", "message": "gpu-node-1: no libcuda.so.1"}},
+                "counts": {**none, "skip": 1},
+                "seconds": 0.0,
+                "checks": {
+                    "test_vector_add": {
+                        "status": "skip",
+                        "message": "gpu-node-1: no libcuda.so.1",
+                        "seconds": 0.0,
+                    }
+                },
             },
         },
     }
-    assert verdict["nodes"]["gpu-node-3"] == {"verdict": "skip", "layers": {}}
+    assert verdict["nodes"]["gpu-node-3"] == {"verdict": "skip", "counts": none, "layers": {}}
+    assert verdict["counts"] == {"pass": 1, "fail": 1, "skip": 2}
+    assert verdict["node_counts"] == {"pass": 1, "fail": 1, "skip": 1}
+    assert verdict["api_server"] is None and verdict["inventory"] == "inventory/lab.py"
     root = ET.parse(tmp_path / "out" / "fleet.xml").getroot()
     suites = {s.get("name"): s for s in root.findall("testsuite")}
     assert list(suites) == ["gpu-node-1", "gpu-node-2", "gpu-node-3"]
@@ -103,6 +123,22 @@ def test_all_passing_fleet_with_exit_0_passes():
     results.record("n", "host", "c", "pass")
     assert results.verdict(0)["verdict"] == "pass"
     assert results.verdict(2)["verdict"] == "fail"  # interrupted: incomplete, never a pass
+
+
+def test_a_run_whose_every_check_skipped_is_not_a_pass():
+    results = FleetResults(["n1", "n2"])
+    results.record("n1", "host", "c", "skip", "n1: no nvidia-smi")
+    results.record("n2", "host", "c", "skip", "n2: no nvidia-smi")
+    verdict = results.verdict(0)
+    assert_valid_verdict(verdict)
+    assert verdict["verdict"] == "skip"
+    assert [n["verdict"] for n in verdict["nodes"].values()] == ["skip", "skip"]
+    assert verdict["nodes"]["n1"]["layers"]["host"]["status"] == "skip"
+    # one node proven, the other not: nothing failed, but the fleet is not a pass either
+    results.record("n1", "gpu", "d", "pass")
+    assert results.verdict(0)["verdict"] == "skip"
+    results.record("n2", "gpu", "d", "pass")
+    assert results.verdict(0)["verdict"] == "pass"
 
 
 # --- vectorAdd plumbing -------------------------------------------------------------------------------------------

@@ -610,6 +610,9 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     if suite is None:
         return
     suite.close()
+    suite.results.finish()
+    if suite.cluster is not None:  # the API server the run used (report.public_url drops any credential)
+        suite.results.api_server = getattr(suite.cluster, "url", None)
     if suite.report_dir:
         suite.report_paths = fleet_report.write_reports(suite.results, suite.report_dir, int(exitstatus))
     from gpuready.conformance import verdict_back

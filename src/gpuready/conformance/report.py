@@ -1,20 +1,36 @@
-"""The fleet verdict: one record per (node, layer, check), written as junit-xml, JSON and a terminal table.
+"""The fleet verdict: one record per (node, layer, check), written as junit-xml, JSON, HTML and a terminal table.
 
 Why a report of its own besides pytest's ``--junitxml``: a fleet owner asks "which nodes are not ready, and why",
 so every output here is grouped by node (one junit testsuite per node, one JSON entry per node, one table row
 per node), while pytest's report is grouped by test file.
+
+``verdict.json`` is versioned (``schema_version``) and described by ``verdict.schema.json`` beside this module
+(shipped in the package: :func:`schema`). Within a major version fields are only added, never renamed or removed.
+
+Statuses, the same words at every level: ``pass``, ``fail``, ``skip``. A check that skipped proves nothing, so a layer
+whose every check skipped is ``skip``; a node is ``fail`` when one of its checks failed, ``pass`` when none failed and
+at least one passed, else ``skip``; the run is ``fail`` when a node failed or pytest's exit status is not 0,
+``pass`` when every node passed, else ``skip`` (nothing failed, but some node has no passing check: every one of its
+checks skipped or none was selected). pytest's exit status stays 0 for a ``skip`` run: read the verdict.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
+from datetime import UTC, datetime
+from importlib import metadata, resources
 from pathlib import Path
 from typing import Any
 
 import junit_xml
 
 LAYERS = ("host", "gpu", "node", "workloads", "metrics", "policy", "diag")
+STATUSES = ("pass", "fail", "skip")
+# verdict.json's format: the major number changes when a field is renamed or removed, the minor when one is added.
+SCHEMA_VERSION = "1.0"
+SCHEMA_FILE = "verdict.schema.json"
 
 # pytest's exit statuses, as a CI job reading verdict.json needs them explained.
 EXIT_CODES = {
@@ -61,6 +77,16 @@ class FleetResults:
         self.inventory = inventory
         self.nodes = list(nodes)
         self._checks: dict[str, dict[tuple[str, str], CheckResult]] = {n: {} for n in nodes}
+        self.started = _now()
+        self.finished: datetime | None = (
+            None  # set by finish(); verdict() uses the time it is called until then
+        )
+        self.api_server: str | None = (
+            None  # the cluster's API server URL, when the run used one (see public_url)
+        )
+
+    def finish(self) -> None:
+        self.finished = _now()
 
     def record(
         self,
@@ -97,12 +123,15 @@ class FleetResults:
         return "PASS" if "pass" in statuses else "SKIP"
 
     def node_verdict(self, node: str) -> str:
+        """fail if a check failed, pass if none failed and one passed, skip when nothing passed (all skipped, or
+        no check of the node ran): a node whose every check skipped is not proven ready."""
         statuses = {r.status for r in self.checks(node)}
         if "fail" in statuses:
             return "fail"
         return "pass" if "pass" in statuses else "skip"
 
     def verdict(self, exit_code: int) -> dict[str, Any]:
+        """verdict.json's content (see verdict.schema.json and the module docstring for the statuses)."""
         nodes = {}
         for node in self.nodes:
             layers = {}
@@ -112,16 +141,36 @@ class FleetResults:
                     continue
                 layers[layer] = {
                     "status": self.layer_status(node, layer).lower(),
+                    "counts": _counts(r.status for r in checks),
+                    "seconds": round(sum(r.seconds for r in checks), 3),
                     "checks": {r.check: _check_entry(r) for r in checks},
                 }
-            nodes[node] = {"verdict": self.node_verdict(node), "layers": layers}
-        failed = any(n["verdict"] == "fail" for n in nodes.values())
-        overall = "pass" if exit_code == 0 and not failed else "fail"
+            nodes[node] = {
+                "verdict": self.node_verdict(node),
+                "counts": _counts(r.status for r in self.checks(node)),
+                "layers": layers,
+            }
+        verdicts = [n["verdict"] for n in nodes.values()]
+        if exit_code != 0 or "fail" in verdicts:
+            overall = "fail"
+        elif verdicts and all(v == "pass" for v in verdicts):
+            overall = "pass"
+        else:
+            overall = "skip"
+        finished = self.finished or _now()
         return {
+            "schema_version": SCHEMA_VERSION,
+            "gpuready_version": gpuready_version(),
             "inventory": self.inventory,
+            "api_server": public_url(self.api_server),
+            "started_at": _iso(self.started),
+            "finished_at": _iso(finished),
+            "seconds": round(max(0.0, (finished - self.started).total_seconds()), 3),
             "verdict": overall,
             "exit_code": exit_code,
             "exit_code_meaning": EXIT_CODES.get(exit_code, "unknown exit status"),
+            "counts": _counts(r.status for node in self.nodes for r in self.checks(node)),
+            "node_counts": _counts(verdicts),
             "nodes": nodes,
         }
 
@@ -151,22 +200,70 @@ class FleetResults:
 
 
 def _check_entry(r: CheckResult) -> dict[str, Any]:
-    entry: dict[str, Any] = {"status": r.status, "message": r.message}
+    entry: dict[str, Any] = {"status": r.status, "message": r.message, "seconds": round(r.seconds, 3)}
     if r.measurements:
         entry["measurements"] = [m.as_dict() for m in r.measurements]
     return entry
 
 
+def _counts(statuses: Any) -> dict[str, int]:
+    counts = dict.fromkeys(STATUSES, 0)
+    for status in statuses:
+        counts[status] += 1
+    return counts
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+def _iso(when: datetime) -> str:
+    """UTC, ISO 8601, to the millisecond: 2025-01-31T12:00:00.123Z."""
+    return when.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def gpuready_version() -> str:
+    try:
+        return metadata.version("gpuready")
+    except metadata.PackageNotFoundError:  # run from a checkout that was never installed
+        from gpuready import __version__
+
+        return __version__
+
+
+def public_url(url: str | None) -> str | None:
+    """The API server's address without what may be a credential: no user:password@, query or fragment.
+    (A regular expression, not urllib: checks import this module, and checks import no network library.)"""
+    if not url:
+        return None
+    m = re.match(r"^(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)?(?:[^/?#@]*@)?(?P<rest>[^?#]*)", url.strip())
+    return (m.group("scheme") or "") + m.group("rest") if m else None
+
+
+def schema() -> dict[str, Any]:
+    """verdict.json's JSON Schema (draft 2020-12), as shipped in the package."""
+    text = resources.files("gpuready.conformance").joinpath(SCHEMA_FILE).read_text(encoding="utf-8")
+    loaded: dict[str, Any] = json.loads(text)
+    return loaded
+
+
 def write_reports(results: FleetResults, directory: str | Path, exit_code: int) -> list[Path]:
-    """``fleet.xml`` (one testsuite per node) and ``verdict.json`` under ``directory``."""
+    """``fleet.xml`` (one testsuite per node), ``verdict.json`` and ``report.html`` under ``directory``."""
+    from gpuready.conformance.html_report import render_html
+
     out = Path(directory)
     out.mkdir(parents=True, exist_ok=True)
+    if results.finished is None:
+        results.finish()
     xml_path = out / "fleet.xml"
     with xml_path.open("w", encoding="utf-8") as f:
         junit_xml.to_xml_report_file(f, results.junit_suites(), prettyprint=True, encoding="utf-8")
+    verdict = results.verdict(exit_code)
     json_path = out / "verdict.json"
-    json_path.write_text(json.dumps(results.verdict(exit_code), indent=2) + "\n", encoding="utf-8")
-    return [xml_path, json_path]
+    json_path.write_text(json.dumps(verdict, indent=2) + "\n", encoding="utf-8")
+    html_path = out / "report.html"
+    html_path.write_text(render_html(verdict), encoding="utf-8")
+    return [xml_path, json_path, html_path]
 
 
 def render_table(results: FleetResults) -> str:
