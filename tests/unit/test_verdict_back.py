@@ -278,3 +278,19 @@ def test_metrics_file_passes_promtool(promtool, tmp_path):
     empty = vb.render_metrics(FleetResults(["idle"]), 5, 1767323045.0)
     done = subprocess.run([str(promtool), "check", "metrics"], input=empty, capture_output=True, text=True)
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+class Options:
+    def __init__(self, **values) -> None:
+        self.values = {"taint_failed": False, "write_back": False, "metrics_file": None, **values}
+
+    def getoption(self, name):
+        return self.values[name]
+
+
+def test_option_problems(tmp_path):
+    assert vb.option_problem(Options()) is None
+    assert "add --write-back" in (vb.option_problem(Options(taint_failed=True)) or "")
+    assert vb.option_problem(Options(taint_failed=True, write_back=True)) is None
+    assert "a directory" in (vb.option_problem(Options(metrics_file=str(tmp_path))) or "")
+    assert vb.option_problem(Options(metrics_file=str(tmp_path / "new" / "g.prom"))) is None
