@@ -311,6 +311,9 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers", "discover: a check of --discover's expectations (deselected without it)"
     )
+    from gpuready.conformance.progress import ProgressPlugin
+
+    config.pluginmanager.register(ProgressPlugin(), "gpuready-progress")  # lines while pods are awaited
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:

@@ -16,6 +16,7 @@ so device-plugin resources are accounted for and an over-subscribed pod shows as
 from __future__ import annotations
 
 import json
+import logging
 import secrets
 import time
 from collections.abc import Iterable
@@ -47,6 +48,36 @@ FATAL_WAITING = frozenset(
     }
 )
 GOALS = ("finished", "running", "settled")
+# Progress while pods are awaited: a line at most every PROGRESS_EVERY seconds (none when all reach their goal
+# sooner), at INFO on this logger. The pytest plugin shows it on the terminal (not with -q); anyone else can
+# attach a handler. The watch is renewed every PROGRESS_EVERY seconds so a fleet that sends no event is reported too.
+progress = logging.getLogger("gpuready.conformance.progress")  # gpuready.conformance.progress.LOGGER
+PROGRESS_EVERY = 10.0
+CHECK_LABEL_KEY = "gpuready.io/check"
+
+
+def progress_line(
+    namespace: str,
+    waiting: dict[str, PodResult],
+    goals: dict[str, str],
+    checks: dict[str, str],
+    total: int,
+    left: float,
+) -> str:
+    """One line: what the suite waits for (checks, goal), how many pods are still pending, in which state, where."""
+    verbs = {"finished": "finish", "running": "run", "settled": "run or be refused"}
+    what = sorted({f"{checks.get(name) or 'pods'} to {verbs[goals[name]]}" for name in waiting})
+    phases: dict[str, int] = {}
+    for res in waiting.values():
+        key = res.reason or res.phase
+        phases[key] = phases.get(key, 0) + 1
+    nodes = sorted({res.node for res in waiting.values()})
+    shown = ", ".join(nodes[:5]) + (f" and {len(nodes) - 5} more" if len(nodes) > 5 else "")
+    states = ", ".join(f"{n} {k}" for k, n in sorted(phases.items(), key=lambda kv: (-kv[1], kv[0])))
+    return (
+        f"waiting for {'; '.join(what)} in {namespace}: {len(waiting)} of {total} pods still pending "
+        f"({states}) on {shown}; {max(0, int(left))} s left"
+    )
 
 
 def _event_time(ev: Any) -> datetime:
@@ -259,12 +290,32 @@ class Workloads:
         def done() -> bool:
             return not pending
 
+        checks = {str(pod["metadata"]["name"]): (pod["metadata"].get("labels") or {}).get(CHECK_LABEL_KEY, "")
+                  for pod, _ in todo}  # fmt: skip
+        last_line = time.monotonic()
+
+        def report_progress() -> None:
+            nonlocal last_line
+            now = time.monotonic()
+            if now - last_line < PROGRESS_EVERY or done():
+                return
+            last_line = now
+            if progress.isEnabledFor(logging.INFO):
+                waiting = {
+                    n: state.get(n) or PodResult(n, nodes[n], phase="not seen yet") for n in sorted(pending)
+                }
+                progress.info(
+                    progress_line(self.namespace, waiting, goals, checks, len(goals), deadline - now)
+                )
+
         listed = self._list_pods()
         for obj in listed["items"]:
             seen(obj)
         version = listed["metadata"].get("resourceVersion")
         while goals and not done() and time.monotonic() < deadline:
-            remaining = max(1, int(deadline - time.monotonic() + 0.999))
+            report_progress()
+            # at most PROGRESS_EVERY seconds a watch: a progress line is due even when no pod changes
+            remaining = max(1, int(min(deadline - time.monotonic(), PROGRESS_EVERY) + 0.999))
             stream = watch.Watch()
             # events as the API server sent them (dicts): the client's model deserialisation of every pod event
             # (then serialised back) was the costliest part of following 1000 probe pods
@@ -284,6 +335,7 @@ class Workloads:
                     seen(obj)
                     if done() or time.monotonic() >= deadline:
                         break
+                    report_progress()
             except ApiException as exc:
                 if exc.status != 410:  # 410 Gone: our version is too old; list again and watch from there
                     raise
