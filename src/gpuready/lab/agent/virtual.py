@@ -279,6 +279,8 @@ class VirtualNodes:
 
             def change(obj: Obj) -> None:
                 for c in obj["status"]["conditions"]:
+                    if c["type"] not in KUBELET_CONDITIONS:
+                        continue  # another writer's condition (node-problem-detector, gpuready's verdict): not ours
                     c["lastHeartbeatTime"] = now
                     if c["type"] == "Ready" and c["status"] != "True":
                         c.update(
@@ -293,6 +295,10 @@ class VirtualNodes:
                         c.update({"status": "False", "lastTransitionTime": now})
 
             store.modify("nodes", "", name, change)
+
+
+# the conditions a kubelet owns and posts; any other type on a Node belongs to whoever wrote it
+KUBELET_CONDITIONS = ("Ready", "MemoryPressure", "DiskPressure", "PIDPressure", "NetworkUnavailable")
 
 
 def _lease(name: str, node_uid: str) -> Obj:
