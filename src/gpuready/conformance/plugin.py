@@ -298,7 +298,7 @@ def pytest_addoption(parser: pytest.Parser, pluginmanager: pytest.PytestPluginMa
     group.addoption(
         "--report-dir",
         default=None,
-        help="write the fleet report here: fleet.xml (junit, one suite per node), verdict.json",
+        help="write the fleet report here: fleet.xml (junit, one suite per node), verdict.json, report.html",
     )
     from gpuready.conformance import verdict_back
 
