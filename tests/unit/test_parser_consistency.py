@@ -19,7 +19,7 @@ import pytest
 from emulated import Machine
 
 from gpuready.conformance.checks import CannotCheck, Output, diag, gpu, host
-from gpuready.nvidia import cdi, containerd_config, dcgm_diag, nvbandwidth, smi
+from gpuready.nvidia import cdi, containerd_config, dcgm, dcgm_diag, nvbandwidth, smi
 from gpuready.nvidia.errors import ParseError
 from gpuready.spec import load_fleet
 
@@ -371,6 +371,12 @@ def test_mig_placements_raise_only_parse_error(text):
 def test_containerd_readers_raise_only_their_error(text, reader):
     with pytest.raises(containerd_config.ContainerdConfigError):
         reader(text)
+
+
+def test_dcgm_metrics_with_a_huge_timestamp_raise_parse_error():
+    """Found by bench/fuzz_parsers.py: prometheus_client raised OverflowError on a 400-digit timestamp."""
+    with pytest.raises(ParseError, match="not Prometheus text format"):
+        dcgm.parse_dcgm_metrics('DCGM_FI_DEV_SM_CLOCK{gpu="0"} 1 ' + "9" * 400 + "\n")
 
 
 def test_cdi_specs_nested_too_deep_raise_spec_error():

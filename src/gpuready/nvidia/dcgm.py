@@ -82,8 +82,9 @@ def parse_dcgm_metrics(text: str) -> list[DcgmSample]:
         raise ParseError(f"{_TOOL}: ends with a comment line, not a sample; truncated scrape")
     try:
         families = list(text_string_to_metric_families(text))
-    # prometheus_client's parser reports most garbled lines as ValueError, some as IndexError or KeyError
-    except (ValueError, IndexError, KeyError, TypeError, AttributeError) as exc:
+    # prometheus_client's parser reports most garbled lines as ValueError, some as IndexError or KeyError, and a
+    # timestamp of hundreds of digits as OverflowError
+    except (ValueError, IndexError, KeyError, TypeError, AttributeError, ArithmeticError) as exc:
         raise ParseError(
             f"{_TOOL}: not Prometheus text format ({str(exc)[:200]}); truncated or garbled scrape"
         ) from None
