@@ -374,9 +374,11 @@ def test_containerd_readers_raise_only_their_error(text, reader):
 
 
 def test_dcgm_metrics_with_a_huge_timestamp_raise_parse_error():
-    """Found by bench/fuzz_parsers.py: prometheus_client raised OverflowError on a 400-digit timestamp."""
+    """Found by bench/fuzz_parsers.py: OverflowError on a 400-digit timestamp or value."""
     with pytest.raises(ParseError, match="not Prometheus text format"):
         dcgm.parse_dcgm_metrics('DCGM_FI_DEV_SM_CLOCK{gpu="0"} 1 ' + "9" * 400 + "\n")
+    with pytest.raises(ParseError, match="not a number"):
+        dcgm.parse_dcgm_metrics('DCGM_FI_DEV_SM_CLOCK{gpu="0"} ' + "9" * 400 + "\n")
 
 
 def test_cdi_specs_nested_too_deep_raise_spec_error():

@@ -105,11 +105,17 @@ def parse_dcgm_metrics(text: str) -> list[DcgmSample]:
                 raise ParseError(f"{_TOOL}: series {name}{sample.labels} appears twice")
             seen.add(identity)
             labels = dict(sample.labels)
+            try:
+                value = float(sample.value)
+            except (OverflowError, ValueError, TypeError):  # the parser keeps integers as int, of any size
+                raise ParseError(
+                    f"{_TOOL}: {name} has the value {str(sample.value)[:40]}, not a number"
+                ) from None
             samples.append(
                 DcgmSample(
                     metric=name,
                     metric_type=family.type,
-                    value=float(sample.value),
+                    value=value,
                     gpu=_label_int(labels, "gpu", name),
                     uuid=_label(labels, "UUID"),
                     device=_label(labels, "device"),
