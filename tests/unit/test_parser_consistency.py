@@ -381,9 +381,14 @@ def test_dcgm_metrics_with_a_huge_timestamp_raise_parse_error():
         dcgm.parse_dcgm_metrics('DCGM_FI_DEV_SM_CLOCK{gpu="0"} ' + "9" * 400 + "\n")
 
 
-def test_cdi_specs_nested_too_deep_raise_spec_error():
+@pytest.mark.parametrize(
+    "body",
+    ["[" * 5000 + "]" * 5000, "cdiVersion: " + "9" * 5000 + "\nkind: nvidia.com/gpu\ndevices: []"],
+)
+def test_cdi_specs_nested_too_deep_or_with_huge_numbers_raise_spec_error(body):
+    """The huge number was found by bench/fuzz_parsers.py (PyYAML's int() raised a bare ValueError)."""
     with pytest.raises(cdi.SpecError):
-        cdi.parse_specs(f"{cdi.FILE_MARK}/etc/cdi/nvidia.yaml\n" + "[" * 5000 + "]" * 5000 + "\n")
+        cdi.parse_specs(f"{cdi.FILE_MARK}/etc/cdi/nvidia.yaml\n{body}\n")
 
 
 def test_parsers_refuse_what_is_not_text():

@@ -127,7 +127,7 @@ def parse_specs(text: str) -> list[Spec]:
 def _parse_one(path: str, text: str) -> Spec:
     try:
         docs = [d for d in yaml.safe_load_all(text) if d is not None]
-    except yaml.YAMLError as exc:
+    except (yaml.YAMLError, ValueError) as exc:  # ValueError: an integer of more digits than Python converts
         raise SpecError(f"{path} is not valid YAML: {str(exc)[:300]}") from None
     except RecursionError:
         raise SpecError(f"{path} nests too deep to be a CDI spec") from None
