@@ -5,13 +5,22 @@ in-process paramiko server (no sshd needed)."""
 from __future__ import annotations
 
 import socket
+import subprocess
+import time
+from pathlib import Path
 
 import paramiko
 import pytest
 from sshd import SshServer
 
 from gpuready.conformance.checks import Output
-from gpuready.conformance.runners import ConnectionFailed, NodeRunner, StrictSshBackend, TimedLocalBackend
+from gpuready.conformance.runners import (
+    ConnectionFailed,
+    NodeRunner,
+    StrictSshBackend,
+    TimedLocalBackend,
+    bound_to_session,
+)
 
 
 def local(timeout: float = 10) -> NodeRunner:
@@ -79,7 +88,8 @@ def test_ssh_runs_commands_on_a_known_host(tmp_path, ssh_server):
         assert runner.run("systemctl is-active kubelet") == Output(3, "active\n", "a warning\n")
     finally:
         runner.close()
-    assert commands == ["sudo -n /bin/sh -c 'systemctl is-active kubelet'"]  # -n: never a password prompt
+    # -n: never a password prompt; bound to the session: it ends when the session does
+    assert commands == [bound_to_session("sudo -n /bin/sh -c 'systemctl is-active kubelet'")]
 
 
 def test_ssh_refuses_a_host_whose_key_is_not_known(tmp_path, ssh_server):
@@ -107,3 +117,44 @@ def test_ssh_to_a_closed_port_fails_with_the_address(tmp_path):
     runner = _runner(tmp_path, port, paramiko.ECDSAKey.generate(), None)
     with pytest.raises(ConnectionFailed, match=f"cannot connect over SSH to tester@127.0.0.1:{port}"):
         runner.run("true")
+
+
+def _session(command: str) -> subprocess.Popen[bytes]:
+    """``command`` as an SSH server runs it: a shell whose standard input is the session's (open until it closes)."""
+    return subprocess.Popen(
+        ["sh", "-c", bound_to_session(command)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+
+
+def test_a_command_bound_to_its_session_answers_as_before():
+    proc = _session("echo out; echo err >&2; exit 3")
+    out, err = proc.stdout.read(), proc.stderr.read()  # the session stays open until the answer is read
+    assert (proc.wait(timeout=30), out, err) == (3, b"out\n", b"err\n")
+    proc.stdin.close()
+
+
+def test_a_command_bound_to_its_session_ends_when_the_session_closes(tmp_path):
+    """What an interrupted suite or a timed-out command leaves on the node: nothing (sshd itself signals nothing)."""
+    marker = tmp_path / "pid"
+    proc = _session(f"echo $$ > {marker}; sleep 300 & echo $! >> {marker}; wait")
+    deadline = time.monotonic() + 30
+    while len(marker.read_text().split() if marker.exists() else []) < 2:
+        assert time.monotonic() < deadline, "the command never started"
+        time.sleep(0.05)
+    pids = [int(p) for p in marker.read_text().split()]
+    proc.stdin.close()  # the session ends
+    assert proc.wait(timeout=30) != 0
+    deadline = time.monotonic() + 30
+    while any(Path(f"/proc/{pid}").exists() and "Z" not in _state(pid) for pid in pids):
+        assert time.monotonic() < deadline, f"still running after the session closed: {pids}"
+        time.sleep(0.05)
+
+
+def _state(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return "Z"

@@ -19,6 +19,7 @@ import contextlib
 import functools
 import getpass
 import os
+import shlex
 import signal
 import subprocess
 from collections.abc import Mapping
@@ -157,17 +158,20 @@ class StrictSshBackend(_OncePerRun, ParamikoBackend):
 
     def execute(self, command: str) -> CommandResult:
         cmd = self.encode(command)
+        channel: Any = None
         try:
             transport = self.client.get_transport()
             channel = transport.open_session()
             channel.settimeout(self.timeout)
-            channel.exec_command(cmd)
+            channel.exec_command(self.encode(bound_to_session(command)))
             stdout = b"".join(channel.makefile("rb"))
             stderr = b"".join(channel.makefile_stderr("rb"))
             return self.result(channel.recv_exit_status(), cmd, stdout, stderr)
         except ConnectionFailed:
             raise
         except TimeoutError:
+            if channel is not None:
+                channel.close()  # the remote side sees its session end: bound_to_session stops the command
             return self.timed_out(command)
         except Exception as exc:  # a dropped session: the node is gone for the rest of the run
             self._error = ConnectionFailed(f"SSH session to {self.where} failed: {type(exc).__name__}: {exc}")
@@ -178,6 +182,25 @@ class StrictSshBackend(_OncePerRun, ParamikoBackend):
         client = self.__dict__.pop("client", None)
         if client is not None:
             client.close()
+
+
+def bound_to_session(command: str) -> str:
+    """``command`` as the SSH server's shell runs it so that it ends with its session.
+
+    sshd signals nothing when a session without a terminal closes: a command the suite stopped waiting for
+    (``--command-timeout``), or whose suite was interrupted (Ctrl-C, a cancelled CI job's SIGTERM), ran on in the
+    node, a ``dcgmi diag`` or ``nvbandwidth`` holding its GPUs for minutes. So the command runs in a session of its
+    own (``setsid -w``), and a watcher reads the SSH session's standard input, which nothing writes and which
+    ends only when the session closes, then stops the command's whole process group. Where ``setsid`` is missing
+    the command runs as before."""
+    quoted = shlex.quote(command)
+    script = (
+        f"command -v setsid >/dev/null 2>&1 || exec /bin/sh -c {quoted}; "
+        f"exec 3<&0; setsid -w /bin/sh -c {quoted} </dev/null 3<&- & c=$!; "
+        "{ cat >/dev/null; kill -TERM -$c; } <&3 >/dev/null 2>&1 & w=$!; "
+        "exec 3<&-; wait $c; rc=$?; kill $w 2>/dev/null; exit $rc"
+    )
+    return f"/bin/sh -c {shlex.quote(script)}"  # whatever the user's login shell is
 
 
 class SystemdHost(testinfra.host.Host):
