@@ -195,3 +195,20 @@ def kubectl(lab_cluster: LabCluster, tmp_path_factory: pytest.TempPathFactory) -
         return proc
 
     return run
+
+
+# --- the example inventory: the pure check and parser tests' nodes ------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def fleet() -> Any:
+    """The fleet of inventory/example.py (a test module with a fleet of its own overrides it)."""
+    from gpuready.spec import load_fleet
+
+    return load_fleet(str(Path(__file__).resolve().parents[1] / "inventory" / "example.py"))
+
+
+@pytest.fixture
+def h100(fleet: Any) -> Any:
+    """An 8 x H100 SXM node with NVSwitch, as the example inventory has it."""
+    return fleet.nodes["gpu-train-01.prod.example.com"]

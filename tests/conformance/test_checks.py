@@ -12,7 +12,6 @@ from shims import DATA
 from gpuready.conformance.checks import CannotCheck, Output, gpu, host
 from gpuready.lab import faults, hardware
 from gpuready.nvidia.smi import RemappedRows, SmiReport, parse_query_xml
-from gpuready.spec import load_fleet
 
 REPO = Path(__file__).resolve().parents[2]
 FIXTURES = REPO / "tests" / "fixtures"
@@ -39,16 +38,6 @@ def missing_three() -> SmiReport:
 
 def ok(stdout: str) -> Output:
     return Output(0, stdout, "")
-
-
-@pytest.fixture(scope="module")
-def fleet():
-    return load_fleet(str(REPO / "inventory" / "example.py"))
-
-
-@pytest.fixture
-def h100(fleet):
-    return fleet.nodes["gpu-train-01.prod.example.com"]
 
 
 @pytest.fixture

@@ -14,6 +14,7 @@ import os
 import signal
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -76,7 +77,13 @@ def start_suite(deployed_lab: Any, report_dir: Path, *args: str) -> subprocess.P
     )
 
 
-def stop(proc: subprocess.Popen[str], sig: signal.Signals) -> str:
+def stop_once(proc: subprocess.Popen[str], sig: signal.Signals, seen: Callable[[], Any], what: str) -> str:
+    """Send ``sig`` to the suite once ``seen()`` holds (the run is where the test wants it stopped); its output."""
+    try:
+        wait_for(seen, timeout=300, what=what)
+    except AssertionError:
+        proc.kill()
+        raise AssertionError(f"never saw {what}: {proc.communicate()[0][-3000:]}") from None
     proc.send_signal(sig)
     try:
         out, _ = proc.communicate(timeout=240)
@@ -107,14 +114,9 @@ def test_a_suite_run_interrupted_while_pods_are_pending_leaves_nothing_and_rerun
     args = ("-m", "workloads")
     before = suite_namespaces(deployed_lab)
     proc = start_suite(deployed_lab, tmp_path / "interrupted", *args)
-    try:
-        wait_for(
-            lambda: pending_suite_pods(deployed_lab, before), timeout=300, what="a Pending pod of the suite's"
-        )
-    except AssertionError:
-        proc.kill()
-        raise AssertionError(f"no pod of the suite's went Pending: {proc.communicate()[0][-3000:]}") from None
-    out = stop(proc, sig)
+    out = stop_once(
+        proc, sig, lambda: pending_suite_pods(deployed_lab, before), "a Pending pod of the suite's"
+    )
     assert proc.returncode == pytest.ExitCode.INTERRUPTED, out[-3000:]
     none_left(deployed_lab)
     # the same command again: the same result as an uninterrupted run, and again nothing left
@@ -159,14 +161,9 @@ def test_sigterm_during_the_diag_layer_leaves_no_diag_tool_running_and_reruns_th
 ):
     args = ("-m", "diag")
     proc = start_suite(deployed_lab, tmp_path / "interrupted", *args)
-    try:
-        wait_for(
-            lambda: diag_processes(deployed_lab, diag_tools), timeout=300, what="a diag tool on a lab host"
-        )
-    except AssertionError:
-        proc.kill()
-        raise AssertionError(f"no diag tool ran on a host: {proc.communicate()[0][-3000:]}") from None
-    out = stop(proc, signal.SIGTERM)
+    out = stop_once(
+        proc, signal.SIGTERM, lambda: diag_processes(deployed_lab, diag_tools), "a diag tool on a host"
+    )
     assert proc.returncode == pytest.ExitCode.INTERRUPTED, out[-3000:]
     wait_for(lambda: not diag_processes(deployed_lab, diag_tools), timeout=60, what="the diag tools to end")
     none_left(deployed_lab)

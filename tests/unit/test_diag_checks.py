@@ -12,19 +12,9 @@ from emulated import Machine
 
 from gpuready.conformance.checks import CannotCheck, Output, diag
 from gpuready.nvidia.nvbandwidth import NVBANDWIDTH_COMMAND
-from gpuready.spec import Diag, load_fleet
+from gpuready.spec import Diag
 
 REPO = Path(__file__).resolve().parents[2]
-
-
-@pytest.fixture(scope="module")
-def fleet():
-    return load_fleet(str(REPO / "inventory" / "example.py"))
-
-
-@pytest.fixture
-def h100(fleet):
-    return fleet.nodes["gpu-train-01.prod.example.com"]
 
 
 def measured(tmp: Path, *fault: tuple[str, int | None], level: int = 2) -> tuple[Output, Output]:

@@ -36,17 +36,6 @@ def out(rc: int, stdout: str, stderr: str = "") -> Output:
 
 
 @pytest.fixture(scope="module")
-def fleet():
-    return load_fleet(str(REPO / "inventory" / "example.py"))
-
-
-@pytest.fixture
-def h100(fleet):
-    """An 8 x H100 SXM node with NVSwitch, as the example inventory has it."""
-    return fleet.nodes["gpu-train-01.prod.example.com"]
-
-
-@pytest.fixture(scope="module")
 def machine(tmp_path_factory):
     """The lab's emulated 8 x H100 SXM node: consistent -q -x, -L, nvlink -s, dcgmi and nvbandwidth outputs."""
     return Machine(tmp_path_factory.mktemp("h100"), "h100-sxm-8", persistence=True, fabric_up=True)

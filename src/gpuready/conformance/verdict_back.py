@@ -29,16 +29,15 @@ and exit status, and every figure a check measured (the diag layer's bandwidths,
 
 from __future__ import annotations
 
-import contextlib
 import math
 import os
-import tempfile
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from gpuready import atomic
 from gpuready.conformance.report import LAYERS, FleetResults
 
 CONDITION_TYPE = "GPUConformance"
@@ -411,21 +410,8 @@ def _escape_help(text: str) -> str:
 
 
 def write_metrics(path: str | os.PathLike[str], text: str) -> Path:
-    """Write ``text`` to ``path`` atomically: a temporary file in the same directory, then a rename, so the
-    textfile collector never reads half a file."""
-    target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, temporary = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.chmod(temporary, 0o644)
-        os.replace(temporary, target)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(temporary)
-        raise
-    return target
+    """Write ``text`` to ``path`` atomically, so the textfile collector never reads half a file."""
+    return atomic.write_text(path, text)
 
 
 # --- the plugin's options and its call at the session's end ------------------------------------------------------

@@ -12,14 +12,12 @@ is in ``_BOARD`` below, taken from the real captures in /work/shared/fixtures (f
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
-import os
-import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from gpuready import atomic
 from gpuready.nvidia.catalogue import lookup_model, mig_profiles, mig_slices
 
 HOST_MACHINE_DIR = "/opt/gpuready-lab/machine"
@@ -304,19 +302,7 @@ def make_hardware(profile: str, node_index: int) -> dict:
 
 def write_hardware(path: Path, hw: dict) -> None:
     """Write atomically (temp file + rename) so a running emulator never reads half a machine."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(hw, f, indent=1, sort_keys=True)
-            f.write("\n")
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
+    atomic.write_text(path, json.dumps(hw, indent=1, sort_keys=True) + "\n")
 
 
 def read_hardware(path: Path) -> dict:
