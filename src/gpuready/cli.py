@@ -58,7 +58,10 @@ def _knobs(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from gpuready import __version__
+
     parser = argparse.ArgumentParser(prog="gpuready", description=__doc__.splitlines()[0])
+    parser.add_argument("--version", action="version", version=f"gpuready {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser(
         "plan", help="print what the deploy installs and the conformance suite expects, per node"

@@ -322,3 +322,24 @@ def test_loading_the_addons_deploy_writes_no_file(tmp_path, monkeypatch):
     write["function"](path=write["path"], rules=write["rules"])  # what the run (not --dry) does
     rules = yaml.safe_load((tmp_path / ALERTS).read_text())
     assert rules["kind"] == "PrometheusRule" and rules["spec"]["groups"]
+
+
+def test_version_is_the_installed_distributions(capsys):
+    """``gpuready --version`` says the version pip installed (one number: pyproject's, read back from the
+    installed metadata), and the LICENSE file is the licence pyproject declares."""
+    import tomllib
+    from importlib.metadata import version
+    from pathlib import Path
+
+    from gpuready.cli import main
+
+    with pytest.raises(SystemExit) as done:
+        main(["--version"])
+    assert done.value.code == 0
+    assert capsys.readouterr().out.strip() == f"gpuready {version('gpuready')}"
+    root = Path(__file__).resolve().parents[2]
+    project = tomllib.loads((root / "pyproject.toml").read_text())["project"]
+    assert project["license"] == "Apache-2.0" and project["license-files"] == ["LICENSE"]
+    assert (
+        "Apache License" in (root / "LICENSE").read_text() and "Version 2.0" in (root / "LICENSE").read_text()
+    )
