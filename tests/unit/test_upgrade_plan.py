@@ -8,6 +8,7 @@ from types import SimpleNamespace
 import pytest
 from test_spec import EXAMPLE, problems_of, write_inventory
 
+from gpuready import verdict as verdicts
 from gpuready.deploy import upgrade
 from gpuready.deploy.facts.nvidia import NvidiaSmiState
 from gpuready.deploy.upgrade.maintenance import FAILURE_ANNOTATION, STATE_ANNOTATION, NodeView
@@ -148,8 +149,30 @@ def test_failed_checks_from_a_verdict() -> None:
             }
         }
     }
-    assert upgrade.failed_checks(verdict, "n1") == ["gpu::test_no_xid_errors[n1]: GPU 0: Xid 79 fallen off"]
-    assert upgrade.failed_checks(verdict, "n2") == []
+    assert verdicts.failed_checks(verdict, "n1") == ["gpu::test_no_xid_errors[n1]: GPU 0: Xid 79 fallen off"]
+    assert verdicts.failed_checks(verdict, "n2") == []
+    assert verdicts.not_proven(verdict, "n1") == verdicts.failed_checks(verdict, "n1")
+    # a node whose every check skipped, or that is not in the verdict, is not proven ready: it stays cordoned
+    assert verdicts.not_proven(verdict, "n2") == ["n2 is not in the verdict: no check of it ran"]
+    skipped = {
+        "nodes": {"n3": {"verdict": "skip", "layers": {"host": {"checks": {"t": {"status": "skip"}}}}}}
+    }
+    assert verdicts.not_proven(skipped, "n3") == [
+        "no check of n3 passed (its verdict is 'skip'): nothing was proven"
+    ]
+    passed = {"nodes": {"n4": {"verdict": "pass", "layers": {"host": {"checks": {"t": {"status": "pass"}}}}}}}
+    assert verdicts.not_proven(passed, "n4") == []
+
+
+def test_a_verdict_file_that_is_missing_or_not_a_verdict_is_named(tmp_path: Path) -> None:
+    with pytest.raises(verdicts.VerdictError, match="cannot read the verdict"):
+        verdicts.read(tmp_path / "verdict.json")
+    (tmp_path / "verdict.json").write_text("{not json")
+    with pytest.raises(verdicts.VerdictError, match="not JSON"):
+        verdicts.read(tmp_path / "verdict.json")
+    (tmp_path / "verdict.json").write_text("[]")
+    with pytest.raises(verdicts.VerdictError, match="not a gpuready verdict"):
+        verdicts.read(tmp_path / "verdict.json")
 
 
 def test_policy_defaults_and_a_batch_larger_than_max_unavailable_refused(tmp_path: Path) -> None:

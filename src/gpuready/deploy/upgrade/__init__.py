@@ -110,17 +110,6 @@ def over_budget(batch: list[str], views: Mapping[str, NodeView], max_unavailable
     return others if len(others) + len(batch) > max_unavailable else []
 
 
-def failed_checks(verdict: Mapping, node: str) -> list[str]:
-    """``layer::check: message`` for each failed check of ``node`` in a conformance verdict.json."""
-    out = []
-    for layer, result in ((verdict.get("nodes") or {}).get(node) or {}).get("layers", {}).items():
-        for check, outcome in (result.get("checks") or {}).items():
-            if outcome.get("status") == "fail":
-                message = " ".join((outcome.get("message") or "").split())
-                out.append(f"{layer}::{check}: {message[:300]}")
-    return out
-
-
 # What became of each node in a run, for the end-of-run summary.
 UPGRADED, SKIPPED, FAILED_NODE, STOPPED, NOT_STARTED = (
     "upgraded",

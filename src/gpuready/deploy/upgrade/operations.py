@@ -16,6 +16,7 @@ from typing import Any
 from pyinfra import host, logger
 from pyinfra.api import FunctionCommand, operation
 
+from gpuready import verdict as verdicts
 from gpuready.deploy import upgrade
 from gpuready.deploy.facts.host import BootId
 from gpuready.deploy.operations.cluster_objects import cluster
@@ -187,11 +188,11 @@ def validated(
         verdict_path.unlink(missing_ok=True)  # an earlier run's verdict must not stand in for this one
         run = subprocess.run(conformance, capture_output=True, text=True, check=False)
         try:
-            verdict = json.loads(verdict_path.read_text())
-        except (OSError, ValueError):
-            verdict = {}
-        failures = upgrade.failed_checks(verdict, node)
-        if run.returncode != 0 and not failures:
+            found = verdicts.read(verdict_path)
+            failures = verdicts.failed_checks(found, node) or verdicts.not_proven(found, node)
+        except verdicts.VerdictError as exc:
+            found, failures = None, [str(exc)]
+        if run.returncode != 0 and not (found and verdicts.failed_checks(found, node)):
             tail = " / ".join((run.stdout + run.stderr).strip().splitlines()[-5:])
             failures = [f"conformance exited {run.returncode} without a verdict for {node}: {tail}"]
         if failures:
