@@ -1,8 +1,10 @@
 """A small SSH server in a thread (paramiko), so the SSH path is tested without sshd: public-key auth for user
-``tester``, ``exec`` requests answered by a Python callable, one thread per connection."""
+``tester``, ``exec`` requests answered by a Python callable, ``direct-tcpip`` channels (what a ProxyJump hop is
+asked for) forwarded to the TCP port they name, one thread per connection."""
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import threading
 from collections.abc import Callable
@@ -10,13 +12,51 @@ from collections.abc import Callable
 import paramiko
 
 Execute = Callable[[str], tuple[int, bytes, bytes]]
+Forward = tuple[str, int]
+
+
+def _pump(source: paramiko.Channel | socket.socket, sink: paramiko.Channel | socket.socket) -> None:
+    """Copy bytes from ``source`` to ``sink`` until ``source`` ends, then end ``sink``'s writing side."""
+    try:
+        while data := source.recv(65536):
+            sink.sendall(data)
+    except OSError:
+        pass
+    finally:
+        with contextlib.suppress(OSError):
+            if isinstance(sink, socket.socket):
+                sink.shutdown(socket.SHUT_WR)
+            else:
+                sink.shutdown_write()
+
+
+def _forward(transport: paramiko.Transport, server: _Server) -> None:
+    """Each ``direct-tcpip`` channel the transport accepts, connected to its destination (session channels are
+    answered by the server's callbacks)."""
+    while transport.is_active():
+        channel = transport.accept(timeout=0.2)
+        if channel is None or (destination := server.pending.pop(channel.get_id(), None)) is None:
+            continue
+        try:
+            conn = socket.create_connection(destination, timeout=5)
+        except OSError:
+            channel.close()
+            continue
+        conn.settimeout(None)
+        threading.Thread(target=_pump, args=(channel, conn), daemon=True).start()
+        threading.Thread(target=_pump, args=(conn, channel), daemon=True).start()
 
 
 class _Server(paramiko.ServerInterface):
-    def __init__(self, client_key: paramiko.PKey, execute: Execute, commands: list[str]):
+    def __init__(
+        self, client_key: paramiko.PKey, execute: Execute, commands: list[str], forwards: list[Forward]
+    ) -> None:
         self.client_key = client_key
         self.execute = execute
         self.commands = commands
+        self.forwards = forwards
+        # channel id -> where its bytes go, until the channel is accepted
+        self.pending: dict[int, Forward] = {}
 
     def get_allowed_auths(self, username):
         return "publickey"
@@ -29,6 +69,11 @@ class _Server(paramiko.ServerInterface):
         return (
             paramiko.OPEN_SUCCEEDED if kind == "session" else paramiko.OPEN_FAILED_ADMINISTRATIVELY_PROHIBITED
         )
+
+    def check_channel_direct_tcpip_request(self, chanid, origin, destination):
+        self.forwards.append((destination[0], destination[1]))
+        self.pending[chanid] = (destination[0], destination[1])
+        return paramiko.OPEN_SUCCEEDED
 
     def check_channel_exec_request(self, channel, command):
         text = command.decode()
@@ -54,6 +99,7 @@ class SshServer:
         self.host_key = paramiko.ECDSAKey.generate()
         self.client_key = paramiko.ECDSAKey.generate()
         self.commands: list[str] = []
+        self.forwards: list[Forward] = []  # the destinations of the direct-tcpip channels opened
         self._listener = socket.socket()
         self._listener.bind(("127.0.0.1", 0))
         self._listener.listen(16)
@@ -75,10 +121,12 @@ class SshServer:
             transport = paramiko.Transport(conn)
             transport.add_server_key(self.host_key)
             self._transports.append(transport)
+            server = _Server(self.client_key, self.execute, self.commands, self.forwards)
             try:
-                transport.start_server(server=_Server(self.client_key, self.execute, self.commands))
+                transport.start_server(server=server)
             except (paramiko.SSHException, EOFError, OSError):
                 continue  # a client that refused our host key hangs up mid-handshake
+            threading.Thread(target=_forward, args=(transport, server), daemon=True).start()
 
     def known_hosts_line(self) -> str:
         return f"[127.0.0.1]:{self.port} {self.host_key.get_name()} {self.host_key.get_base64()}\n"

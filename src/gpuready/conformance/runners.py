@@ -2,8 +2,18 @@
 
 There is one way to run a command on a node: testinfra's backend for it. ``ssh`` is testinfra's paramiko backend
 with host-key checking made strict whatever the inventory or ~/.ssh/config says (a conformance verdict about an
-impostor host is worthless): the host key must be in ``ssh_known_hosts_file`` or the user's/system known_hosts,
-or the node fails its connection check. ``local`` is testinfra's local backend (a nightly job on a GPU runner).
+impostor host is worthless): the host key must be in ``ssh_known_hosts_file``, the user's known_hosts or the
+Host entry's ``UserKnownHostsFile``, or the node fails its connection check. The SSH config is honoured as pyinfra
+honours it (``ssh_config_file``, default ~/.ssh/config, read by pyinfra's own parser, Include and Match
+included): the node's Host entry (looked up by ``ssh_hostname`` or the node's name) gives ``HostName``, ``Port``,
+``User``, ``IdentityFile``, ``UserKnownHostsFile``, ``ProxyCommand`` and ``ProxyJump``; the inventory's
+``ssh_port``, ``ssh_user`` and ``ssh_key`` win over it. ``StrictHostKeyChecking`` (the config's or pyinfra's
+``ssh_strict_host_key_checking``) is never honoured. ProxyJump hops are connected here, not by pyinfra's client
+(whose hop connections take their host-key policy from the config or prompt): each hop is a client of its own
+with the same strict host-key check, its Host entry giving its HostName, Port, User and IdentityFile (the
+``user@host:port`` of the ProxyJump value wins), and the next hop or the node is reached through a
+``direct-tcpip`` channel of the previous one; a hop's own ProxyJump or ProxyCommand is not followed (nor is it by
+pyinfra). ``local`` is testinfra's local backend (a nightly job on a GPU runner).
 Both stop waiting for a command after ``--command-timeout`` seconds.
 
 Each node gets one :class:`NodeRunner`: the suite's checks read ``run(command) -> Output``, and host checks
@@ -16,6 +26,7 @@ checks that read the same output share it, and what the suite fetched for the wh
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import getpass
 import os
@@ -96,27 +107,106 @@ class TimedLocalBackend(_OncePerRun, LocalBackend):
         return self.result(proc.returncode, self.encode(command), stdout, stderr)
 
 
+@dataclasses.dataclass(frozen=True)
+class SshTarget:
+    """Where one SSH connection goes, the SSH config applied: the node itself or one of its ProxyJump hops."""
+
+    hostname: str
+    port: int
+    user: str
+    key_files: tuple[str, ...] = ()  # none: the agent and ~/.ssh/id_* (paramiko's look_for_keys)
+    known_hosts_files: tuple[str, ...] = ()  # the Host entry's UserKnownHostsFile
+    proxy_command: str | None = None
+    jumps: tuple[SshTarget, ...] = ()
+
+    @property
+    def where(self) -> str:
+        return f"{self.user}@{self.hostname}:{self.port}"
+
+
+def _ssh_config(config_file: object) -> Any:
+    """pyinfra's parsed SSH config (its parser: Include, Match exec), or None where the file does not exist."""
+    from pyinfra.connectors.sshuserclient.client import get_ssh_config
+
+    return get_ssh_config(str(Path(str(config_file)).expanduser()) if config_file else None)
+
+
+def _from_config(
+    ssh_config: Any, alias: str, user: object, port: int | str | None, keys: tuple[str, ...]
+) -> SshTarget:
+    """``alias``'s Host entry applied; ``user``, ``port`` and ``keys`` (the inventory's) win over it."""
+    entry: Mapping[str, Any] = ssh_config.lookup(alias) if ssh_config is not None else {}
+
+    def files(name: str) -> tuple[str, ...]:
+        value = entry.get(name) or []
+        found = [value] if isinstance(value, str) else list(value)
+        return tuple(os.path.expanduser(f) for item in found for f in item.split())
+
+    if not keys:  # as OpenSSH: an IdentityFile that does not exist is skipped
+        keys = tuple(f for f in files("identityfile") if Path(f).is_file())
+    proxy = entry.get("proxycommand")
+    return SshTarget(
+        hostname=str(entry.get("hostname") or alias),
+        port=int(port or entry.get("port") or 22),
+        user=str(user or entry.get("user") or getpass.getuser()),
+        key_files=keys,
+        known_hosts_files=files("userknownhostsfile"),
+        proxy_command=proxy if proxy and proxy.lower() != "none" else None,
+    )
+
+
+def resolve_ssh_target(node: str, data: Mapping[str, Any]) -> SshTarget:
+    """Where ``node`` is reached over SSH: its ssh_* inventory data over its Host entry in ``ssh_config_file``
+    (default ~/.ssh/config), with the ProxyJump hops the entry names (each with its own Host entry applied)."""
+    from pyinfra.connectors.sshuserclient.client import SSHClient as PyinfraClient
+
+    ssh_config = _ssh_config(data.get("ssh_config_file"))
+    key = data.get("ssh_key")
+    alias = str(data.get("ssh_hostname") or node)
+    keys = (str(Path(str(key)).expanduser()),) if key else ()
+    target = _from_config(ssh_config, alias, data.get("ssh_user"), data.get("ssh_port"), keys)
+    jump = None if ssh_config is None or target.proxy_command else ssh_config.lookup(alias).get("proxyjump")
+    if not jump or jump.lower() == "none":
+        return target
+    hops = []
+    for hop in jump.split(","):
+        # user@host:port as pyinfra splits it (its user and port, else the Host entry's)
+        hostname, shorthand = PyinfraClient.derive_shorthand(ssh_config, hop.strip())
+        hop_target = _from_config(ssh_config, hostname, shorthand.get("username"), shorthand.get("port"), ())
+        hops.append(dataclasses.replace(hop_target, proxy_command=None))
+    return dataclasses.replace(target, jumps=tuple(hops))
+
+
 class StrictSshBackend(_OncePerRun, ParamikoBackend):
-    """testinfra's paramiko backend with the inventory's ssh_* data, strict host keys, ``sudo -n`` (never a
-    password prompt that would hang the run) and a timeout per command. A failure to connect is remembered, so an
-    unreachable node is tried once per run."""
+    """testinfra's paramiko backend with the inventory's ssh_* data over the SSH config, strict host keys (the
+    node's and every ProxyJump hop's), ``sudo -n`` (never a password prompt that would hang the run) and a timeout
+    per command. A failure to connect is remembered, so an unreachable node is tried once per run."""
 
     def __init__(self, node: str, data: Mapping[str, Any], timeout: float) -> None:
-        user = str(data.get("ssh_user") or getpass.getuser())
-        hostname = str(data.get("ssh_hostname") or node)
-        port = int(data.get("ssh_port") or 22)
-        address = f"[{hostname}]" if ":" in hostname else hostname
-        key = data.get("ssh_key")
+        self._error: ConnectionFailed | None = None
+        try:
+            target = resolve_ssh_target(node, data)
+        except Exception as exc:  # a broken SSH config: the node fails its connection check, naming it
+            name, user = str(data.get("ssh_hostname") or node), str(data.get("ssh_user") or getpass.getuser())
+            target = SshTarget(name, int(data.get("ssh_port") or 22), user)
+            config = data.get("ssh_config_file") or "~/.ssh/config"
+            self._error = ConnectionFailed(
+                f"cannot connect over SSH to {target.where}: cannot read the SSH config {config}: {exc}"
+            )
+        address = f"[{target.hostname}]" if ":" in target.hostname else target.hostname
         super().__init__(
-            f"{user}@{address}:{port}",
-            ssh_identity_file=str(Path(str(key)).expanduser()) if key else None,
+            f"{target.user}@{address}:{target.port}",
+            ssh_identity_file=target.key_files[0] if target.key_files else None,
             timeout=max(1, round(timeout)),
             sudo=bool(data.get("_sudo")),
         )
+        self.target = target
         self.timeout = timeout
-        self.where = f"{user}@{hostname}:{port}"
+        self.where = target.where
+        if target.jumps:
+            self.where += " via " + ", ".join(hop.where for hop in target.jumps)
         self.known_hosts = data.get("ssh_known_hosts_file")
-        self._error: ConnectionFailed | None = None
+        self._hops: list[Any] = []
         self._start_cache()
 
     def get_sudo_command(self, command: str, sudo_user: str | None) -> str:
@@ -124,35 +214,68 @@ class StrictSshBackend(_OncePerRun, ParamikoBackend):
             return self.quote("sudo -n /bin/sh -c %s", command)
         return self.quote("sudo -n -u %s /bin/sh -c %s", sudo_user, command)
 
+    def _connect(self, target: SshTarget, sock: Any) -> Any:
+        """A paramiko client connected to ``target`` (through ``sock``: a hop's channel or a ProxyCommand), its
+        host key checked against the known_hosts files whatever any config says."""
+        import paramiko
+
+        client = paramiko.SSHClient()
+        client.set_missing_host_key_policy(paramiko.RejectPolicy())
+        key_filename: Any = list(target.key_files) or None  # paramiko takes one file or a list
+        try:
+            client.load_system_host_keys()
+            for known in (*target.known_hosts_files, self.known_hosts):
+                if known and Path(str(known)).expanduser().is_file():
+                    client.load_host_keys(str(Path(str(known)).expanduser()))
+            if sock is None and target.proxy_command:
+                sock = paramiko.ProxyCommand(target.proxy_command)
+            client.connect(
+                target.hostname,
+                port=target.port,
+                username=target.user,
+                key_filename=key_filename,
+                sock=sock,
+                timeout=self.timeout,
+                banner_timeout=self.timeout,
+                auth_timeout=self.timeout,
+                channel_timeout=self.timeout,
+                allow_agent=not target.key_files,
+                look_for_keys=not target.key_files,
+            )
+        except BaseException:
+            client.close()
+            raise
+        return client
+
     @functools.cached_property
     def client(self) -> Any:
         import paramiko
 
         if self._error is not None:
             raise self._error
-        client = paramiko.SSHClient()
-        client.set_missing_host_key_policy(paramiko.RejectPolicy())
+        sock: Any = None
+        hops = [*self.target.jumps, self.target]
         try:
-            client.load_system_host_keys()
-            if self.known_hosts:
-                client.load_host_keys(str(Path(str(self.known_hosts)).expanduser()))
-            client.connect(
-                self.host.name,
-                port=int(self.host.port or 22),
-                username=self.host.user,
-                key_filename=self.ssh_identity_file,
-                timeout=self.timeout,
-                banner_timeout=self.timeout,
-                auth_timeout=self.timeout,
-                allow_agent=not self.ssh_identity_file,
-                look_for_keys=not self.ssh_identity_file,
-            )
+            for i, hop in enumerate(hops):
+                if i > 0:
+                    transport = self._hops[-1].get_transport()
+                    destination = (hop.hostname, hop.port)
+                    sock = transport.open_channel(
+                        "direct-tcpip", destination, ("127.0.0.1", 0), timeout=self.timeout
+                    )
+                client = self._connect(hop, sock)
+                if hop is not self.target:
+                    self._hops.append(client)
         except (OSError, paramiko.SSHException) as exc:
-            client.close()
+            self.close()
             reason = str(exc) or type(exc).__name__
             if isinstance(exc, paramiko.SSHException) and "not found in known_hosts" in reason:
-                reason += " (host keys are always checked: add the node's key to ssh_known_hosts_file)"
-            self._error = ConnectionFailed(f"cannot connect over SSH to {self.where}: {reason}")
+                reason += " (host keys are always checked: add the key to ssh_known_hosts_file)"
+            if hop is not self.target:
+                reason = f"jump host {hop.where}: {reason}"
+            elif i > 0:
+                reason = f"through jump host {hops[i - 1].where}: {reason}"
+            self._error = ConnectionFailed(f"cannot connect over SSH to {self.target.where}: {reason}")
             raise self._error from None
         return client
 
@@ -182,6 +305,8 @@ class StrictSshBackend(_OncePerRun, ParamikoBackend):
         client = self.__dict__.pop("client", None)
         if client is not None:
             client.close()
+        while self._hops:  # the node's connection first, then the hops it went through, nearest first
+            self._hops.pop().close()
 
 
 def bound_to_session(command: str) -> str:
