@@ -41,6 +41,17 @@ def report_dir_problem(path: str) -> str | None:
     return None
 
 
+# Where Kubernetes mounts a pod's service account (its token, the cluster's CA, the pod's namespace)
+SERVICE_ACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
+
+
+def in_pod() -> bool:
+    """Whether this process runs in a Kubernetes pod with a service account: ``$KUBERNETES_SERVICE_HOST`` set and
+    the token mounted. Then a run with no kubeconfig, no context and no ``$KUBECONFIG`` uses the in-cluster
+    configuration (:func:`gpuready.kube.connect`): the pod's service account is the cluster given."""
+    return bool(os.environ.get("KUBERNETES_SERVICE_HOST")) and (Path(SERVICE_ACCOUNT_DIR) / "token").is_file()
+
+
 def kubeconfig_problem(explicit: str | None, named_by: str = "--kubeconfig") -> str | None:
     """Why the kubeconfig a run would read cannot be used, None when it can (or none is named): ``explicit``
     (--kubeconfig, the inventory's ``kubeconfig``) must be a usable file; else the files of ``$KUBECONFIG`` (a

@@ -57,6 +57,23 @@ def _knobs(args: argparse.Namespace) -> int:
     return 0
 
 
+def _manifests(args: argparse.Namespace) -> int:
+    import yaml
+
+    from gpuready.conformance import manifests
+
+    layers = (
+        [x.strip() for x in args.layers.split(",") if x.strip()] if args.layers else list(manifests.LAYERS)
+    )
+    try:
+        objects = manifests.render(args.namespace, args.image, args.schedule, layers, args.write_back)
+    except ValueError as exc:
+        print(f"gpuready manifests: {exc}", file=sys.stderr)
+        return 2
+    sys.stdout.write(yaml.safe_dump_all(objects, sort_keys=False))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     from gpuready import __version__
 
@@ -98,6 +115,25 @@ def build_parser() -> argparse.ArgumentParser:
     )
     d.add_argument("--pod-timeout", type=seconds, default=300.0, metavar="SECONDS", help="per probe pod")
     d.set_defaults(func=_discover)
+    ms = sub.add_parser(
+        "manifests",
+        help="print the YAML that runs the conformance suite in the cluster: Namespace, ServiceAccount, the least "
+        "RBAC of the selected layers (ClusterRole and binding), a Job and a CronJob (kubectl apply -f -)",
+    )
+    ms.add_argument("--namespace", default="gpuready-conformance", help="where the Job runs")
+    ms.add_argument(
+        "--image", default="gpuready:latest", help="an image with gpuready and the suite installed"
+    )
+    ms.add_argument("--schedule", default="0 3 * * *", metavar="CRON", help="the CronJob's schedule")
+    ms.add_argument(
+        "--layers",
+        default=None,
+        help="comma-separated layers to run and grant (default: all), e.g. host,gpu,node",
+    )
+    ms.add_argument(
+        "--write-back", action="store_true", help="run with --write-back, and grant it nodes patch"
+    )
+    ms.set_defaults(func=_manifests)
     try:
         from gpuready.lab.cli import add_lab_parser
     except ImportError:  # the lab is optional on machines that only deploy and test

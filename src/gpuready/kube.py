@@ -45,14 +45,48 @@ class Cluster:
         return dyn
 
 
-def connect(kubeconfig: str | None = None, context: str | None = None, timeout: float = 5.0) -> Cluster:
-    """A client for the cluster named by ``kubeconfig``/``context``, checked with one ``GET /version``."""
-    path = os.path.expanduser(kubeconfig) if kubeconfig else None
+def uses_in_cluster(kubeconfig: str | None = None, context: str | None = None) -> bool:
+    """Whether :func:`connect` takes the pod's service account: no kubeconfig, no context, no ``$KUBECONFIG``
+    and no ``~/.kube/config`` given, in a pod (:func:`gpuready.arguments.in_pod`) - the client's own order."""
+    from gpuready.arguments import in_pod
+
+    nothing_given = not (kubeconfig or context or os.environ.get("KUBECONFIG"))
+    return nothing_given and not os.path.exists(os.path.expanduser("~/.kube/config")) and in_pod()
+
+
+def configure(kubeconfig: str | None = None, context: str | None = None) -> client.Configuration:
+    """The client configuration of ``kubeconfig``/``context``, else of the pod's service account when the
+    process runs in a pod and nothing names a kubeconfig (:func:`uses_in_cluster`); nothing is contacted."""
     configuration = client.Configuration()
+    if uses_in_cluster(kubeconfig, context):
+        from kubernetes.config.incluster_config import InClusterConfigLoader
+
+        from gpuready.arguments import SERVICE_ACCOUNT_DIR
+
+        loader = InClusterConfigLoader(
+            token_filename=os.path.join(SERVICE_ACCOUNT_DIR, "token"),
+            cert_filename=os.path.join(SERVICE_ACCOUNT_DIR, "ca.crt"),
+            environ=os.environ,
+        )
+        try:
+            loader.load_and_set(configuration)
+        except Exception as exc:
+            raise KubeError(
+                f"cannot load the in-cluster configuration ({SERVICE_ACCOUNT_DIR}): {exc}"
+            ) from exc
+        return configuration
+    path = os.path.expanduser(kubeconfig) if kubeconfig else None
     try:
         config.load_kube_config(config_file=path, context=context, client_configuration=configuration)
     except Exception as exc:
         raise KubeError(f"cannot load kubeconfig {path or '$KUBECONFIG/~/.kube/config'}: {exc}") from exc
+    return configuration
+
+
+def connect(kubeconfig: str | None = None, context: str | None = None, timeout: float = 5.0) -> Cluster:
+    """A client for the cluster named by ``kubeconfig``/``context`` (in a pod, with none given: the pod's service
+    account, see :func:`configure`), checked with one ``GET /version``."""
+    configuration = configure(kubeconfig, context)
     configuration.retries = urllib3.Retry(total=0, connect=0, read=0)
     api = client.ApiClient(configuration)
     try:

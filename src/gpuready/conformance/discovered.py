@@ -187,9 +187,12 @@ def start_suite(
         raise pytest.UsageError(str(exc)) from None
     kubeconfig = config.getoption("kubeconfig") or overrides.get("kubeconfig")
     context = config.getoption("kube_context")
-    if not (kubeconfig or context or os.environ.get("KUBECONFIG")):
+    from gpuready.arguments import in_pod
+
+    if not (kubeconfig or context or os.environ.get("KUBECONFIG") or in_pod()):
         raise pytest.UsageError(
-            "--discover reads the cluster: give it one (--kubeconfig, --kube-context or $KUBECONFIG)"
+            "--discover reads the cluster: give it one (--kubeconfig, --kube-context, $KUBECONFIG, or run the "
+            "suite in a pod with a service account)"
         )
     timeout = float(config.getoption("command_timeout"))
     try:

@@ -296,6 +296,13 @@ def pytest_addoption(parser: pytest.Parser, pluginmanager: pytest.PytestPluginMa
         "(default: the inventory's pod_timeout)",
     )
     group.addoption(
+        "--non-disruptive",
+        action="store_true",
+        default=False,
+        help="run only the layers that leave running workloads alone: host, gpu and node (the same as -m "
+        "'host or gpu or node'); workloads, metrics, policy and diag start GPU pods or load the GPUs",
+    )
+    group.addoption(
         "--report-dir",
         default=None,
         help="write the fleet report here: fleet.xml (junit, one suite per node), verdict.json, report.html",
@@ -354,15 +361,19 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     if not config.getoption("kubeconfig"):  # the inventory's, the one the run uses without --kubeconfig
         _check_arguments(config, next((n.knobs["kubeconfig"] for n in nodes if n.knobs["kubeconfig"]), None),
                          "the inventory's kubeconfig")  # fmt: skip
+    from gpuready.arguments import in_pod
+
     if connection == "pod" and not (
         config.getoption("kubeconfig")
         or config.getoption("kube_context")
         or os.environ.get("KUBECONFIG")
         or any(n.knobs["kubeconfig"] for n in nodes)
+        or in_pod()
     ):
         raise pytest.UsageError(
             "--connection pod runs the host and gpu layers in probe pods through the cluster: give it one "
-            "(--kubeconfig, --kube-context, $KUBECONFIG or `kubeconfig` in the inventory's data)"
+            "(--kubeconfig, --kube-context, $KUBECONFIG, `kubeconfig` in the inventory's data, or run the suite "
+            "in a pod with a service account)"
         )
     if connection == "local" and len(nodes) > 1:
         raise pytest.UsageError(
@@ -469,7 +480,8 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         )
         return
     marks = {m.name for m in metafunc.definition.iter_markers()}
-    if not marks_select(metafunc.config.getoption("markexpr") or "", marks):
+    disruptive = metafunc.config.getoption("non_disruptive") and not marks & set(NON_DISRUPTIVE)
+    if disruptive or not marks_select(metafunc.config.getoption("markexpr") or "", marks):
         # -m deselects it anyway: one item to deselect instead of one per node (54,000 items on 1000 nodes)
         metafunc.parametrize("node", [], ids=[])
         return
@@ -491,9 +503,14 @@ def marks_select(markexpr: str, names: set[str]) -> bool:
 
 
 NO_CLUSTER = (
-    "node, workloads, metrics and policy layers not run: no cluster given (--kubeconfig, --kube-context, $KUBECONFIG "
-    "or `kubeconfig` in the inventory's data)"
+    "node, workloads, metrics and policy layers not run: no cluster given (--kubeconfig, --kube-context, $KUBECONFIG, "
+    "`kubeconfig` in the inventory's data, or a pod's service account)"
 )
+# The layers that leave running workloads alone, the only ones --non-disruptive runs: workloads and policy need
+# idle GPUs (they wait pod_timeout on a busy node), metrics starts a pod holding a GPU on every node the run has
+# none on (to see a pod's labels on its series), diag loads every GPU (bandwidth, DCGM diagnostics).
+NON_DISRUPTIVE = ("host", "gpu", "node")
+NON_DISRUPTIVE_NOTE = "--non-disruptive: only the host, gpu and node layers ran (workloads, metrics, policy and diag hold or load GPUs)"
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -504,12 +521,23 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     """
     import os
 
+    from gpuready.arguments import in_pod
+
     suite = config.stash.get(SUITE, None)
+    if config.getoption("non_disruptive"):
+        disruptive = [item for item in items if layer_of(item) not in (None, *NON_DISRUPTIVE)]
+        if disruptive:
+            config.hook.pytest_deselected(items=disruptive)
+            dropped = {id(item) for item in disruptive}
+            items[:] = [item for item in items if id(item) not in dropped]
+        if suite is not None:
+            suite.notes.append(NON_DISRUPTIVE_NOTE)
     given = (
         config.getoption("kubeconfig")
         or config.getoption("kube_context")
         or os.environ.get("KUBECONFIG")
         or (suite is not None and any(n.knobs["kubeconfig"] for n in suite.nodes))
+        or in_pod()
     )
     # only the suite's own checks: another test suite in the same run may have a fixture of that name
     kube = [item for item in items if layer_of(item) and "cluster" in getattr(item, "fixturenames", ())]
