@@ -16,6 +16,8 @@ import pytest
 from shims import read_verdict
 from sshd import SshServer
 
+from gpuready.conformance.runners import bound_to_session
+
 HOST_CHECKS = [
     "test_connection",
     "test_nvidia_smi_runs",
@@ -407,7 +409,16 @@ def _on_fake_node(node):
     env = {**os.environ, **node.env()}
 
     def execute(command: str) -> tuple[int, bytes, bytes]:
-        done = subprocess.run(["/bin/sh", "-c", command], env=env, capture_output=True, check=False)
+        # as sshd runs it: standard input is the session's, open while the session lasts (the runner's commands
+        # end when it closes: runners.bound_to_session)
+        session_in, keep_open = os.pipe()
+        try:
+            done = subprocess.run(
+                ["/bin/sh", "-c", command], env=env, stdin=session_in, capture_output=True, check=False
+            )
+        finally:
+            os.close(session_in)
+            os.close(keep_open)
         return done.returncode, done.stdout, done.stderr
 
     return execute
@@ -429,7 +440,8 @@ def test_over_ssh_the_suite_sees_the_same_node(make_node, pytester, suite_dir):
     result.assert_outcomes(
         passed=18, failed=2, skipped=7
     )  # vectorAdd (local only), the CDI checks, diag (gated)
-    assert "nvidia-smi -q -x" in server.commands and server.commands.count("nvidia-smi -q -x") == 1
+    smi = bound_to_session("nvidia-smi -q -x")  # as the runner sends it: it ends with its session
+    assert server.commands.count(smi) == 1
 
 
 def test_over_ssh_an_unknown_host_key_fails_the_connection_check(make_node, pytester, suite_dir):

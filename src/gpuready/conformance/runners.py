@@ -316,7 +316,9 @@ def bound_to_session(command: str) -> str:
     (``--command-timeout``), or whose suite was interrupted (Ctrl-C, a cancelled CI job's SIGTERM), ran on in the
     node, a ``dcgmi diag`` or ``nvbandwidth`` holding its GPUs for minutes. So the command runs in a session of its
     own (``setsid -w``), and a watcher reads the SSH session's standard input, which nothing writes and which
-    ends only when the session closes, then stops the command's whole process group. Where ``setsid`` is missing
+    ends only when the session closes, then stops the command's whole process group. So the client must keep
+    the session's input open until it has the answer, as this backend does (paramiko sends no EOF unless asked):
+    input closed early (``ssh node cmd </dev/null``) would stop the command at once. Where ``setsid`` is missing
     the command runs as before."""
     quoted = shlex.quote(command)
     script = (
