@@ -367,3 +367,29 @@ def test_a_node_known_only_by_its_addon_pod_is_a_gpu_node(specs):
     found = discovery.discover([lost], {}, {}, with_addons={"gpu-lost"})
     assert "no nvidia.com/gpu.product label" in found.undiscoverable["gpu-lost"]
     assert found.of("gpu-lost", "discovery") and "gpu-lost" in discovery.fleet(found).nodes
+
+
+def test_gpuready_discover_exits_1_and_names_a_node_it_cannot_read(specs, monkeypatch, capsys):
+    """The CLI's view of the discovery above: the readable nodes in the inventory it prints, the unreadable one as a
+    comment and a problem on stderr, counted, and exit 1 (0 only when nothing is wrong)."""
+    from types import SimpleNamespace
+
+    from gpuready import kube
+    from gpuready.conformance import discovered
+
+    objects = [node_object(s) for n, s in specs.items() if n != "a100-mixed"] + [
+        _unreadable(specs["a100-mixed"])
+    ]
+    found = discovery.discover(objects, configs(specs), {})
+    monkeypatch.setattr(kube, "connect", lambda *a, **k: SimpleNamespace(url="https://cluster.test"))
+    monkeypatch.setattr(discovered, "discover_cluster", lambda *a, **k: (found, discovery.fleet(found)))
+    args = SimpleNamespace(kubeconfig=None, kube_context=None, probe_image=None, command_timeout=5.0,
+                           pod_timeout=5.0, nodes=None, no_probe=True, expect_driver=None, expect_toolkit=None)  # fmt: skip
+    assert discovered.main(args) == 1
+    out, err = capsys.readouterr()
+    assert "# a100-mixed: left out, its expectations could not be read" in out and "('h100-a'" in out
+    assert "a100-mixed: discovery: no expectations could be read from the cluster for it" in err
+    assert f"{len(specs)} GPU node(s) (1 left out of the inventory)" in err and "1 problem(s)" in err
+    healthy = discovery.discover([node_object(s) for s in specs.values()], configs(specs), {})
+    monkeypatch.setattr(discovered, "discover_cluster", lambda *a, **k: (healthy, discovery.fleet(healthy)))
+    assert discovered.main(args) == 0
