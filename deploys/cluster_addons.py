@@ -12,9 +12,8 @@ field manager: ``kubectl edit``, a controller) stops the deploy with the object,
 
 from pyinfra import host
 from pyinfra.api import OperationError
-from pyinfra.operations import python
 
-from gpuready.deploy.addons import ALERTS, AddonSettings, prometheus_rules, render_all, write_alert_rules
+from gpuready.deploy.addons import ALERTS, AddonSettings, alert_rules_text, prometheus_rules, render_all
 from gpuready.deploy.context import current_node, fleet_for
 from gpuready.deploy.operations import cluster_objects
 from gpuready.kube import describe
@@ -54,10 +53,9 @@ cluster_objects.node_labels(
     kubeconfig=kubeconfig,
 )
 
-python.call(
+cluster_objects.local_file(
     name=f"Write the alert rules to {ALERTS}",
-    function=write_alert_rules,
     path=ALERTS,
-    rules=prometheus_rules(settings),
+    text=alert_rules_text(prometheus_rules(settings)),
     _run_once=True,
 )

@@ -299,8 +299,6 @@ def test_loading_the_addons_deploy_writes_no_file(tmp_path, monkeypatch):
     """What ``pyinfra --dry`` does with a deploy file: it loads it (every host's operations are planned) and runs
     nothing. The alert rules are written by an operation, so loading the file writes nothing. (In-process: the
     inventory refuses pyinfra's @local as a host name, so the real CLI would need an SSH host.)"""
-    from pyinfra.operations import python
-
     from gpuready.deploy import context
     from gpuready.deploy.addons import ALERTS
     from gpuready.deploy.operations import cluster_objects
@@ -312,16 +310,35 @@ def test_loading_the_addons_deploy_writes_no_file(tmp_path, monkeypatch):
     for name in ("cluster", "applied", "pruned", "node_labels"):
         monkeypatch.setattr(cluster_objects, name, lambda *a, **k: None)
     planned: list[dict] = []
-    monkeypatch.setattr(python, "call", lambda **kwargs: planned.append(kwargs))
+    monkeypatch.setattr(cluster_objects, "local_file", lambda **kwargs: planned.append(kwargs))
     monkeypatch.setattr("pyinfra.host", type("Host", (), {"inventory": None})())
     monkeypatch.chdir(tmp_path)
     runpy.run_path(str(REPO / "deploys" / "cluster_addons.py"))
     assert not (tmp_path / "reports").exists()  # nothing written by loading the file
     (write,) = planned
     assert write["name"] == f"Write the alert rules to {ALERTS}" and write["_run_once"] is True
-    write["function"](path=write["path"], rules=write["rules"])  # what the run (not --dry) does
-    rules = yaml.safe_load((tmp_path / ALERTS).read_text())
+    rules = yaml.safe_load(write["text"])
     assert rules["kind"] == "PrometheusRule" and rules["spec"]["groups"]
+
+
+def test_the_alert_rules_file_is_written_only_when_it_differs(tmp_path, monkeypatch):
+    """The operation behind it: a second add-ons run with the same rules changes nothing (a lab deploy test saw
+    the file rewritten, and so reported as a change, on every run)."""
+    from types import SimpleNamespace
+
+    from pyinfra.api import FunctionCommand
+
+    from gpuready.deploy.operations import cluster_objects
+
+    noops: list[str] = []
+    monkeypatch.setattr(cluster_objects, "host", SimpleNamespace(noop=noops.append))
+    target = tmp_path / "reports" / "gpu-alerts.yaml"
+    (command,) = cluster_objects.local_file._inner(str(target), "groups: []\n")
+    assert isinstance(command, FunctionCommand) and not target.exists()  # planned, not yet written
+    command.function(*command.args, **command.kwargs)
+    assert target.read_text() == "groups: []\n"
+    assert list(cluster_objects.local_file._inner(str(target), "groups: []\n")) == [] and noops
+    assert len(list(cluster_objects.local_file._inner(str(target), "groups: [a]\n"))) == 1
 
 
 def test_version_is_the_installed_distributions(capsys):

@@ -45,11 +45,13 @@ def test_waits():
 @pytest.mark.parametrize(("args", "shown"), [((), True), (("-v",), True), (("-q",), False)])
 def test_the_plugin_prints_progress_unless_quiet(pytester, args, shown):
     pytester.makepyfile(TEST_FILE)
+    progress = logging.getLogger("gpuready.conformance.progress")
+    before = list(progress.handlers)  # the outer session's own, where its plugin added one
     result = pytester.runpytest("-p", "no:cacheprovider", *args)
     result.assert_outcomes(passed=1)
     line = "gpuready: waiting for vector-add to finish: 1 of 2 pods"
     assert (line in result.stdout.str()) is shown
-    assert not logging.getLogger("gpuready.conformance.progress").handlers  # removed at the end of the run
+    assert progress.handlers == before  # the inner run's handler removed at the end of its run
 
 
 class FakeCore:

@@ -405,13 +405,10 @@ ALERTS = (
 )
 
 
-def write_alert_rules(path: str, rules: Manifest) -> None:
-    """Write the alert rules (:func:`prometheus_rules`) on the machine running pyinfra. The add-ons deploy calls it
-    from an operation (``python.call``), never when the deploy file is loaded: ``pyinfra --dry`` writes nothing."""
-    from pathlib import Path
-
+def alert_rules_text(rules: Manifest) -> str:
+    """The alert rules file's content (:func:`prometheus_rules` as YAML). The add-ons deploy writes it with an
+    operation (``cluster_objects.local_file``), never when the deploy file is loaded: ``pyinfra --dry`` writes
+    nothing, and a second run with the same rules changes nothing."""
     import yaml
 
-    target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    target.write_text(yaml.safe_dump(rules, sort_keys=False))
+    return yaml.safe_dump(rules, sort_keys=False)

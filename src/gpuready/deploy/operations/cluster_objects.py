@@ -7,12 +7,13 @@ object does not already say what the spec says, so a second run reports no chang
 from __future__ import annotations
 
 from functools import cache
+from pathlib import Path
 from typing import Any
 
 from pyinfra import host
 from pyinfra.api import FunctionCommand, OperationError, operation
 
-from gpuready import kube
+from gpuready import atomic, kube
 
 
 @cache
@@ -132,3 +133,21 @@ def pruned(
         return
     for manifest in stale:
         yield FunctionCommand(kube.delete, (c, manifest), {})
+
+
+@operation()
+def local_file(path: str, text: str):
+    """
+    A file on the machine running pyinfra (not on the hosts), such as the alert rules: written when its content
+    differs, so a second run reports no change and ``--dry`` writes nothing.
+
+    + path: where (relative to where pyinfra runs)
+    + text: the whole content
+    """
+    try:
+        if Path(path).read_text(encoding="utf-8") == text:
+            host.noop(f"{path} is up to date")
+            return
+    except (OSError, UnicodeDecodeError):
+        pass  # missing or unreadable: written
+    yield FunctionCommand(atomic.write_text, (path, text), {})
