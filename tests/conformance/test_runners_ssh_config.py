@@ -82,13 +82,21 @@ def test_a_host_alias_gives_hostname_port_user_and_identity(tmp_path, node):
     assert len(node.commands) == 1
 
 
+def _via_bastion(
+    key_file, node, bastion, bastion_extra: str = "", node_extra: str = "  ProxyJump bastion\n"
+) -> str:
+    """An SSH config: Host bastion and Host gpu-node-1 (the fake servers' ports, one key), the node behind it."""
+    return (
+        f"Host bastion\n  HostName 127.0.0.1\n  Port {bastion.port}\n  User tester\n  IdentityFile {key_file}\n"
+        + bastion_extra
+        + f"Host gpu-node-1\n  HostName 127.0.0.1\n  Port {node.port}\n  User tester\n  IdentityFile {key_file}\n"
+        + node_extra
+    )
+
+
 def test_proxyjump_through_a_bastion_reaches_the_node(tmp_path, node, bastion):
     key_file = _key(tmp_path, node.client_key)
-    config = (
-        f"Host bastion\n  HostName 127.0.0.1\n  Port {bastion.port}\n  User tester\n  IdentityFile {key_file}\n"
-        f"Host gpu-node-1\n  HostName 127.0.0.1\n  Port {node.port}\n  User tester\n  IdentityFile {key_file}\n"
-        "  ProxyJump bastion\n"
-    )
+    config = _via_bastion(key_file, node, bastion)
     runner = _runner(tmp_path, config, _known(tmp_path, node, bastion))
     assert runner.backend.where == f"tester@127.0.0.1:{node.port} via tester@127.0.0.1:{bastion.port}"
     assert _run(runner) == Output(0, "node\n", "")
@@ -99,12 +107,7 @@ def test_proxyjump_through_a_bastion_reaches_the_node(tmp_path, node, bastion):
 def test_a_bastion_whose_key_is_unknown_is_refused(tmp_path, node, bastion):
     """StrictHostKeyChecking no on the bastion's entry changes nothing: no prompt, no accepted key."""
     key_file = _key(tmp_path, node.client_key)
-    config = (
-        f"Host bastion\n  HostName 127.0.0.1\n  Port {bastion.port}\n  User tester\n  IdentityFile {key_file}\n"
-        "  StrictHostKeyChecking no\n"
-        f"Host gpu-node-1\n  HostName 127.0.0.1\n  Port {node.port}\n  User tester\n  IdentityFile {key_file}\n"
-        "  ProxyJump bastion\n"
-    )
+    config = _via_bastion(key_file, node, bastion, bastion_extra="  StrictHostKeyChecking no\n")
     known = _known(tmp_path, node)
     runner = _runner(tmp_path, config, known)
     message = (
@@ -122,10 +125,8 @@ def test_a_bastion_whose_key_is_unknown_is_refused(tmp_path, node, bastion):
 
 def test_a_node_whose_key_is_unknown_is_refused_behind_a_known_bastion(tmp_path, node, bastion):
     key_file = _key(tmp_path, node.client_key)
-    config = (
-        f"Host bastion\n  HostName 127.0.0.1\n  Port {bastion.port}\n  User tester\n  IdentityFile {key_file}\n"
-        f"Host gpu-node-1\n  HostName 127.0.0.1\n  Port {node.port}\n  User tester\n  IdentityFile {key_file}\n"
-        "  ProxyJump tester@bastion\n  StrictHostKeyChecking accept-new\n"
+    config = _via_bastion(
+        key_file, node, bastion, node_extra="  ProxyJump tester@bastion\n  StrictHostKeyChecking accept-new\n"
     )
     runner = _runner(tmp_path, config, _known(tmp_path, bastion))
     message = rf"tester@127\.0\.0\.1:{node.port}: through jump host tester@127\.0\.0\.1:{bastion.port}: .*known_hosts"
