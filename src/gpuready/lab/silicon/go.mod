@@ -1,0 +1,3 @@
+module gpuready.lab/silicon
+
+go 1.24

@@ -1,0 +1,608 @@
+// Package machine is the lab's one emulated machine as NVIDIA's user-space libraries see it.
+//
+// It reads the same files as the Python emulator (src/gpuready/lab/emulator/nvemu.py): the hardware
+// file the lab writes (GPUs and injected faults; env GPUREADY_LAB_HARDWARE), the driver state file
+// (MIG mode, GPU/compute instances, persistence, the loaded kernel module; env GPUREADY_LAB_STATE)
+// and the user-space driver version (env GPUREADY_LAB_DRIVER_VERSION or
+// /usr/lib/nvidia-emu/driver-version). The mock libnvidia-ml.so.1 and libcuda.so.1 answer from it,
+// so every NVIDIA tool and nvidia-smi see one machine.
+//
+// Why read-only: nvemu.py owns the state file (it takes the lock and writes it); the libraries
+// only look, as an unprivileged NVML caller does. Derived facts (ECC counts, PCIe link, MIG devices,
+// XIDs) follow gpu_tree.py's GpuView so both views agree.
+//
+// Usage: Current() returns the machine as it is now, re-reading the files only when they changed,
+// so a fault injected while a process runs is seen by its next call.
+package machine
+
+import (
+	"crypto/sha1"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Default paths, as in nvemu.py.
+const (
+	DefaultHardware      = "/opt/gpuready-lab/machine/hardware.json"
+	DefaultState         = "/var/lib/nvidia-emu/state.json"
+	DriverDir            = "/usr/lib/nvidia-emu"
+	DefaultDriverVersion = "580.178.04"
+)
+
+// CUDAByBranch is the CUDA version each driver branch supports (nvemu.CUDA_BY_BRANCH).
+var CUDAByBranch = map[string]string{
+	"595": "13.2", "590": "13.1", "580": "13.0", "575": "12.9", "570": "12.8", "550": "12.4",
+}
+
+// Errors Load and Machine.CheckLoaded give; NVML init maps them to its own codes.
+var (
+	// ErrNoDriver: no machine file, or no kernel module installed (NVML_ERROR_DRIVER_NOT_LOADED).
+	ErrNoDriver = errors.New("couldn't communicate with the NVIDIA driver")
+	// ErrMismatch: loaded kernel module and library differ, or the driver-mismatch fault
+	// (NVML_ERROR_LIB_RM_VERSION_MISMATCH).
+	ErrMismatch = errors.New("Driver/library version mismatch")
+)
+
+// MigProfile is one GPU instance profile of the GPU's model (hardware.json "mig_profiles").
+type MigProfile struct {
+	Name          string  `json:"name"`
+	ProfileID     int     `json:"profile_id"`
+	ComputeSlices int     `json:"compute_slices"`
+	MemorySlices  int     `json:"memory_slices"`
+	MemoryMiB     int     `json:"memory_mib"`
+	MemoryGiB     float64 `json:"memory_gib"`
+	MaxInstances  int     `json:"max_instances"`
+	Placements    []int   `json:"placements"`
+	PlacementSize int     `json:"placement_size"`
+	SMCount       int     `json:"sm_count"`
+	CopyEngines   int     `json:"copy_engines"`
+	Decoders      int     `json:"decoders"`
+	Encoders      int     `json:"encoders"`
+	JPEG          int     `json:"jpeg"`
+	OFA           int     `json:"ofa"`
+	P2P           bool    `json:"p2p"`
+}
+
+// Clocks are the board's clocks in MHz.
+type Clocks struct {
+	GraphicsIdle int `json:"graphics_idle"`
+	Memory       int `json:"memory"`
+	VideoIdle    int `json:"video_idle"`
+	MaxGraphics  int `json:"max_graphics"`
+	MaxVideo     int `json:"max_video"`
+}
+
+// GPU is one GPU of the hardware file, as hardware.make_hardware writes it.
+type GPU struct {
+	Index              int          `json:"index"`
+	MinorNumber        int          `json:"minor_number"`
+	Name               string       `json:"name"`
+	Brand              string       `json:"brand"`
+	Architecture       string       `json:"architecture"`
+	Family             string       `json:"family"`
+	UUID               string       `json:"uuid"`
+	Serial             string       `json:"serial"`
+	PCIBusID           string       `json:"pci_bus_id"`        // "00000000:18:00.0"
+	PCIDeviceID        string       `json:"pci_device_id"`     // "233010DE"
+	PCISubSystemID     string       `json:"pci_sub_system_id"` // "16C110DE"
+	MemoryMiB          int          `json:"memory_mib"`
+	ReservedMiB        int          `json:"reserved_mib"`
+	BAR1MiB            int          `json:"bar1_mib"`
+	PowerLimitW        float64      `json:"power_limit_w"`
+	MinPowerLimitW     float64      `json:"min_power_limit_w"`
+	PowerIdleW         float64      `json:"power_idle_w"`
+	TemperatureC       int          `json:"temperature_c"`
+	MemoryTemperatureC *int         `json:"memory_temperature_c"`
+	MaxPCIeGen         int          `json:"max_pcie_gen"`
+	MaxPCIeWidth       int          `json:"max_pcie_width"`
+	NVLinkLinks        int          `json:"nvlink_links"`
+	NVLinkGbps         float64      `json:"nvlink_gbps"`
+	MIGCapable         bool         `json:"mig_capable"`
+	MIGComputeSlices   int          `json:"mig_compute_slices"`
+	MIGMemorySlices    int          `json:"mig_memory_slices"`
+	MIGProfiles        []MigProfile `json:"mig_profiles"`
+	ComputeCapability  string       `json:"compute_capability"` // "9.0"
+	SMCount            int          `json:"sm_count"`
+	VBIOSVersion       string       `json:"vbios_version"`
+	BoardPartNumber    string       `json:"board_part_number"`
+	GPUPartNumber      string       `json:"gpu_part_number"`
+	InforomImage       string       `json:"inforom_image"`
+	ModuleID           int          `json:"module_id"`
+	NUMANode           int          `json:"numa_node"`
+	CPUAffinity        string       `json:"cpu_affinity"`
+	Clocks             Clocks       `json:"clocks"`
+	ECCSupported       bool         `json:"ecc_supported"`
+	RowRemapping       bool         `json:"row_remapping"`
+	RowRemapBanks      int          `json:"row_remap_banks"`
+	PageRetirement     bool         `json:"page_retirement"`
+}
+
+// CUDAComputeCapability is ComputeCapability as (major, minor).
+func (g *GPU) CUDAComputeCapability() (int, int) {
+	major, minor, _ := strings.Cut(g.ComputeCapability, ".")
+	a, _ := strconv.Atoi(major)
+	b, _ := strconv.Atoi(minor)
+	return a, b
+}
+
+// Fault is one injected fault; GPU is nil for a host-wide fault (see faults.py for each name).
+type Fault struct {
+	Fault string `json:"fault"`
+	GPU   *int   `json:"gpu"`
+}
+
+// System is the machine's board-level facts.
+type System struct {
+	Description   string `json:"description"`
+	NVSwitch      bool   `json:"nvswitch"`
+	NVSwitchCount int    `json:"nvswitch_count"`
+	NUMANodes     int    `json:"numa_nodes"`
+	CPUs          int    `json:"cpus"`
+}
+
+// Hardware is the whole hardware file.
+type Hardware struct {
+	Schema    int     `json:"schema"`
+	Profile   string  `json:"profile"`
+	NodeIndex int     `json:"node_index"`
+	System    System  `json:"system"`
+	GPUs      []GPU   `json:"gpus"`
+	Faults    []Fault `json:"faults"`
+}
+
+// ComputeInstance is one compute instance inside a GPU instance (state.json).
+type ComputeInstance struct {
+	ID        int `json:"id"`
+	ProfileID int `json:"profile_id"`
+	Start     int `json:"start"`
+	Size      int `json:"size"`
+}
+
+// GPUInstance is one GPU instance (state.json).
+type GPUInstance struct {
+	ID        int               `json:"id"`
+	ProfileID int               `json:"profile_id"`
+	Start     int               `json:"start"`
+	Size      int               `json:"size"`
+	CIs       []ComputeInstance `json:"cis"`
+}
+
+// GPUState is what the driver keeps for one GPU (state.json "gpus"[uuid]).
+type GPUState struct {
+	MigCurrent  bool          `json:"mig_current"`
+	MigPending  bool          `json:"mig_pending"`
+	Persistence bool          `json:"persistence"`
+	GIs         []GPUInstance `json:"gis"`
+}
+
+// State is the driver state as in effect now: a state file from an earlier boot reads as a fresh
+// boot (pending MIG mode current, no instances, no module loaded), as nvemu.Driver._load_state does.
+type State struct {
+	BootID string              `json:"boot_id"`
+	Kmod   *string             `json:"kmod"`
+	GPUs   map[string]GPUState `json:"gpus"`
+}
+
+// MigDevice is one MIG device (one compute instance), numbered as nvidia-smi numbers them.
+type MigDevice struct {
+	Index     int // 0.. over the GPU's MIG devices, by GI id then CI id
+	GI        int
+	CI        int
+	Profile   MigProfile // the GPU instance's profile
+	Instance  GPUInstance
+	Compute   ComputeInstance
+	Name      string // "1g.10gb"
+	SMCount   int
+	MemoryMiB int
+	UUID      string // "MIG-<uuid5>", nvemu.mig_uuid
+}
+
+// Machine is one consistent reading of the files.
+type Machine struct {
+	Hardware       Hardware
+	State          State
+	LibraryVersion string // the user-space driver (NVML) version
+	ReadAt         time.Time
+}
+
+// HardwarePath is the hardware file's path (GPUREADY_LAB_HARDWARE or the default).
+func HardwarePath() string { return envOr("GPUREADY_LAB_HARDWARE", DefaultHardware) }
+
+// StatePath is the driver state file's path (GPUREADY_LAB_STATE or the default).
+func StatePath() string { return envOr("GPUREADY_LAB_STATE", DefaultState) }
+
+func envOr(name, def string) string {
+	if v := os.Getenv(name); v != "" {
+		return v
+	}
+	return def
+}
+
+func readText(path string) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(string(b))
+}
+
+// LibraryVersion is the installed user-space driver version (nvemu.library_version).
+func LibraryVersion() string {
+	if v := os.Getenv("GPUREADY_LAB_DRIVER_VERSION"); v != "" {
+		return v
+	}
+	if v := readText(filepath.Join(DriverDir, "driver-version")); v != "" {
+		return v
+	}
+	return DefaultDriverVersion
+}
+
+// InstalledKmodVersion is the kernel module version on disk, "" when none is installed
+// (nvemu.installed_kmod_version).
+func InstalledKmodVersion() string {
+	if v := os.Getenv("GPUREADY_LAB_DRIVER_VERSION"); v != "" {
+		return v
+	}
+	if st, err := os.Stat(DriverDir); err != nil || !st.IsDir() {
+		return DefaultDriverVersion
+	}
+	return readText(filepath.Join(DriverDir, "kmod-version"))
+}
+
+// CUDAVersion is the CUDA version of a driver version ("580.x" -> "13.0").
+func CUDAVersion(driver string) string {
+	branch, _, _ := strings.Cut(driver, ".")
+	if v, ok := CUDAByBranch[branch]; ok {
+		return v
+	}
+	return "13.0"
+}
+
+// BootID is the current boot id (GPUREADY_LAB_BOOT_ID or the kernel's).
+func BootID() string {
+	if v := os.Getenv("GPUREADY_LAB_BOOT_ID"); v != "" {
+		return v
+	}
+	if v := readText("/proc/sys/kernel/random/boot_id"); v != "" {
+		return v
+	}
+	return "unknown-boot"
+}
+
+// Load reads the machine now. ErrNoDriver when there is no readable hardware file.
+func Load() (*Machine, error) {
+	raw, err := os.ReadFile(HardwarePath())
+	if err != nil {
+		return nil, ErrNoDriver
+	}
+	m := &Machine{LibraryVersion: LibraryVersion(), ReadAt: time.Now()}
+	if err := json.Unmarshal(raw, &m.Hardware); err != nil {
+		return nil, ErrNoDriver
+	}
+	m.State = loadState(StatePath(), m.Hardware.GPUs)
+	return m, nil
+}
+
+func loadState(path string, gpus []GPU) State {
+	var st State
+	if raw, err := os.ReadFile(path); err == nil && len(strings.TrimSpace(string(raw))) > 0 {
+		_ = json.Unmarshal(raw, &st)
+	}
+	current := BootID()
+	if st.BootID != current {
+		fresh := State{BootID: current, GPUs: map[string]GPUState{}}
+		for _, g := range gpus {
+			old, ok := st.GPUs[g.UUID]
+			mig := ok && old.MigPending && g.MIGCapable
+			fresh.GPUs[g.UUID] = GPUState{MigCurrent: mig, MigPending: mig}
+		}
+		st = fresh
+	}
+	if st.GPUs == nil {
+		st.GPUs = map[string]GPUState{}
+	}
+	for _, g := range gpus {
+		if _, ok := st.GPUs[g.UUID]; !ok {
+			st.GPUs[g.UUID] = GPUState{}
+		}
+	}
+	return st
+}
+
+// CheckLoaded fails as NVML init does: ErrMismatch for the driver-mismatch fault or a loaded module
+// of another version, ErrNoDriver when no module is installed (nvemu.Driver.check_loaded, read-only:
+// a module not loaded yet counts as the installed one, which nvemu then records on first use).
+func (m *Machine) CheckLoaded() error {
+	if m.HostFaults()["driver-mismatch"] {
+		return ErrMismatch
+	}
+	kmod := ""
+	if m.State.Kmod != nil {
+		kmod = *m.State.Kmod
+	}
+	if kmod == "" {
+		kmod = InstalledKmodVersion()
+		if kmod == "" {
+			return ErrNoDriver
+		}
+	}
+	if kmod != m.LibraryVersion {
+		return ErrMismatch
+	}
+	return nil
+}
+
+// DriverVersion is the version NVML reports (the library's).
+func (m *Machine) DriverVersion() string { return m.LibraryVersion }
+
+// CUDADriverVersion is the CUDA version as NVML's integer (13.0 -> 13000).
+func (m *Machine) CUDADriverVersion() int {
+	major, minor, _ := strings.Cut(CUDAVersion(m.LibraryVersion), ".")
+	a, _ := strconv.Atoi(major)
+	b, _ := strconv.Atoi(minor)
+	return a*1000 + b*10
+}
+
+// GPUs are the machine's GPUs in index order, off the bus or not.
+func (m *Machine) GPUs() []GPU { return m.Hardware.GPUs }
+
+// GPU is the GPU with this index, nil when there is none.
+func (m *Machine) GPU(index int) *GPU {
+	for i := range m.Hardware.GPUs {
+		if m.Hardware.GPUs[i].Index == index {
+			return &m.Hardware.GPUs[i]
+		}
+	}
+	return nil
+}
+
+// HostFaults are the host-wide faults (driver-mismatch, fabricmanager-failed).
+func (m *Machine) HostFaults() map[string]bool {
+	out := map[string]bool{}
+	for _, f := range m.Hardware.Faults {
+		if f.GPU == nil {
+			out[f.Fault] = true
+		}
+	}
+	return out
+}
+
+// GPUFaults are the faults injected on GPU index.
+func (m *Machine) GPUFaults(index int) map[string]bool {
+	out := map[string]bool{}
+	for _, f := range m.Hardware.Faults {
+		if f.GPU != nil && *f.GPU == index {
+			out[f.Fault] = true
+		}
+	}
+	return out
+}
+
+// OffBus: the GPU fell off the bus (off-bus, xid-79); the driver lost it.
+func (m *Machine) OffBus(index int) bool {
+	f := m.GPUFaults(index)
+	return f["off-bus"] || f["xid-79"]
+}
+
+// XIDs are the XID errors the driver has raised for GPU index, those faults.py's journal_messages
+// logs: 79 (xid-79), 48 (xid-48), 63 (row-remap-pending, retired-pages-pending), 74 (nvlink-down).
+func (m *Machine) XIDs(index int) []int {
+	f := m.GPUFaults(index)
+	var out []int
+	for _, x := range []struct {
+		fault string
+		xid   int
+	}{{"xid-79", 79}, {"xid-48", 48}, {"row-remap-pending", 63}, {"retired-pages-pending", 63}, {"nvlink-down", 74}} {
+		if f[x.fault] {
+			out = append(out, x.xid)
+		}
+	}
+	return out
+}
+
+// View is what one GPU reports now: hardware, driver state and faults (gpu_tree.GpuView).
+type View struct {
+	GPU        *GPU
+	Faults     map[string]bool
+	OffBus     bool
+	MigCurrent bool
+	MigPending bool
+	// Persistence: the driver's persistence mode, or nvidia-persistenced running.
+	Persistence bool
+	MigDevices  []MigDevice
+	// Memory in MiB: total, reserved by the driver, used, free.
+	MemoryTotalMiB, MemoryReservedMiB, MemoryUsedMiB, MemoryFreeMiB int
+	// Uncorrected ECC errors (volatile = aggregate here; 0 without faults).
+	ECCUncorrected int
+	// Current PCIe link (the maximum unless pcie-downgrade).
+	PCIeGen, PCIeWidth int
+	// Retired pages (pre-Ampere): single-bit, double-bit, pending.
+	RetiredSBE, RetiredDBE int
+	RetiredPending         bool
+	// Row remapping: correctable, uncorrectable, pending.
+	RemapCorrectable, RemapUncorrectable int
+	RemapPending                         bool
+	// NVLinkActive: the GPU's links are up (false with nvlink-down or no links).
+	NVLinkActive bool
+	// Slow: the slow-gpu fault (data moves at 40%).
+	Slow bool
+	XIDs []int
+}
+
+// View is GPU index's view, nil when there is no such GPU.
+func (m *Machine) View(index int) *View {
+	g := m.GPU(index)
+	if g == nil {
+		return nil
+	}
+	st := m.State.GPUs[g.UUID]
+	f := m.GPUFaults(index)
+	v := &View{
+		GPU:          g,
+		Faults:       f,
+		OffBus:       m.OffBus(index),
+		MigCurrent:   st.MigCurrent && g.MIGCapable,
+		MigPending:   st.MigPending && g.MIGCapable,
+		Persistence:  st.Persistence || PersistencedRunning(),
+		PCIeGen:      g.MaxPCIeGen,
+		PCIeWidth:    g.MaxPCIeWidth,
+		NVLinkActive: g.NVLinkLinks > 0 && !f["nvlink-down"],
+		Slow:         f["slow-gpu"],
+		XIDs:         m.XIDs(index),
+	}
+	if v.MigCurrent {
+		v.MigDevices = migDevices(g, st)
+	}
+	v.MemoryTotalMiB = g.MemoryMiB
+	v.MemoryReservedMiB = g.ReservedMiB
+	v.MemoryUsedMiB = 12 * len(v.MigDevices)
+	v.MemoryFreeMiB = g.MemoryMiB - g.ReservedMiB - v.MemoryUsedMiB
+	if f["ecc-uncorrectable"] {
+		v.ECCUncorrected += 2
+	}
+	if f["xid-48"] {
+		v.ECCUncorrected++
+	}
+	if f["pcie-downgrade"] {
+		v.PCIeGen = max(1, g.MaxPCIeGen-2)
+		v.PCIeWidth = max(1, g.MaxPCIeWidth/2)
+	}
+	if f["retired-pages-pending"] {
+		v.RetiredDBE = 1
+		if f["xid-48"] {
+			v.RetiredDBE++
+		}
+		v.RetiredPending = true
+	}
+	if f["row-remap-pending"] {
+		v.RemapUncorrectable, v.RemapPending = 1, true
+	}
+	if f["xid-48"] && g.RowRemapping {
+		v.RemapUncorrectable++
+	}
+	return v
+}
+
+// Fabric is the GPU fabric (state, status) as nvidia-smi prints it: "N/A" without NVSwitches,
+// "In Progress" until Fabric Manager runs, then "Completed"/"Success".
+func (m *Machine) Fabric() (string, string) {
+	if !m.Hardware.System.NVSwitch {
+		return "N/A", "N/A"
+	}
+	if m.HostFaults()["fabricmanager-failed"] || !FabricManagerRunning() {
+		return "In Progress", "N/A"
+	}
+	return "Completed", "Success"
+}
+
+func migDevices(g *GPU, st GPUState) []MigDevice {
+	profiles := map[int]MigProfile{}
+	for _, p := range g.MIGProfiles {
+		profiles[p.ProfileID] = p
+	}
+	gis := append([]GPUInstance(nil), st.GIs...)
+	sort.Slice(gis, func(i, j int) bool { return gis[i].ID < gis[j].ID })
+	var out []MigDevice
+	for _, gi := range gis {
+		prof := profiles[gi.ProfileID]
+		cis := append([]ComputeInstance(nil), gi.CIs...)
+		sort.Slice(cis, func(i, j int) bool { return cis[i].ID < cis[j].ID })
+		for _, ci := range cis {
+			sm := prof.SMCount
+			if prof.ComputeSlices > 0 && ci.Size < prof.ComputeSlices {
+				sm = prof.SMCount * ci.Size / prof.ComputeSlices
+			}
+			out = append(out, MigDevice{
+				Index: len(out), GI: gi.ID, CI: ci.ID, Profile: prof, Instance: gi, Compute: ci,
+				Name: prof.Name, SMCount: sm, MemoryMiB: prof.MemoryMiB,
+				UUID: MigUUID(g.UUID, gi.ID, ci.ID),
+			})
+		}
+	}
+	return out
+}
+
+// MigUUID is the MIG device UUID nvemu.mig_uuid gives: "MIG-" + uuid5(NAMESPACE_OID, "gpu/gi/ci").
+func MigUUID(gpuUUID string, gi, ci int) string {
+	ns := []byte{0x6b, 0xa7, 0xb8, 0x12, 0x9d, 0xad, 0x11, 0xd1, 0x80, 0xb4, 0x00, 0xc0, 0x4f, 0xd4, 0x30, 0xc8}
+	h := sha1.New()
+	h.Write(ns)
+	fmt.Fprintf(h, "%s/%d/%d", gpuUUID, gi, ci)
+	u := h.Sum(nil)[:16]
+	u[6] = u[6]&0x0f | 0x50
+	u[8] = u[8]&0x3f | 0x80
+	return fmt.Sprintf("MIG-%x-%x-%x-%x-%x", u[0:4], u[4:6], u[6:8], u[8:10], u[10:16])
+}
+
+func alive(pidFile string) bool {
+	pid := readText(pidFile)
+	if pid == "" {
+		return false
+	}
+	if _, err := strconv.Atoi(pid); err != nil {
+		return false
+	}
+	_, err := os.Stat("/proc/" + pid)
+	return err == nil
+}
+
+// PersistencedRunning: nvidia-persistenced's pid file names a live process.
+func PersistencedRunning() bool {
+	return alive(envOr("GPUREADY_LAB_PERSISTENCED_PID", "/run/nvidia-persistenced/nvidia-persistenced.pid"))
+}
+
+// FabricManagerRunning: nv-fabricmanager's pid file names a live process.
+func FabricManagerRunning() bool {
+	return alive(envOr("GPUREADY_LAB_FABRICMANAGER_PID", "/run/nvidia-fabricmanager/nv-fabricmanager.pid"))
+}
+
+// fileKey identifies a file's content cheaply: a rewrite (atomic rename) changes inode or mtime.
+type fileKey struct {
+	ok    bool
+	ino   uint64
+	mtime int64
+	size  int64
+}
+
+func keyOf(path string) fileKey {
+	st, err := os.Stat(path)
+	if err != nil {
+		return fileKey{}
+	}
+	return fileKey{ok: true, ino: inode(st), mtime: st.ModTime().UnixNano(), size: st.Size()}
+}
+
+var (
+	mu       sync.Mutex
+	cached   *Machine
+	cacheKey [3]string
+	cacheErr error
+)
+
+// Current is the machine now, re-read only when the hardware file, the state file, the paths or
+// the driver version changed since the last call (a stat each, cheap enough for every NVML call).
+// The result is shared: callers must not modify it.
+func Current() (*Machine, error) {
+	hw, st := HardwarePath(), StatePath()
+	key := [3]string{
+		fmt.Sprintf("%s|%+v", hw, keyOf(hw)),
+		fmt.Sprintf("%s|%+v|%s", st, keyOf(st), BootID()),
+		LibraryVersion(),
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if (cached != nil || cacheErr != nil) && key == cacheKey {
+		return cached, cacheErr
+	}
+	cached, cacheErr = Load()
+	cacheKey = key
+	return cached, cacheErr
+}
