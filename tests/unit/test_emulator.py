@@ -17,7 +17,6 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
-import yaml
 from emulated import EMULATOR, PYTHON, Machine
 
 from gpuready.lab import hardware
@@ -473,17 +472,14 @@ def test_driver_upgrade_without_reboot_is_a_version_mismatch(tmp_path: Path) -> 
 
 
 # ---- toolkit ---------------------------------------------------------------------------------------------
-def test_toolkit_versions(tmp_path: Path) -> None:
+def test_container_cli_version(tmp_path: Path) -> None:
+    """nvidia-container-cli is the one toolkit tool still emulated (nvidia-ctk and the runtime are NVIDIA's own:
+    tests/unit/test_nvidia_tools.py)."""
     host = Host(tmp_path, "l40s-2")
-    version = _toolkit(host, "nvidia-ctk", "--version", GPUREADY_LAB_TOOLKIT_VERSION="1.20.0").stdout
-    assert version.splitlines()[0] == "NVIDIA Container Toolkit CLI version 1.20.0"
-    assert version.splitlines()[1].startswith("commit: ")
-    fake_runc = tmp_path / "runc"
-    fake_runc.write_text('#!/bin/sh\necho "runc version 1.3.0"\n')
-    fake_runc.chmod(0o755)
-    runtime = _toolkit(host, "nvidia-container-runtime", "--version", GPUREADY_LAB_RUNC=str(fake_runc)).stdout
-    assert runtime.splitlines()[0] == "NVIDIA Container Runtime version 1.20.0"
-    assert runtime.splitlines()[-1] == "runc version 1.3.0"
+    version = _toolkit(
+        host, "nvidia-container-cli", "--version", GPUREADY_LAB_TOOLKIT_VERSION="1.17.3"
+    ).stdout
+    assert version.splitlines()[:2] == ["cli-version: 1.17.3", "lib-version: 1.17.3"]
 
 
 def _toolkit(host: Host, tool: str, *args: str, **env: str) -> subprocess.CompletedProcess:
@@ -501,37 +497,26 @@ def _toolkit(host: Host, tool: str, *args: str, **env: str) -> subprocess.Comple
     )
 
 
-def test_cdi_generate_writes_a_real_shaped_spec(tmp_path: Path) -> None:
-    host = Host(tmp_path, "l40s-2")
-    out = tmp_path / "cdi" / "nvidia.yaml"
-    result = _toolkit(host, "nvidia-ctk", "cdi", "generate", f"--output={out}", PYTHONPATH=str(EMULATOR))
-    assert result.returncode == 0, result.stderr
-    spec = yaml.safe_load(out.read_text())
-    assert spec["cdiVersion"] == "0.5.0"
-    assert spec["kind"] == "nvidia.com/gpu"
-    names = [d["name"] for d in spec["devices"]]
-    assert names == ["0", host.hw["gpus"][0]["uuid"], "1", host.hw["gpus"][1]["uuid"], "all"]
-    assert spec["devices"][-1]["containerEdits"]["deviceNodes"] == [
-        {"path": "/dev/nvidia0"},
-        {"path": "/dev/nvidia1"},
-    ]
-    assert {"path": "/dev/nvidiactl"} in spec["containerEdits"]["deviceNodes"]
-
-
-def test_container_cli_info_and_runtime_handoff(tmp_path: Path) -> None:
+def test_container_cli_info_and_configure(tmp_path: Path) -> None:
     host = Host(tmp_path, "t4-1")
     info = _toolkit(host, "nvidia-container-cli", "info", PYTHONPATH=str(EMULATOR))
     assert info.returncode == 0, info.stderr
     assert info.stdout.splitlines()[:2] == ["NVRM version:   580.178.04", "CUDA version:   13.0"]
     assert f"GPU UUID:       {host.hw['gpus'][0]['uuid']}" in info.stdout
     assert "Bus Location:   00000000:00:1E.0" in info.stdout
-    fake_runc = tmp_path / "runc"
-    fake_runc.write_text('#!/bin/sh\necho "runc $*"\n')
-    fake_runc.chmod(0o755)
-    handed = _toolkit(
-        host, "nvidia-container-runtime", "create", "--bundle", "/b", "c1", GPUREADY_LAB_RUNC=str(fake_runc)
+    # what the real nvidia-container-runtime-hook runs in legacy mode (global options before the command)
+    hook = ("--load-kmods", "--ldcache=/etc/ld.so.cache", "configure", "--ldconfig=@/sbin/ldconfig")
+    uuid = host.hw["gpus"][0]["uuid"]
+    for devices in ("all", "0", uuid):
+        done = _toolkit(
+            host, "nvidia-container-cli", *hook, f"--device={devices}", "--compute", "--pid=1", "/r"
+        )
+        assert (done.returncode, done.stderr) == (0, ""), devices
+    unknown = _toolkit(host, "nvidia-container-cli", *hook, "--device=0,7", "--utility", "--pid=1", "/r")
+    assert (unknown.returncode, unknown.stderr) == (
+        1,
+        "nvidia-container-cli: device error: 7: unknown device\n",
     )
-    assert (handed.returncode, handed.stdout) == (0, "runc create --bundle /b c1\n")
 
 
 def test_container_cli_without_driver_fails_like_the_real_one(tmp_path: Path) -> None:

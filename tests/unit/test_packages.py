@@ -1,4 +1,6 @@
-"""The emulated NVIDIA packages carry the real names, versions and dependencies, and the right files."""
+"""The lab's NVIDIA packages carry the real names, versions and dependencies, and the right files: the emulated
+driver tools, and the toolkit's built binaries where NVIDIA's packages put them (stand-ins here: the real build is
+tests/unit/test_nvidia_tools.py's)."""
 
 from __future__ import annotations
 
@@ -9,16 +11,35 @@ from pathlib import Path
 
 import pytest
 
-from gpuready.lab import packages
+from gpuready.lab import nvidia_tools, packages
+from gpuready.lab.emulator import package_files as pf
 
 pytestmark = pytest.mark.skipif(shutil.which("dpkg-deb") is None, reason="dpkg-deb is not installed")
 
 EMULATOR = Path(packages.__file__).parent / "emulator"
 
 
+def fake_toolkit(where: Path):
+    """A `toolkit_binaries` stand-in: one small executable per command and version, saying which it is."""
+
+    def binaries(version: str) -> dict[str, Path]:
+        found = {}
+        for command in nvidia_tools.COMMANDS:
+            path = where / version / command
+            if not path.exists():
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.write_text(f"#!/bin/sh\necho {command} {version}\n")
+                path.chmod(0o755)
+            found[command] = path
+        return found
+
+    return binaries
+
+
 @pytest.fixture(scope="module")
 def built(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[Path]]:
-    return packages.build_packages(tmp_path_factory.mktemp("debs"))
+    tools = fake_toolkit(tmp_path_factory.mktemp("toolkit"))
+    return packages.build_packages(tmp_path_factory.mktemp("debs"), toolkit_binaries=tools)
 
 
 def field(deb: Path, name: str) -> str:
@@ -141,8 +162,11 @@ def test_driver_contents(built: dict[str, list[Path]]) -> None:
     } <= set(fm)
     assert "/usr/bin/nvidia-smi" not in contents(debs[("nvidia-driver", "580.178.04-1")])
     tk = by_name(built)
-    assert "/usr/bin/nvidia-ctk" in contents(tk[("nvidia-container-toolkit-base", "1.20.0-1")])
-    assert "/usr/bin/nvidia-container-runtime" in contents(tk[("nvidia-container-toolkit-base", "1.20.0-1")])
+    base = contents(tk[("nvidia-container-toolkit-base", "1.20.0-1")])
+    assert {"/usr/bin/nvidia-ctk", "/usr/bin/nvidia-container-runtime", "/usr/bin/nvidia-cdi-hook"} <= set(
+        base
+    )
+    assert "/usr/bin/nvidia-container-runtime-hook" in contents(tk[("nvidia-container-toolkit", "1.20.0-1")])
     assert "/usr/bin/nvidia-container-cli" in contents(tk[("libnvidia-container-tools", "1.20.0-1")])
     # the CDI refresh units ship from 1.18 on
     assert "/lib/systemd/system/nvidia-cdi-refresh.path" in contents(
@@ -194,12 +218,61 @@ def test_files_are_the_emulator_sources_and_versions(built: dict[str, list[Path]
     assert subprocess.run(["sh", "-n", str(control / "postinst")]).returncode == 0
 
 
+def test_the_toolkit_packages_carry_the_built_binaries_and_nvidias_scripts(
+    built: dict[str, list[Path]], tmp_path: Path
+) -> None:
+    debs = by_name(built)
+    root, control = tmp_path / "root", tmp_path / "control"
+    control.mkdir()
+    for name in ("nvidia-container-toolkit-base", "nvidia-container-toolkit"):
+        subprocess.run(["dpkg-deb", "-x", str(debs[(name, "1.20.0-1")]), str(root)], check=True)
+        subprocess.run(["dpkg-deb", "-e", str(debs[(name, "1.20.0-1")]), str(control / name)], check=True)
+    for command in nvidia_tools.COMMANDS:
+        installed = root / "usr/bin" / command
+        assert installed.read_text() == f"#!/bin/sh\necho {command} 1.20.0\n"
+        assert installed.stat().st_mode & 0o777 == 0o755
+    units = root / "lib/systemd/system"
+    assert (units / "nvidia-cdi-refresh.service").read_text() == pf.CDI_REFRESH_SERVICE
+    assert (units / "nvidia-cdi-refresh.path").read_text() == pf.CDI_REFRESH_PATH
+    assert (root / "etc/nvidia-container-toolkit/nvidia-cdi-refresh.env").is_file()
+    # nvidia-ctk writes the runtime's config.toml at configure time, as NVIDIA's postinst has it do
+    assert not (root / "etc/nvidia-container-runtime/config.toml").exists()
+    base_postinst = (control / "nvidia-container-toolkit-base/postinst").read_text()
+    assert "nvidia-ctk --quiet config --config-file=/etc/nvidia-container-runtime/config.toml --in-place" in (
+        base_postinst
+    )
+    assert "systemctl enable nvidia-cdi-refresh.path nvidia-cdi-refresh.service" in base_postinst
+    assert "ln -s /usr/bin/nvidia-container-runtime-hook /usr/bin/nvidia-container-toolkit" in (
+        (control / "nvidia-container-toolkit/postinst").read_text()
+    )
+    for script in control.glob("*/post*"):
+        assert subprocess.run(["sh", "-n", str(script)]).returncode == 0, script
+    old = tmp_path / "old"
+    subprocess.run(
+        ["dpkg-deb", "-e", str(debs[("nvidia-container-toolkit-base", "1.17.3-1")]), str(old)], check=True
+    )
+    assert "nvidia-cdi-refresh" not in (old / "postinst").read_text()
+
+
 def test_rebuild_is_skipped_when_nothing_changed(tmp_path: Path) -> None:
-    first = packages.build_packages(tmp_path, driver_versions=["580.178.04"], toolkit_versions=["1.20.0"])
+    tools = fake_toolkit(tmp_path / "toolkit")
+    out = tmp_path / "debs"
+
+    def build(driver: str) -> dict[str, list[Path]]:
+        return packages.build_packages(
+            out, driver_versions=[driver], toolkit_versions=["1.20.0"], toolkit_binaries=tools
+        )
+
+    first = build("580.178.04")
     deb = first["cuda"][0]
     stamp = deb.stat().st_mtime_ns
-    again = packages.build_packages(tmp_path, driver_versions=["580.178.04"], toolkit_versions=["1.20.0"])
+    again = build("580.178.04")
     assert again == first
     assert deb.stat().st_mtime_ns == stamp
-    other = packages.build_packages(tmp_path, driver_versions=["575.57.08"], toolkit_versions=["1.20.0"])
-    assert {p.name for p in tmp_path.glob("*.deb")} == {p.name for paths in other.values() for p in paths}
+    # a rebuilt toolkit binary rebuilds the packages
+    ctk = tools("1.20.0")["nvidia-ctk"]
+    ctk.write_text(ctk.read_text() + "# rebuilt\n")
+    build("580.178.04")
+    assert deb.stat().st_mtime_ns != stamp
+    other = build("575.57.08")
+    assert {p.name for p in out.glob("*.deb")} == {p.name for paths in other.values() for p in paths}

@@ -6,10 +6,14 @@ the lab: the CUDA debian12 repository (since R580: ``nvidia-driver``, ``nvidia-d
 ``libnvidia-ml1``, ``libcuda1``, ``nvidia-kernel-open-dkms``, ``nvidia-persistenced``, ``nvidia-fabricmanager``,
 all versioned ``<driver>-1``) and libnvidia-container's stable repository (``nvidia-container-toolkit``,
 ``nvidia-container-toolkit-base``, ``libnvidia-container-tools``, ``libnvidia-container1``, ``<version>-1``).
-Only the contents are emulated: stdlib Python tools from ``gpuready/lab/emulator``.
+The driver's contents are emulated (stdlib Python tools from ``gpuready/lab/emulator``); the container toolkit's
+are NVIDIA's real ``nvidia-ctk``, ``nvidia-container-runtime``, ``nvidia-cdi-hook`` and
+``nvidia-container-runtime-hook`` of the package's version, built from their Go module
+(:mod:`gpuready.lab.nvidia_tools`), with the refresh units and maintainer scripts NVIDIA's packages have. Only
+libnvidia-container (C; its ``nvidia-container-cli``, which the legacy runtime mode alone runs) stays emulated.
 
 Built with ``dpkg-deb --build --root-owner-group`` (no fakeroot); rebuilt only when the emulator sources or
-the requested versions change.
+the requested versions or the toolkit binaries change.
 """
 
 from __future__ import annotations
@@ -20,9 +24,11 @@ import os
 import shutil
 import subprocess
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from gpuready.lab import nvidia_tools
 from gpuready.lab.emulator import package_files as pf
 
 EMULATOR_DIR = Path(__file__).parent / "emulator"
@@ -47,6 +53,9 @@ class Deb:
     description: str
     depends: list[str] = field(default_factory=list)
     files: dict[str, tuple[bytes, int]] = field(default_factory=dict)
+    executables: dict[str, Path] = field(
+        default_factory=dict
+    )  # path in the package -> a built file, copied 0755
     links: dict[str, str] = field(default_factory=dict)
     scripts: dict[str, str] = field(default_factory=dict)
     conffiles: list[str] = field(default_factory=list)
@@ -68,7 +77,10 @@ class Deb:
         return f"{self.name}_{self.version.split(':', 1)[-1]}_amd64.deb"  # pool file names carry no epoch
 
     def control(self) -> str:
-        size_kib = max(1, sum(len(c) for c, _m in self.files.values()) // 1024)
+        size = sum(len(c) for c, _m in self.files.values()) + sum(
+            p.stat().st_size for p in self.executables.values()
+        )
+        size_kib = max(1, size // 1024)
         lines = [
             f"Package: {self.name}",
             f"Version: {self.version}",
@@ -102,6 +114,11 @@ class Deb:
                 target.parent.mkdir(parents=True, exist_ok=True)
                 target.write_bytes(content)
                 target.chmod(mode)
+            for path, built in self.executables.items():
+                target = root / path.lstrip("/")
+                target.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(built, target)
+                target.chmod(0o755)
             for path, dest in self.links.items():
                 target = root / path.lstrip("/")
                 target.parent.mkdir(parents=True, exist_ok=True)
@@ -202,13 +219,18 @@ def driver_debs(driver: str) -> list[Deb]:
     return [ml, cuda, kmod, smi, pd, fm, dc, meta]
 
 
-def toolkit_debs(toolkit: str) -> list[Deb]:
-    """The libnvidia-container stable repository's packages for one toolkit version."""
+def toolkit_debs(toolkit: str, binaries: dict[str, Path]) -> list[Deb]:
+    """The libnvidia-container stable repository's packages for one toolkit version, with `binaries` (command name ->
+    built file, :func:`gpuready.lab.nvidia_tools.ensure_toolkit`) where NVIDIA's packages install them."""
     v = f"{toolkit}-1"
     tk_path = [TOOLKIT_LIB]
 
     def pkg(name: str, section: str, description: str, depends: list[str] | None = None) -> Deb:
         return Deb(name, v, TOOLKIT_MAINTAINER, section, description, depends or [])
+
+    def add_binary(deb: Deb, command: str) -> None:
+        if command in binaries:
+            deb.executables[f"/usr/bin/{command}"] = binaries[command]
 
     lib = pkg("libnvidia-container1", "libs", "NVIDIA container runtime library")
     lib.add(f"{MULTIARCH_LIB}/libnvidia-container.so.{toolkit}", f"emulated libnvidia-container {toolkit}\n")
@@ -224,18 +246,18 @@ def toolkit_debs(toolkit: str) -> list[Deb]:
     tools.add_module(TOOLKIT_LIB, "toolkit.py", "container_cli.py")
     tools.add_wrapper("nvidia-container-cli", tk_path, "container_cli", "cli_main")
 
+    # packaging/debian/nvidia-container-toolkit-base.install: the runtime, nvidia-ctk, nvidia-cdi-hook, the units
     base = pkg("nvidia-container-toolkit-base", "utils", "NVIDIA Container Toolkit Base")
-    base.add_module(TOOLKIT_LIB, "toolkit.py")
-    base.add(f"{TOOLKIT_LIB}/base-version", toolkit + "\n")
-    base.add_wrapper("nvidia-ctk", tk_path, "toolkit", "ctk_main")
-    base.add_wrapper("nvidia-container-runtime", tk_path, "toolkit", "runtime_main")
-    base.add("/usr/bin/nvidia-cdi-hook", pf.CDI_HOOK, 0o755)
-    base.add("/etc/nvidia-container-runtime/config.toml", pf.CONTAINER_RUNTIME_CONFIG)
-    base.conffiles = ["/etc/nvidia-container-runtime/config.toml"]
-    if tuple(int(x) for x in toolkit.split(".")[:2]) >= (1, 18):  # the CDI refresh units ship from 1.18
+    for command in ("nvidia-ctk", "nvidia-container-runtime", "nvidia-cdi-hook"):
+        add_binary(base, command)
+    refresh_units = tuple(int(x) for x in toolkit.split(".")[:2]) >= (1, 18)  # they ship from 1.18
+    if refresh_units:
         base.add("/lib/systemd/system/nvidia-cdi-refresh.path", pf.CDI_REFRESH_PATH)
         base.add("/lib/systemd/system/nvidia-cdi-refresh.service", pf.CDI_REFRESH_SERVICE)
-        base.scripts = {"postinst": pf.TOOLKIT_BASE_POSTINST}
+        base.add("/etc/nvidia-container-toolkit/nvidia-cdi-refresh.env", pf.CDI_REFRESH_ENV)
+        base.conffiles = ["/etc/nvidia-container-toolkit/nvidia-cdi-refresh.env"]
+    # /etc/nvidia-container-runtime/config.toml is no file of the package: its postinst has nvidia-ctk write it
+    base.scripts = {"postinst": pf.toolkit_base_postinst(refresh_units)}
 
     tk = pkg(
         "nvidia-container-toolkit",
@@ -247,7 +269,8 @@ def toolkit_debs(toolkit: str) -> list[Deb]:
             "libnvidia-container-tools (<< 2.0.0)",
         ],
     )
-    tk.add("/usr/bin/nvidia-container-runtime-hook", pf.RUNTIME_HOOK, 0o755)
+    add_binary(tk, "nvidia-container-runtime-hook")
+    tk.scripts = {"postinst": pf.TOOLKIT_POSTINST, "postrm": pf.TOOLKIT_POSTRM}
     return [lib, tools, base, tk]
 
 
@@ -286,9 +309,16 @@ def diag_debs() -> list[Deb]:
     return [dcgm, nvbw]
 
 
-def _fingerprint(driver_versions: tuple[str, ...], toolkit_versions: tuple[str, ...]) -> str:
+def _fingerprint(
+    driver_versions: tuple[str, ...], toolkit_versions: tuple[str, ...], binaries: list[Path]
+) -> str:
     h = hashlib.sha256(json.dumps([driver_versions, toolkit_versions]).encode())
     h.update(Path(__file__).read_bytes())
+    for (
+        binary
+    ) in binaries:  # built once per version and renamed into place: path, size and time tell a rebuild
+        st = binary.stat()
+        h.update(f"{binary}:{st.st_size}:{st.st_mtime_ns}".encode())
     for src in sorted(EMULATOR_DIR.glob("*.py")):
         h.update(src.name.encode() + src.read_bytes())
     return h.hexdigest()
@@ -298,18 +328,24 @@ def build_packages(
     outdir: Path,
     driver_versions: tuple[str, ...] | list[str] = DRIVER_VERSIONS,
     toolkit_versions: tuple[str, ...] | list[str] = TOOLKIT_VERSIONS,
+    toolkit_binaries: Callable[[str], dict[str, Path]] = nvidia_tools.ensure_toolkit,
 ) -> dict[str, list[Path]]:
-    """Build (or reuse) every package; returns .deb paths by repository key ("cuda", "libnvidia-container")."""
+    """Build (or reuse) every package; returns .deb paths by repository key ("cuda", "libnvidia-container").
+
+    `toolkit_binaries` gives the real toolkit binaries of a version (built from the Go module once, then cached;
+    a cold build takes about a minute per version)."""
     if shutil.which("dpkg-deb") is None:
         raise RuntimeError("dpkg-deb not found: install dpkg (Debian/Ubuntu) to build the lab packages")
     outdir = Path(outdir)
     outdir.mkdir(parents=True, exist_ok=True)
+    built = {ver: toolkit_binaries(ver) for ver in toolkit_versions}
     by_repo = {
         "cuda": [*(d for ver in driver_versions for d in driver_debs(ver)), *diag_debs()],
-        "libnvidia-container": [d for ver in toolkit_versions for d in toolkit_debs(ver)],
+        "libnvidia-container": [d for ver in toolkit_versions for d in toolkit_debs(ver, built[ver])],
     }
     result = {key: [outdir / d.filename for d in debs] for key, debs in by_repo.items()}
-    fingerprint = _fingerprint(tuple(driver_versions), tuple(toolkit_versions))
+    binaries = [path for ver in toolkit_versions for _name, path in sorted(built[ver].items())]
+    fingerprint = _fingerprint(tuple(driver_versions), tuple(toolkit_versions), binaries)
     stamp = outdir / STAMP
     wanted = {p.name for paths in result.values() for p in paths}
     if stamp.exists() and stamp.read_text() == fingerprint and all((outdir / n).exists() for n in wanted):

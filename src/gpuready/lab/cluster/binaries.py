@@ -60,7 +60,7 @@ class KubeBinaries:
         return self.bin_dir / command
 
 
-def _run(cmd: list[str], cwd: Path, what: str, env: dict[str, str] | None = None) -> str:
+def run(cmd: list[str], cwd: Path, what: str, env: dict[str, str] | None = None) -> str:
     result = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, stdin=subprocess.DEVNULL, env=env)
     if result.returncode != 0:
         tail = "\n".join((result.stdout + result.stderr).strip().splitlines()[-25:])
@@ -69,7 +69,7 @@ def _run(cmd: list[str], cwd: Path, what: str, env: dict[str, str] | None = None
 
 
 @contextlib.contextmanager
-def _locked(path: Path) -> Iterator[None]:
+def locked(path: Path) -> Iterator[None]:
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "w") as f:
         fcntl.flock(f, fcntl.LOCK_EX)
@@ -117,7 +117,7 @@ def staging_replacements(kubernetes_go_mod: str, version: str) -> list[str]:
 def _module_source(version: str, work: Path, env: dict[str, str]) -> tuple[str, dict[str, str]]:
     """The Kubernetes go.mod text, and the version stamp its release build would link in (commit, date)."""
     info = json.loads(
-        _run(
+        run(
             ["go", "mod", "download", "-json", f"k8s.io/kubernetes@v{version}"],
             work,
             f"downloading k8s.io/kubernetes v{version} from the Go module proxy",
@@ -162,7 +162,7 @@ def build_kube(
 ) -> tuple[KubeBinaries, float | None]:
     """The control plane binaries of `version`; builds them when missing. Returns (binaries, build seconds|None)."""
     target = kube_cache(version, cache)
-    with _locked(target.parent / f".kubernetes-v{version}.lock"):
+    with locked(target.parent / f".kubernetes-v{version}.lock"):
         found = cached_kube(version, cache)
         if found:
             return found, None
@@ -176,9 +176,9 @@ def build_kube(
             progress(f"control plane v{version}: resolving k8s.io/kubernetes through the Go module proxy")
             source, stamp = _module_source(version, tmp, env)
             _write_module(tmp, version, source)
-            _run(["go", "mod", "tidy"], tmp, "go mod tidy", env)
+            run(["go", "mod", "tidy"], tmp, "go mod tidy", env)
             packages = [f"k8s.io/kubernetes/cmd/{c}" for c in KUBE_COMMANDS]
-            total = len(_run(["go", "list", "-deps", *packages], tmp, "go list", env).split())
+            total = len(run(["go", "list", "-deps", *packages], tmp, "go list", env).split())
             progress(f"control plane v{version}: compiling {total} Go packages (a cold build takes minutes)")
             _compile(tmp, packages, total, env, progress, version_ldflags(stamp))
             tmp.chmod(0o755)
@@ -285,11 +285,11 @@ def _fetch_deb(
             "-oDebug::NoLocking=1",
             "-qq",
         ]
-        _run(["apt-get", *opts, "update"], tmp, f"apt-get update of Debian {suite}")
-        _run(["apt-get", *opts, "download", package], tmp, f"apt-get download {package}")
+        run(["apt-get", *opts, "update"], tmp, f"apt-get update of Debian {suite}")
+        run(["apt-get", *opts, "download", package], tmp, f"apt-get download {package}")
         (deb,) = tmp.glob(f"{package}_*.deb")
         dest = base / deb.name.removesuffix(".deb")
-        _run(["dpkg-deb", "-x", str(deb), str(tmp / "root")], tmp, f"unpacking {deb.name}")
+        run(["dpkg-deb", "-x", str(deb), str(tmp / "root")], tmp, f"unpacking {deb.name}")
         if only:
             (tmp / "only").mkdir(mode=0o755)
             (tmp / "root" / only).rename(tmp / "only" / Path(only).name)
@@ -305,7 +305,7 @@ def ensure_etcd(progress: Progress, cache: Path | None = None, version: str = ET
     """etcd `version`, built from the Go module proxy into the cache once; returns its path."""
     base = etcd_cache(cache)
     base.mkdir(parents=True, exist_ok=True)
-    with _locked(base / ".lock"):
+    with locked(base / ".lock"):
         found = cached_etcd(cache, version)
         if found:
             return found
@@ -321,12 +321,12 @@ def ensure_etcd(progress: Progress, cache: Path | None = None, version: str = ET
                 f"module gpuready.lab/etcd\n\ngo {GO_MIN[0]}.{GO_MIN[1]}\n"
             )
             progress(f"etcd v{version}: resolving go.etcd.io/etcd/server/v3 through the Go module proxy")
-            _run(["go", "get", f"go.etcd.io/etcd/server/v3@v{version}"], tmp, "go get etcd", env)
+            run(["go", "get", f"go.etcd.io/etcd/server/v3@v{version}"], tmp, "go get etcd", env)
             package = "go.etcd.io/etcd/server/v3"
-            total = len(_run(["go", "list", "-deps", package], tmp, "go list", env).split())
+            total = len(run(["go", "list", "-deps", package], tmp, "go list", env).split())
             progress(f"etcd v{version}: compiling {total} Go packages")
             cmd = ["go", "build", "-trimpath", "-o", str(tmp / "bin" / "etcd"), package]
-            _run(cmd, tmp, "go build etcd", env)
+            run(cmd, tmp, "go build etcd", env)
             target = base / f"v{version}"
             if target.exists():
                 shutil.rmtree(target)
@@ -362,7 +362,7 @@ def ensure_promtool(mirror: str, progress: Progress, cache: Path | None = None) 
     """Debian's promtool (from `PROMTOOL_SUITE`'s ``prometheus``), fetched with apt into the cache once and kept
     alone (the server, its units and web assets are dropped); returns its path. Nothing is installed or started."""
     base = promtool_cache(cache)
-    with _locked(base / ".lock"):
+    with locked(base / ".lock"):
         found = cached_promtool(cache)
         if found:
             return found

@@ -79,45 +79,6 @@ ABORT_CUDA_JOBS_ON_FM_EXIT=1
 TOPOLOGY_FILE_PATH=/usr/share/nvidia/nvswitch
 """
 
-CONTAINER_RUNTIME_CONFIG = """\
-#accept-nvidia-visible-devices-as-volume-mounts = false
-#accept-nvidia-visible-devices-envvar-when-unprivileged = true
-disable-require = false
-supported-driver-capabilities = "compat32,compute,display,graphics,ngx,utility,video"
-
-[nvidia-container-cli]
-environment = []
-ldconfig = "@/sbin/ldconfig"
-load-kmods = true
-no-cgroups = false
-
-[nvidia-container-runtime]
-log-level = "info"
-mode = "auto"
-runtimes = ["runc", "crun"]
-
-[nvidia-container-runtime.modes.cdi]
-annotation-prefixes = ["cdi.k8s.io/"]
-default-kind = "nvidia.com/gpu"
-spec-dirs = ["/etc/cdi", "/var/run/cdi"]
-
-[nvidia-container-runtime.modes.csv]
-mount-spec-path = "/etc/nvidia-container-runtime/host-files-for-container.d"
-
-[nvidia-container-runtime-hook]
-path = "nvidia-container-runtime-hook"
-skip-mode-detection = false
-
-[nvidia-ctk]
-path = "nvidia-ctk"
-"""
-
-CDI_HOOK = """\
-#!/bin/sh
-# nvidia-cdi-hook: emulated by the gpuready lab; the real hook edits the container's root file system.
-exit 0
-"""
-
 RUNTIME_HOOK = """\
 #!/bin/sh
 # nvidia-container-runtime-hook: emulated by the gpuready lab (legacy OCI prestart hook).
@@ -159,16 +120,19 @@ def postrm_disable(unit: str) -> str:
     )
 
 
-# nvidia-container-toolkit-base >= 1.18: the CDI refresh pair. The .path unit fires when the kernel's module index
-# changes (a driver's DKMS install runs depmod); the service rewrites the spec, also at every boot (/var/run is a
-# tmpfs). Written for the lab from the toolkit's documented behaviour.
+# nvidia-container-toolkit-base >= 1.18: the CDI refresh pair, as the toolkit's deployments/systemd/ ships them
+# (v1.20.0). The .path unit fires when the kernel's module index changes (a driver's DKMS install runs depmod) or
+# nvidia-ctk itself is upgraded; the service lists the GPUs (so a driver that does not load fails it, and
+# Restart= tries again) and rewrites the spec, also at every boot (/var/run is a tmpfs). Its ExecCondition greps
+# modules.dep for nvidia.ko: the lab's nvidia-kernel-open-dkms writes that entry (KMOD_POSTINST).
 CDI_REFRESH_PATH = """\
 [Unit]
-Description=Refresh the NVIDIA CDI specification when the kernel modules change
+Description=Trigger CDI refresh on NVIDIA driver or toolkit install / upgrade events
 
 [Path]
 PathChanged=/lib/modules/%v/modules.dep
 PathChanged=/lib/modules/%v/modules.dep.bin
+PathChanged=/usr/bin/nvidia-ctk
 
 [Install]
 WantedBy=multi-user.target
@@ -176,30 +140,81 @@ WantedBy=multi-user.target
 
 CDI_REFRESH_SERVICE = """\
 [Unit]
-Description=Refresh the NVIDIA CDI specification file
+Description=Refresh NVIDIA CDI specification file
 ConditionPathExists=|/usr/bin/nvidia-smi
 ConditionPathExists=|/usr/sbin/nvidia-smi
+ConditionPathExists=|/usr/lib/wsl/lib/nvidia-smi
+ConditionPathExists=/usr/bin/nvidia-ctk
+StartLimitBurst=5
+StartLimitIntervalSec=10s
 
 [Service]
 Type=oneshot
-Environment=NVIDIA_CTK_OUTPUT_FILE_PATH=/var/run/cdi/nvidia.yaml
+Environment=NVIDIA_CTK_CDI_OUTPUT_FILE_PATH=/var/run/cdi/nvidia.yaml
 EnvironmentFile=-/etc/nvidia-container-toolkit/nvidia-cdi-refresh.env
-ExecStart=/usr/bin/nvidia-ctk cdi generate --output=${NVIDIA_CTK_OUTPUT_FILE_PATH}
+ExecCondition=/bin/sh -c '/usr/bin/grep -qE "/(nvidia|nvidia-current)[.]ko" /lib/modules/%v/modules.dep || [ -e /dev/dxg ]'
+ExecStart=/bin/sh -c '/usr/bin/nvidia-smi -L || /usr/sbin/nvidia-smi -L || /usr/lib/wsl/lib/nvidia-smi -L'
+ExecStart=/usr/bin/nvidia-ctk cdi generate
+CapabilityBoundingSet=CAP_SYS_MODULE CAP_SYS_ADMIN CAP_MKNOD
+Restart=on-failure
+RestartSec=1s
 
 [Install]
 WantedBy=multi-user.target
 """
 
-# The toolkit's postinst enables and starts both units, but only on a system that is fully up.
-TOOLKIT_BASE_POSTINST = """\
+# The package's /etc/nvidia-container-toolkit/nvidia-cdi-refresh.env: overrides for the service, none set.
+CDI_REFRESH_ENV = """\
+# Overrides for `nvidia-ctk cdi generate` as nvidia-cdi-refresh.service runs it: one ENVVAR=value per line
+# (see `nvidia-ctk cdi generate --help`), for example
+# NVIDIA_CTK_CDI_OUTPUT_FILE_PATH=/var/run/cdi/nvidia.yaml
+"""
+
+# The toolkit-base postinst: nvidia-ctk writes /etc/nvidia-container-runtime/config.toml (its defaults, keeping a
+# user's settings), as NVIDIA's package does; then what its debhelper part does with the refresh units (enable,
+# and start on a system that is up), guarded as in the lab's other packages.
+TOOLKIT_BASE_CONFIG = """\
 #!/bin/sh
 set -e
-if [ "$1" = "configure" ] && command -v systemctl >/dev/null 2>&1 \\
-        && systemctl --quiet is-system-running 2>/dev/null; then
-    systemctl daemon-reload || echo "Warning: Failed to reload systemd daemon" >&2
-    systemctl enable --now nvidia-cdi-refresh.path || echo "Warning: Failed to enable nvidia-cdi-refresh.path" >&2
-    systemctl enable --now nvidia-cdi-refresh.service \\
-        || echo "Warning: Failed to enable nvidia-cdi-refresh.service" >&2
+if [ "$1" = "configure" ]; then
+    /usr/bin/nvidia-ctk --quiet config --config-file=/etc/nvidia-container-runtime/config.toml --in-place
+fi
+"""
+
+TOOLKIT_BASE_UNITS = """\
+if [ "$1" = "configure" ] && command -v systemctl >/dev/null 2>&1; then
+    systemctl enable nvidia-cdi-refresh.path nvidia-cdi-refresh.service >/dev/null 2>&1 || true
+    if systemctl --quiet is-system-running 2>/dev/null; then
+        systemctl daemon-reload || echo "Warning: Failed to reload systemd daemon" >&2
+        systemctl start nvidia-cdi-refresh.path || echo "Warning: Failed to start nvidia-cdi-refresh.path" >&2
+        systemctl start nvidia-cdi-refresh.service \\
+            || echo "Warning: Failed to start nvidia-cdi-refresh.service" >&2
+    fi
+fi
+"""
+
+
+def toolkit_base_postinst(refresh_units: bool) -> str:
+    """nvidia-container-toolkit-base's postinst: the config file always, the refresh units from 1.18 on."""
+    return TOOLKIT_BASE_CONFIG + (TOOLKIT_BASE_UNITS if refresh_units else "") + "exit 0\n"
+
+
+# nvidia-container-toolkit's postinst and postrm: the hook's old name as a link, as NVIDIA's package keeps it.
+TOOLKIT_POSTINST = """\
+#!/bin/sh
+set -e
+if [ "$1" = "configure" ] && [ -f /usr/bin/nvidia-container-runtime-hook ] \\
+        && [ ! -e /usr/bin/nvidia-container-toolkit ]; then
+    ln -s /usr/bin/nvidia-container-runtime-hook /usr/bin/nvidia-container-toolkit
+fi
+exit 0
+"""
+
+TOOLKIT_POSTRM = """\
+#!/bin/sh
+set -e
+if [ "$1" = "purge" ] && [ -L /usr/bin/nvidia-container-toolkit ]; then
+    rm /usr/bin/nvidia-container-toolkit
 fi
 exit 0
 """

@@ -1,24 +1,26 @@
-"""Emulated NVIDIA Container Toolkit: `nvidia-ctk`, `nvidia-container-cli`, `nvidia-container-runtime`.
+"""Emulated ``nvidia-container-cli``, libnvidia-container's command-line tool: the one toolkit part the lab emulates.
 
-Stdlib only (installed into lab hosts under /usr/lib/nvidia-container-emu by the toolkit packages). The
-toolkit talks to the driver through NVML, so these tools import the driver emulator (nvemu, shipped by the
-driver's libnvidia-ml1 package) from /usr/lib/nvidia-emu and fail as the real ones do when it is missing.
-Version strings and output shapes follow the real tools (toolkit 1.18): ``nvidia-ctk --version``,
-CDI specs (cdiVersion, kind nvidia.com/gpu, devices by index, UUID and "all"), ``nvidia-container-cli info``.
+``nvidia-ctk``, ``nvidia-container-runtime``, ``nvidia-cdi-hook`` and ``nvidia-container-runtime-hook`` are NVIDIA's
+real binaries (:mod:`gpuready.lab.nvidia_tools`). libnvidia-container is C that loads the real driver's files and
+the lab does not build it; only the legacy runtime mode needs it (the real hook runs ``nvidia-container-cli
+configure``; toolkit >= 1.18 defaults to jit-cdi mode, which does not), so its CLI stays emulated.
+
+Stdlib only (installed into lab hosts under /usr/lib/nvidia-container-emu by ``libnvidia-container-tools``). It
+talks to the driver through NVML, so it imports the driver emulator (nvemu, shipped by the driver's libnvidia-ml1
+package) from /usr/lib/nvidia-emu and fails as the real one does when it is missing. Output shapes follow the real
+tool: ``--version``, ``info``, ``list``; ``configure`` checks what the real one checks before it mounts anything
+(the driver, the devices asked for) and mounts nothing.
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
-import shutil
 import sys
 
 TOOLKIT_DIR = "/usr/lib/nvidia-container-emu"
 DRIVER_DIR = "/usr/lib/nvidia-emu"
 DEFAULT_TOOLKIT_VERSION = "1.20.0"
-CDI_VERSION = "0.5.0"
-RUNC_SPEC = "1.2.1"
 
 
 def toolkit_version() -> str:
@@ -66,139 +68,33 @@ def _driver():
     return nvemu, drv
 
 
-# ---- nvidia-ctk ------------------------------------------------------------------------------------
-def _yaml_device(name: str, nodes: list[str]) -> list[str]:
-    out = ["- containerEdits:", "    deviceNodes:"]
-    out += [f"    - path: {node}" for node in nodes]
-    out.append(f'  name: "{name}"' if name.replace(":", "").isdigit() else f"  name: {name}")
-    return out
+# ---- nvidia-container-cli --------------------------------------------------------------------------
+def _command(argv: list[str]) -> tuple[str, list[str]]:
+    """(command, its arguments): global options (``--load-kmods``, ``--ldcache=``, ``--user=``, ``--debug=``,
+    ``--root=``, ``--no-pivot``, ...) come before the command, as the real hook passes them."""
+    for i, arg in enumerate(argv):
+        if arg in ("-V", "--version"):
+            return "--version", []
+        if not arg.startswith("-"):
+            return arg, argv[i + 1 :]
+    return "", []
 
 
-def cdi_spec() -> str:
-    _nvemu, drv = _driver()
+def _unknown_devices(drv, wanted: str) -> list[str]:
+    """The ``--device=`` ids (indexes, UUIDs, ``all``) that name no GPU or MIG device of this machine."""
     from gpu_tree import GpuView
 
-    devices: list[str] = []
-    all_nodes = []
+    known = {"all"}
     for gpu in drv.visible_gpus():
-        node = f"/dev/nvidia{gpu.get('minor_number', gpu['index'])}"
-        all_nodes.append(node)
-        devices += _yaml_device(str(gpu["index"]), [node])
-        devices += _yaml_device(gpu["uuid"], [node])
+        known |= {str(gpu["index"]), gpu["uuid"]}
         for dev in GpuView(drv, gpu).mig_devices():
-            caps = [node, f"/dev/nvidia-caps/nvidia-cap{dev['gi'] * 9 + dev['ci'] + 31}"]
-            devices += _yaml_device(f"{gpu['index']}:{dev['index']}", caps)
-            devices += _yaml_device(dev["uuid"], caps)
-    devices += _yaml_device("all", all_nodes)
-    version = drv.version
-    lib = "/usr/lib/x86_64-linux-gnu"
-    lines = [
-        "---",
-        f"cdiVersion: {CDI_VERSION}",
-        "containerEdits:",
-        "  deviceNodes:",
-        "  - path: /dev/nvidia-modeset",
-        "  - path: /dev/nvidia-uvm",
-        "  - path: /dev/nvidia-uvm-tools",
-        "  - path: /dev/nvidiactl",
-        "  env:",
-        "  - NVIDIA_VISIBLE_DEVICES=void",
-        "  hooks:",
-        "  - args:",
-        "    - nvidia-cdi-hook",
-        "    - create-symlinks",
-        "    - --link",
-        f"    - libcuda.so.1::{lib}/libcuda.so",
-        "    hookName: createContainer",
-        "    path: /usr/bin/nvidia-cdi-hook",
-        "  - args:",
-        "    - nvidia-cdi-hook",
-        "    - update-ldcache",
-        "    - --folder",
-        f"    - {lib}",
-        "    hookName: createContainer",
-        "    path: /usr/bin/nvidia-cdi-hook",
-        "  mounts:",
-    ]
-    for so in ("libcuda.so", "libnvidia-ml.so"):
-        lines += [
-            f"  - containerPath: {lib}/{so}.{version}",
-            f"    hostPath: {lib}/{so}.{version}",
-            "    options:",
-            "    - ro",
-            "    - nosuid",
-            "    - nodev",
-            "    - rbind",
-            "    - rprivate",
-        ]
-    lines += [
-        "  - containerPath: /usr/bin/nvidia-smi",
-        "    hostPath: /usr/bin/nvidia-smi",
-        "    options:",
-        "    - ro",
-        "    - nosuid",
-        "    - nodev",
-        "    - rbind",
-        "    - rprivate",
-    ]
-    lines.append("devices:")
-    lines += devices
-    lines.append("kind: nvidia.com/gpu")
-    return "\n".join(lines) + "\n"
+            known |= {f"{gpu['index']}:{dev['index']}", dev["uuid"]}
+    return [d for d in wanted.split(",") if d and d not in known]
 
 
-def ctk_main(argv: list[str]) -> int:
-    if argv[:1] in (["--version"], ["-v"]) or argv[:1] == ["version"]:
-        print(f"NVIDIA Container Toolkit CLI version {toolkit_version()}\ncommit: {commit()}")
-        return 0
-    if argv[:2] == ["cdi", "generate"]:
-        output = None
-        for i, arg in enumerate(argv[2:], start=2):
-            if arg.startswith("--output="):
-                output = arg.split("=", 1)[1]
-            elif arg == "--output" and i + 1 < len(argv):
-                output = argv[i + 1]
-        try:
-            spec = cdi_spec()
-        except RuntimeError as exc:
-            print(
-                f"ERRO[0000] failed to generate CDI spec: failed to create device CDI specs: {exc}",
-                file=sys.stderr,
-            )
-            return 1
-        if output:
-            os.makedirs(os.path.dirname(output) or ".", exist_ok=True)
-            tmp = output + ".tmp"
-            with open(tmp, "w", encoding="utf-8") as f:
-                f.write(spec)
-            os.chmod(tmp, 0o644)
-            os.replace(tmp, output)
-            print(f"INFO[0000] Generated CDI spec with version {CDI_VERSION}", file=sys.stderr)
-        else:
-            sys.stdout.write(spec)
-        return 0
-    if argv[:2] == ["cdi", "list"]:
-        names = []
-        for path in ("/etc/cdi/nvidia.yaml", "/var/run/cdi/nvidia.yaml"):
-            try:
-                with open(path, encoding="utf-8") as f:
-                    names += [ln.split(":", 1)[1].strip().strip('"') for ln in f if ln.startswith("  name:")]
-            except OSError:
-                continue
-        print(f"INFO[0000] Found {len(names)} CDI devices", file=sys.stderr)
-        for name in names:
-            print(f"nvidia.com/gpu={name}")
-        return 0
-    if argv[:2] == ["system", "create-dev-char-symlinks"]:
-        return 0
-    print(f"Incorrect Usage: unknown command {' '.join(argv[:2])!r}", file=sys.stderr)
-    return 1
-
-
-# ---- nvidia-container-cli --------------------------------------------------------------------------
 def cli_main(argv: list[str]) -> int:
-    args = [a for a in argv if not a.startswith("--load-kmods") and a not in ("-k", "--debug")]
-    if args[:1] in (["--version"], ["-V"]):
+    command, args = _command(argv)
+    if command == "--version":
         v = toolkit_version()
         print(
             f"cli-version: {v}\nlib-version: {v}\nbuild date: 2025-10-10T12:00+00:00\n"
@@ -206,13 +102,23 @@ def cli_main(argv: list[str]) -> int:
             "build platform: x86_64\nbuild flags: -D_GNU_SOURCE -D_FORTIFY_SOURCE=2 -DNDEBUG -std=gnu11 -O2 -g"
         )
         return 0
-    if args[:1] in (["info"], ["list"]):
+    if command in ("info", "list", "configure"):
         try:
             nvemu, drv = _driver()
         except RuntimeError as exc:
             print(f"nvidia-container-cli: initialization error: {exc}", file=sys.stderr)
             return 1
-        if args[0] == "list":
+        if command == "configure":
+            devices = next((a.split("=", 1)[1] for a in args if a.startswith("--device=")), "")
+            unknown = _unknown_devices(drv, devices)
+            if unknown:
+                print(f"nvidia-container-cli: device error: {unknown[0]}: unknown device", file=sys.stderr)
+                return 1
+            if not [a for a in args if not a.startswith("-")]:
+                print("nvidia-container-cli: configure: missing container root file system", file=sys.stderr)
+                return 64
+            return 0  # the real one mounts the driver into the container here: the lab has no driver files
+        if command == "list":
             print("/dev/nvidiactl\n/dev/nvidia-uvm\n/dev/nvidia-uvm-tools\n/dev/nvidia-modeset")
             for gpu in drv.visible_gpus():
                 print(f"/dev/nvidia{gpu.get('minor_number', gpu['index'])}")
@@ -230,30 +136,5 @@ def cli_main(argv: list[str]) -> int:
     return 64
 
 
-# ---- nvidia-container-runtime ------------------------------------------------------------------------
-def runtime_main(argv: list[str]) -> int:
-    """A shim like the real runtime: it would inject GPUs into the OCI spec, then it hands off to runc."""
-    runc = os.environ.get("GPUREADY_LAB_RUNC") or shutil.which("runc")
-    if argv[:1] in (["--version"], ["-v"]):
-        print(
-            f"NVIDIA Container Runtime version {toolkit_version()}\ncommit: {commit()}\nspec: {RUNC_SPEC}\n"
-        )
-        sys.stdout.flush()
-        if runc:
-            os.execv(runc, [runc, "--version"])
-        return 0
-    if not runc:
-        print(
-            "ERRO[0000] error running nvidia-container-runtime: error constructing low-level runtime: "
-            "error locating runtime: no runtime binary found from candidate list: [runc crun]",
-            file=sys.stderr,
-        )
-        return 1
-    os.execv(runc, [runc, *argv])
-    return 1  # not reached
-
-
 if __name__ == "__main__":
-    tool = os.path.basename(sys.argv[0])
-    entry = {"nvidia-ctk": ctk_main, "nvidia-container-cli": cli_main}.get(tool, runtime_main)
-    sys.exit(entry(sys.argv[1:]))
+    sys.exit(cli_main(sys.argv[1:]))

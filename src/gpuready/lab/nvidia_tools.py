@@ -1,0 +1,171 @@
+"""NVIDIA's real container toolkit binaries, built from their Go module once per version into the lab cache.
+
+The lab emulates only the silicon (see DESIGN.md, "The lab"): ``nvidia-ctk``, ``nvidia-container-runtime``,
+``nvidia-cdi-hook`` and ``nvidia-container-runtime-hook`` are open source Go, so the lab's toolkit packages carry the
+real ones, built from ``github.com/NVIDIA/nvidia-container-toolkit`` at the package's own version (a package
+``nvidia-container-toolkit=1.20.0-1`` holds binaries that say 1.20.0; nothing is relabelled). A defect in how
+gpuready drives the toolkit (``cdi generate``, the refresh units, ``runtime configure``'s containerd layout) then
+shows up in the lab as it would on a node.
+
+How it is built, and why:
+
+* The module's go.mod has no ``replace`` directives, so ``go install <module>/cmd/<tool>@v<version>`` builds it as
+  published (no wrapper module as the control plane needs).
+* cgo on: go-nvml ``dlopen``s ``libnvidia-ml.so.1`` at run time (``CGO_ENABLED=0`` fails to compile it). Linked as
+  upstream's Makefile links it (``-s -w``, ``-extldflags=-Wl,--export-dynamic
+  -Wl,--unresolved-symbols=ignore-in-object-files -Wl,-z,lazy``): NVML's symbols are left for the library that is
+  loaded, which on a lab host is the mock ``libnvidia-ml.so.1`` over the emulated machine.
+* Version stamped as the Makefile does: ``-X internal/info.version=<version>`` and ``-X internal/info.gitCommit=``
+  the release commit when the module proxy's ``.info`` names one (``Origin.Hash``). The public proxy's ``.info``
+  for these tags carries none, so ``--version`` then prints no ``commit:`` line rather than an invented one.
+* ``-trimpath``; built in a temporary directory next to ``<cache>/nvidia-container-toolkit-<version>/`` and renamed
+  into place under a file lock, like the control plane (:mod:`gpuready.lab.cluster.binaries`).
+
+What needs libnvidia-container (NVIDIA's C library, which the lab does not build) and what does not, read from
+the module (``internal/runtime``, ``internal/modifier``, ``cmd/nvidia-container-runtime-hook``):
+
+* ``nvidia-container-runtime`` in **cdi** mode (``mode = "cdi"``, or ``auto`` when the devices requested are CDI
+  names) edits the OCI spec from the CDI spec files itself, and adds ``nvidia-cdi-hook`` hooks
+  (``create-symlinks``, ``update-ldcache``, ``enable-cuda-compat``): pure Go, no libnvidia-container.
+* **jit-cdi** mode builds the CDI spec on the fly through NVML (go-nvml): no libnvidia-container, the mock NVML
+  suffices.
+* **csv** mode (Tegra) reads mount lists from CSV files: no libnvidia-container.
+* **legacy** mode (``auto`` on a node without CDI devices requested: runtime-class mode on bookworm's containerd
+  1.6) only adds the ``nvidia-container-runtime-hook`` prestart hook, and that hook runs ``nvidia-container-cli
+  configure`` (libnvidia-container's CLI) to mount the driver into the container. That CLI stays emulated in the
+  lab's ``libnvidia-container-tools`` package.
+* ``nvidia-ctk cdi generate`` (what ``nvidia-cdi-refresh.service`` runs) needs NVML (the mock), the device nodes
+  under ``--dev-root`` and the driver's files under ``--driver-root``; no libnvidia-container.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from gpuready.lab.cluster.binaries import PrerequisiteError, go_problem, locked, run
+from gpuready.lab.state import cache_dir
+
+MODULE = "github.com/NVIDIA/nvidia-container-toolkit"
+DEFAULT_VERSION = "1.20.0"  # inventory/group_data/all.py's nvidia_container_toolkit_version
+# What the toolkit's Debian packages put in /usr/bin (packaging/debian/*.install), where the release has it;
+# nvidia-cdi-hook is its own binary from 1.17 on.
+COMMANDS = ("nvidia-ctk", "nvidia-container-runtime", "nvidia-cdi-hook", "nvidia-container-runtime-hook")
+INFO_PACKAGE = f"{MODULE}/internal/info"
+# upstream's Makefile (cmd-% target, Linux): NVML's symbols resolve against whichever libnvidia-ml is dlopened
+EXTLDFLAGS = "-Wl,--export-dynamic -Wl,--unresolved-symbols=ignore-in-object-files -Wl,-z,lazy"
+
+Progress = Callable[[str], None]
+
+
+def toolkit_cache(version: str, cache: Path | None = None) -> Path:
+    return (cache or cache_dir()) / f"nvidia-container-toolkit-{version}"
+
+
+def cached_toolkit(version: str = DEFAULT_VERSION, cache: Path | None = None) -> dict[str, Path] | None:
+    """The built binaries of `version` by command name, or None when the cache has no complete build."""
+    target = toolkit_cache(version, cache)
+    try:
+        names = json.loads((target / "commands.json").read_text())
+    except (OSError, ValueError):
+        return None
+    found = {name: target / "bin" / name for name in names}
+    return found if found and all(p.is_file() for p in found.values()) else None
+
+
+def ldflags(version: str, commit: str) -> str:
+    """The `-ldflags` of upstream's Makefile: stripped, NVML left unresolved, version (and commit) stamped."""
+    stamp = f"-X {INFO_PACKAGE}.version={version}"
+    if commit:
+        stamp += f" -X {INFO_PACKAGE}.gitCommit={commit}"
+    return f"-s -w '-extldflags={EXTLDFLAGS}' {stamp}"
+
+
+def _module(version: str, work: Path, env: dict[str, str]) -> tuple[Path, str]:
+    """The module's source directory (from the Go module cache) and its release commit, "" when unknown."""
+    info = json.loads(
+        run(
+            ["go", "mod", "download", "-json", f"{MODULE}@v{version}"],
+            work,
+            f"downloading {MODULE} v{version} from the Go module proxy",
+            env,
+        )
+    )
+    release = json.loads(Path(info["Info"]).read_text()) if info.get("Info") else {}
+    return Path(info["Dir"]), (release.get("Origin") or {}).get("Hash", "")
+
+
+def ensure_toolkit(
+    version: str = DEFAULT_VERSION, progress: Progress = lambda _m: None, cache: Path | None = None
+) -> dict[str, Path]:
+    """The real toolkit binaries of `version` by command name (see COMMANDS), built once into the cache."""
+    target = toolkit_cache(version, cache)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with locked(target.parent / f".nvidia-container-toolkit-{version}.lock"):
+        found = cached_toolkit(version, cache)
+        if found:
+            return found
+        problem = go_problem()
+        if problem:
+            raise PrerequisiteError(problem)
+        if not shutil.which(os.environ.get("CC", "gcc")):
+            raise PrerequisiteError(
+                "gcc is not on PATH: the NVIDIA Container Toolkit builds with cgo (go-nvml dlopens "
+                "libnvidia-ml.so.1); install gcc"
+            )
+        started = time.monotonic()
+        tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".build-nvidia-container-toolkit-{version}-"))
+        try:
+            env = {**os.environ, "CGO_ENABLED": "1", "GOBIN": str(tmp / "bin"), "GOFLAGS": ""}
+            progress(f"NVIDIA Container Toolkit v{version}: resolving {MODULE} through the Go module proxy")
+            source, commit = _module(version, tmp, env)
+            commands = [c for c in COMMANDS if (source / "cmd" / c).is_dir()]
+            progress(
+                f"NVIDIA Container Toolkit v{version}: compiling {', '.join(commands)} (cgo; minutes cold)"
+            )
+            packages = [f"{MODULE}/cmd/{c}@v{version}" for c in commands]
+            run(
+                ["go", "install", "-trimpath", f"-ldflags={ldflags(version, commit)}", *packages],
+                tmp,
+                f"go install of the NVIDIA Container Toolkit v{version}",
+                env,
+            )
+            (tmp / "commands.json").write_text(json.dumps(commands) + "\n")
+            tmp.chmod(0o755)
+            if target.exists():  # an incomplete earlier build (cached_toolkit found no full bin/)
+                shutil.rmtree(target)
+            tmp.rename(target)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+        progress(
+            f"NVIDIA Container Toolkit v{version}: built in {time.monotonic() - started:.1f}s into {target}"
+        )
+        found = cached_toolkit(version, cache)
+        assert found is not None
+        return found
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m gpuready.lab.nvidia_tools [VERSION...]`: build the toolkit binaries the lab's packages carry."""
+    import sys
+
+    from gpuready.lab.hosts import progress
+
+    versions = (sys.argv[1:] if argv is None else argv) or [DEFAULT_VERSION]
+    try:
+        for version in versions:
+            built = ensure_toolkit(version, progress)
+            progress(f"NVIDIA Container Toolkit v{version}: {', '.join(str(p) for p in built.values())}")
+    except PrerequisiteError as exc:
+        print(f"gpuready: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
