@@ -1,0 +1,170 @@
+"""The lab's mock NVIDIA user-space libraries, built from this Go module into the lab cache once per source.
+
+Each library is a cgo c-shared build of one directory of the ``gpuready.lab/silicon`` module (``nvml`` ->
+``libnvidia-ml.so.1``, ``cuda`` -> ``libcuda.so.1``), answering from the emulated machine (package ``machine``).
+NVIDIA's header ``nvml.h`` is not committed: it comes from the go-nvml module (NVIDIA's royalty-free header
+licence) through the Go module proxy, put on the include path with ``CGO_CFLAGS``.
+
+Each library lands in ``<cache>/silicon-<hash>/<file>``, the hash covering that library's directory, the
+shared sources (``machine``, go.mod) and the Go version, so changing the CUDA mock does not rebuild NVML. Built
+in a temporary directory and renamed into place under a file lock, as ``gpuready.lab.cluster.binaries`` builds
+the control plane (whose helpers this reuses). Nothing prebuilt is committed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+from gpuready.lab.cluster.binaries import PrerequisiteError, Progress, go_problem, locked, run
+from gpuready.lab.state import cache_dir
+
+SILICON = Path(__file__).resolve().parent
+GO_NVML = "github.com/NVIDIA/go-nvml"
+GO_NVML_VERSION = "v0.13.4-1"  # the nvml.h the libraries are compiled against
+SOURCE_SUFFIXES = (".go", ".c", ".h", ".mod", ".sum")
+
+
+@dataclass(frozen=True)
+class Library:
+    """One c-shared library: the Go package directory (relative to this module) and its file name."""
+
+    directory: str
+    filename: str
+
+
+# Which directory builds which library; one not present in the checkout is skipped.
+LIBRARIES: dict[str, Library] = {
+    "nvml": Library("nvml", "libnvidia-ml.so.1"),
+    "cuda": Library("cuda", "libcuda.so.1"),
+}
+
+
+def available() -> dict[str, Library]:
+    """The libraries whose source directory exists here."""
+    return {name: lib for name, lib in LIBRARIES.items() if (SILICON / lib.directory).is_dir()}
+
+
+def go_version() -> str | None:
+    """`go env GOVERSION`, or None without Go: part of each cache key, since Go versions change the binary."""
+    go = shutil.which("go")
+    if not go:
+        return None
+    result = subprocess.run(
+        [go, "env", "GOVERSION"], capture_output=True, text=True, stdin=subprocess.DEVNULL
+    )
+    return result.stdout.strip() or None
+
+
+def _sources(name: str) -> list[Path]:
+    """Files that make library ``name``: its directory and everything shared, not the other libraries' ones."""
+    others = {SILICON / lib.directory for other, lib in LIBRARIES.items() if other != name}
+    files = []
+    for path in sorted(SILICON.rglob("*")):
+        if not path.is_file() or not path.name.endswith(SOURCE_SUFFIXES) or path.name.endswith("_test.go"):
+            continue
+        if any(parent in others for parent in path.parents):
+            continue
+        files.append(path)
+    return files
+
+
+def source_hash(name: str, go: str) -> str:
+    """Key of library ``name``'s cache directory: its sources, the header version and the Go version."""
+    digest = hashlib.sha256(f"{name}\0{LIBRARIES[name].filename}\0{go}\0{GO_NVML_VERSION}\0".encode())
+    for path in _sources(name):
+        digest.update(str(path.relative_to(SILICON)).encode() + b"\0")
+        digest.update(path.read_bytes() + b"\0")
+    return digest.hexdigest()[:16]
+
+
+def library_cache(name: str, go: str, cache: Path | None = None) -> Path:
+    return (cache or cache_dir()) / f"silicon-{source_hash(name, go)}"
+
+
+def cached_libraries(cache: Path | None = None) -> dict[str, Path] | None:
+    """Every available library's built file when all are in the cache for the current sources; else None."""
+    go = go_version()
+    if go is None:
+        return None
+    found = {}
+    for name, lib in available().items():
+        path = library_cache(name, go, cache) / lib.filename
+        if not path.is_file():
+            return None
+        found[name] = path
+    return found
+
+
+def _nvml_include(env: dict[str, str], work: Path) -> Path:
+    """The directory holding go-nvml's nvml.h, downloaded into the Go module cache if needed."""
+    out = run(
+        ["go", "mod", "download", "-json", f"{GO_NVML}@{GO_NVML_VERSION}"], work, "go mod download", env
+    )
+    include = Path(json.loads(out)["Dir"]) / "pkg" / "nvml"
+    if not (include / "nvml.h").is_file():
+        raise PrerequisiteError(f"{GO_NVML}@{GO_NVML_VERSION} has no pkg/nvml/nvml.h in {include}")
+    return include
+
+
+def _build_one(name: str, lib: Library, go: str, cache: Path, progress: Progress) -> Path:
+    target = library_cache(name, go, cache)
+    started = time.monotonic()
+    tmp = Path(tempfile.mkdtemp(dir=cache, prefix=f".build-silicon-{name}-"))
+    try:
+        env = {**os.environ, "CGO_ENABLED": "1", "GOFLAGS": "-buildvcs=false"}
+        include = _nvml_include(env, tmp)
+        env["CGO_CFLAGS"] = f"-O2 -g -I{include}"
+        progress(f"mock {lib.filename}: go build -buildmode=c-shared ./{lib.directory}")
+        ldflags = f"-s -w -extldflags=-Wl,-soname,{lib.filename}"
+        cmd = ["go", "build", "-trimpath", "-buildmode=c-shared", f"-ldflags={ldflags}"]
+        run([*cmd, "-o", str(tmp / lib.filename), f"./{lib.directory}"], SILICON, f"go build {name}", env)
+        for header in tmp.glob("*.h"):  # cgo's export header: not part of the installed library
+            header.unlink()
+        tmp.chmod(0o755)
+        if target.exists():  # an incomplete earlier build
+            shutil.rmtree(target)
+        tmp.rename(target)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    progress(f"mock {lib.filename}: built in {time.monotonic() - started:.1f}s into {target}")
+    return target / lib.filename
+
+
+def ensure_libraries(
+    progress: Progress, cache: Path | None = None, names: Iterable[str] | None = None
+) -> dict[str, Path]:
+    """Every available library (name -> file), or those in ``names``, built into the cache when its sources
+    changed. ``names`` lets a caller that needs one library not depend on the others building."""
+    base = cache or cache_dir()
+    base.mkdir(parents=True, exist_ok=True)
+    with locked(base / ".silicon.lock"):
+        problem = go_problem()
+        if problem:
+            raise PrerequisiteError(problem)
+        if not (shutil.which("cc") or shutil.which("gcc")):
+            raise PrerequisiteError(
+                "no C compiler on PATH (cc/gcc): cgo needs one to build the mock libraries"
+            )
+        go = go_version()
+        if go is None:
+            raise PrerequisiteError("`go env GOVERSION` printed nothing")
+        built = {}
+        wanted = available()
+        if names is not None:
+            missing = set(names) - set(wanted)
+            if missing:
+                raise PrerequisiteError(f"no such mock library here: {', '.join(sorted(missing))}")
+            wanted = {name: wanted[name] for name in names}
+        for name, lib in wanted.items():
+            path = library_cache(name, go, base) / lib.filename
+            built[name] = path if path.is_file() else _build_one(name, lib, go, base, progress)
+        return built

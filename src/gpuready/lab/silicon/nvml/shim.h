@@ -1,0 +1,28 @@
+// Included by every file of the mock NVML: NVIDIA's nvml.h (go-nvml's copy, found through CGO_CFLAGS)
+// with the prototypes cgo cannot repeat renamed out of the way.
+//
+// Why: cgo writes its own prototype for each //export and puts it after this preamble; Go has no
+// `const`, so the header's `const char *` prototypes would conflict. Renaming the header's
+// declaration keeps every other prototype checked against NVIDIA's header.
+#ifndef GPUREADY_NVML_SHIM_H
+#define GPUREADY_NVML_SHIM_H
+#define NVML_NO_UNVERSIONED_FUNC_DEFS 1
+#define nvmlErrorString nvmlErrorString_header
+#define nvmlDeviceGetHandleByUUID nvmlDeviceGetHandleByUUID_header
+#define nvmlDeviceGetHandleByPciBusId nvmlDeviceGetHandleByPciBusId_header
+#define nvmlDeviceGetHandleByPciBusId_v2 nvmlDeviceGetHandleByPciBusId_v2_header
+#define nvmlDeviceGetHandleBySerial nvmlDeviceGetHandleBySerial_header
+#include <stdlib.h>
+#include <string.h>
+#include <nvml.h>
+#undef nvmlErrorString
+#undef nvmlDeviceGetHandleByUUID
+#undef nvmlDeviceGetHandleByPciBusId
+#undef nvmlDeviceGetHandleByPciBusId_v2
+#undef nvmlDeviceGetHandleBySerial
+
+// go-nvml's nvml.h wraps each handle in a one-pointer struct (same ABI as NVIDIA's plain pointer).
+// Handles point to C memory (never Go memory, so callers may keep them); the library maps them back.
+struct nvmlDevice_st { int slot; };
+struct nvmlEventSet_st { int slot; };
+#endif
