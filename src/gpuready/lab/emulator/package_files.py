@@ -1,9 +1,10 @@
-"""Non-code files of the emulated NVIDIA packages: systemd units, configuration files, maintainer scripts.
+"""Non-code files of the lab's NVIDIA packages: systemd units, configuration files, maintainer scripts.
 
 Kept as Python strings (not data files) so they ship with gpuready without package-data configuration.
 Unit contents follow the units NVIDIA's packages install (nvidia-persistenced's sample unit, the Fabric
-Manager unit); the one change is that Fabric Manager does not Require network-online.target, which a
-container host never reaches.
+Manager unit, the container toolkit's CDI refresh units); the one change is that Fabric Manager does not Require
+network-online.target, which a container host never reaches. The toolkit's binaries are NVIDIA's own
+(gpuready.lab.nvidia_tools), and so is its runtime config.toml: the postinst has nvidia-ctk write it.
 """
 
 WRAPPER = """\
@@ -77,12 +78,6 @@ TRUNK_LINK_FAILURE_MODE=0
 NVSWITCH_FAILURE_MODE=0
 ABORT_CUDA_JOBS_ON_FM_EXIT=1
 TOPOLOGY_FILE_PATH=/usr/share/nvidia/nvswitch
-"""
-
-RUNTIME_HOOK = """\
-#!/bin/sh
-# nvidia-container-runtime-hook: emulated by the gpuready lab (legacy OCI prestart hook).
-exit 0
 """
 
 
