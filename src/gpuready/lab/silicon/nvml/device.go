@@ -305,7 +305,7 @@ func nvmlDeviceGetRemappedRows(h C.nvmlDevice_t, corr, unc, pending, failure *C.
 	if corr == nil || unc == nil || pending == nil || failure == nil {
 		return C.NVML_ERROR_INVALID_ARGUMENT
 	}
-	if !d.g.RowRemapping {
+	if !d.g.RowRemapping || d.v.MigCurrent { // nvidia-smi shows N/A in MIG mode (gpu_tree.py)
 		return C.NVML_ERROR_NOT_SUPPORTED
 	}
 	*corr, *unc, *failure = C.uint(d.v.RemapCorrectable), C.uint(d.v.RemapUncorrectable), 0
@@ -325,7 +325,7 @@ func nvmlDeviceGetRetiredPages(h C.nvmlDevice_t, cause C.nvmlPageRetirementCause
 	if count == nil {
 		return C.NVML_ERROR_INVALID_ARGUMENT
 	}
-	if !d.g.PageRetirement {
+	if !d.g.PageRetirement || d.v.MigCurrent {
 		return C.NVML_ERROR_NOT_SUPPORTED
 	}
 	n := d.v.RetiredSBE
@@ -358,7 +358,7 @@ func nvmlDeviceGetRetiredPagesPendingStatus(h C.nvmlDevice_t, pending *C.nvmlEna
 	if pending == nil {
 		return C.NVML_ERROR_INVALID_ARGUMENT
 	}
-	if !d.g.PageRetirement {
+	if !d.g.PageRetirement || d.v.MigCurrent {
 		return C.NVML_ERROR_NOT_SUPPORTED
 	}
 	*pending = feature(d.v.RetiredPending)

@@ -1,0 +1,321 @@
+"""The mock libnvidia-ml.so.1 answers as the emulated nvidia-smi does for the same machine, raises XID events
+for faults injected while a caller waits, loses a GPU that fell off the bus, and backs the product's own NVML
+reader (``gpuready.conformance.local_gpu``) unchanged.
+
+The library is built once per session into the real lab cache (``gpuready.lab.silicon.build``); each check
+runs in a subprocess with ``LD_LIBRARY_PATH`` naming it, the hardware and driver state files in a temp dir
+(``emulated.Machine``), and compares with what the Python emulator's ``nvidia-smi -q -x`` reports for the same
+files, so the two views cannot drift apart.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+from dataclasses import asdict
+from pathlib import Path
+
+import pytest
+from emulated import Machine
+
+from gpuready.lab import faults, hardware
+from gpuready.lab.cluster.binaries import go_problem
+from gpuready.lab.silicon import build
+from gpuready.nvidia import smi
+
+GPU_IS_LOST = 15
+XID_CRITICAL = 0x8
+
+# ctypes bindings of the raw C ABI, shared by the scripts below (no nvidia-ml-py in between).
+PRELUDE = textwrap.dedent(
+    """
+    import ctypes, json, sys
+    lib = ctypes.CDLL("libnvidia-ml.so.1")
+    class Pci(ctypes.Structure):
+        _fields_ = [("busIdLegacy", ctypes.c_char * 16), ("domain", ctypes.c_uint), ("bus", ctypes.c_uint),
+                    ("device", ctypes.c_uint), ("pciDeviceId", ctypes.c_uint), ("pciSubSystemId", ctypes.c_uint),
+                    ("busId", ctypes.c_char * 32)]
+    class EventData(ctypes.Structure):
+        _fields_ = [("device", ctypes.c_void_p), ("eventType", ctypes.c_ulonglong),
+                    ("eventData", ctypes.c_ulonglong), ("gpuInstanceId", ctypes.c_uint),
+                    ("computeInstanceId", ctypes.c_uint)]
+    def check(rc, what):
+        if rc != 0:
+            raise SystemExit(f"{what}: NVML error {rc}")
+    def handle(index):
+        h = ctypes.c_void_p()
+        check(lib.nvmlDeviceGetHandleByIndex_v2(index, ctypes.byref(h)), f"handle {index}")
+        return h
+    def text(fn, h, size=96):
+        buf = ctypes.create_string_buffer(size)
+        rc = fn(h, buf, size)
+        return buf.value.decode() if rc == 0 else rc
+    def step():
+        print("ready", flush=True)
+        sys.stdin.readline()
+    check(lib.nvmlInit_v2(), "init")
+    """
+)
+
+
+@pytest.fixture(scope="session")
+def nvml_dir() -> Path:
+    """Directory holding the built libnvidia-ml.so.1 (built once; later sessions hit the cache)."""
+    problem = go_problem()
+    if problem:
+        pytest.skip(f"the mock NVML is built with Go: {problem}")
+    if not (shutil.which("cc") or shutil.which("gcc")):
+        pytest.skip("the mock NVML is built with cgo, which needs a C compiler (cc/gcc)")
+    return build.ensure_libraries(lambda _msg: None, names=["nvml"])["nvml"].parent
+
+
+def _env(machine: Machine, nvml_dir: Path) -> dict[str, str]:
+    src = str(Path(build.__file__).parents[3])
+    return {**machine.env, "LD_LIBRARY_PATH": str(nvml_dir), "PYTHONPATH": src}
+
+
+def _run(script: str, machine: Machine, nvml_dir: Path) -> subprocess.CompletedProcess[str]:
+    result = subprocess.run(
+        [sys.executable, "-c", PRELUDE + textwrap.dedent(script)],
+        env=_env(machine, nvml_dir),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, f"rc={result.returncode}\n{result.stdout}\n{result.stderr}"
+    return result
+
+
+def _smi_report(machine: Machine) -> smi.SmiReport:
+    """What the Python emulator's nvidia-smi says about the same files: the one source of truth."""
+    result = machine.run("nvidia_smi", "-q", "-x")
+    assert result.returncode == 0, result.stderr
+    return smi.parse_query_xml(result.stdout)
+
+
+class _Host(Machine):
+    """A machine whose nvidia-smi commands must succeed (MIG set-up)."""
+
+    def ok(self, *args: str) -> str:
+        result = self.run("nvidia_smi", *args)
+        assert result.returncode == 0, f"{args}: {result.stdout}{result.stderr}"
+        return result.stdout
+
+
+@pytest.mark.parametrize("profile", ["h100-sxm-8", "a100-80gb-4"])
+def test_raw_abi_enumerates_the_machine_as_nvidia_smi_does(
+    tmp_path: Path, nvml_dir: Path, profile: str
+) -> None:
+    machine = Machine(tmp_path, profile)
+    out = _run(
+        """
+        count = ctypes.c_uint()
+        check(lib.nvmlDeviceGetCount_v2(ctypes.byref(count)), "count")
+        gpus = []
+        for i in range(count.value):
+            h = handle(i)
+            pci = Pci()
+            check(lib.nvmlDeviceGetPciInfo_v3(h, ctypes.byref(pci)), "pci")
+            minor = ctypes.c_uint()
+            check(lib.nvmlDeviceGetMinorNumber(h, ctypes.byref(minor)), "minor")
+            gpus.append({"name": text(lib.nvmlDeviceGetName, h), "uuid": text(lib.nvmlDeviceGetUUID, h),
+                         "bus": pci.busId.decode(), "minor": minor.value})
+        version = ctypes.create_string_buffer(80)
+        check(lib.nvmlSystemGetDriverVersion(version, 80), "version")
+        print(json.dumps({"gpus": gpus, "driver": version.value.decode()}))
+        check(lib.nvmlShutdown(), "shutdown")
+        """,
+        machine,
+        nvml_dir,
+    )
+    got = json.loads(out.stdout)
+    report = _smi_report(machine)
+    assert len(got["gpus"]) == report.attached_gpus == hardware.PROFILES[profile].gpu_count
+    assert got["driver"] == report.driver_version
+    expected = [{"name": g.name, "uuid": g.uuid, "bus": g.pci_bus_id, "minor": g.index} for g in report.gpus]
+    assert got["gpus"] == expected
+
+
+def _inject(machine: Machine, fault: str, gpu: int) -> None:
+    machine.hw = faults.apply_fault(machine.hw, fault, gpu)
+    hardware.write_hardware(machine.hw_path, machine.hw)
+
+
+def _stepped(script: str, machine: Machine, nvml_dir: Path) -> subprocess.Popen[str]:
+    """A script that prints 'ready' at each step() and goes on when told; the caller acts in between."""
+    proc = subprocess.Popen(
+        [sys.executable, "-c", PRELUDE + textwrap.dedent(script)],
+        env=_env(machine, nvml_dir),
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdout is not None
+    line = proc.stdout.readline()
+    if line.strip() != "ready":
+        proc.kill()
+        _out, err = proc.communicate()
+        pytest.fail(f"script did not get ready: {line!r}\n{err}")
+    return proc
+
+
+def _finish(proc: subprocess.Popen[str]) -> dict:
+    try:
+        out, err = proc.communicate("\n", timeout=60)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate()
+        raise
+    assert proc.returncode == 0, f"rc={proc.returncode}\n{out}\n{err}"
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def test_xid_injected_while_waiting_is_delivered_as_an_event(tmp_path: Path, nvml_dir: Path) -> None:
+    machine = Machine(tmp_path, "h100-sxm-8")
+    proc = _stepped(
+        """
+        es = ctypes.c_void_p()
+        check(lib.nvmlEventSetCreate(ctypes.byref(es)), "create")
+        handles = [handle(i) for i in range(8)]
+        for h in handles:  # every GPU, as the device plugin's health check registers them
+            check(lib.nvmlDeviceRegisterEvents(h, 0x8, es), "register")
+        print("ready", flush=True)  # the test injects the fault while this process waits
+        data = EventData()
+        rc = lib.nvmlEventSetWait_v2(es, ctypes.byref(data), 20000)
+        gpu = [h.value for h in handles].index(data.device) if rc == 0 else None
+        again = lib.nvmlEventSetWait_v2(es, ctypes.byref(EventData()), 200)  # raised once, not on every wait
+        check(lib.nvmlEventSetFree(es), "free")
+        print(json.dumps({"rc": rc, "gpu": gpu, "type": data.eventType, "xid": data.eventData,
+                          "gi": data.gpuInstanceId, "again": again}))
+        """,
+        machine,
+        nvml_dir,
+    )
+    _inject(machine, "xid-79", 2)
+    event = _finish(proc)
+    assert event == {"rc": 0, "gpu": 2, "type": XID_CRITICAL, "xid": 79, "gi": 0xFFFFFFFF, "again": 10}
+
+
+def test_gpu_off_the_bus_is_lost(tmp_path: Path, nvml_dir: Path) -> None:
+    machine = Machine(tmp_path, "h100-sxm-8")
+    proc = _stepped(
+        """
+        before = [handle(i) for i in range(8)]
+        step()  # the test takes GPU 1 off the bus here
+        h = ctypes.c_void_p()
+        temp = ctypes.c_uint()
+        print(json.dumps({
+            "name_on_old_handle": [text(lib.nvmlDeviceGetName, hh) for hh in before[:3]],
+            "temperature": lib.nvmlDeviceGetTemperature(before[1], 0, ctypes.byref(temp)),
+            "handle_by_index": [lib.nvmlDeviceGetHandleByIndex_v2(i, ctypes.byref(h)) for i in range(3)],
+        }))
+        """,
+        machine,
+        nvml_dir,
+    )
+    _inject(machine, "off-bus", 1)
+    got = _finish(proc)
+    name = hardware.PROFILES["h100-sxm-8"].model
+    assert got == {
+        "name_on_old_handle": [name, GPU_IS_LOST, name],
+        "temperature": GPU_IS_LOST,
+        "handle_by_index": [0, GPU_IS_LOST, 0],
+    }
+    # nvidia-smi, on the same files, cannot reach that GPU either.
+    listing = machine.run("nvidia_smi", "-L")
+    assert listing.returncode == 15 and "Unable to determine the device handle" in listing.stdout
+
+
+def test_local_gpu_reader_sees_the_machine_nvidia_smi_sees(tmp_path: Path, nvml_dir: Path) -> None:
+    host = _Host(tmp_path, "a100-80gb-4")
+    host.ok("-i", "0", "-mig", "1")
+    host.env["GPUREADY_LAB_BOOT_ID"] = "boot-2"  # MIG mode takes effect at the next boot
+    host.ok("mig", "-i", "0", "-cgi", "9,14,19,19", "-C")
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import json, dataclasses\n"
+            "from gpuready.conformance.local_gpu import nvml_report\n"
+            "report, pstates = nvml_report()\n"
+            "print(json.dumps({'report': dataclasses.asdict(report), 'pstates': pstates}))\n",
+        ],
+        env={**_env(host, nvml_dir), "PATH": os.environ.get("PATH", "/usr/bin:/bin")},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    local = json.loads(result.stdout)["report"]
+    xml = json.loads(json.dumps(asdict(smi.parse_query_xml(host.ok("-q", "-x")))))  # tuples as lists
+    for key in ("driver_version", "cuda_version", "attached_gpus"):
+        assert local[key] == xml[key], key
+    fields = [
+        "index",
+        "pci_bus_id",
+        "name",
+        "uuid",
+        "memory_total_mib",
+        "memory_free_mib",
+        "persistence_mode",
+        "mig_mode_current",
+        "mig_mode_pending",
+        "ecc_uncorrectable_volatile",
+        "ecc_uncorrectable_aggregate",
+        "remapped_rows",
+        "pcie_link_gen_current",
+        "pcie_link_gen_max",
+        "pcie_link_width_current",
+        "pcie_link_width_max",
+        "clock_event_reasons_active",
+        "temperature_c",
+    ]
+    assert len(local["gpus"]) == len(xml["gpus"]) == 4
+    for mine, theirs in zip(local["gpus"], xml["gpus"], strict=True):
+        for field in fields:
+            assert mine[field] == theirs[field], (mine["index"], field)
+        mig = [
+            (d["gpu_instance_id"], d["compute_instance_id"], d["memory_total_mib"])
+            for d in mine["mig_devices"]
+        ]
+        want = [
+            (d["gpu_instance_id"], d["compute_instance_id"], d["memory_total_mib"])
+            for d in theirs["mig_devices"]
+        ]
+        assert mig == want, mine["index"]
+    assert local["gpus"][0]["mig_mode_current"] == "Enabled"
+    assert len(local["gpus"][0]["mig_devices"]) == 4
+
+
+def test_init_fails_as_the_real_one_does(tmp_path: Path, nvml_dir: Path) -> None:
+    """Driver/library mismatch (the fault, or a loaded module of another version) and no driver fail nvmlInit."""
+    script = "import ctypes; print(ctypes.CDLL('libnvidia-ml.so.1').nvmlInit_v2())"
+    machine = Machine(tmp_path, "l4-1")
+
+    def init(**env: str) -> int:
+        result = subprocess.run(
+            [sys.executable, "-c", script],
+            env={**_env(machine, nvml_dir), **env},
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert result.returncode == 0, result.stderr
+        return int(result.stdout)
+
+    assert init() == 0
+    assert init(GPUREADY_LAB_HARDWARE=str(tmp_path / "absent.json")) == 9  # NVML_ERROR_DRIVER_NOT_LOADED
+    state = tmp_path / "state" / "state.json"
+    state.parent.mkdir()
+    state.write_text(json.dumps({"boot_id": "boot-1", "kmod": "570.195.03", "gpus": {}}))
+    assert init() == 18  # NVML_ERROR_LIB_RM_VERSION_MISMATCH: the loaded module is older
+    state.unlink()
+    machine.hw = faults.apply_fault(machine.hw, "driver-mismatch", None)
+    hardware.write_hardware(machine.hw_path, machine.hw)
+    assert init() == 18
+    assert machine.run("nvidia_smi").returncode == 18  # nvidia-smi agrees
