@@ -1,0 +1,840 @@
+package main
+
+// The CUDA driver API entry points the product calls (gpuready.conformance.cuda), with cuda.h's
+// prototypes: CUdevice is an int, CUdeviceptr 64 bits (the _v2 entry points), every other handle a
+// pointer. Each returns a CUresult.
+
+/*
+#include <stddef.h>
+typedef int CUresult;
+typedef int CUdevice;
+typedef int CUdevice_attribute;
+typedef unsigned long long CUdeviceptr;
+typedef void *CUcontext;
+typedef void *CUmodule;
+typedef void *CUfunction;
+typedef void *CUstream;
+typedef void *CUevent;
+*/
+import "C"
+
+import (
+	"strconv"
+	"strings"
+	"time"
+	"unsafe"
+
+	"gpuready.lab/silicon/machine"
+)
+
+func main() {}
+
+func h(p unsafe.Pointer) uintptr { return uintptr(p) }
+
+func result(code int) C.CUresult { return C.CUresult(code) }
+
+//export cuInit
+func cuInit(flags C.uint) C.CUresult {
+	if flags != 0 {
+		return result(cudaErrorInvalidValue)
+	}
+	drv.mu.Lock()
+	defer drv.mu.Unlock()
+	return result(drv.init())
+}
+
+//export cuDriverGetVersion
+func cuDriverGetVersion(version *C.int) C.CUresult {
+	if version == nil {
+		return result(cudaErrorInvalidValue)
+	}
+	major, minor, _ := strings.Cut(machine.CUDAVersion(machine.LibraryVersion()), ".")
+	a, _ := strconv.Atoi(major)
+	b, _ := strconv.Atoi(minor)
+	*version = C.int(a*1000 + b*10)
+	return result(cudaSuccess)
+}
+
+//export cuDeviceGetCount
+func cuDeviceGetCount(count *C.int) C.CUresult {
+	drv.mu.Lock()
+	defer drv.mu.Unlock()
+	if r := drv.ready(); r != cudaSuccess {
+		return result(r)
+	}
+	if count == nil {
+		return result(cudaErrorInvalidValue)
+	}
+	*count = C.int(len(drv.devices))
+	return result(cudaSuccess)
+}
+
+//export cuDeviceGet
+func cuDeviceGet(dev *C.CUdevice, ordinal C.int) C.CUresult {
+	drv.mu.Lock()
+	defer drv.mu.Unlock()
+	if r := drv.ready(); r != cudaSuccess {
+		return result(r)
+	}
+	if dev == nil {
+		return result(cudaErrorInvalidValue)
+	}
+	if drv.device(int(ordinal)) == nil {
+		return result(cudaErrorInvalidDevice)
+	}
+	*dev = C.CUdevice(ordinal)
+	return result(cudaSuccess)
+}
+
+//export cuDeviceGetName
+func cuDeviceGetName(name *C.char, length C.int, dev C.CUdevice) C.CUresult {
+	drv.mu.Lock()
+	defer drv.mu.Unlock()
+	if r := drv.ready(); r != cudaSuccess {
+		return result(r)
+	}
+	d := drv.device(int(dev))
+	if d == nil {
+		return result(cudaErrorInvalidDevice)
+	}
+	if name == nil || length <= 0 {
+		return result(cudaErrorInvalidValue)
+	}
+	out := unsafe.Slice((*byte)(unsafe.Pointer(name)), int(length))
+	n := copy(out[:len(out)-1], d.gpu.Name)
+	out[n] = 0
+	return result(cudaSuccess)
+}
+
+// Attribute numbers of cuda.h's CUdevice_attribute that have an answer here.
+const (
+	attrMaxThreadsPerBlock = 1
+	attrMaxBlockDimX       = 2
+	attrMaxBlockDimY       = 3
+	attrMaxBlockDimZ       = 4
+	attrMaxGridDimX        = 5
+	attrMaxGridDimY        = 6
+	attrMaxGridDimZ        = 7
+	attrSharedPerBlock     = 8
+	attrWarpSize           = 10
+	attrClockRate          = 13
+	attrMultiprocessors    = 16
+	attrIntegrated         = 18
+	attrCanMapHostMemory   = 19
+	attrECCEnabled         = 32
+	attrPCIBusID           = 33
+	attrPCIDeviceID        = 34
+	attrMemoryClockRate    = 36
+	attrUnifiedAddressing  = 41
+	attrPCIDomainID        = 50
+	attrCCMajor            = 75
+	attrCCMinor            = 76
+)
+
+// pciParts splits "00000000:18:00.0" into domain, bus, device.
+func pciParts(busID string) (int, int, int) {
+	parts := strings.Split(busID, ":")
+	if len(parts) != 3 {
+		return 0, 0, 0
+	}
+	domain, _ := strconv.ParseInt(parts[0], 16, 64)
+	bus, _ := strconv.ParseInt(parts[1], 16, 64)
+	devPart, _, _ := strings.Cut(parts[2], ".")
+	device, _ := strconv.ParseInt(devPart, 16, 64)
+	return int(domain), int(bus), int(device)
+}
+
+func attribute(g *machine.GPU, attr int) (int, bool) {
+	domain, bus, device := pciParts(g.PCIBusID)
+	major, minor := g.CUDAComputeCapability()
+	values := map[int]int{
+		attrMaxThreadsPerBlock: 1024, attrMaxBlockDimX: 1024, attrMaxBlockDimY: 1024, attrMaxBlockDimZ: 64,
+		attrMaxGridDimX: 2147483647, attrMaxGridDimY: 65535, attrMaxGridDimZ: 65535,
+		attrSharedPerBlock: 49152, attrWarpSize: 32, attrClockRate: g.Clocks.MaxGraphics * 1000,
+		attrMultiprocessors: g.SMCount, attrIntegrated: 0, attrCanMapHostMemory: 1,
+		attrECCEnabled: boolInt(g.ECCSupported), attrPCIBusID: bus, attrPCIDeviceID: device,
+		attrMemoryClockRate: g.Clocks.Memory * 1000, attrUnifiedAddressing: 1, attrPCIDomainID: domain,
+		attrCCMajor: major, attrCCMinor: minor,
+	}
+	v, ok := values[attr]
+	return v, ok
+}
+
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+//export cuDeviceGetAttribute
+func cuDeviceGetAttribute(pi *C.int, attrib C.CUdevice_attribute, dev C.CUdevice) C.CUresult {
+	drv.mu.Lock()
+	defer drv.mu.Unlock()
+	if r := drv.ready(); r != cudaSuccess {
+		return result(r)
+	}
+	d := drv.device(int(dev))
+	if d == nil {
+		return result(cudaErrorInvalidDevice)
+	}
+	v, ok := attribute(d.gpu, int(attrib))
+	if pi == nil || !ok {
+		return result(cudaErrorInvalidValue)
+	}
+	*pi = C.int(v)
+	return result(cudaSuccess)
+}
+
+//export cuDeviceCanAccessPeer
+func cuDeviceCanAccessPeer(can *C.int, dev, peer C.CUdevice) C.CUresult {
+	drv.mu.Lock()
+	defer drv.mu.Unlock()
+	if r := drv.ready(); r != cudaSuccess {
+		return result(r)
+	}
+	a, b := drv.device(int(dev)), drv.device(int(peer))
+	if a == nil || b == nil {
+		return result(cudaErrorInvalidDevice)
+	}
+	if can == nil {
+		return result(cudaErrorInvalidValue)
+	}
+	*can = 0
+	if a != b {
+		if _, ok := drv.model.peer(a.gpu.Index, b.gpu.Index); ok {
+			*can = 1
+		}
+	}
+	return result(cudaSuccess)
+}
+
+//export cuDevicePrimaryCtxRetain
+func cuDevicePrimaryCtxRetain(pctx *C.CUcontext, dev C.CUdevice) C.CUresult {
+	drv.mu.Lock()
+	defer drv.mu.Unlock()
+	if r := drv.ready(); r != cudaSuccess {
+		return result(r)
+	}
+	d := drv.device(int(dev))
+	if d == nil {
+		return result(cudaErrorInvalidDevice)
+	}
+	if pctx == nil {
+		return result(cudaErrorInvalidValue)
+	}
+	d.primary.retained++
+	putHandle(unsafe.Pointer(pctx), d.primary.handle)
+	return result(cudaSuccess)
+}
+
+//export cuDevicePrimaryCtxRelease_v2
+func cuDevicePrimaryCtxRelease_v2(dev C.CUdevice) C.CUresult {
+	drv.mu.Lock()
+	defer drv.mu.Unlock()
+	if r := drv.ready(); r != cudaSuccess {
+		return result(r)
+	}
+	d := drv.device(int(dev))
+	if d == nil {
+		return result(cudaErrorInvalidDevice)
+	}
+	if d.primary.retained == 0 {
+		return result(cudaErrorInvalidContext)
+	}
+	d.primary.retained--
+	if d.primary.retained == 0 {
+		// The last release destroys the primary context: its memory and peer mappings go with it.
+		drv.flushAll()
+		for base, a := range drv.allocs {
+			if a.dev == d {
+				release(a.data)
+				d.used -= a.size
+				delete(drv.allocs, base)
+			}
+		}
+		for _, other := range drv.devices {
+			delete(other.primary.peers, d.primary)
+		}
+		d.primary.peers = map[*context]bool{}
+		d.primary.sticky = cudaSuccess
+	}
+	return result(cudaSuccess)
+}
+
+//export cuCtxSetCurrent
+func cuCtxSetCurrent(ctx C.CUcontext) C.CUresult {
+	drv.mu.Lock()
+	defer drv.mu.Unlock()
+	if r := drv.ready(); r != cudaSuccess {
+		return result(r)
+	}
+	tid := currentThread()
+	if ctx == nil {
+		delete(drv.current, tid)
+		return result(cudaSuccess)
+	}
+	c := drv.context(h(unsafe.Pointer(ctx)))
+	if c == nil {
+		return result(cudaErrorInvalidContext)
+	}
+	drv.current[tid] = c
+	return result(cudaSuccess)
+}
+
+//export cuCtxSynchronize
+func cuCtxSynchronize() C.CUresult {
+	drv.mu.Lock()
+	if r := drv.ready(); r != cudaSuccess {
+		drv.mu.Unlock()
+		return result(r)
+	}
+	ctx := drv.currentContext()
+	if ctx == nil {
+		drv.mu.Unlock()
+		return result(cudaErrorInvalidContext)
+	}
+	var due time.Time
+	for _, s := range drv.streams() {
+		if s.ctx == ctx {
+			if t := drv.syncStream(s); t.After(due) {
+				due = t
+			}
+		}
+	}
+	sticky := ctx.sticky
+	drv.mu.Unlock()
+	sleepUntil(due)
+	return result(sticky)
+}
+
+//export cuCtxEnablePeerAccess
+func cuCtxEnablePeerAccess(peer C.CUcontext, flags C.uint) C.CUresult {
+	drv.mu.Lock()
+	defer drv.mu.Unlock()
+	if r := drv.ready(); r != cudaSuccess {
+		return result(r)
+	}
+	if flags != 0 {
+		return result(cudaErrorInvalidValue)
+	}
+	ctx := drv.currentContext()
+	other := drv.context(h(unsafe.Pointer(peer)))
+	if ctx == nil || other == nil {
+		return result(cudaErrorInvalidContext)
+	}
+	if ctx == other {
+		return result(cudaErrorInvalidDevice)
+	}
+	if _, ok := drv.model.peer(ctx.dev.gpu.Index, other.dev.gpu.Index); !ok {
+		return result(cudaErrorPeerAccessUnsupported)
+	}
+	if ctx.peers[other] {
+		return result(cudaErrorPeerAccessAlreadyEnabled)
+	}
+	ctx.peers[other] = true
+	return result(cudaSuccess)
+}
+
+//export cuModuleLoadData
+func cuModuleLoadData(mod *C.CUmodule, image unsafe.Pointer) C.CUresult {
+	drv.mu.Lock()
+	defer drv.mu.Unlock()
+	if r := drv.ready(); r != cudaSuccess {
+		return result(r)
+	}
+	ctx := drv.currentContext()
+	if ctx == nil {
+		return result(cudaErrorInvalidContext)
+	}
+	if mod == nil || image == nil {
+		return result(cudaErrorInvalidValue)
+	}
+	kernels, ok := parsePTX(C.GoString((*C.char)(image)))
+	if !ok {
+		return result(cudaErrorInvalidImage)
+	}
+	m := &module{ctx: ctx, kernels: kernels}
+	m.handle = drv.newHandle(m)
+	putHandle(unsafe.Pointer(mod), m.handle)
+	return result(cudaSuccess)
+}
+
+//export cuModuleGetFunction
+func cuModuleGetFunction(fn *C.CUfunction, mod C.CUmodule, name *C.char) C.CUresult {
+	drv.mu.Lock()
+	defer drv.mu.Unlock()
+	if r := drv.ready(); r != cudaSuccess {
+		return result(r)
+	}
+	m, ok := drv.handles[h(unsafe.Pointer(mod))].(*module)
+	if !ok {
+		return result(cudaErrorInvalidHandle)
+	}
+	if fn == nil || name == nil {
+		return result(cudaErrorInvalidValue)
+	}
+	entry := C.GoString(name)
+	if !m.kernels[entry] {
+		return result(cudaErrorNotFound)
+	}
+	f := &function{module: m, name: entry}
+	f.handle = drv.newHandle(f)
+	putHandle(unsafe.Pointer(fn), f.handle)
+	return result(cudaSuccess)
+}
+
+//export cuModuleUnload
+func cuModuleUnload(mod C.CUmodule) C.CUresult {
+	drv.mu.Lock()
+	defer drv.mu.Unlock()
+	if r := drv.ready(); r != cudaSuccess {
+		return result(r)
+	}
+	m, ok := drv.handles[h(unsafe.Pointer(mod))].(*module)
+	if !ok {
+		return result(cudaErrorInvalidHandle)
+	}
+	for handle, obj := range drv.handles {
+		if f, ok := obj.(*function); ok && f.module == m {
+			delete(drv.handles, handle)
+		}
+	}
+	delete(drv.handles, m.handle)
+	return result(cudaSuccess)
+}
+
+//export cuLaunchKernel
+func cuLaunchKernel(fn C.CUfunction, gridX, gridY, gridZ, blockX, blockY, blockZ, sharedBytes C.uint,
+	hStream C.CUstream, params *unsafe.Pointer, extra *unsafe.Pointer) C.CUresult {
+	drv.mu.Lock()
+	defer drv.mu.Unlock()
+	if r := drv.ready(); r != cudaSuccess {
+		return result(r)
+	}
+	f, ok := drv.handles[h(unsafe.Pointer(fn))].(*function)
+	if !ok {
+		return result(cudaErrorInvalidHandle)
+	}
+	s, r := drv.stream(h(unsafe.Pointer(hStream)))
+	if r != cudaSuccess {
+		return result(r)
+	}
+	if ctx := drv.currentContext(); ctx == nil || ctx != f.module.ctx || s.ctx != ctx {
+		return result(cudaErrorInvalidContext)
+	}
+	threads := uint64(blockX) * uint64(blockY) * uint64(blockZ)
+	if gridX == 0 || gridY == 0 || gridZ == 0 || threads == 0 || threads > 1024 || params == nil {
+		return result(cudaErrorInvalidValue)
+	}
+	drv.flushAll() // the kernel sees every copy queued before it
+	args := unsafe.Slice(params, len(known[f.name]))
+	if f.name == "vectorAdd" {
+		if code := drv.vectorAdd(args, uint64(gridX)*uint64(blockX)); code != cudaSuccess {
+			s.ctx.sticky = code // reported by the next synchronization, as a GPU fault is
+		}
+	}
+	drv.enqueue(s, nil, kernelTime)
+	return result(cudaSuccess)
+}
+
+//export cuMemAlloc_v2
+func cuMemAlloc_v2(dptr *C.CUdeviceptr, size C.size_t) C.CUresult {
+	drv.mu.Lock()
+	defer drv.mu.Unlock()
+	if r := drv.ready(); r != cudaSuccess {
+		return result(r)
+	}
+	ctx := drv.currentContext()
+	if ctx == nil {
+		return result(cudaErrorInvalidContext)
+	}
+	if dptr == nil {
+		return result(cudaErrorInvalidValue)
+	}
+	base, r := drv.alloc(ctx.dev, uint64(size))
+	if r == cudaSuccess {
+		putU64(unsafe.Pointer(dptr), base)
+	}
+	return result(r)
+}
+
+//export cuMemFree_v2
+func cuMemFree_v2(dptr C.CUdeviceptr) C.CUresult {
+	drv.mu.Lock()
+	defer drv.mu.Unlock()
+	if r := drv.ready(); r != cudaSuccess {
+		return result(r)
+	}
+	return result(drv.free(uint64(dptr)))
+}
+
+//export cuMemHostAlloc
+func cuMemHostAlloc(pp *unsafe.Pointer, size C.size_t, flags C.uint) C.CUresult {
+	drv.mu.Lock()
+	defer drv.mu.Unlock()
+	if r := drv.ready(); r != cudaSuccess {
+		return result(r)
+	}
+	if drv.currentContext() == nil {
+		return result(cudaErrorInvalidContext)
+	}
+	if pp == nil || size == 0 || flags&^0x7 != 0 { // PORTABLE | DEVICEMAP | WRITECOMBINED
+		return result(cudaErrorInvalidValue)
+	}
+	p := cAlloc(uint64(size))
+	if p == nil {
+		return result(cudaErrorOutOfMemory)
+	}
+	drv.host[uintptr(p)] = uint64(size)
+	putHandle(unsafe.Pointer(pp), uintptr(p))
+	return result(cudaSuccess)
+}
+
+//export cuMemFreeHost
+func cuMemFreeHost(p unsafe.Pointer) C.CUresult {
+	drv.mu.Lock()
+	defer drv.mu.Unlock()
+	if r := drv.ready(); r != cudaSuccess {
+		return result(r)
+	}
+	size, ok := drv.host[uintptr(p)]
+	if !ok {
+		return result(cudaErrorInvalidValue)
+	}
+	drv.flushAll()
+	delete(drv.host, uintptr(p))
+	cFree(p, size)
+	return result(cudaSuccess)
+}
+
+// copyRate is the modelled GB/s of op (model.go); the copy was checked, so its allocations exist.
+func (d *driver) copyRate(op copyOp) float64 {
+	switch op.kind {
+	case hostToDevice:
+		a, _ := d.lookup(op.dst, op.n)
+		return d.model.host(a.dev.gpu.Index, "h2d")
+	case deviceToHost:
+		a, _ := d.lookup(op.src, op.n)
+		return d.model.host(a.dev.gpu.Index, "d2h")
+	}
+	dst, _ := d.lookup(op.dst, op.n)
+	src, _ := d.lookup(op.src, op.n)
+	if dst.dev == src.dev {
+		return localCopyGBps
+	}
+	if rate, ok := d.model.peer(dst.dev.gpu.Index, src.dev.gpu.Index); ok {
+		return rate
+	}
+	// No peer path: the driver stages the copy through host memory, one PCIe hop after the other.
+	up, down := d.model.host(src.dev.gpu.Index, "d2h"), d.model.host(dst.dev.gpu.Index, "h2d")
+	return 1 / (1/up + 1/down)
+}
+
+// check validates a copy's addresses (CUDA_ERROR_INVALID_VALUE where a device range is not allocated).
+func (d *driver) check(op copyOp) int {
+	if op.n == 0 {
+		return cudaSuccess
+	}
+	if op.kind != deviceToHost {
+		if a, _ := d.lookup(op.dst, op.n); a == nil {
+			return cudaErrorInvalidValue
+		}
+	}
+	if op.kind != hostToDevice {
+		if a, _ := d.lookup(op.src, op.n); a == nil {
+			return cudaErrorInvalidValue
+		}
+	}
+	if op.kind != deviceToDevice && op.host == nil {
+		return cudaErrorInvalidValue
+	}
+	return cudaSuccess
+}
+
+// copyAsync queues op on hStream.
+func copyAsync(op copyOp, hStream C.CUstream) C.CUresult {
+	drv.mu.Lock()
+	defer drv.mu.Unlock()
+	if r := drv.ready(); r != cudaSuccess {
+		return result(r)
+	}
+	s, r := drv.stream(h(unsafe.Pointer(hStream)))
+	if r != cudaSuccess {
+		return result(r)
+	}
+	if r := drv.check(op); r != cudaSuccess || op.n == 0 {
+		return result(r)
+	}
+	drv.enqueue(s, &op, modelled(op.n, drv.copyRate(op)))
+	return result(cudaSuccess)
+}
+
+// copySync is a cuMemcpy without a stream: on the current context's default stream, returning when done.
+func copySync(op copyOp) C.CUresult {
+	drv.mu.Lock()
+	if r := drv.ready(); r != cudaSuccess {
+		drv.mu.Unlock()
+		return result(r)
+	}
+	ctx := drv.currentContext()
+	if ctx == nil {
+		drv.mu.Unlock()
+		return result(cudaErrorInvalidContext)
+	}
+	if r := drv.check(op); r != cudaSuccess || op.n == 0 {
+		drv.mu.Unlock()
+		return result(r)
+	}
+	drv.flushAll()
+	drv.enqueue(ctx.null, &op, modelled(op.n, drv.copyRate(op)))
+	due := drv.syncStream(ctx.null)
+	sticky := ctx.sticky
+	drv.mu.Unlock()
+	sleepUntil(due)
+	return result(sticky)
+}
+
+//export cuMemcpyHtoD_v2
+func cuMemcpyHtoD_v2(dst C.CUdeviceptr, src unsafe.Pointer, n C.size_t) C.CUresult {
+	return copySync(copyOp{kind: hostToDevice, dst: uint64(dst), host: src, n: uint64(n)})
+}
+
+//export cuMemcpyDtoH_v2
+func cuMemcpyDtoH_v2(dst unsafe.Pointer, src C.CUdeviceptr, n C.size_t) C.CUresult {
+	return copySync(copyOp{kind: deviceToHost, host: dst, src: uint64(src), n: uint64(n)})
+}
+
+//export cuMemcpyHtoDAsync_v2
+func cuMemcpyHtoDAsync_v2(dst C.CUdeviceptr, src unsafe.Pointer, n C.size_t, hStream C.CUstream) C.CUresult {
+	return copyAsync(copyOp{kind: hostToDevice, dst: uint64(dst), host: src, n: uint64(n)}, hStream)
+}
+
+//export cuMemcpyDtoHAsync_v2
+func cuMemcpyDtoHAsync_v2(dst unsafe.Pointer, src C.CUdeviceptr, n C.size_t, hStream C.CUstream) C.CUresult {
+	return copyAsync(copyOp{kind: deviceToHost, host: dst, src: uint64(src), n: uint64(n)}, hStream)
+}
+
+//export cuMemcpyPeerAsync
+func cuMemcpyPeerAsync(dst C.CUdeviceptr, dstCtx C.CUcontext, src C.CUdeviceptr, srcCtx C.CUcontext,
+	n C.size_t, hStream C.CUstream) C.CUresult {
+	drv.mu.Lock()
+	dc, sc := drv.context(h(unsafe.Pointer(dstCtx))), drv.context(h(unsafe.Pointer(srcCtx)))
+	op := copyOp{kind: deviceToDevice, dst: uint64(dst), src: uint64(src), n: uint64(n)}
+	bad := drv.ready() == cudaSuccess && (dc == nil || sc == nil)
+	if !bad && dc != nil && sc != nil && n > 0 {
+		a, _ := drv.lookup(op.dst, op.n)
+		b, _ := drv.lookup(op.src, op.n)
+		bad = a == nil || b == nil || a.dev != dc.dev || b.dev != sc.dev
+		if bad {
+			drv.mu.Unlock()
+			return result(cudaErrorInvalidValue)
+		}
+	}
+	drv.mu.Unlock()
+	if bad {
+		return result(cudaErrorInvalidContext)
+	}
+	return copyAsync(op, hStream)
+}
+
+//export cuStreamCreate
+func cuStreamCreate(ph *C.CUstream, flags C.uint) C.CUresult {
+	drv.mu.Lock()
+	defer drv.mu.Unlock()
+	if r := drv.ready(); r != cudaSuccess {
+		return result(r)
+	}
+	ctx := drv.currentContext()
+	if ctx == nil {
+		return result(cudaErrorInvalidContext)
+	}
+	if ph == nil || flags&^1 != 0 { // CU_STREAM_NON_BLOCKING
+		return result(cudaErrorInvalidValue)
+	}
+	s := &stream{ctx: ctx, idle: true}
+	s.handle = drv.newHandle(s)
+	putHandle(unsafe.Pointer(ph), s.handle)
+	return result(cudaSuccess)
+}
+
+//export cuStreamDestroy_v2
+func cuStreamDestroy_v2(hStream C.CUstream) C.CUresult {
+	drv.mu.Lock()
+	defer drv.mu.Unlock()
+	if r := drv.ready(); r != cudaSuccess {
+		return result(r)
+	}
+	s, ok := drv.handles[h(unsafe.Pointer(hStream))].(*stream)
+	if !ok {
+		return result(cudaErrorInvalidHandle)
+	}
+	drv.flush(s) // queued work still completes, as on a GPU
+	delete(drv.handles, s.handle)
+	return result(cudaSuccess)
+}
+
+//export cuStreamSynchronize
+func cuStreamSynchronize(hStream C.CUstream) C.CUresult {
+	drv.mu.Lock()
+	if r := drv.ready(); r != cudaSuccess {
+		drv.mu.Unlock()
+		return result(r)
+	}
+	s, r := drv.stream(h(unsafe.Pointer(hStream)))
+	if r != cudaSuccess {
+		drv.mu.Unlock()
+		return result(r)
+	}
+	due := drv.syncStream(s)
+	sticky := s.ctx.sticky
+	drv.mu.Unlock()
+	sleepUntil(due)
+	return result(sticky)
+}
+
+//export cuEventCreate
+func cuEventCreate(ph *C.CUevent, flags C.uint) C.CUresult {
+	drv.mu.Lock()
+	defer drv.mu.Unlock()
+	if r := drv.ready(); r != cudaSuccess {
+		return result(r)
+	}
+	ctx := drv.currentContext()
+	if ctx == nil {
+		return result(cudaErrorInvalidContext)
+	}
+	if ph == nil || flags&^0xF != 0 { // BLOCKING_SYNC | DISABLE_TIMING | INTERPROCESS
+		return result(cudaErrorInvalidValue)
+	}
+	e := &event{ctx: ctx}
+	e.handle = drv.newHandle(e)
+	putHandle(unsafe.Pointer(ph), e.handle)
+	return result(cudaSuccess)
+}
+
+//export cuEventRecord
+func cuEventRecord(hEvent C.CUevent, hStream C.CUstream) C.CUresult {
+	drv.mu.Lock()
+	defer drv.mu.Unlock()
+	if r := drv.ready(); r != cudaSuccess {
+		return result(r)
+	}
+	e, ok := drv.handles[h(unsafe.Pointer(hEvent))].(*event)
+	if !ok {
+		return result(cudaErrorInvalidHandle)
+	}
+	s, r := drv.stream(h(unsafe.Pointer(hStream)))
+	if r != cudaSuccess {
+		return result(r)
+	}
+	if s.ctx != e.ctx {
+		return result(cudaErrorInvalidHandle)
+	}
+	drv.record(e, s)
+	return result(cudaSuccess)
+}
+
+//export cuEventSynchronize
+func cuEventSynchronize(hEvent C.CUevent) C.CUresult {
+	drv.mu.Lock()
+	if r := drv.ready(); r != cudaSuccess {
+		drv.mu.Unlock()
+		return result(r)
+	}
+	e, ok := drv.handles[h(unsafe.Pointer(hEvent))].(*event)
+	if !ok {
+		drv.mu.Unlock()
+		return result(cudaErrorInvalidHandle)
+	}
+	var due time.Time
+	sticky := cudaSuccess
+	if e.recorded {
+		drv.flush(e.stream)
+		if e.at == e.stream.clock {
+			e.stream.idle = true
+		}
+		due, sticky = e.due, e.ctx.sticky
+	}
+	drv.mu.Unlock()
+	sleepUntil(due)
+	return result(sticky)
+}
+
+//export cuEventElapsedTime
+func cuEventElapsedTime(ms *C.float, hStart, hEnd C.CUevent) C.CUresult {
+	drv.mu.Lock()
+	defer drv.mu.Unlock()
+	if r := drv.ready(); r != cudaSuccess {
+		return result(r)
+	}
+	start, ok1 := drv.handles[h(unsafe.Pointer(hStart))].(*event)
+	end, ok2 := drv.handles[h(unsafe.Pointer(hEnd))].(*event)
+	if !ok1 || !ok2 || !start.recorded || !end.recorded {
+		return result(cudaErrorInvalidHandle)
+	}
+	if ms == nil {
+		return result(cudaErrorInvalidValue)
+	}
+	if now := time.Now(); now.Before(start.due) || now.Before(end.due) {
+		return result(cudaErrorNotReady)
+	}
+	*ms = C.float(float64(end.at-start.at) / 1e6)
+	return result(cudaSuccess)
+}
+
+//export cuEventElapsedTime_v2
+func cuEventElapsedTime_v2(ms *C.float, hStart, hEnd C.CUevent) C.CUresult {
+	return cuEventElapsedTime(ms, hStart, hEnd)
+}
+
+//export cuEventDestroy_v2
+func cuEventDestroy_v2(hEvent C.CUevent) C.CUresult {
+	drv.mu.Lock()
+	defer drv.mu.Unlock()
+	if r := drv.ready(); r != cudaSuccess {
+		return result(r)
+	}
+	if _, ok := drv.handles[h(unsafe.Pointer(hEvent))].(*event); !ok {
+		return result(cudaErrorInvalidHandle)
+	}
+	delete(drv.handles, h(unsafe.Pointer(hEvent)))
+	return result(cudaSuccess)
+}
+
+var cStrings = map[string]*C.char{}
+
+// cString is a C copy of s that lives as long as the process (cuGetError* hand out static strings).
+func cString(s string) *C.char {
+	drv.mu.Lock()
+	defer drv.mu.Unlock()
+	if p, ok := cStrings[s]; ok {
+		return p
+	}
+	p := C.CString(s)
+	cStrings[s] = p
+	return p
+}
+
+//export cuGetErrorName
+func cuGetErrorName(code C.CUresult, out **C.char) C.CUresult {
+	return errorText(errorNames, code, out)
+}
+
+//export cuGetErrorString
+func cuGetErrorString(code C.CUresult, out **C.char) C.CUresult {
+	return errorText(errorStrings, code, out)
+}
+
+func errorText(table map[int]string, code C.CUresult, out **C.char) C.CUresult {
+	if out == nil {
+		return result(cudaErrorInvalidValue)
+	}
+	text, ok := table[int(code)]
+	if !ok {
+		*out = nil
+		return result(cudaErrorInvalidValue)
+	}
+	*out = cString(text)
+	return result(cudaSuccess)
+}
