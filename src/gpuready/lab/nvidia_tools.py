@@ -36,6 +36,26 @@ the module (``internal/runtime``, ``internal/modifier``, ``cmd/nvidia-container-
   lab's ``libnvidia-container-tools`` package.
 * ``nvidia-ctk cdi generate`` (what ``nvidia-cdi-refresh.service`` runs) needs NVML (the mock), the device nodes
   under ``--dev-root`` and the driver's files under ``--driver-root``; no libnvidia-container.
+
+What ``cdi generate`` (v1.20.0) needs from a host, measured over the lab's mock NVML (tests/unit/test_nvidia_tools.py):
+
+* ``/dev/nvidia<minor>`` as **character devices** (195:<minor>) for every GPU: a regular file gives the device no
+  edits and the whole spec is refused ("invalid device, empty device edits", exit 1). ``/dev/nvidiactl``,
+  ``/dev/nvidia-uvm``, ``/dev/nvidia-uvm-tools``, ``/dev/nvidia-modeset`` go into the spec's common edits when they
+  exist and are left out silently when not.
+* ``libnvidia-ml.so.<driver version>`` (the version NVML reports) under the driver root's library directory; the
+  spec mounts every ``*.so.<version>`` it finds (``libcuda.so.<version>`` too: any file, it is not loaded) and
+  ``nvidia-smi`` if present. No ``/etc/ld.so.cache`` is needed (a warning without it).
+* MIG devices additionally: ``/proc/driver/nvidia-caps/mig-minors`` at that absolute path (not under
+  ``--dev-root``), ``/dev/nvidia-caps/nvidia-cap<minor>`` character devices for the instances' access
+  capabilities, and NVML's MIG calls (go-nvlib's ``MigDevice.GetProfile``: ``GetGpuInstanceById``,
+  ``GpuInstanceGetInfo``, ``GpuInstanceGetComputeInstanceById``, ``GpuInstanceGetComputeInstanceProfileInfo``,
+  ``ComputeInstanceGetInfo_v2`` and the MIG handle calls). Linked as upstream links it, a function missing from
+  the library is a lazy-binding ``symbol lookup error`` (exit 127) at its first call, not an NVML error code.
+* ``/sys/bus/pci/devices/<bus id>/drm`` is read for DRM nodes; absent, a GPU simply gets none.
+
+Build times on this project's 2-core machine: about a minute per version with Go's build cache warm (1.17.3 after
+1.20.0: 22 s); 4.6 min for 1.20.0 with empty build and module caches while other builds ran; cached: instant.
 """
 
 from __future__ import annotations
