@@ -153,10 +153,28 @@ class Driver:
         self.state = self._load_state()
         self.version = library_version()
 
+    @classmethod
+    def snapshot(cls, hw: dict, state_text: str | None, current_boot: str | None) -> Driver:
+        """A read-only driver over given hardware and state text, for the lab's machine side (kernel_files).
+
+        The machine renders /dev/nvidia* and /proc/driver/nvidia from the same reading of the state the tools
+        in the host use (a reboot resets it), without taking the host's lock or writing its state file.
+        current_boot None: take the state as this boot's.
+        """
+        drv = cls.__new__(cls)
+        drv.hw = hw
+        drv.path = ""
+        drv._lock = None
+        drv.version = library_version()
+        raw = json.loads(state_text) if state_text and state_text.strip() else {}
+        drv.state = drv._state_from(raw, current_boot or raw.get("boot_id") or "unknown-boot")
+        return drv
+
     def _load_state(self) -> dict:
         raw = _read_text(self.path)
-        state = json.loads(raw) if raw else {}
-        current = boot_id()
+        return self._state_from(json.loads(raw) if raw else {}, boot_id())
+
+    def _state_from(self, state: dict, current: str) -> dict:
         gpus = state.get("gpus", {})
         if state.get("boot_id") != current:
             # A reboot: pending MIG mode becomes current, instances, persistence and the loaded module
