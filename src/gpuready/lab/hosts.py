@@ -52,6 +52,7 @@ from gpuready.lab import (
     faults,
     hardware,
     k8s_packages,
+    kernel_files,
     network,
     packages,
     ssh,
@@ -428,9 +429,22 @@ def _boot(paths: LabPaths, spec: HostSpec, merged: Path, netns: str) -> subproce
         "--console=read-only",
         f"--network-namespace-path={network.netns_path(netns)}",
         f"--bind-ro={paths.machine_dir(spec.name)}:{hardware.HOST_MACHINE_DIR}",
+        # the GPUs' PCI sysfs view (kernel_files; /dev/nvidia* and /proc/driver are put in by the supervisor)
+        f"--bind-ro={paths.machine_dir(spec.name) / kernel_files.KERNEL_DIR / 'sys-pci-devices'}:"
+        f"{kernel_files.SYSFS_PCI}",
     ]
     fresh_clocks = ["--fresh-clocks"] if supervisor.time_namespaces_supported() else []
-    argv = [sys.executable, "-m", "gpuready.lab.supervisor", f"--name={spec.name}", *fresh_clocks, "--", *cmd]
+    watch = ["--kernel-files", str(paths.machine_dir(spec.name)), str(merged)]
+    argv = [
+        sys.executable,
+        "-m",
+        "gpuready.lab.supervisor",
+        f"--name={spec.name}",
+        *fresh_clocks,
+        *watch,
+        "--",
+    ]
+    argv += cmd
     with open(paths.console_log(spec.name), "ab") as log:
         return subprocess.Popen(
             argv,
@@ -570,6 +584,8 @@ def up(
             hw = _write_hardware(paths, spec)
             known.append((spec.address, port, _write_host_files(paths, spec, port, client_pubkey, net)))
             merged = _mount_overlay(bases[spec.os], paths.host_dir(spec.name))
+            # the host's kernel files: the sysfs view must exist before nspawn binds it
+            kernel_files.refresh(paths.machine_dir(spec.name), merged)
             procs[spec.name] = proc = _boot(paths, spec, merged, net.netns)
             state["hosts"][spec.name] = {
                 "index": spec.index,
@@ -896,6 +912,13 @@ def run_on_host(
     return subprocess.run(argv, input=input_text, capture_output=True, text=True, timeout=timeout)
 
 
+def _refresh_kernel_files(paths: LabPaths, node: str) -> None:
+    """Show a changed machine in the host's /dev, /proc/driver/nvidia and sysfs before returning (the supervisor's
+    watcher would within a second, but a caller may look at once)."""
+    host = host_entry(require_state(paths), node)
+    kernel_files.refresh_running(paths.machine_dir(node), paths.host_dir(node) / "merged", host["pid"])
+
+
 def inject_fault(paths: LabPaths, node: str, fault: str | None, gpu: int | None = None) -> list[str]:
     """Change the host's hardware (fault=None clears all faults) and log the kernel lines the fault would print.
 
@@ -909,6 +932,7 @@ def inject_fault(paths: LabPaths, node: str, fault: str | None, gpu: int | None 
     try:
         if fault is None:
             hardware.write_hardware(path, faults.clear_faults(hw))
+            _refresh_kernel_files(paths, node)
             # On real hardware a fault is cleared by replacing or resetting the GPU and rebooting, after which
             # its XIDs are no longer "since boot": drop the journal's kernel lines the same way.
             run_on_host(
@@ -927,6 +951,7 @@ def inject_fault(paths: LabPaths, node: str, fault: str | None, gpu: int | None 
     except ValueError as exc:  # unknown fault, a GPU index the host lacks, a GPU named for a host-wide fault
         raise LabError(str(exc)) from exc
     hardware.write_hardware(path, hw)
+    _refresh_kernel_files(paths, node)
     if lines:
         result = run_on_host(
             paths, node, ["logger", "-p", "kern.err", "-t", "kernel"], "\n".join(lines) + "\n"

@@ -15,8 +15,12 @@ of this machine need not be systemd), so this process plays that unit's part for
   tools that confirm a reboot by a smaller uptime (pyinfra's ``server.reboot``) would wait forever.
 
 It writes one marker line per reboot to its standard output, which `lab up` points at the host's console log, so the
-log reads as one console across boots. Stdlib only, and it keeps no state of its own: if it is killed (SIGKILL),
-nspawn runs on unsupervised in the host's cgroup, where `lab down` still finds and kills it.
+log reads as one console across boots. It keeps no state of its own: if it is killed (SIGKILL), nspawn runs on
+unsupervised in the host's cgroup, where `lab down` still finds and kills it.
+
+With --kernel-files it also keeps the host's /dev/nvidia*, /proc/driver/nvidia and PCI sysfs view in step with its
+emulated machine, from a thread (gpuready.lab.kernel_files.watch): it is the one machine-side process that lives as
+long as the host and sees every boot. Only that option imports anything outside the standard library.
 """
 
 from __future__ import annotations
@@ -30,9 +34,11 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
+from pathlib import Path
 from types import FrameType
 from typing import IO
 
@@ -74,8 +80,10 @@ class Supervisor:
         fresh_clocks: bool = False,
         log: IO[str] | None = None,
         clock: Callable[[], float] = time.monotonic,
+        kernel_files: tuple[Path, Path] | None = None,
     ) -> None:
         self.command = list(command)
+        self.kernel_files = kernel_files  # (the host's machine dir, its root filesystem)
         self.name = name
         self.fresh_clocks = fresh_clocks
         self.log = log if log is not None else sys.stdout
@@ -115,8 +123,36 @@ class Supervisor:
             len(self._starts) == START_LIMIT_BURST and self.clock() - self._starts[0] < START_LIMIT_INTERVAL_S
         )
 
+    def _watch_kernel_files(self) -> threading.Event | None:
+        if self.kernel_files is None:
+            return None
+        from gpuready.lab import kernel_files
+
+        stop = threading.Event()
+        machine_dir, root = self.kernel_files
+
+        def nspawn_pid() -> int | None:
+            child = self._child
+            return child.pid if child is not None and child.returncode is None else None
+
+        def log(text: str) -> None:
+            self._marker(text)
+
+        threading.Thread(
+            target=kernel_files.watch, args=(machine_dir, root, nspawn_pid, stop, log), daemon=True
+        ).start()
+        return stop
+
     def run(self) -> int:
         """Boot, and boot again after each reboot; returns the status this process should exit with."""
+        stop = self._watch_kernel_files()
+        try:
+            return self._run()
+        finally:
+            if stop is not None:
+                stop.set()
+
+    def _run(self) -> int:
         while True:
             if self.stopping:  # told to stop before the first boot: never start it
                 return exit_status(-signal.SIGTERM)
@@ -151,13 +187,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="run each boot in a new time namespace (uptime starts at 0 on every boot)",
     )
     parser.add_argument(
+        "--kernel-files",
+        nargs=2,
+        metavar=("MACHINE_DIR", "ROOT"),
+        help="keep the host's NVIDIA device nodes and kernel files in step with its machine (kernel_files.watch)",
+    )
+    parser.add_argument(
         "command", nargs=argparse.REMAINDER, help="-- the command to run, e.g. systemd-nspawn ..."
     )
     args = parser.parse_args(argv)
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     if not command:
         parser.error("no command given (put it after --)")
-    supervisor = Supervisor(command, name=args.name, fresh_clocks=args.fresh_clocks)
+    kernel_files = (Path(args.kernel_files[0]), Path(args.kernel_files[1])) if args.kernel_files else None
+    supervisor = Supervisor(
+        command, name=args.name, fresh_clocks=args.fresh_clocks, kernel_files=kernel_files
+    )
     supervisor.install_signal_handlers()
     return supervisor.run()
 
