@@ -34,6 +34,7 @@ from kubernetes import client
 from kubernetes.client import rest
 
 from gpuready import kube
+from gpuready.conformance import SUITE_DIR
 from gpuready.deploy import addons
 from gpuready.spec import Fleet, load_fleet
 
@@ -132,7 +133,7 @@ def run_layer(
     output = io.StringIO()
     with Requests() as counted, contextlib.redirect_stdout(output):
         start = time.monotonic()
-        code = pytest.main([str(REPO / "conformance"), "-m", layer, "-q", "-p", "no:cacheprovider", "--tb=no",
+        code = pytest.main([str(SUITE_DIR), "-m", layer, "-q", "-p", "no:cacheprovider", "--tb=no",
                             "--inventory", str(path), "--kubeconfig", kubeconfig, "--command-timeout", str(timeout), "--pod-timeout", str(timeout),
                             "--report-dir", str(root / layer / "report"), "--no-header",
                             "-o", "console_output_style=classic"])  # fmt: skip

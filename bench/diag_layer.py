@@ -58,8 +58,8 @@ def main() -> int:
                     timeout=300,
                 )
             suite = [
-                "pytest",
-                "conformance",
+                "gpuready",
+                "check",
                 "--inventory",
                 "inventory/lab.py",
                 "-p",

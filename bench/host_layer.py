@@ -36,7 +36,7 @@ def timed(cmd: list[str], cwd: Path, env: dict[str, str]) -> float:
 
 
 def suite(tree: Path, env: dict[str, str], layer: str, runs: int, plugin: str | None) -> float:
-    cmd = [str(BIN / "python"), "-m", "pytest", "conformance", "--inventory", "inventory/lab.py", "-m", layer,
+    cmd = [str(BIN / "python"), "-m", "gpuready.cli", "check", "--inventory", "inventory/lab.py", "-m", layer,
            "-q", "-p", "no:cacheprovider"]  # fmt: skip
     if plugin:  # an older tree: its own plugin module instead of this tree's entry point
         cmd += ["-p", "no:gpuready", "-p", plugin]

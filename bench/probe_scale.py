@@ -34,6 +34,8 @@ import pytest
 from cluster_common import api_client, lab_cluster, pids, request_totals, table
 from conformance_scale import DGX_H100, REPO, Requests
 
+from gpuready.conformance import SUITE_DIR
+
 sys.path[:0] = [str(REPO / "tests"), str(REPO / "tests" / "conformance")]
 from host_roots import make_host  # noqa: E402
 from shims import FakeNode  # noqa: E402
@@ -103,7 +105,7 @@ def run(
     ProbeFleet.gather = timed  # type: ignore[method-assign]
     with Requests() as counted, contextlib.redirect_stdout(output):
         start = time.monotonic()
-        code = pytest.main([str(REPO / "conformance"), "-m", "host or gpu", "-q", "-p", "no:cacheprovider", "--tb=no",
+        code = pytest.main([str(SUITE_DIR), "-m", "host or gpu", "-q", "-p", "no:cacheprovider", "--tb=no",
                             "--inventory", str(path), "--kubeconfig", kubeconfig, "--connection", "pod",
                             "--command-timeout", "60", "--pod-timeout", "600", "--report-dir", str(report),
                             "--no-header", "-o", "console_output_style=classic"])  # fmt: skip
@@ -171,7 +173,7 @@ def lab_hosts(count: int, tmp: Path) -> list[tuple[str, str]]:
         rows.append((f"{count} lab hosts up and deployed", f"{time.monotonic() - start:8.1f} s"))
         kubeconfig = state["apiserver"]["kubeconfig"]
         for label, extra in (("over SSH", []), ("probe pods", ["--connection", "pod"])):
-            cmd = [sys.executable, "-m", "pytest", "conformance", "--inventory", "inventory/lab.py", "-m",
+            cmd = [sys.executable, "-m", "gpuready.cli", "check", "--inventory", "inventory/lab.py", "-m",
                    "host or gpu", "-q", "-p", "no:cacheprovider", "--kubeconfig", kubeconfig, *extra]  # fmt: skip
             start = time.monotonic()
             done = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=1800)

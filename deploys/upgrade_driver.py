@@ -12,10 +12,9 @@ Conformance reports per node: ``reports/upgrade/<node>/``. The run ends with wha
 skipped, failed and why, not started, stopped at a step), also written to ``reports/upgrade/summary.json``.
 """
 
-from pathlib import Path
-
 from pyinfra.api import OperationError
 
+from gpuready.conformance import SUITE_DIR
 from gpuready.deploy.upgrade import PlanError
 from gpuready.deploy.upgrade.tasks import rolling_upgrade, upgrade_plan
 
@@ -24,4 +23,4 @@ try:  # decided once, before any change: unreachable cluster, unjoined or driver
 except (PlanError, OperationError) as exc:
     raise SystemExit(f"gpuready: {exc}") from None
 
-rolling_upgrade(Path(__file__).resolve().parents[1] / "conformance")
+rolling_upgrade(SUITE_DIR)

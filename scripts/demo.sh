@@ -26,8 +26,8 @@ step "pyinfra inventory/lab.py deploys/cluster_addons.py"
 "$BIN/pyinfra" -y inventory/lab.py deploys/cluster_addons.py
 step "pyinfra inventory/lab.py apt.packages: DCGM and nvbandwidth for the diag layer (lab CUDA repository)"
 "$BIN/pyinfra" -y inventory/lab.py apt.packages 'packages=["datacenter-gpu-manager-4-core", "nvbandwidth"]'
-step "pytest conformance (reports in $REPORTS)"
+step "gpuready check: the conformance suite (reports in $REPORTS)"
 KUBECONFIG_PATH="$("$BIN/gpuready" lab status --json | "$BIN/python" -c 'import json, sys; print(json.load(sys.stdin)["apiserver"]["kubeconfig"])')"
-"$BIN/pytest" conformance -p no:cacheprovider --inventory inventory/lab.py \
+"$BIN/gpuready" check --inventory inventory/lab.py \
   --kubeconfig "$KUBECONFIG_PATH" --report-dir "$REPORTS" \
   --junitxml "$REPORTS/pytest.xml" -q

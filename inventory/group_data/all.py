@@ -182,7 +182,7 @@ cuda_base_image = "nvcr.io/nvidia/cuda:12.4.1-base-ubuntu22.04"
 # (any image with a POSIX sh, chroot, timeout, mktemp and base64: Debian slim, busybox)
 probe_image = "docker.io/library/debian:trixie-slim"
 
-# --- Node acceptance: the conformance suite's diag layer (pytest conformance -m diag) -----------------------
+# --- Node acceptance: the conformance suite's diag layer (gpuready check -m diag) ---------------------------
 # dcgmi diag run level where DCGM is installed: 1 (seconds, software and deployment checks), 2 (about two
 # minutes: adds PCIe and memory tests), 3 (tens of minutes). 2 and 3 load the GPUs: run them on drained nodes
 diag_dcgm_level = 1

@@ -1,6 +1,8 @@
-"""The ``gpuready`` console script: ``plan`` an inventory, ``discover`` one from a cluster, and run the local ``lab``.
+"""The ``gpuready`` console script: ``plan`` an inventory, ``discover`` one from a cluster, ``check`` a fleet with the
+conformance suite, and run the local ``lab``.
 
-Deploys run with pyinfra's own CLI and the conformance suite with pytest; this script only adds what neither has.
+Deploys run with pyinfra's own CLI and the conformance suite with pytest (``gpuready check`` is pytest on the suite
+the package ships); this script only adds what neither has.
 """
 
 from __future__ import annotations
@@ -74,6 +76,32 @@ def _manifests(args: argparse.Namespace) -> int:
     return 0
 
 
+CHECK_HELP = (
+    "run the conformance suite (pytest on the suite installed with gpuready; every other argument is pytest's or "
+    "the suite's: --inventory FILE | --discover, --kubeconfig, --connection ssh|local|pod, --report-dir, --site DIR, "
+    "-m LAYERS; `gpuready check --help` lists them all)"
+)
+
+
+def check(pytest_args: list[str]) -> int:
+    """Run the suite the package ships (:data:`gpuready.conformance.SUITE_DIR`): this process becomes
+    ``python -m pytest`` on it (exec), so signals, the exit status and pytest's own plugin loading are pytest's, as
+    if the user had typed the pytest command.
+
+    The suite's own ``pytest.ini`` is named with ``-c``, so the directory the user runs from (an empty one, or a
+    project with a pytest configuration of its own) changes nothing: same options, same rootdir, no cache written
+    into the installed package."""
+    import os
+
+    from gpuready.conformance import SUITE_DIR
+
+    sys.stdout.flush()
+    argv = [sys.executable, "-m", "pytest", "-c", str(SUITE_DIR / "pytest.ini"), "--rootdir", str(SUITE_DIR),
+            *pytest_args, str(SUITE_DIR)]  # fmt: skip
+    os.execv(sys.executable, argv)
+    return 0  # not reached
+
+
 def build_parser() -> argparse.ArgumentParser:
     from gpuready import __version__
 
@@ -95,7 +123,7 @@ def build_parser() -> argparse.ArgumentParser:
     d = sub.add_parser(
         "discover",
         help="print an inventory of the cluster's GPU nodes, from their labels, the device plugin's config and a "
-        "probe pod per node (review it, pin it, commit it: pytest conformance --inventory ...)",
+        "probe pod per node (review it, pin it, commit it: gpuready check --inventory ...)",
     )
     d.add_argument("--kubeconfig", default=None, help="the cluster's kubeconfig (default $KUBECONFIG)")
     d.add_argument("--kube-context", default=None, help="kubeconfig context (default: the current one)")
@@ -134,6 +162,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--write-back", action="store_true", help="run with --write-back, and grant it nodes patch"
     )
     ms.set_defaults(func=_manifests)
+    # parsed by pytest, not here (main hands everything after `check` over): listed for `gpuready --help`
+    sub.add_parser("check", help=CHECK_HELP, add_help=False)
     try:
         from gpuready.lab.cli import add_lab_parser
     except ImportError:  # the lab is optional on machines that only deploy and test
@@ -146,7 +176,10 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     """Every subcommand, with one exit for a closed pipe: ``gpuready plan ... | head`` ends quietly (exit 141,
     as a shell reports a command killed by SIGPIPE), with no traceback and no "Exception ignored" at exit."""
+    argv = sys.argv[1:] if argv is None else argv
     try:
+        if argv[:1] == ["check"]:
+            return check(argv[1:])
         args = build_parser().parse_args(argv)
         code = int(args.func(args) or 0)
         sys.stdout.flush()  # a closed pipe shows here, inside the handler, not at interpreter exit

@@ -5,7 +5,9 @@ from __future__ import annotations
 import shutil
 
 import pytest
-from shims import REPO, fake_node
+from shims import fake_node
+
+from gpuready.conformance import SUITE_DIR
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -19,7 +21,7 @@ def suite_dir(pytester: pytest.Pytester):
     """The user-facing suite (conformance/*.py) copied into pytester's directory."""
     target = pytester.path / "conformance"
     target.mkdir()
-    for path in (REPO / "conformance").glob("*.py"):
+    for path in (SUITE_DIR).glob("*.py"):
         shutil.copy(path, target / path.name)
     return target
 

@@ -25,9 +25,10 @@ from inventories import write_inventory
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from polling import wait_for
-from shims import GROUP_DATA, JOIN, PROFILE_INVENTORY, REPO, FakeNode
+from shims import GROUP_DATA, JOIN, PROFILE_INVENTORY, FakeNode
 
 from gpuready import kube
+from gpuready.conformance import SUITE_DIR
 from gpuready.conformance.workloads import NAMESPACE_PREFIX
 from gpuready.deploy import addons
 from gpuready.lab.agent import control
@@ -287,5 +288,5 @@ def copy_suite(pytester: Any, *layers: str) -> Path:
     target = pytester.path / "conformance"
     target.mkdir()
     for name in layers:
-        shutil.copy(REPO / "conformance" / name, target / name)
+        shutil.copy(SUITE_DIR / name, target / name)
     return target

@@ -17,15 +17,16 @@ import sys
 import pytest
 from kube_fleet import OPERATOR_NAMESPACE, make_fleet
 from polling import wait_for
-from shims import EMULATOR, REPO, read_verdict
+from shims import EMULATOR, read_verdict
 from test_kube_probe import assert_cleaned_up, failures, statuses
+
+from gpuready.conformance import SUITE_DIR
 
 TS = {"gpu_sharing": "time-slicing", "sharing_replicas": 4, "nvidia_cdi": False}
 # one H100 and a pool of three time-sliced L4s; runtime-class mode (the stand-ins' containerd 1.6 has no CDI)
 HOSTS = [("h100-sxm-8", {"nvidia_cdi": False}), ("l4-1", TS), ("l4-1", TS), ("l4-1", TS)]
 OTHER_DRIVER = "580.95.05"
 LAYERS = (
-    "conftest.py",
     "test_discovery.py",
     "test_host.py",
     "test_gpu.py",
@@ -40,7 +41,7 @@ def suite_dir(pytester):
     target = pytester.path / "conformance"
     target.mkdir()
     for name in LAYERS:
-        shutil.copy(REPO / "conformance" / name, target / name)
+        shutil.copy(SUITE_DIR / name, target / name)
     return target
 
 

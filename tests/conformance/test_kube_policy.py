@@ -14,9 +14,10 @@ from kube_fleet import make_fleet
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from polling import wait_for
-from shims import REPO, read_verdict
+from shims import read_verdict
 
 from gpuready import kube
+from gpuready.conformance import SUITE_DIR
 from gpuready.conformance import workloads as wl
 from gpuready.deploy import addons
 
@@ -27,7 +28,7 @@ PRODUCT = "nvidia.com/gpu.product"
 def policy_suite(pytester):
     target = pytester.path / "conformance"
     target.mkdir()
-    shutil.copy(REPO / "conformance" / "test_policy.py", target / "test_policy.py")
+    shutil.copy(SUITE_DIR / "test_policy.py", target / "test_policy.py")
     return target
 
 
@@ -221,7 +222,7 @@ def test_policy_after_the_other_kubernetes_layers(pytester, lab_cluster, api, vi
     target = pytester.path / "conformance"
     target.mkdir()
     for name in ("test_node.py", "test_workloads.py", "test_metrics.py", "test_policy.py"):
-        shutil.copy(REPO / "conformance" / name, target / name)
+        shutil.copy(SUITE_DIR / name, target / name)
     fleet = make_fleet(lab_cluster, api, virtual_nodes, tmp_path / "fleet")
     try:
         fleet.converged()

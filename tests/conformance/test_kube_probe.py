@@ -34,7 +34,7 @@ PROBE_PREFIX = wl.NAMESPACE_PREFIX + "probe-"
 
 @pytest.fixture
 def suite_dir(pytester):
-    return copy_suite(pytester, "conftest.py", "test_host.py", "test_gpu.py")
+    return copy_suite(pytester, "test_host.py", "test_gpu.py")
 
 
 @pytest.fixture

@@ -20,9 +20,9 @@ import pytest
 from kube_fleet import make_fleet
 from kubernetes import client
 from polling import wait_for
-from shims import REPO
 
 from gpuready import kube
+from gpuready.conformance import SUITE_DIR
 from gpuready.conformance.dra_workloads import claim_template
 from gpuready.deploy import dra_addons, upgrade
 from gpuready.deploy.facts.host import BootId
@@ -117,7 +117,7 @@ def validate(
     suite = tmp_path / "conformance"
     suite.mkdir()
     for name in ("test_node.py", "test_workloads.py"):
-        shutil.copy(REPO / "conformance" / name, suite / name)
+        shutil.copy(SUITE_DIR / name, suite / name)
     report_dir = tmp_path / "reports" / node
     command = upgrade_ops.conformance_command(
         suite, str(fleet.inventory), node, report_dir, str(fleet.kubeconfig), {}

@@ -320,8 +320,7 @@ def test_two_nodes_one_broken_the_other_passes(make_node, pytester, suite_dir):
     good.activate()
     bad.activate()
     envs = {"gpu-node-1": good.env(), "gpu-node-2": bad.env()}
-    conftest = suite_dir / "conftest.py"  # the suite's own fixtures stay; the runner factory is added
-    conftest.write_text(conftest.read_text() + TWO_NODE_CONFTEST.format(envs=json.dumps(envs)))
+    (suite_dir / "conftest.py").write_text(TWO_NODE_CONFTEST.format(envs=json.dumps(envs)))
     inventory = good.root / "two.py"
     good.inventory()  # group_data beside it
     inventory.write_text(
@@ -501,3 +500,60 @@ def test_a_site_check_file_beside_the_layers_lands_in_the_per_node_report(make_n
     ntp = host_layer["checks"]["test_site_ntp_daemon"]
     assert ntp["status"] == "fail" and "gpu-node-1: chrony is not installed" in ntp["message"], ntp
     assert result.ret == 1
+
+
+SITE_DIR_CHECKS = """
+import os
+
+
+def test_sees_its_own_node(node, host):
+    seen = host.run("printenv GPUREADY_FAKE_NODE").stdout.strip()
+    assert os.path.basename(seen) == {{"gpu-node-1": "node-h100-sxm-8", "gpu-node-2": "node-l4-1"}}[node.name], (
+        f"{{node.name}}: the site check ran on {{seen}}"
+    )
+
+
+def test_ntp_daemon(node, host):
+    assert host.exists("chronyd-gpuready-site"), f"{{node.name}}: chrony is not installed"
+"""
+
+
+def test_a_site_directory_runs_once_per_node_on_that_node(make_node, pytester, suite_dir, tmp_path):
+    """``--site DIR``: a directory of the user's own, outside the suite, no marker. Each check runs once per node,
+    its ``host`` is that node (not testinfra's local host), and its results are the node's "site" layer: in
+    verdict.json, the JUnit suite of the node and the table."""
+    h100, l4 = make_node("h100-sxm-8"), make_node("l4-1")
+    h100.activate()
+    l4.activate()
+    envs = {"gpu-node-1": h100.env(), "gpu-node-2": l4.env()}
+    (suite_dir / "conftest.py").write_text(TWO_NODE_CONFTEST.format(envs=json.dumps(envs)))
+    inventory = h100.root / "two.py"
+    h100.inventory()
+    inventory.write_text(
+        f"gpu_nodes = ([('gpu-node-1', {h100.inventory_data()!r}), ('gpu-node-2', {l4.inventory_data()!r})], {{}})\n"
+    )
+    site = tmp_path / "site-checks"
+    site.mkdir()
+    (site / "test_site.py").write_text(SITE_DIR_CHECKS.format())
+    report_dir = pytester.path / "report"
+    result = pytester.runpytest_inprocess(
+        "conformance", "--inventory", str(inventory), "--report-dir", str(report_dir), "--site", str(site), "-m",
+        "host or site",
+    )  # fmt: skip
+    verdict = read_verdict(report_dir)
+    for name in ("gpu-node-1", "gpu-node-2"):
+        checks = verdict["nodes"][name]["layers"]["site"]["checks"]
+        assert checks["test_sees_its_own_node"]["status"] == "pass", checks
+        assert checks["test_ntp_daemon"] == {**checks["test_ntp_daemon"], "status": "fail"}
+        assert f"{name}: chrony is not installed" in checks["test_ntp_daemon"]["message"], checks
+        assert verdict["nodes"][name]["layers"]["host"]["status"] == "pass"
+    assert (
+        result.ret == 1 and result.parseoutcomes()["failed"] == 2
+    )  # test_ntp_daemon on each node, nothing else
+    result.stdout.re_match_lines([r"node\s+host\s+gpu.*diag\s+site", r"gpu-node-1\s+PASS\s+-.*FAIL"])
+
+
+def test_a_site_directory_that_does_not_exist_is_a_usage_error(pytester, suite_dir, tmp_path):
+    result = pytester.runpytest_inprocess("conformance", "--site", str(tmp_path / "nowhere"))
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([f"*--site {tmp_path / 'nowhere'}: not a directory*"])

@@ -23,7 +23,7 @@ def run_suite(deployed_lab: Any, report_dir: Path, *args: str, source: tuple[str
     state = load_state(lab.paths) or {}
     kubeconfig = (state.get("apiserver") or {}).get("kubeconfig")
     assert kubeconfig, "the lab records no API server kubeconfig"
-    cmd = [sys.executable, "-m", "pytest", "conformance", *source, "--kubeconfig",
+    cmd = [sys.executable, "-m", "gpuready.cli", "check", *source, "--kubeconfig",
            kubeconfig, "--report-dir", str(report_dir), "-p", "no:cacheprovider", "-q", *args]  # fmt: skip
     started = time.monotonic()
     done = subprocess.run(cmd, cwd=REPO, env=lab.env(), capture_output=True, text=True, timeout=600)

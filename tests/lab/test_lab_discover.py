@@ -87,7 +87,7 @@ def allocatable(cluster: kube.Cluster, node: str) -> str | None:
 def suite(lab: Lab, report_dir: Path, *args: str) -> tuple[subprocess.CompletedProcess[str], dict]:
     """``pytest conformance --connection pod`` against the lab's cluster, with only the given inventory options
     (suite_runs.run_suite always passes --inventory inventory/lab.py); the run and its verdict."""
-    cmd = [sys.executable, "-m", "pytest", "conformance", "--connection", "pod", "--kubeconfig",
+    cmd = [sys.executable, "-m", "gpuready.cli", "check", "--connection", "pod", "--kubeconfig",
            lab.state["apiserver"]["kubeconfig"], "--report-dir", str(report_dir), "-p", "no:cacheprovider", "-rs",
            *TIMEOUTS, *args]  # fmt: skip
     started = time.monotonic()

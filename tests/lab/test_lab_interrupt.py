@@ -69,7 +69,7 @@ def pending_suite_pods(deployed_lab: Any, before: list[str]) -> list[str]:
 
 def start_suite(deployed_lab: Any, report_dir: Path, *args: str) -> subprocess.Popen[str]:
     state = load_state(deployed_lab.lab.paths) or {}
-    cmd = [sys.executable, "-m", "pytest", "conformance", "--inventory", "inventory/lab.py", "--kubeconfig",
+    cmd = [sys.executable, "-m", "gpuready.cli", "check", "--inventory", "inventory/lab.py", "--kubeconfig",
            state["apiserver"]["kubeconfig"], "--report-dir", str(report_dir), "-p", "no:cacheprovider", "-q",
            *args]  # fmt: skip
     return subprocess.Popen(

@@ -10,6 +10,7 @@ from test_spec import problems_of, write_inventory
 from test_validate_before_connect import _listener, _run
 
 from gpuready.cli import main
+from gpuready.conformance import SUITE_DIR
 from gpuready.conformance import workloads as wl
 from gpuready.conformance.checks import node as node_checks
 from gpuready.deploy.addons import AddonSettings, render_all
@@ -171,7 +172,7 @@ def test_mirrored_images_reach_the_suites_pods(mirrored):
 
 def test_the_suite_reads_its_images_from_the_spec():
     for name in ("test_workloads.py", "test_metrics.py"):
-        text = (REPO / "conformance" / name).read_text()
+        text = (SUITE_DIR / name).read_text()
         assert "wl.VECTOR_ADD_IMAGE" not in text and "wl.CUDA_BASE_IMAGE" not in text, name
         assert "n.images." in text, name
 

@@ -8,7 +8,7 @@ import yaml
 
 from gpuready import cli
 from gpuready.conformance import manifests
-from gpuready.conformance.report import LAYERS
+from gpuready.conformance.manifests import LAYERS
 
 KUBERNETES = "1.34.0"  # resource.k8s.io/v1 (the suite's DRA calls) is GA from 1.34
 
@@ -105,7 +105,7 @@ def test_the_pod_is_hardened():
         assert container["resources"]["requests"] == {"cpu": "100m", "memory": "256Mi"}
         assert container["image"] == "registry.example/gpuready:1"
         assert container["command"][:7] == [
-            "pytest", "conformance", "--discover", "--connection", "pod", "--report-dir", "/reports",
+            "gpuready", "check", "--discover", "--connection", "pod", "--report-dir", "/reports",
         ]  # fmt: skip
     assert objects["Namespace"]["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "restricted"
 

@@ -10,11 +10,13 @@ import sys
 import tomllib
 from pathlib import Path
 
+from gpuready.conformance import SUITE_DIR
+
 REPO = Path(__file__).resolve().parents[2]
 
 
 def test_no_top_level_test_module_shares_a_conformance_file_name():
-    layers = {path.name for path in (REPO / "conformance").glob("test_*.py")}
+    layers = {path.name for path in (SUITE_DIR).glob("test_*.py")}
     clashing = [
         str(path.relative_to(REPO))
         for path in (REPO / "tests").rglob("test_*.py")

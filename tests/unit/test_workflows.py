@@ -10,9 +10,11 @@ from pathlib import Path
 import pytest
 import yaml
 
+from gpuready.conformance import SUITE_DIR
+
 REPO = Path(__file__).resolve().parents[2]
 WORKFLOWS = sorted((REPO / ".github" / "workflows").glob("*.yml"))
-DOCS = (REPO / "README.md").read_text() + (REPO / "conformance" / "README.md").read_text()
+DOCS = (REPO / "README.md").read_text() + (SUITE_DIR / "README.md").read_text()
 
 
 def steps(path: Path) -> list[tuple[str, str]]:
@@ -46,7 +48,7 @@ def test_every_step_runs_a_documented_command(path):
 def test_the_nightly_conformance_step_checks_this_machine_locally():
     """The runner is the node: the host, gpu and diag layers look at this machine, not over SSH at itself."""
     (command,) = [
-        c for _, c in steps(REPO / ".github" / "workflows" / "nightly-gpu.yml") if "pytest conformance" in c
+        c for _, c in steps(REPO / ".github" / "workflows" / "nightly-gpu.yml") if "gpuready check" in c
     ]
     assert "--connection local" in command
 
@@ -55,7 +57,7 @@ def test_the_kubeconfig_workflow_reaches_the_nodes_only_through_the_cluster():
     """A runner with only a kubeconfig: the expectations discovered from the cluster, the host and gpu layers in
     probe pods, nothing deployed over SSH."""
     commands = [c for _, c in steps(REPO / ".github" / "workflows" / "nightly-kubeconfig.yml")]
-    (suite,) = [c for c in commands if "pytest conformance" in c]
+    (suite,) = [c for c in commands if "gpuready check" in c]
     assert "--connection pod" in suite and '--kubeconfig "$KUBECONFIG"' in suite
     assert "--discover" in suite and "--inventory" not in suite  # no inventory: expectations from the cluster
     assert not [c for c in commands if "pyinfra" in c or "ssh" in c]

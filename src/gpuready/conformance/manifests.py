@@ -2,14 +2,14 @@
 
 A Namespace (Pod Security ``restricted`` enforced), a ServiceAccount, a ClusterRole with the least RBAC the selected
 layers need and its ClusterRoleBinding, a Job and a CronJob whose one container runs the command a user runs today,
-``pytest conformance --discover --connection pod --report-dir /reports``, from the image's working directory. The
+``gpuready check --discover --connection pod --report-dir /reports`` (the suite installed with the package). The
 pod takes its credentials from its service account (:func:`gpuready.kube.connect`'s in-cluster configuration).
 
 Why a ClusterRole and not a Role: every pod the suite starts lives in a namespace of the run's own
 (``gpuready-conformance-<random>``, created and deleted by the run), whose name no Role can know in advance, and
 the node, metrics and policy layers read nodes and pods across namespaces.
 
-The rules are derived from the API calls the layers make (see ``conformance/README.md``, "Running in the
+The rules are derived from the API calls the layers make (see ``src/gpuready/conformance/suite/README.md``, "Running in the
 cluster", for the table): one rule set per layer, merged for the selected layers. The host, gpu and diag layers
 reach the nodes through probe pods (``--connection pod``), so they need what those pods need.
 """
@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpuready.conformance.report import LAYERS
+from gpuready.conformance import report
 
 Obj = dict[str, Any]
 Rule = tuple[str, str, tuple[str, ...]]  # (API group, resource, verbs)
@@ -28,7 +28,9 @@ DEFAULT_SCHEDULE = "0 3 * * *"
 NAME = "gpuready-conformance"
 LABELS = {"app.kubernetes.io/name": NAME, "app.kubernetes.io/part-of": "gpuready"}
 REPORTS = "/reports"
-COMMAND = ("pytest", "conformance", "--discover", "--connection", "pod", "--report-dir", REPORTS)
+# the suite's layers (a --site directory's checks are a team's own, not in the image)
+LAYERS = tuple(x for x in report.LAYERS if x != "site")
+COMMAND = ("gpuready", "check", "--discover", "--connection", "pod", "--report-dir", REPORTS)
 RUN_AS = 65532  # a non-root uid/gid (the "nonroot" user of distroless images); runAsNonRoot needs a number
 TTL_SECONDS = 86400  # a finished Job (and its pod, with its log) is kept a day
 
@@ -49,7 +51,7 @@ DRA_CLAIMS: tuple[Rule, ...] = (
     ("resource.k8s.io", "resourceclaimtemplates", ("create",)),
 )
 
-# layer -> the rules its checks need (what each calls: conformance/test_<layer>.py and the modules they use)
+# layer -> the rules its checks need (what each calls: gpuready/conformance/suite/test_<layer>.py and the modules they use)
 LAYER_RULES: dict[str, tuple[Rule, ...]] = {
     # probe pods (gpuready.conformance.probe): one privileged pod per node in the run's probe namespace
     "host": RUN_PODS,
@@ -109,7 +111,7 @@ def rules(layers: list[str] | tuple[str, ...], write_back: bool = False) -> list
 
 def command(layers: list[str] | tuple[str, ...], write_back: bool = False) -> list[str]:
     """The container's command: the one users run, with ``-m`` when not every layer is selected."""
-    argv = [*COMMAND, "-p", "no:cacheprovider"]  # the root filesystem is read-only: no .pytest_cache
+    argv = list(COMMAND)  # the suite's pytest.ini says -p no:cacheprovider: the root filesystem is read-only
     if set(layers) != set(LAYERS):
         argv += ["-m", " or ".join(x for x in LAYERS if x in layers)]
     if write_back:

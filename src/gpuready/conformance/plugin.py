@@ -1,6 +1,7 @@
 """pytest plugin of the conformance suite: options, per-node parametrization, layer gating and the fleet report.
 
-Registered under the ``pytest11`` entry point so ``pytest conformance --inventory ...`` works from any directory.
+Registered under the ``pytest11`` entry point; ``gpuready check --inventory ...`` runs it on the suite the package
+ships (:data:`gpuready.conformance.SUITE_DIR`), from any directory.
 Nothing here connects to a host or a cluster at import or ``--help`` time: the inventory is loaded (pure Python,
 no connection; ``load_fleet`` keeps pyinfra's gevent patching out of this process) when the session starts, and a
 node is
@@ -9,7 +10,7 @@ contacted when its layer's commands first run.
 A conformance test is a test function carrying one layer marker (``host``, ``gpu``, ``node``, ``workloads``,
 ``metrics``, usually as a module ``pytestmark``) and taking the ``node`` argument; the plugin parametrizes it
 with every selected node of the fleet. Adding a layer's tests is adding a file: gating and reporting key on the
-marker only.
+marker only. A ``--site DIR``'s test files are conformance tests too, of the "site" layer, without a marker.
 
 Order and gating: collected items are sorted by layer (stable, so file and node order is kept within a layer),
 globally rather than per node. A layer then runs for the whole fleet before the next one starts, which is what
@@ -25,6 +26,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
 import pytest
@@ -44,9 +46,10 @@ LAYER_HELP = {
     "metrics": "metrics layer: dcgm-exporter series per GPU",
     "policy": "policy layer: cluster policies as behaviour (taints, product affinity, priority and preemption, GPU quotas)",
     "diag": "diag layer: copy bandwidth against per-model floors and DCGM diagnostics",
+    "site": "site layer: a --site directory's own checks (test_*.py taking `host` or `node`), run on every node",
 }
 DEFAULT_TIMEOUT = 60.0
-NO_INVENTORY = "no --inventory given: the conformance suite needs the fleet's inventory (pytest conformance --inventory inventory/<env>.py)"
+NO_INVENTORY = "no --inventory given: the conformance suite needs the fleet's inventory (gpuready check --inventory inventory/<env>.py, or --discover)"
 
 
 @dataclass
@@ -303,6 +306,14 @@ def pytest_addoption(parser: pytest.Parser, pluginmanager: pytest.PytestPluginMa
         "'host or gpu or node'); workloads, metrics, policy and diag start GPU pods or load the GPUs",
     )
     group.addoption(
+        "--site",
+        action="append",
+        default=[],
+        metavar="DIR",
+        help="also run the test_*.py files of DIR, your own checks, once per node like the layers (their `host` "
+        "is the node, their results the node's 'site' layer; gated by the layers before it); repeatable",
+    )
+    group.addoption(
         "--report-dir",
         default=None,
         help="write the fleet report here: fleet.xml (junit, one suite per node), verdict.json, report.html",
@@ -312,9 +323,36 @@ def pytest_addoption(parser: pytest.Parser, pluginmanager: pytest.PytestPluginMa
     verdict_back.add_options(group)  # --write-back, --taint-failed, --taint-max-fraction, --metrics-file
 
 
+class _NodeHost:
+    """The ``host`` fixture of a suite run: the node under test, not pytest-testinfra's ``--hosts`` entry.
+
+    Registered only when the run has an inventory (or ``--discover``), after testinfra's plugin, so it is the
+    ``host`` every test of the run sees: the layer files and a ``--site`` directory's checks alike. Any other
+    pytest run keeps testinfra's own fixture."""
+
+    @pytest.fixture
+    def host(self, node: Any, gpuready_suite: Suite) -> Any:
+        return node_host(node, gpuready_suite)
+
+
+def _site_dirs(config: pytest.Config) -> list[Path]:
+    """The ``--site`` directories, resolved; one that is not a directory is a usage error naming it."""
+    dirs = []
+    for given in config.getoption("site") or []:
+        path = Path(given).expanduser().resolve()
+        if not path.is_dir():
+            raise pytest.UsageError(f"--site {given}: not a directory (a directory of test_*.py site checks)")
+        dirs.append(path)
+    return dirs
+
+
 def pytest_configure(config: pytest.Config) -> None:
     for layer in LAYERS:
         config.addinivalue_line("markers", f"{layer}: {LAYER_HELP[layer]}")
+    config.stash[_SITE_DIRS] = _site_dirs(config)
+    config.args.extend(str(d) for d in config.stash[_SITE_DIRS] if str(d) not in config.args)
+    if config.getoption("inventory") or config.getoption("discover"):
+        config.pluginmanager.register(_NodeHost(), "gpuready-node-host")
     config.addinivalue_line(
         "markers", "discover: a check of --discover's expectations (deselected without it)"
     )
@@ -459,19 +497,29 @@ def _interrupt_on_sigterm() -> Callable[[], None] | None:
 
 
 _LAYER = pytest.StashKey[str | None]()
+_SITE_DIRS = pytest.StashKey[list[Path]]()
+
+
+def _layer_of(node: Any, path: Path, config: pytest.Config) -> str | None:
+    """The layer marker of a test, or "site" for an unmarked test of a ``--site`` directory."""
+    marked = next((x for x in LAYERS if node.get_closest_marker(x) is not None), None)
+    if marked is None and any(path.is_relative_to(d) for d in config.stash.get(_SITE_DIRS, [])):
+        return "site"
+    return marked
 
 
 def layer_of(item: pytest.Item) -> str | None:
-    """The item's layer marker, looked up once per item (the hooks ask for it several times per check)."""
+    """The item's layer, looked up once per item (the hooks ask for it several times per check)."""
     if _LAYER not in item.stash:
-        item.stash[_LAYER] = next((x for x in LAYERS if item.get_closest_marker(x) is not None), None)
+        item.stash[_LAYER] = _layer_of(item, item.path, item.config)
     return item.stash[_LAYER]
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "node" not in metafunc.fixturenames:
         return
-    if not any(metafunc.definition.get_closest_marker(layer) for layer in LAYERS):
+    layer = _layer_of(metafunc.definition, metafunc.definition.path, metafunc.config)
+    if layer is None:
         return  # not a conformance test: leave any other `node` fixture alone
     suite = metafunc.config.stash.get(SUITE, None)
     if suite is None:
@@ -479,13 +527,20 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
             "node", [pytest.param(None, marks=pytest.mark.skip(reason=NO_INVENTORY))], ids=["no-inventory"]
         )
         return
-    marks = {m.name for m in metafunc.definition.iter_markers()}
+    marks = {m.name for m in metafunc.definition.iter_markers()} | {layer}
     disruptive = metafunc.config.getoption("non_disruptive") and not marks & set(NON_DISRUPTIVE)
     if disruptive or not marks_select(metafunc.config.getoption("markexpr") or "", marks):
         # -m deselects it anyway: one item to deselect instead of one per node (54,000 items on 1000 nodes)
         metafunc.parametrize("node", [], ids=[])
         return
     metafunc.parametrize("node", suite.nodes, ids=[n.name for n in suite.nodes])
+
+
+def pytest_itemcollected(item: pytest.Item) -> None:
+    """A ``--site`` check gets the ``site`` marker, so ``-m site`` (and ``-m "not site"``) select it as pytest does
+    any layer."""
+    if layer_of(item) == "site" and item.get_closest_marker("site") is None:
+        item.add_marker(pytest.mark.site)
 
 
 def marks_select(markexpr: str, names: set[str]) -> bool:
@@ -712,8 +767,8 @@ def gpuready_suite(request: pytest.FixtureRequest) -> Suite:
 def node_host(node: Any, suite: Suite) -> Any:
     """The node under test as a testinfra host (``host.service(...)``, ``host.package(...)``, ``host.file(...)``,
     ``host.run(...)``) on the suite's one connection to it, whose answers are cached for the run. A node that
-    cannot be reached skips the check: ``test_connection`` fails it once, for that reason. The ``host`` fixture of
-    ``conformance/conftest.py`` hands it to the host layer and to any site check file beside it."""
+    cannot be reached skips the check: ``test_connection`` fails it once, for that reason. The ``host`` fixture of a
+    suite run (:class:`_NodeHost`) hands it to the host layer and to the ``--site`` checks."""
     shell = NodeShell(node, suite.runner(node))
     for problem in shell.connection_problems():
         _skip_here(f"{node.name}: {problem}; test_connection reports it")

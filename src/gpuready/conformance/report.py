@@ -26,10 +26,11 @@ from typing import Any
 
 import junit_xml
 
-LAYERS = ("host", "gpu", "node", "workloads", "metrics", "policy", "diag")
+# "site": the checks of a --site directory (a team's own test_*.py, run per node like the layers), last
+LAYERS = ("host", "gpu", "node", "workloads", "metrics", "policy", "diag", "site")
 STATUSES = ("pass", "fail", "skip")
 # verdict.json's format: the major number changes when a field is renamed or removed, the minor when one is added.
-SCHEMA_VERSION = "1.0"
+SCHEMA_VERSION = "1.1"  # 1.1: the "site" layer
 SCHEMA_FILE = "verdict.schema.json"
 
 # pytest's exit statuses, as a CI job reading verdict.json needs them explained.
@@ -268,8 +269,9 @@ def write_reports(results: FleetResults, directory: str | Path, exit_code: int) 
 
 def render_table(results: FleetResults) -> str:
     """Nodes x layers, PASS/FAIL/SKIP/-, and the first failure of each failed node underneath."""
-    header = ["node", *LAYERS]
-    rows = [[node, *(results.layer_status(node, layer) for layer in LAYERS)] for node in results.nodes]
+    layers = [x for x in LAYERS if x != "site" or any(results.checks(n, x) for n in results.nodes)]
+    header = ["node", *layers]
+    rows = [[node, *(results.layer_status(node, layer) for layer in layers)] for node in results.nodes]
     widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
     lines = [
         "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()

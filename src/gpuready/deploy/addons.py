@@ -353,7 +353,7 @@ def prometheus_rule_groups() -> list[dict[str, Any]]:
                     f"{_WHERE} reported XID {{{{ $value }}}}{_HELD_BY}",
                     "The driver logged an XID error (the value is the last XID code). 13, 31 and 43 are usually "
                     "the application's fault; 48, 63, 64, 74, 79, 92, 94 and 95 mean drain the node and reset "
-                    "or repair the GPU. `pytest conformance` (gpu layer) names every XID since boot.",
+                    "or repair the GPU. `gpuready check` (gpu layer) names every XID since boot.",
                 ),
                 _alert(
                     "GPURowRemapFailure",

@@ -646,7 +646,7 @@ def _plain(value: Any) -> Any:
 
 def render_inventory(d: Discovery) -> str:
     """An inventory file of what was found, one pool after another, with the problems as comments: review it,
-    pin what must not drift, commit it, and run ``pytest conformance --inventory`` with it."""
+    pin what must not drift, commit it, and run ``gpuready check --inventory`` with it."""
     lines = [
         f'"""gpuready inventory discovered from {d.source} (`gpuready discover`).',
         "",

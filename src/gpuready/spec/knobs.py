@@ -189,7 +189,7 @@ SECTIONS = {
     "upgrade": "Driver and toolkit upgrades (deploys/upgrade_driver.py)",
     "addons": "Cluster add-ons (deploys/cluster_addons.py)",
     "images": "Container images: every image the add-ons and the conformance suite run",
-    "diag": "Node acceptance: the conformance suite's diag layer (pytest conformance -m diag)",
+    "diag": "Node acceptance: the conformance suite's diag layer (gpuready check -m diag)",
     "timeouts": "Timeouts (seconds)",
     "data": "Data that is not a knob",
 }
