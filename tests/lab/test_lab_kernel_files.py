@@ -186,7 +186,7 @@ def test_the_files_come_back_after_a_reboot(one_host: Lab) -> None:
     assert lab.ssh(NODE, "cat /sys/bus/pci/devices/0000:07:00.0/vendor").stdout == "0x10de\n"
 
 
-def test_driver_removed_and_rebooted_means_no_nodes(one_host: Lab) -> None:
+def test_driver_removed_before_any_tool_loaded_it_means_no_nodes(one_host: Lab) -> None:
     lab = one_host
     lab.ssh(NODE, "rm /usr/lib/nvidia-emu/kmod-version")
     # the module stays loaded until the next boot (state names it only once a tool has loaded it): with no tool run

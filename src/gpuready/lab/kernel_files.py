@@ -381,6 +381,14 @@ def nspawn_pid_of(supervisor_pid: int) -> int | None:
     return int(children[0]) if children else None
 
 
+def _child_of(pid: int, parent: int) -> bool:
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return False
+    return f"\nPPid:\t{parent}\n" in status
+
+
 def host_started(nspawn_pid: int, init_pid: int) -> bool:
     """Whether the host's PID 1 runs its own init in its own root: until nspawn's inner child execs init, its
     root (and so /proc/<pid>/root/dev) may still be this machine's, which must never be written to."""
@@ -481,9 +489,13 @@ def watch(
     lab being told.
     """
     seen: tuple[Any, ...] | None = None
+    init: int | None = None
     while not stop.wait(interval if seen is not None else 0.2):
         pid = nspawn_pid()
-        init = host_init_pid(pid) if pid else None
+        if (
+            pid is None or init is None or not _child_of(init, pid)
+        ):  # scan /proc only when the host (re)starts
+            init = host_init_pid(pid) if pid else None
         if pid is None or init is None or not host_started(pid, init):
             seen = None
             continue
