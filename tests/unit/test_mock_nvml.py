@@ -319,3 +319,51 @@ def test_init_fails_as_the_real_one_does(tmp_path: Path, nvml_dir: Path) -> None
     hardware.write_hardware(machine.hw_path, machine.hw)
     assert init() == 18
     assert machine.run("nvidia_smi").returncode == 18  # nvidia-smi agrees
+
+
+def test_mig_device_profile_walk_as_go_nvlib_does(tmp_path: Path, nvml_dir: Path) -> None:
+    """MIG device -> parent -> GPU/compute instance -> profile, the walk go-nvlib's MigDevice.GetProfile
+    makes for the device plugin's mixed strategy, names the profiles nvidia-smi -L lists."""
+    host = _Host(tmp_path, "a100-80gb-4")
+    host.ok("-i", "1", "-mig", "1")
+    host.env["GPUREADY_LAB_BOOT_ID"] = "boot-2"
+    host.ok("mig", "-i", "1", "-cgi", "9,14,19", "-C")
+    script = textwrap.dedent(
+        """
+        import json, pynvml as nv
+        nv.nvmlInit()
+        gpu = nv.nvmlDeviceGetHandleByIndex(1)
+        found = []
+        for slot in range(nv.nvmlDeviceGetMaxMigDeviceCount(gpu)):
+            try:
+                mig = nv.nvmlDeviceGetMigDeviceHandleByIndex(gpu, slot)
+            except nv.NVMLError_NotFound:
+                continue
+            parent = nv.nvmlDeviceGetDeviceHandleFromMigDeviceHandle(mig)
+            gi = nv.nvmlDeviceGetGpuInstanceById(parent, nv.nvmlDeviceGetGpuInstanceId(mig))
+            ci = nv.nvmlGpuInstanceGetComputeInstanceById(gi, nv.nvmlDeviceGetComputeInstanceId(mig))
+            gi_info, ci_info = nv.nvmlGpuInstanceGetInfo(gi), nv.nvmlComputeInstanceGetInfo(ci)
+            names = []
+            for i in range(nv.NVML_GPU_INSTANCE_PROFILE_COUNT):
+                try:
+                    prof = nv.nvmlDeviceGetGpuInstanceProfileInfo(parent, i)
+                except nv.NVMLError_NotSupported:
+                    continue
+                if prof.id != gi_info.profileId:
+                    continue
+                ci_prof = nv.nvmlGpuInstanceGetComputeInstanceProfileInfo(gi, ci_info.profileId, 0)
+                names.append((prof.name.decode() if isinstance(prof.name, bytes) else prof.name, ci_prof.sliceCount))
+            found.append({"uuid": nv.nvmlDeviceGetUUID(mig), "names": names, "name": nv.nvmlDeviceGetName(mig)})
+        print(json.dumps(found))
+        """
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", script], env=_env(host, nvml_dir), capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 0, result.stderr
+    found = json.loads(result.stdout)
+    listed = smi.parse_list(host.ok("-L"))[1].mig_devices
+    assert [d["uuid"] for d in found] == [d.uuid for d in listed]
+    slices = {"3g.40gb": 3, "2g.20gb": 2, "1g.10gb": 1}
+    assert [d["names"] for d in found] == [[[f"MIG {d.profile}", slices[d.profile]]] for d in listed]
+    assert [d["name"] for d in found] == [f"NVIDIA A100-SXM4-80GB MIG {d.profile}" for d in listed]

@@ -417,7 +417,9 @@ type View struct {
 	MigPending bool
 	// Persistence: the driver's persistence mode, or nvidia-persistenced running.
 	Persistence bool
-	MigDevices  []MigDevice
+	// GPUInstances are the GPU instances by id (MIG mode current only); MigDevices their compute instances.
+	GPUInstances []GPUInstance
+	MigDevices   []MigDevice
 	// Memory in MiB: total, reserved by the driver, used, free.
 	MemoryTotalMiB, MemoryReservedMiB, MemoryUsedMiB, MemoryFreeMiB int
 	// Uncorrected ECC errors (volatile = aggregate here; 0 without faults).
@@ -459,6 +461,8 @@ func (m *Machine) View(index int) *View {
 		XIDs:         m.XIDs(index),
 	}
 	if v.MigCurrent {
+		v.GPUInstances = append([]GPUInstance(nil), st.GIs...)
+		sort.Slice(v.GPUInstances, func(i, j int) bool { return v.GPUInstances[i].ID < v.GPUInstances[j].ID })
 		v.MigDevices = migDevices(g, st)
 	}
 	v.MemoryTotalMiB = g.MemoryMiB
@@ -501,6 +505,16 @@ func (m *Machine) Fabric() (string, string) {
 		return "In Progress", "N/A"
 	}
 	return "Completed", "Success"
+}
+
+// Profile is the GPU's MIG profile with this profile id, nil when it has none.
+func (g *GPU) Profile(id int) *MigProfile {
+	for i := range g.MIGProfiles {
+		if g.MIGProfiles[i].ProfileID == id {
+			return &g.MIGProfiles[i]
+		}
+	}
+	return nil
 }
 
 func migDevices(g *GPU, st GPUState) []MigDevice {

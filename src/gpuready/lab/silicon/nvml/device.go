@@ -631,3 +631,12 @@ func nvmlDeviceGetGpuFabricInfo(h C.nvmlDevice_t, info *C.nvmlGpuFabricInfo_t) C
 	}
 	return C.NVML_SUCCESS
 }
+
+//export nvmlDeviceGetAddressingMode
+func nvmlDeviceGetAddressingMode(h C.nvmlDevice_t, mode *C.nvmlDeviceAddressingMode_t) C.nvmlReturn_t {
+	_, rc := get(h)
+	if rc != C.NVML_SUCCESS {
+		return rc
+	}
+	return C.NVML_ERROR_NOT_SUPPORTED // no HMM/ATS on emulated silicon; the DRA driver takes this as "none"
+}

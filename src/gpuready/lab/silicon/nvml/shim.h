@@ -25,4 +25,6 @@
 // Handles point to C memory (never Go memory, so callers may keep them); the library maps them back.
 struct nvmlDevice_st { int slot; };
 struct nvmlEventSet_st { int slot; };
+struct nvmlGpuInstance_st { int slot; };
+struct nvmlComputeInstance_st { int slot; };
 #endif
