@@ -1,6 +1,8 @@
 """NVIDIA's real container toolkit, built from its Go module (gpuready.lab.nvidia_tools), does what the lab and the
-product expect of it: it reports its version, and what ``nvidia-ctk runtime configure`` writes for containerd is
-what the product's own host checks accept.
+product expect of it: it reports its version, what ``nvidia-ctk runtime configure`` writes for containerd is what
+the product's own host checks accept, and ``nvidia-ctk cdi generate`` over the lab's mock NVML (lab/silicon) and
+the lab's rendered /dev and /proc/driver (gpuready.lab.kernel_files) names exactly the devices the lab's
+``nvidia-smi -L`` lists, MIG devices included.
 
 The build is cached in the lab cache (``gpuready.lab.state.cache_dir()``), so only the first run here compiles
 (about a minute on 2 cores); skipped where Go or gcc is missing.
@@ -10,7 +12,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import stat
 import subprocess
 import tomllib
 from pathlib import Path
@@ -22,7 +23,7 @@ from emulated import Machine
 
 from gpuready.conformance.checks import Output
 from gpuready.conformance.checks import host as host_checks
-from gpuready.lab import nvidia_tools
+from gpuready.lab import kernel_files, nvidia_tools
 from gpuready.lab.cluster.binaries import PrerequisiteError, go_problem
 from gpuready.nvidia import cdi, containerd_config
 from gpuready.nvidia.smi import parse_list
@@ -128,12 +129,7 @@ def test_runtime_configure_writes_what_the_host_checks_accept(
     assert containerd_config.cdi_settings(drop_in)[0] == containerd_config.cdi_settings(ours)[0]
 
 
-# ---- nvidia-ctk cdi generate over the lab's mock NVML ------------------------------------------------------------
-NVIDIA_MAJOR = 195  # the kernel driver's fixed major: /dev/nvidia<minor>, nvidiactl 255, nvidia-modeset 254
-UVM_MAJOR, CAPS_MAJOR = 510, 509  # dynamic majors (/proc/devices) on a real node; any free ones do here
-GIS, CIS = 15, 8  # GPU and compute instance ids the driver has capability minors for, per GPU
-
-
+# ---- nvidia-ctk cdi generate over the lab's mock NVML and kernel files ----------------------------------------------
 def mock_nvml() -> Path:
     """The lab's mock libnvidia-ml.so.1 (gpuready.lab.silicon), built once; skips the test where it cannot be."""
     build = pytest.importorskip(
@@ -173,39 +169,30 @@ def missing_symbols(library: Path, names: tuple[str, ...]) -> list[str]:
     return [name for name in names if name not in exported]
 
 
-def mig_minors(gpu_minors: list[int]) -> str:
-    """/proc/driver/nvidia-caps/mig-minors as the driver writes it: config, monitor, then every GPU and compute
-    instance's access capability by GPU minor, each with its /dev/nvidia-caps/nvidia-cap<minor>."""
-    lines, minor = ["config 1", "monitor 2"], 3
-    for gpu in gpu_minors:
-        for gi in range(GIS):
-            lines.append(f"gpu{gpu}/gi{gi}/access {minor}")
-            minor += 1
-            for ci in range(CIS):
-                lines.append(f"gpu{gpu}/gi{gi}/ci{ci}/access {minor}")
-                minor += 1
-    return "\n".join(lines) + "\n"
+def kernel_tree(machine: Machine) -> Path:
+    """The machine's /dev and /proc/driver as a lab host gets them (gpuready.lab.kernel_files, from the same hardware
+    and driver state files the emulated nvidia-smi reads), rendered under the test's directory; returns it."""
+    nvemu, _ = kernel_files.emulator()
+    state = Path(machine.env["GPUREADY_LAB_STATE"])
+    drv = nvemu.Driver.snapshot(
+        machine.hw,
+        state.read_text() if state.exists() else None,
+        machine.env["GPUREADY_LAB_BOOT_ID"],
+    )
+    kernel = machine.tmp / "kernel"
+    loaded = machine.env["GPUREADY_LAB_DRIVER_VERSION"]
+    kernel_files.write(kernel, kernel_files.render(drv, loaded, Path("/proc/devices").read_text()))
+    return kernel
 
 
-def host_root(root: Path, gpu_minors: list[int], driver: str, nvml: Path) -> None:
-    """What ``cdi generate`` reads under --dev-root and --driver-root: the driver's character devices (regular
-    files are not device nodes to it) and its versioned libraries where the driver package installs them."""
-    dev = root / "dev"
-    (dev / "nvidia-caps").mkdir(parents=True)
-    nodes = {f"nvidia{m}": (NVIDIA_MAJOR, m) for m in gpu_minors}
-    nodes |= {"nvidiactl": (NVIDIA_MAJOR, 255), "nvidia-modeset": (NVIDIA_MAJOR, 254)}
-    nodes |= {"nvidia-uvm": (UVM_MAJOR, 0), "nvidia-uvm-tools": (UVM_MAJOR, 1)}
-    nodes |= {f"nvidia-caps/nvidia-cap{m}": (CAPS_MAJOR, m) for m in (1, 2)}
-    for line in mig_minors(gpu_minors).splitlines()[2:]:
-        minor = int(line.split()[1])
-        nodes[f"nvidia-caps/nvidia-cap{minor}"] = (CAPS_MAJOR, minor)
-    for name, (major, minor) in nodes.items():
-        os.mknod(dev / name, 0o666 | stat.S_IFCHR, os.makedev(major, minor))
+def driver_root(root: Path, driver: str, nvml: Path) -> None:
+    """The driver's files ``cdi generate`` looks for under --driver-root: the versioned libraries where the driver
+    packages install them (NVML is the mock; libcuda is any file, it is only mounted) and nvidia-smi."""
     lib = root / "usr/lib/x86_64-linux-gnu"
     lib.mkdir(parents=True)
     shutil.copy(nvml, lib / f"libnvidia-ml.so.{driver}")
     (lib / "libnvidia-ml.so.1").symlink_to(f"libnvidia-ml.so.{driver}")
-    shutil.copy(nvml, lib / f"libcuda.so.{driver}")  # an ELF file by the name is all the spec needs of it
+    (lib / f"libcuda.so.{driver}").write_text("libcuda\n")
     (lib / "libcuda.so.1").symlink_to(f"libcuda.so.{driver}")
     (root / "usr/bin").mkdir(parents=True)
     (root / "usr/bin/nvidia-smi").write_text("#!/bin/sh\n")
@@ -213,21 +200,16 @@ def host_root(root: Path, gpu_minors: list[int], driver: str, nvml: Path) -> Non
 
 
 def generate(
-    toolkit: dict[str, Path], machine: Machine, root: Path, out: Path
+    toolkit: dict[str, Path], machine: Machine, kernel: Path, root: Path, out: Path
 ) -> subprocess.CompletedProcess:
-    """``nvidia-ctk cdi generate`` in a mount namespace of its own whose /proc/driver holds the driver's MIG minors
-    (the toolkit reads /proc/driver/nvidia-caps/mig-minors at that absolute path, not under --dev-root)."""
-    proc_driver = machine.tmp / "proc-driver"
-    (proc_driver / "nvidia-caps").mkdir(parents=True, exist_ok=True)
-    minors = sorted(g.get("minor_number", g["index"]) for g in machine.hw["gpus"])
-    (proc_driver / "nvidia-caps/mig-minors").write_text(mig_minors(minors))
-    ctk = toolkit["nvidia-ctk"]
+    """``nvidia-ctk cdi generate`` with the rendered tree as --dev-root (it holds dev/), in a mount namespace whose
+    /proc/driver is the rendered one (the toolkit reads /proc/driver/nvidia-caps/mig-minors at that absolute path,
+    not under --dev-root), as a lab host binds it."""
     script = (
-        f'mount --bind "{proc_driver}" /proc/driver && exec "{ctk}" cdi generate '
-        f'--dev-root="{root}" --driver-root="{root}" --output="{out}"'
+        f'mount --bind "{kernel / "proc-driver"}" /proc/driver && exec "{toolkit["nvidia-ctk"]}" cdi generate '
+        f'--dev-root="{kernel}" --driver-root="{root}" --output="{out}"'
     )
-    env = {**machine.env, "LD_LIBRARY_PATH": str(root / "usr/lib/x86_64-linux-gnu")}
-    return run("unshare", "--mount", "--propagation=private", "sh", "-c", script, env=env)
+    return run("unshare", "--mount", "--propagation=private", "sh", "-c", script, env=machine.env)
 
 
 needs_root = pytest.mark.skipif(
@@ -244,10 +226,9 @@ def test_cdi_generate_names_what_nvidia_smi_lists(
     """The real ``cdi generate`` over the mock NVML names exactly the GPUs and MIG devices the lab's
     ``nvidia-smi -L`` lists (by index and UUID, plus ``all``): the CDI host check's expectation."""
     nvml = mock_nvml()
-    if mig_gpus and shutil.which("nm") and (missing := missing_symbols(nvml, MIG_SYMBOLS)):
-        pytest.skip(
-            f"the mock NVML does not export what cdi generate calls for MIG devices: {', '.join(missing)}"
-        )
+    if mig_gpus and shutil.which("nm"):
+        missing = missing_symbols(nvml, MIG_SYMBOLS)
+        assert not missing, f"the mock NVML lacks what cdi generate calls for MIG devices: {missing}"
     machine = Machine(tmp_path, profile)
     for gpu in mig_gpus:
         assert machine.run("nvidia_smi", "-i", str(gpu), "-mig", "1").returncode == 0
@@ -260,10 +241,9 @@ def test_cdi_generate_names_what_nvidia_smi_lists(
     wanted = cdi.expected_devices(parse_list(listing.stdout))
     assert sum(1 for name in wanted if name.startswith("MIG-")) == 3 * len(mig_gpus)
     root = tmp_path / "root"
-    minors = [g.get("minor_number", g["index"]) for g in machine.hw["gpus"]]
-    host_root(root, minors, machine.env["GPUREADY_LAB_DRIVER_VERSION"], nvml)
+    driver_root(root, machine.env["GPUREADY_LAB_DRIVER_VERSION"], nvml)
     out = tmp_path / "nvidia.yaml"
-    generated = generate(toolkit, machine, root, out)
+    generated = generate(toolkit, machine, kernel_tree(machine), root, out)
     assert generated.returncode == 0, generated.stderr
     spec = yaml.safe_load(out.read_text())
     assert spec["kind"] == cdi.KIND
