@@ -39,6 +39,8 @@ the module (``internal/runtime``, ``internal/modifier``, ``cmd/nvidia-container-
 
 What ``cdi generate`` (v1.20.0) needs from a host, measured over the lab's mock NVML (tests/unit/test_nvidia_tools.py):
 
+* ``--dev-root`` is the directory that holds ``dev/`` (default ``/``), ``--driver-root`` the one that holds
+  ``usr/lib/...``; the lab's rendered tree (:mod:`gpuready.lab.kernel_files`) serves as a dev root as it is.
 * ``/dev/nvidia<minor>`` as **character devices** (195:<minor>) for every GPU: a regular file gives the device no
   edits and the whole spec is refused ("invalid device, empty device edits", exit 1). ``/dev/nvidiactl``,
   ``/dev/nvidia-uvm``, ``/dev/nvidia-uvm-tools``, ``/dev/nvidia-modeset`` go into the spec's common edits when they
