@@ -122,8 +122,11 @@ def test_raw_abi_enumerates_the_machine_as_nvidia_smi_does(
             check(lib.nvmlDeviceGetPciInfo_v3(h, ctypes.byref(pci)), "pci")
             minor = ctypes.c_uint()
             check(lib.nvmlDeviceGetMinorNumber(h, ctypes.byref(minor)), "minor")
+            legacy = (ctypes.c_char * 52)()  # nvmlPciInfo_t before _v2: a 16-byte busId first
+            check(lib.nvmlDeviceGetPciInfo(h, legacy), "legacy pci")
             gpus.append({"name": text(lib.nvmlDeviceGetName, h), "uuid": text(lib.nvmlDeviceGetUUID, h),
-                         "bus": pci.busId.decode(), "minor": minor.value})
+                         "bus": pci.busId.decode(), "minor": minor.value,
+                         "legacy_bus": legacy.value.decode()})
         version = ctypes.create_string_buffer(80)
         check(lib.nvmlSystemGetDriverVersion(version, 80), "version")
         print(json.dumps({"gpus": gpus, "driver": version.value.decode()}))
@@ -136,7 +139,16 @@ def test_raw_abi_enumerates_the_machine_as_nvidia_smi_does(
     report = _smi_report(machine)
     assert len(got["gpus"]) == report.attached_gpus == hardware.PROFILES[profile].gpu_count
     assert got["driver"] == report.driver_version
-    expected = [{"name": g.name, "uuid": g.uuid, "bus": g.pci_bus_id, "minor": g.index} for g in report.gpus]
+    expected = [
+        {
+            "name": g.name,
+            "uuid": g.uuid,
+            "bus": g.pci_bus_id,
+            "minor": g.index,
+            "legacy_bus": g.pci_bus_id[4:],
+        }
+        for g in report.gpus
+    ]
     assert got["gpus"] == expected
 
 

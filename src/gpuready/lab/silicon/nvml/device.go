@@ -102,6 +102,30 @@ func hex32(s string) C.uint {
 	return C.uint(v)
 }
 
+//export nvmlDeviceGetPciInfo
+func nvmlDeviceGetPciInfo(h C.nvmlDevice_t, pci *C.gpureadyPciInfo_v1_t) C.nvmlReturn_t {
+	if pci == nil {
+		return C.NVML_ERROR_INVALID_ARGUMENT
+	}
+	var v3 C.nvmlPciInfo_t
+	if rc := nvmlDeviceGetPciInfo_v3(h, &v3); rc != C.NVML_SUCCESS {
+		return rc
+	}
+	*pci = C.gpureadyPciInfo_v1_t{
+		domain: v3.domain, bus: v3.bus, device: v3.device,
+		pciDeviceId: v3.pciDeviceId, pciSubSystemId: v3.pciSubSystemId,
+	}
+	copy(pci.busId[:], v3.busIdLegacy[:])
+	return C.NVML_SUCCESS
+}
+
+// nvmlDeviceGetPciInfo_v2 has v3's struct; v3 only changed how the driver fills busId.
+//
+//export nvmlDeviceGetPciInfo_v2
+func nvmlDeviceGetPciInfo_v2(h C.nvmlDevice_t, pci *C.nvmlPciInfo_t) C.nvmlReturn_t {
+	return nvmlDeviceGetPciInfo_v3(h, pci)
+}
+
 //export nvmlDeviceGetPciInfo_v3
 func nvmlDeviceGetPciInfo_v3(h C.nvmlDevice_t, pci *C.nvmlPciInfo_t) C.nvmlReturn_t {
 	d, rc := full(h)

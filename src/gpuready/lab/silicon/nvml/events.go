@@ -148,3 +148,18 @@ func nvmlEventSetWait_v2(set C.nvmlEventSet_t, data *C.nvmlEventData_t, timeoutM
 		time.Sleep(min(left, pollGap))
 	}
 }
+
+// nvmlEventSetWait is the legacy entry point, whose event data lacks the GPU/compute instance ids.
+//
+//export nvmlEventSetWait
+func nvmlEventSetWait(set C.nvmlEventSet_t, data *C.gpureadyEventData_v1_t, timeoutMs C.uint) C.nvmlReturn_t {
+	if data == nil {
+		return C.NVML_ERROR_INVALID_ARGUMENT
+	}
+	var full C.nvmlEventData_t
+	rc := nvmlEventSetWait_v2(set, &full, timeoutMs)
+	if rc == C.NVML_SUCCESS {
+		*data = C.gpureadyEventData_v1_t{device: full.device, eventType: full.eventType, eventData: full.eventData}
+	}
+	return rc
+}

@@ -12,6 +12,9 @@
 #define nvmlDeviceGetHandleByPciBusId nvmlDeviceGetHandleByPciBusId_header
 #define nvmlDeviceGetHandleByPciBusId_v2 nvmlDeviceGetHandleByPciBusId_v2_header
 #define nvmlDeviceGetHandleBySerial nvmlDeviceGetHandleBySerial_header
+// The legacy entry points take the old, smaller structs; nvml.h declares them with today's.
+#define nvmlDeviceGetPciInfo nvmlDeviceGetPciInfo_header
+#define nvmlEventSetWait nvmlEventSetWait_header
 #include <stdlib.h>
 #include <string.h>
 #include <nvml.h>
@@ -20,6 +23,8 @@
 #undef nvmlDeviceGetHandleByPciBusId
 #undef nvmlDeviceGetHandleByPciBusId_v2
 #undef nvmlDeviceGetHandleBySerial
+#undef nvmlDeviceGetPciInfo
+#undef nvmlEventSetWait
 
 // go-nvml's nvml.h wraps each handle in a one-pointer struct (same ABI as NVIDIA's plain pointer).
 // Handles point to C memory (never Go memory, so callers may keep them); the library maps them back.
@@ -27,4 +32,17 @@ struct nvmlDevice_st { int slot; };
 struct nvmlEventSet_st { int slot; };
 struct nvmlGpuInstance_st { int slot; };
 struct nvmlComputeInstance_st { int slot; };
+
+// Structs of the legacy unversioned entry points, which nvml.h no longer declares (older callers
+// linked against them: nvmlDeviceGetPciInfo, nvmlEventSetWait).
+typedef struct {
+    char busId[16];
+    unsigned int domain, bus, device, pciDeviceId, pciSubSystemId;
+    unsigned int reserved0, reserved1, reserved2, reserved3;
+} gpureadyPciInfo_v1_t;
+typedef struct {
+    nvmlDevice_t device;
+    unsigned long long eventType;
+    unsigned long long eventData;
+} gpureadyEventData_v1_t;
 #endif
