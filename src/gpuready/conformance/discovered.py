@@ -157,12 +157,11 @@ def probe_answers(
     return probe
 
 
-def start_suite(
-    config: Any, suite_class: type, on_sigterm: Callable[[], Any], probe_layers: tuple[str, ...]
-) -> Any:
-    """The plugin's session start with ``--discover``: the run's Suite, its nodes discovered from the cluster
-    (the probes' answers already in the nodes' caches: the discovery's commands and those of ``probe_layers``,
-    in one probe pod per node), or a usage error."""
+def start_suite(config: Any, new_suite: Callable[..., Any]) -> Any:
+    """The plugin's session start with ``--discover``: the run's Suite (made by the plugin's ``new_suite``, as
+    with ``--inventory``), its nodes discovered from the cluster (the probes' answers already in the nodes'
+    caches: the discovery's commands and those of the layers ``-m`` selects, in one probe pod per node), or a
+    usage error."""
     import os
 
     import pytest
@@ -201,20 +200,8 @@ def start_suite(
         raise pytest.UsageError(f"--discover: {exc}") from None
     names = [n.strip() for n in (config.getoption("nodes") or "").split(",") if n.strip()]
     pod_timeout = float(config.getoption("pod_timeout") or overrides.get("pod_timeout") or 300)
-    suite = suite_class(
-        nodes=[],
-        inventory=f"(discovered from {cluster.url})",
-        connection=connection,
-        timeout=timeout,
-        pod_timeout=pod_timeout,
-        kubeconfig=kubeconfig,
-        kube_context=context,
-        report_dir=config.getoption("report_dir"),
-        results=FleetResults([], "(discovered)"),
-    )
+    suite = new_suite(config, [], f"(discovered from {cluster.url})", connection, kubeconfig, pod_timeout)
     suite.cluster = cluster
-    suite.restore_signal = on_sigterm()
-    suite.probe_layers = probe_layers
 
     def gather(wanted: dict[str, list[str]]) -> None:
         if connection == "pod":  # the same probe pod gathers the host and gpu layers' commands (one round)

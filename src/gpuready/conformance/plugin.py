@@ -371,8 +371,7 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     if config.getoption("discover"):
         from gpuready.conformance.discovered import start_suite
 
-        layers = selected_probe_layers(config.getoption("markexpr") or "")
-        config.stash[SUITE] = start_suite(config, Suite, _interrupt_on_sigterm, layers)
+        config.stash[SUITE] = start_suite(config, new_suite)
         return
     inventory = config.getoption("inventory")
     import os
@@ -418,19 +417,41 @@ def pytest_sessionstart(session: pytest.Session) -> None:
             f"--connection local checks this machine as one node, but {len(nodes)} nodes are selected: "
             f"add --nodes <this machine's name> (the inventory has {', '.join(n.name for n in nodes)})"
         )
-    config.stash[SUITE] = Suite(
+    config.stash[SUITE] = new_suite(
+        config,
+        nodes,
+        inventory,
+        connection,
+        config.getoption("kubeconfig"),
+        float(config.getoption("pod_timeout") or max(n.knobs["pod_timeout"] for n in nodes)),
+    )
+
+
+def new_suite(
+    config: pytest.Config,
+    nodes: list[NodeSpec],
+    inventory: str,
+    connection: str,
+    kubeconfig: str | None,
+    pod_timeout: float,
+) -> Suite:
+    """The run's one :class:`Suite`, built here for both sources of expectations (``--inventory`` above,
+    ``--discover`` in :func:`gpuready.conformance.discovered.start_suite`, which fills its nodes in later): the
+    options every run shares, the SIGTERM handler and the probe layers ``-m`` selects."""
+    suite = Suite(
         nodes=nodes,
         inventory=inventory,
         connection=connection,
         timeout=float(config.getoption("command_timeout")),
-        pod_timeout=float(config.getoption("pod_timeout") or max(n.knobs["pod_timeout"] for n in nodes)),
-        kubeconfig=config.getoption("kubeconfig"),
+        pod_timeout=pod_timeout,
+        kubeconfig=kubeconfig,
         kube_context=config.getoption("kube_context"),
         report_dir=config.getoption("report_dir"),
         results=FleetResults([n.name for n in nodes], inventory),
     )
-    config.stash[SUITE].restore_signal = _interrupt_on_sigterm()
-    config.stash[SUITE].probe_layers = selected_probe_layers(config.getoption("markexpr") or "")
+    suite.restore_signal = _interrupt_on_sigterm()
+    suite.probe_layers = selected_probe_layers(config.getoption("markexpr") or "")
+    return suite
 
 
 def _usage_error(problem: object) -> pytest.UsageError:
