@@ -35,15 +35,17 @@ SOURCE_SUFFIXES = (".go", ".c", ".h", ".mod", ".sum")
 
 @dataclass(frozen=True)
 class Library:
-    """One c-shared library: the Go package directory (relative to this module) and its file name."""
+    """One c-shared library: the Go package directory (relative to this module), its file name, and whether
+    it compiles against nvml.h (fetched through the Go module proxy, so the others build offline)."""
 
     directory: str
     filename: str
+    nvml_header: bool = False
 
 
 # Which directory builds which library; one not present in the checkout is skipped.
 LIBRARIES: dict[str, Library] = {
-    "nvml": Library("nvml", "libnvidia-ml.so.1"),
+    "nvml": Library("nvml", "libnvidia-ml.so.1", nvml_header=True),
     "cuda": Library("cuda", "libcuda.so.1"),
 }
 
@@ -121,8 +123,8 @@ def _build_one(name: str, lib: Library, go: str, cache: Path, progress: Progress
     tmp = Path(tempfile.mkdtemp(dir=cache, prefix=f".build-silicon-{name}-"))
     try:
         env = {**os.environ, "CGO_ENABLED": "1", "GOFLAGS": "-buildvcs=false"}
-        include = _nvml_include(env, tmp)
-        env["CGO_CFLAGS"] = f"-O2 -g -I{include}"
+        if lib.nvml_header:
+            env["CGO_CFLAGS"] = f"-O2 -g -I{_nvml_include(env, tmp)}"
         progress(f"mock {lib.filename}: go build -buildmode=c-shared ./{lib.directory}")
         ldflags = f"-s -w -extldflags=-Wl,-soname,{lib.filename}"
         cmd = ["go", "build", "-trimpath", "-buildmode=c-shared", f"-ldflags={ldflags}"]

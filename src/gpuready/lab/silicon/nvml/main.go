@@ -1,7 +1,11 @@
 // Command nvml is the lab's mock libnvidia-ml.so.1: NVML's C ABI answering from the emulated machine.
 //
-// Built with `go build -buildmode=c-shared -o libnvidia-ml.so.1` (see ../build.py), with nvml.h from
-// github.com/NVIDIA/go-nvml on the include path. NVIDIA's own tools (device plugin, GFD, nvidia-ctk,
+// Built by ../build.py; by hand, from the module root:
+//
+//	CGO_CFLAGS="-I$(go mod download -json github.com/NVIDIA/go-nvml@v0.13.4-1 | sed -n 's/.*"Dir": "\(.*\)",/\1/p')/pkg/nvml" \
+//	  go build -buildmode=c-shared -ldflags=-extldflags=-Wl,-soname,libnvidia-ml.so.1 -o libnvidia-ml.so.1 ./nvml
+//
+// nvml.h is NVIDIA's (go-nvml's copy, not committed here). NVIDIA's own tools (device plugin, GFD, nvidia-ctk,
 // the DRA driver, nvidia-ml-py) dlopen it where the driver would install it and run unchanged; every
 // answer comes from package machine (the same files the emulated nvidia-smi reads), so a fault injected
 // in the lab shows in both. Functions not exported here are missing from the library, which NVML
