@@ -19,6 +19,8 @@ system-deps:
 # The lab's real control plane: kube-apiserver, kube-controller-manager, kube-scheduler and kubeadm built from the
 # k8s.io/kubernetes Go module (minutes the first time, then cached by version) and etcd 3.6 from go.etcd.io/etcd; also promtool for
 # the alert-rule tests, unpacked alone from Debian's prometheus package (installing it would start a server).
+# Also what the lab's NVIDIA packages carry: NVIDIA's container toolkit binaries (nvidia-ctk, ...) built from
+# github.com/NVIDIA/nvidia-container-toolkit, and the mock libnvidia-ml.so.1 / libcuda.so.1 (src/gpuready/lab/silicon).
 control-plane: setup system-deps
 	$(BIN)/python -m gpuready.lab.cluster.binaries
 

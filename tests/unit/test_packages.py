@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 import shutil
 import subprocess
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -36,10 +37,24 @@ def fake_toolkit(where: Path):
     return binaries
 
 
+def fake_libraries() -> dict[str, Path]:
+    """Stand-ins for the mock libnvidia-ml.so.1 and libcuda.so.1 (tests/unit/test_mock_nvml.py and
+    test_mock_cuda.py build and prove the real ones)."""
+    root = Path(tempfile.gettempdir()) / "gpuready-test-fake-libs"
+    root.mkdir(exist_ok=True)
+    libs = {"nvml": root / "libnvidia-ml.so.1", "cuda": root / "libcuda.so.1"}
+    for name, path in libs.items():
+        if not path.exists():
+            path.write_bytes(b"\x7fELF fake " + name.encode())
+    return libs
+
+
 @pytest.fixture(scope="module")
 def built(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[Path]]:
     tools = fake_toolkit(tmp_path_factory.mktemp("toolkit"))
-    return packages.build_packages(tmp_path_factory.mktemp("debs"), toolkit_binaries=tools)
+    return packages.build_packages(
+        tmp_path_factory.mktemp("debs"), toolkit_binaries=tools, driver_libraries=fake_libraries
+    )
 
 
 def field(deb: Path, name: str) -> str:
@@ -260,7 +275,11 @@ def test_rebuild_is_skipped_when_nothing_changed(tmp_path: Path) -> None:
 
     def build(driver: str) -> dict[str, list[Path]]:
         return packages.build_packages(
-            out, driver_versions=[driver], toolkit_versions=["1.20.0"], toolkit_binaries=tools
+            out,
+            driver_versions=[driver],
+            toolkit_versions=["1.20.0"],
+            toolkit_binaries=tools,
+            driver_libraries=fake_libraries,
         )
 
     first = build("580.178.04")

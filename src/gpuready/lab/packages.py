@@ -6,7 +6,8 @@ the lab: the CUDA debian12 repository (since R580: ``nvidia-driver``, ``nvidia-d
 ``libnvidia-ml1``, ``libcuda1``, ``nvidia-kernel-open-dkms``, ``nvidia-persistenced``, ``nvidia-fabricmanager``,
 all versioned ``<driver>-1``) and libnvidia-container's stable repository (``nvidia-container-toolkit``,
 ``nvidia-container-toolkit-base``, ``libnvidia-container-tools``, ``libnvidia-container1``, ``<version>-1``).
-The driver's contents are emulated (stdlib Python tools from ``gpuready/lab/emulator``); the container toolkit's
+The driver's libraries are the lab's mock NVML and CUDA driver (Go, :mod:`gpuready.lab.silicon`), answering from
+the host's emulated machine; its tools are emulated (stdlib Python from ``gpuready/lab/emulator``); the container toolkit's
 are NVIDIA's real ``nvidia-ctk``, ``nvidia-container-runtime``, ``nvidia-cdi-hook`` and
 ``nvidia-container-runtime-hook`` of the package's version, built from their Go module
 (:mod:`gpuready.lab.nvidia_tools`), with the refresh units and maintainer scripts NVIDIA's packages have. Only
@@ -136,8 +137,11 @@ class Deb:
         return out
 
 
-def driver_debs(driver: str) -> list[Deb]:
-    """The R5xx driver packages of the CUDA repository for one driver version."""
+def driver_debs(driver: str, libraries: dict[str, Path]) -> list[Deb]:
+    """The R5xx driver packages of the CUDA repository for one driver version. ``libraries`` are the lab's mock
+    ``libnvidia-ml.so.1`` and ``libcuda.so.1`` (:mod:`gpuready.lab.silicon.build`: ``"nvml"``, ``"cuda"``),
+    installed where the real packages put theirs, so NVIDIA's own tools and the product's NVML and CUDA code load
+    them unchanged."""
     v = f"{driver}-1"
     branch = driver.split(".")[0]
     drv_path = [DRIVER_LIB]
@@ -149,11 +153,11 @@ def driver_debs(driver: str) -> list[Deb]:
     for module in ("nvemu.py", "gpu_tree.py", "mig.py"):
         ml.add_module(DRIVER_LIB, module)
     ml.add(f"{DRIVER_LIB}/driver-version", driver + "\n")
-    ml.add(f"{MULTIARCH_LIB}/libnvidia-ml.so.{driver}", f"emulated NVML {driver}\n")
+    ml.add(f"{MULTIARCH_LIB}/libnvidia-ml.so.{driver}", libraries["nvml"].read_bytes())
     ml.links[f"{MULTIARCH_LIB}/libnvidia-ml.so.1"] = f"libnvidia-ml.so.{driver}"
 
     cuda = pkg("libcuda1", "libs", "NVIDIA CUDA Driver Library", [f"libnvidia-ml1 (= {v})"])
-    cuda.add(f"{MULTIARCH_LIB}/libcuda.so.{driver}", f"emulated libcuda {driver}\n")
+    cuda.add(f"{MULTIARCH_LIB}/libcuda.so.{driver}", libraries["cuda"].read_bytes())
     cuda.links[f"{MULTIARCH_LIB}/libcuda.so.1"] = f"libcuda.so.{driver}"
 
     kmod = pkg(
@@ -329,6 +333,7 @@ def build_packages(
     driver_versions: tuple[str, ...] | list[str] = DRIVER_VERSIONS,
     toolkit_versions: tuple[str, ...] | list[str] = TOOLKIT_VERSIONS,
     toolkit_binaries: Callable[[str], dict[str, Path]] = nvidia_tools.ensure_toolkit,
+    driver_libraries: Callable[[], dict[str, Path]] | None = None,
 ) -> dict[str, list[Path]]:
     """Build (or reuse) every package; returns .deb paths by repository key ("cuda", "libnvidia-container").
 
@@ -339,12 +344,20 @@ def build_packages(
     outdir = Path(outdir)
     outdir.mkdir(parents=True, exist_ok=True)
     built = {ver: toolkit_binaries(ver) for ver in toolkit_versions}
+    if driver_libraries is None:
+        from gpuready.lab.hosts import progress
+        from gpuready.lab.silicon import build
+
+        libraries = build.ensure_libraries(progress, names=["nvml", "cuda"])
+    else:
+        libraries = driver_libraries()
     by_repo = {
-        "cuda": [*(d for ver in driver_versions for d in driver_debs(ver)), *diag_debs()],
+        "cuda": [*(d for ver in driver_versions for d in driver_debs(ver, libraries)), *diag_debs()],
         "libnvidia-container": [d for ver in toolkit_versions for d in toolkit_debs(ver, built[ver])],
     }
     result = {key: [outdir / d.filename for d in debs] for key, debs in by_repo.items()}
     binaries = [path for ver in toolkit_versions for _name, path in sorted(built[ver].items())]
+    binaries += [path for _name, path in sorted(libraries.items())]
     fingerprint = _fingerprint(tuple(driver_versions), tuple(toolkit_versions), binaries)
     stamp = outdir / STAMP
     wanted = {p.name for paths in result.values() for p in paths}

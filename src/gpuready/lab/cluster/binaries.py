@@ -385,15 +385,23 @@ def main(argv: list[str] | None = None) -> int:
 
     args = sys.argv[1:] if argv is None else argv
     version = args[0] if args else DEFAULT_VERSION
+    from gpuready.lab import nvidia_tools, packages
+    from gpuready.lab.silicon import build
+
     try:
         kube, seconds = build_kube(version, progress)
         etcd = ensure_etcd(progress)
         promtool = ensure_promtool(debian_mirror(), progress)
+        # what the lab's NVIDIA packages carry: NVIDIA's toolkit binaries and the mock NVML and CUDA libraries
+        toolkits = [nvidia_tools.ensure_toolkit(v, progress) for v in packages.TOOLKIT_VERSIONS]
+        libraries = build.ensure_libraries(progress)
     except PrerequisiteError as exc:
         print(f"gpuready: {exc}", file=sys.stderr)
         return 1
     state = "built" if seconds is not None else "cached"
     progress(f"control plane v{version} {state}: {kube.bin_dir}; etcd: {etcd}; promtool: {promtool}")
+    progress(f"NVIDIA toolkit {', '.join(packages.TOOLKIT_VERSIONS)}: {len(toolkits)} version(s) of "
+             f"{', '.join(nvidia_tools.COMMANDS)}; mock libraries: {', '.join(str(p) for p in libraries.values())}")  # fmt: skip
     return 0
 
 
