@@ -12,8 +12,8 @@ import (
 	"gpuready.lab/silicon/machine"
 )
 
-// GPU and compute instance handles (read-only: creating and destroying instances is nvidia-smi's job in
-// the lab, through the driver state file). go-nvlib's MigDevice.GetProfile walks these to name a MIG
+// GPU and compute instance handles and queries (creating and destroying instances: mig_write.go, through
+// the driver state file nvidia-smi shares). go-nvlib's MigDevice.GetProfile walks these to name a MIG
 // device's profile, so the device plugin's mixed strategy needs them.
 
 var (

@@ -15,6 +15,9 @@
 // The legacy entry points take the old, smaller structs; nvml.h declares them with today's.
 #define nvmlDeviceGetPciInfo nvmlDeviceGetPciInfo_header
 #define nvmlEventSetWait nvmlEventSetWait_header
+// const placement pointers (mig_write.go)
+#define nvmlDeviceCreateGpuInstanceWithPlacement nvmlDeviceCreateGpuInstanceWithPlacement_header
+#define nvmlGpuInstanceCreateComputeInstanceWithPlacement nvmlGpuInstanceCreateComputeInstanceWithPlacement_header
 #include <stdlib.h>
 #include <string.h>
 #include <nvml.h>
@@ -25,6 +28,8 @@
 #undef nvmlDeviceGetHandleBySerial
 #undef nvmlDeviceGetPciInfo
 #undef nvmlEventSetWait
+#undef nvmlDeviceCreateGpuInstanceWithPlacement
+#undef nvmlGpuInstanceCreateComputeInstanceWithPlacement
 
 // go-nvml's nvml.h wraps each handle in a one-pointer struct (same ABI as NVIDIA's plain pointer).
 // Handles point to C memory (never Go memory, so callers may keep them); the library maps them back.

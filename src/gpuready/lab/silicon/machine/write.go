@@ -1,0 +1,414 @@
+package machine
+
+// Changing the driver state, as nvemu.Driver does for nvidia-smi: under the same lock (an exclusive flock
+// on "<state file>.lock"), read the state as in effect now (a state of an earlier boot reads as a fresh
+// boot), change it, write it back atomically (a temporary ".state-*" file renamed over the state file) in
+// nvemu's layout (json.dumps(indent=1, sort_keys=True)). So a MIG change made through NVML (mock
+// libnvidia-ml's nvmlDeviceSetMigMode, nvmlDeviceCreateGpuInstance, ...) is what the emulated nvidia-smi
+// lists at once, and the other way round.
+
+import (
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"syscall"
+)
+
+// ErrNoPermission: the state's lock cannot be taken (an unprivileged caller); nothing is changed, as
+// nvemu changes nothing for such a user (NVML_ERROR_NO_PERMISSION).
+var ErrNoPermission = errors.New("no permission to change the driver state")
+
+// Update runs change on the machine as it is now, under the driver state lock, and writes the state back
+// when change returns nil. Like every nvemu command it first loads the module on first use in this boot
+// (CheckLoaded records the installed module version), so it fails as NVML init fails.
+func Update(change func(m *Machine) error) error {
+	path := StatePath()
+	_ = os.MkdirAll(filepath.Dir(path), 0o755)
+	lock, err := os.OpenFile(path+".lock", os.O_RDWR|os.O_CREATE|os.O_APPEND, 0o666)
+	if err != nil {
+		return ErrNoPermission
+	}
+	defer lock.Close()
+	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
+		return ErrNoPermission
+	}
+	defer func() { _ = syscall.Flock(int(lock.Fd()), syscall.LOCK_UN) }()
+	m, err := Load()
+	if err != nil {
+		return err
+	}
+	if err := m.CheckLoaded(); err != nil {
+		return err
+	}
+	if m.State.Kmod == nil || *m.State.Kmod == "" {
+		kmod := InstalledKmodVersion()
+		m.State.Kmod = &kmod
+	}
+	if err := change(m); err != nil {
+		return err
+	}
+	return writeState(path, m.State)
+}
+
+// stateJSON is the state as nvemu writes it: keys sorted, one-space indent, lists never null.
+func stateJSON(st State) ([]byte, error) {
+	for uuid, g := range st.GPUs {
+		if g.GIs == nil {
+			g.GIs = []GPUInstance{}
+		}
+		for i := range g.GIs {
+			if g.GIs[i].CIs == nil {
+				g.GIs[i].CIs = []ComputeInstance{}
+			}
+		}
+		st.GPUs[uuid] = g
+	}
+	raw, err := json.Marshal(st)
+	if err != nil {
+		return nil, err
+	}
+	var generic any // maps marshal with sorted keys, as sort_keys=True
+	if err := json.Unmarshal(raw, &generic); err != nil {
+		return nil, err
+	}
+	return json.MarshalIndent(generic, "", " ")
+}
+
+func writeState(path string, st State) error {
+	data, err := stateJSON(st)
+	if err != nil {
+		return err
+	}
+	tmp, err := os.CreateTemp(filepath.Dir(path), ".state-")
+	if err != nil {
+		return ErrNoPermission
+	}
+	if _, err := tmp.Write(data); err != nil {
+		tmp.Close()
+		os.Remove(tmp.Name())
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		os.Remove(tmp.Name())
+		return err
+	}
+	if err := os.Rename(tmp.Name(), path); err != nil {
+		os.Remove(tmp.Name())
+		return err
+	}
+	return nil
+}
+
+// Errors of the MIG changes, each the NVML error the real driver gives.
+var (
+	ErrNotSupported          = errors.New("Not Supported")            // not MIG capable / not in MIG mode
+	ErrInUse                 = errors.New("In use by another client") // instances left
+	ErrNotFound              = errors.New("Not Found")
+	ErrInvalidArgument       = errors.New("Invalid Argument")
+	ErrInsufficientResources = errors.New("Insufficient Resources")
+)
+
+// GPUByUUID is the GPU with this UUID, nil when none.
+func (m *Machine) GPUByUUID(uuid string) *GPU {
+	for i := range m.Hardware.GPUs {
+		if m.Hardware.GPUs[i].UUID == uuid {
+			return &m.Hardware.GPUs[i]
+		}
+	}
+	return nil
+}
+
+// SetMigMode sets the GPU's pending MIG mode (nvidia_smi.cmd_mig_mode): it takes effect at the next GPU
+// reset or reboot, which the lab's hosts (like VMs with passthrough GPUs) cannot do in place. Returns
+// whether the change is pending (current mode differs).
+func (m *Machine) SetMigMode(index int, enable bool) (bool, error) {
+	g := m.GPU(index)
+	if g == nil {
+		return false, ErrInvalidArgument
+	}
+	if !g.MIGCapable {
+		return false, ErrNotSupported
+	}
+	st := m.State.GPUs[g.UUID]
+	if !enable && len(st.GIs) > 0 {
+		return false, ErrInUse
+	}
+	st.MigPending = enable
+	m.State.GPUs[g.UUID] = st
+	return st.MigCurrent != enable, nil
+}
+
+// ResetGPU is what a GPU reset does (nvidia_smi.cmd_gpu_reset): pending MIG mode takes effect, instances go.
+func (m *Machine) ResetGPU(index int) error {
+	g := m.GPU(index)
+	if g == nil {
+		return ErrInvalidArgument
+	}
+	st := m.State.GPUs[g.UUID]
+	st.MigCurrent, st.GIs = st.MigPending, []GPUInstance{}
+	m.State.GPUs[g.UUID] = st
+	return nil
+}
+
+// migState is the GPU and its state, which must be in MIG mode now.
+func (m *Machine) migState(index int) (*GPU, GPUState, error) {
+	g := m.GPU(index)
+	if g == nil {
+		return nil, GPUState{}, ErrInvalidArgument
+	}
+	st := m.State.GPUs[g.UUID]
+	if !g.MIGCapable || !st.MigCurrent {
+		return nil, GPUState{}, ErrNotSupported
+	}
+	return g, st, nil
+}
+
+func occupied(gis []GPUInstance) map[int]bool {
+	used := map[int]bool{}
+	for _, gi := range gis {
+		for s := gi.Start; s < gi.Start+gi.Size; s++ {
+			used[s] = true
+		}
+	}
+	return used
+}
+
+func hasSuffix(s, suffix string) bool {
+	return len(s) >= len(suffix) && s[len(s)-len(suffix):] == suffix
+}
+
+// RoomFor is where one more instance of prof may start now (mig.room_for): the profile's instance limit,
+// the compute slices, the one set of media extensions and free memory slices.
+func RoomFor(g *GPU, gis []GPUInstance, prof *MigProfile) []int {
+	count, compute := 0, 0
+	me := false
+	for _, gi := range gis {
+		p := g.Profile(gi.ProfileID)
+		if p == nil {
+			continue
+		}
+		if p.ProfileID == prof.ProfileID {
+			count++
+		}
+		compute += p.ComputeSlices
+		me = me || hasSuffix(p.Name, "+me")
+	}
+	total := g.MIGComputeSlices
+	if total == 0 {
+		total = 7
+	}
+	if count >= prof.MaxInstances || compute+prof.ComputeSlices > total || (hasSuffix(prof.Name, "+me") && me) {
+		return nil
+	}
+	used := occupied(gis)
+	var out []int
+	for _, s := range prof.Placements {
+		free := true
+		for i := s; i < s+prof.PlacementSize; i++ {
+			free = free && !used[i]
+		}
+		if free {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// FreeCount is how many more instances of prof fit now, placed highest first as creation places them
+// (mig.free_count): NVML's remaining capacity.
+func FreeCount(g *GPU, gis []GPUInstance, prof *MigProfile) int {
+	trial := append([]GPUInstance(nil), gis...)
+	n := 0
+	for {
+		starts := RoomFor(g, trial, prof)
+		if len(starts) == 0 {
+			return n
+		}
+		trial = append(trial, GPUInstance{ProfileID: prof.ProfileID, Start: starts[len(starts)-1], Size: prof.PlacementSize})
+		n++
+	}
+}
+
+// CreateGPUInstance creates a GPU instance of profile id profileID (mig.create_gi) at start, or at the
+// highest free placement when start < 0; the instance id follows the driver's numbering by placement.
+func (m *Machine) CreateGPUInstance(index, profileID, start int) (GPUInstance, error) {
+	g, st, err := m.migState(index)
+	if err != nil {
+		return GPUInstance{}, err
+	}
+	prof := g.Profile(profileID)
+	if prof == nil {
+		return GPUInstance{}, ErrInvalidArgument
+	}
+	if start >= 0 && !contains(prof.Placements, start) {
+		return GPUInstance{}, ErrInvalidArgument
+	}
+	starts := RoomFor(g, st.GIs, prof)
+	if len(starts) == 0 || (start >= 0 && !contains(starts, start)) {
+		return GPUInstance{}, ErrInsufficientResources
+	}
+	if start < 0 {
+		start = starts[0]
+		for _, s := range starts {
+			start = max(start, s)
+		}
+	}
+	slices := g.MIGMemorySlices
+	if slices == 0 {
+		slices = 8
+	}
+	size := prof.PlacementSize
+	gi := GPUInstance{ID: slices/size - 1 + start/size, ProfileID: prof.ProfileID, Start: start, Size: size, CIs: []ComputeInstance{}}
+	st.GIs = append(st.GIs, gi)
+	m.State.GPUs[g.UUID] = st
+	return gi, nil
+}
+
+func contains(list []int, v int) bool {
+	for _, x := range list {
+		if x == v {
+			return true
+		}
+	}
+	return false
+}
+
+// findGI is the position of GPU instance id in the GPU's state, -1 when none.
+func findGI(st GPUState, id int) int {
+	for i := range st.GIs {
+		if st.GIs[i].ID == id {
+			return i
+		}
+	}
+	return -1
+}
+
+// DestroyGPUInstance destroys GPU instance gi (mig.destroy_gi): refused while it has compute instances.
+func (m *Machine) DestroyGPUInstance(index, gi int) error {
+	g, st, err := m.migState(index)
+	if err != nil {
+		return err
+	}
+	i := findGI(st, gi)
+	if i < 0 {
+		return ErrNotFound
+	}
+	if len(st.GIs[i].CIs) > 0 {
+		return ErrInUse
+	}
+	st.GIs = append(st.GIs[:i:i], st.GIs[i+1:]...)
+	m.State.GPUs[g.UUID] = st
+	return nil
+}
+
+// CISlicesByProfile is NVML_COMPUTE_INSTANCE_PROFILE_* -> compute slices (mig.CI_SLICES_BY_PROFILE).
+var CISlicesByProfile = map[int]int{0: 1, 1: 2, 2: 3, 3: 4, 4: 7, 5: 8, 6: 6}
+
+// CIStarts is where a compute instance of size slices may start in a GPU instance (mig.ci_starts).
+func CIStarts(prof *MigProfile, size int) []int {
+	step := 1
+	for step < size {
+		step *= 2
+	}
+	var out []int
+	for s := 0; s+size <= prof.ComputeSlices; s += step {
+		out = append(out, s)
+	}
+	return out
+}
+
+// FreeCIStarts are the starts of CIStarts not overlapping the GPU instance's compute instances.
+func FreeCIStarts(prof *MigProfile, gi GPUInstance, size int) []int {
+	used := map[int]bool{}
+	for _, ci := range gi.CIs {
+		for s := ci.Start; s < ci.Start+ci.Size; s++ {
+			used[s] = true
+		}
+	}
+	var out []int
+	for _, s := range CIStarts(prof, size) {
+		free := true
+		for i := s; i < s+size; i++ {
+			free = free && !used[i]
+		}
+		if free {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// CreateComputeInstance creates a compute instance of NVML compute profile ciProfile in GPU instance gi
+// (mig.create_ci) at start, or at the lowest free start when start < 0; its id is the lowest free one.
+func (m *Machine) CreateComputeInstance(index, gi, ciProfile, start int) (ComputeInstance, error) {
+	g, st, err := m.migState(index)
+	if err != nil {
+		return ComputeInstance{}, err
+	}
+	i := findGI(st, gi)
+	if i < 0 {
+		return ComputeInstance{}, ErrNotFound
+	}
+	prof := g.Profile(st.GIs[i].ProfileID)
+	if prof == nil {
+		return ComputeInstance{}, ErrNotFound
+	}
+	slices, ok := CISlicesByProfile[ciProfile]
+	if !ok || slices > prof.ComputeSlices || (slices != prof.ComputeSlices && (slices == 6 || slices == 8)) {
+		return ComputeInstance{}, ErrNotSupported
+	}
+	if start >= 0 && !contains(CIStarts(prof, slices), start) {
+		return ComputeInstance{}, ErrInvalidArgument
+	}
+	free := FreeCIStarts(prof, st.GIs[i], slices)
+	if len(free) == 0 || (start >= 0 && !contains(free, start)) {
+		return ComputeInstance{}, ErrInsufficientResources
+	}
+	if start < 0 {
+		start = free[0]
+	}
+	taken := map[int]bool{}
+	for _, ci := range st.GIs[i].CIs {
+		taken[ci.ID] = true
+	}
+	id := 0
+	for taken[id] {
+		id++
+	}
+	ci := ComputeInstance{ID: id, ProfileID: ciProfile, Start: start, Size: slices}
+	gis := append([]GPUInstance(nil), st.GIs...) // the loaded state may be shared: copy what changes
+	gis[i].CIs = append(append([]ComputeInstance(nil), gis[i].CIs...), ci)
+	st.GIs = gis
+	m.State.GPUs[g.UUID] = st
+	return ci, nil
+}
+
+// DestroyComputeInstance destroys compute instance ci of GPU instance gi (mig.destroy_ci).
+func (m *Machine) DestroyComputeInstance(index, gi, ci int) error {
+	g, st, err := m.migState(index)
+	if err != nil {
+		return err
+	}
+	i := findGI(st, gi)
+	if i < 0 {
+		return ErrNotFound
+	}
+	gis := append([]GPUInstance(nil), st.GIs...)
+	var kept []ComputeInstance
+	for _, c := range gis[i].CIs {
+		if c.ID != ci {
+			kept = append(kept, c)
+		}
+	}
+	if len(kept) == len(gis[i].CIs) {
+		return ErrNotFound
+	}
+	if kept == nil {
+		kept = []ComputeInstance{}
+	}
+	gis[i].CIs = kept
+	st.GIs = gis
+	m.State.GPUs[g.UUID] = st
+	return nil
+}

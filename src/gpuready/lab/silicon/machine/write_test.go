@@ -1,0 +1,118 @@
+package machine
+
+import (
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// An A100's 3g/1g profiles (placements as the catalogue gives them, 8 memory slices).
+const writeHW = `{"schema":1,"gpus":[{"index":0,"uuid":"GPU-w","mig_capable":true,"mig_compute_slices":7,
+"mig_memory_slices":8,"memory_mib":81920,"mig_profiles":[
+{"name":"3g.40gb","profile_id":9,"compute_slices":3,"memory_slices":4,"max_instances":2,"placements":[0,4],"placement_size":4},
+{"name":"1g.10gb","profile_id":19,"compute_slices":1,"memory_slices":1,"max_instances":7,"placements":[0,1,2,3,4,5,6],"placement_size":1}]}]}`
+
+func writeSetup(t *testing.T, state string) string {
+	dir := t.TempDir()
+	t.Setenv("GPUREADY_LAB_HARDWARE", filepath.Join(dir, "hardware.json"))
+	t.Setenv("GPUREADY_LAB_STATE", filepath.Join(dir, "state.json"))
+	t.Setenv("GPUREADY_LAB_BOOT_ID", "boot-2")
+	t.Setenv("GPUREADY_LAB_DRIVER_VERSION", "580.178.04")
+	if err := os.WriteFile(filepath.Join(dir, "hardware.json"), []byte(writeHW), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if state != "" {
+		if err := os.WriteFile(filepath.Join(dir, "state.json"), []byte(state), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir
+}
+
+func TestUpdateWritesNvemuLayout(t *testing.T) {
+	// A state of an earlier boot with MIG pending: this boot starts with MIG on and no instances.
+	dir := writeSetup(t, `{"boot_id":"boot-1","kmod":"580.178.04","gpus":{"GPU-w":{"mig_current":false,
+"mig_pending":true,"persistence":true,"gis":[]}}}`)
+	var gis []GPUInstance
+	err := Update(func(m *Machine) error {
+		for _, p := range []int{9, 19, 19} {
+			gi, err := m.CreateGPUInstance(0, p, -1)
+			if err != nil {
+				return err
+			}
+			gis = append(gis, gi)
+		}
+		_, err := m.CreateComputeInstance(0, gis[0].ID, 2, -1)
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Highest placement first, ids by placement (mig.create_gi): 3g at 4 is GI 2, 1g at 3 GI 10, at 2 GI 9.
+	if gis[0].ID != 2 || gis[0].Start != 4 || gis[1].ID != 10 || gis[2].ID != 9 {
+		t.Fatalf("instances %+v", gis)
+	}
+	raw, err := os.ReadFile(filepath.Join(dir, "state.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := string(raw)
+	if !strings.HasPrefix(text, "{\n \"boot_id\": \"boot-2\",\n \"gpus\": {") || !strings.Contains(text, "\"cis\": []") ||
+		!strings.HasSuffix(text, " \"kmod\": \"580.178.04\"\n}") {
+		t.Fatalf("not nvemu's layout:\n%s", text)
+	}
+	var st State
+	if err := json.Unmarshal(raw, &st); err != nil || !st.GPUs["GPU-w"].MigCurrent || st.GPUs["GPU-w"].Persistence {
+		t.Fatalf("state %+v %v", st, err)
+	}
+	// No room for a second 3g: 3+1+1 of 7 compute slices are taken.
+	err = Update(func(m *Machine) error { _, err := m.CreateGPUInstance(0, 9, -1); return err })
+	if !errors.Is(err, ErrInsufficientResources) {
+		t.Fatalf("second 3g: %v", err)
+	}
+	err = Update(func(m *Machine) error { return m.DestroyGPUInstance(0, 2) })
+	if !errors.Is(err, ErrInUse) {
+		t.Fatalf("destroying a GI with a CI: %v", err)
+	}
+	err = Update(func(m *Machine) error {
+		if _, err := m.SetMigMode(0, false); !errors.Is(err, ErrInUse) {
+			t.Errorf("disabling MIG with instances: %v", err)
+		}
+		if err := m.DestroyComputeInstance(0, 2, 0); err != nil {
+			return err
+		}
+		return m.DestroyGPUInstance(0, 2)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := Load()
+	if err != nil || len(m.State.GPUs["GPU-w"].GIs) != 2 {
+		t.Fatalf("after destroy: %+v %v", m, err)
+	}
+}
+
+func TestSetMigModePendsUntilReset(t *testing.T) {
+	writeSetup(t, "")
+	var pending bool
+	if err := Update(func(m *Machine) (err error) { pending, err = m.SetMigMode(0, true); return }); err != nil || !pending {
+		t.Fatalf("pending %v err %v", pending, err)
+	}
+	m, _ := Load()
+	if v := m.View(0); v.MigCurrent || !v.MigPending {
+		t.Fatalf("before reset: %+v", v)
+	}
+	if err := Update(func(m *Machine) error { _, err := m.CreateGPUInstance(0, 19, -1); return err }); !errors.Is(err, ErrNotSupported) {
+		t.Fatalf("create without MIG mode: %v", err)
+	}
+	if err := Update(func(m *Machine) error { return m.ResetGPU(0) }); err != nil {
+		t.Fatal(err)
+	}
+	m, _ = Load()
+	if v := m.View(0); !v.MigCurrent || !v.MigPending {
+		t.Fatalf("after reset: %+v", v)
+	}
+}
