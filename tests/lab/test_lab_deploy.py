@@ -121,7 +121,12 @@ def _changed_steps(run) -> set[str]:
 
 def driver_package_versions(lab, node: str) -> set[str]:
     """The versions of every installed package the lab's CUDA repository builds for a driver (all must agree)."""
-    names = sorted({deb.name for deb in driver_debs("580.178.04")})
+    names = sorted(
+        {
+            deb.name
+            for deb in driver_debs("580.178.04", {"nvml": Path("/dev/null"), "cuda": Path("/dev/null")})
+        }
+    )
     query = "dpkg-query -W -f '${Package} ${Version} ${db:Status-Abbrev}\\n' " + " ".join(names)
     out = lab.ssh(node, query, check=False).stdout  # exits 1 for the names dpkg never saw (Fabric Manager)
     # status "ii" or "hi" (held): installed
