@@ -19,7 +19,7 @@ import json
 import logging
 import secrets
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
@@ -253,9 +253,6 @@ class Workloads:
         """Create ``(pod, goal)`` pairs at once, follow them with one watch until each reached its goal
         (``finished``, ``running`` or ``settled``: running, finished or Unschedulable) or ``timeout`` passed;
         then read the logs of pods that ran and, for pods that failed or timed out, their events."""
-        from kubernetes import watch
-        from kubernetes.client.exceptions import ApiException
-
         self.ensure_namespace()
         core = self.cluster.core
         goals: dict[str, str] = {}
@@ -278,7 +275,7 @@ class Workloads:
 
         pending = set(goals)  # pods not at their goal yet: one check per event, not one per pod per event
 
-        def seen(obj: Obj) -> None:
+        def seen(_type: str, obj: Obj) -> None:
             name = obj["metadata"]["name"]
             if name in goals:
                 state[name] = result = _result(obj, nodes[name])
@@ -308,14 +305,45 @@ class Workloads:
                     progress_line(self.namespace, waiting, goals, checks, len(goals), deadline - now)
                 )
 
-        listed = self._list_pods()
-        for obj in listed["items"]:
-            seen(obj)
-        version = listed["metadata"].get("resourceVersion")
-        while goals and not done() and time.monotonic() < deadline:
-            report_progress()
-            # at most PROGRESS_EVERY seconds a watch: a progress line is due even when no pod changes
-            remaining = max(1, int(min(deadline - time.monotonic(), PROGRESS_EVERY) + 0.999))
+        self.follow(seen, done, deadline - time.monotonic(), tick=report_progress)
+        for name in goals:
+            res = state.get(name) or PodResult(name=name, node=nodes[name])
+            res.timed_out = not _reached(res, goals[name])
+            state[name] = res
+        self._collect(state, goals, deadline)
+        self.results.update(state)
+        return state
+
+    def follow(
+        self,
+        seen: Callable[[str, Obj], None],
+        done: Callable[[], bool],
+        timeout: float,
+        tick: Callable[[], None] | None = None,
+    ) -> None:
+        """Follow the namespace's pods with one LIST and one watch from there (a LIST again after 410 Gone), handing
+        ``seen(event type, pod)`` each pod as the API server sent it (a listed pod as ``ADDED``), until ``done()``
+        or ``timeout`` seconds passed. ``tick``, when given, is called before each watch and after each event, and
+        the watch is renewed every PROGRESS_EVERY seconds so that it is called even when no pod changes. The suite's
+        one list/watch loop: :meth:`run` follows its pods with it, :mod:`gpuready.conformance.policy_runs` its own."""
+        from kubernetes import watch
+        from kubernetes.client.exceptions import ApiException
+
+        core = self.cluster.core
+        deadline = time.monotonic() + timeout
+
+        def listed() -> str | None:
+            found = self._list_pods()
+            for obj in found["items"]:
+                seen("ADDED", obj)
+            return found["metadata"].get("resourceVersion")
+
+        version = listed()
+        while not done() and time.monotonic() < deadline:
+            if tick is not None:
+                tick()
+            left = deadline - time.monotonic()
+            remaining = max(1, int((left if tick is None else min(left, PROGRESS_EVERY)) + 0.999))
             stream = watch.Watch()
             # events as the API server sent them (dicts): the client's model deserialisation of every pod event
             # (then serialised back) was the costliest part of following 1000 probe pods
@@ -332,26 +360,17 @@ class Workloads:
                 for event in events:
                     obj = event["raw_object"]
                     version = obj["metadata"].get("resourceVersion") or version
-                    seen(obj)
+                    seen(event["type"], obj)
                     if done() or time.monotonic() >= deadline:
                         break
-                    report_progress()
+                    if tick is not None:
+                        tick()
             except ApiException as exc:
                 if exc.status != 410:  # 410 Gone: our version is too old; list again and watch from there
                     raise
-                listed = self._list_pods()
-                for obj in listed["items"]:
-                    seen(obj)
-                version = listed["metadata"].get("resourceVersion")
+                version = listed()
             finally:
                 stream.stop()
-        for name in goals:
-            res = state.get(name) or PodResult(name=name, node=nodes[name])
-            res.timed_out = not _reached(res, goals[name])
-            state[name] = res
-        self._collect(state, goals, deadline)
-        self.results.update(state)
-        return state
 
     def _list_pods(self) -> Obj:
         self.requests += 1
