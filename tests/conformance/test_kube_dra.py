@@ -13,6 +13,7 @@ from polling import wait_for
 from shims import read_verdict
 
 from gpuready.deploy import dra_addons
+from gpuready.lab import faults
 from gpuready.spec import dra
 
 DRA_A100 = {
@@ -121,7 +122,7 @@ def test_a_gpu_off_the_bus_leaves_the_slice_and_a_deleted_kubelet_plugin_stops_p
     a100, _l4 = converged(fleet)
     hardware = fleet.hosts[a100].parent / "machine" / "hardware.json"
     hw = json.loads(hardware.read_text())
-    hw["faults"] = [{"fault": "off-bus", "gpu": 2}]
+    hw = faults.apply_fault(faults.clear_faults(hw), "off-bus", 2)
     hardware.write_text(json.dumps(hw))
     wait_for(lambda: "gpu-2" not in devices_of(fleet, a100), what="gpu-2 gone from the slice")
     verdict = run(pytester, fleet, "-m", "node")

@@ -71,14 +71,14 @@ def test_apply_and_clear_return_new_dicts() -> None:
     hw = hardware.make_hardware("h100-sxm-8", 0)
     faulty = faults.apply_fault(hw, "xid-79", 3)
     assert hw["faults"] == []
-    assert faulty["faults"] == [{"fault": "xid-79", "gpu": 3}]
+
+    def line(name: str, gpu: int | None) -> dict:
+        return {"fault": name, "gpu": gpu, "effects": faults.FAULTS[name].effects.as_dict()}
+
+    assert faulty["faults"] == [line("xid-79", 3)]
     assert faults.apply_fault(faulty, "xid-79", 3)["faults"] == faulty["faults"]
-    assert faults.apply_fault(hw, "ecc-uncorrectable", None)["faults"] == [
-        {"fault": "ecc-uncorrectable", "gpu": 0}
-    ]
-    assert faults.apply_fault(hw, "driver-mismatch", None)["faults"] == [
-        {"fault": "driver-mismatch", "gpu": None}
-    ]
+    assert faults.apply_fault(hw, "ecc-uncorrectable", None)["faults"] == [line("ecc-uncorrectable", 0)]
+    assert faults.apply_fault(hw, "driver-mismatch", None)["faults"] == [line("driver-mismatch", None)]
     assert faults.clear_faults(faulty)["faults"] == []
     assert faulty["faults"] != []
 

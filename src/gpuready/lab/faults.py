@@ -1,8 +1,11 @@
 """Hardware faults a lab host can be given, so that each conformance check can be seen to fail.
 
-A fault is a line in the host's hardware file (``{"fault": name, "gpu": index or None}``); the emulated
-tools read it and answer as a real machine with that fault does (see each entry's description), and
-``journal_messages`` gives the kernel lines the lab writes to the host's journal when it injects one. The
+A fault is one row of ``FAULTS``: its name, what it is, and its ``Effects``, the data every emulated tool
+renders. Injected, it is a line in the host's hardware file (``{"fault": name, "gpu": index or None,
+"effects": {...}}``, every field of ``Effects``); the emulated tools (Python modules installed in the host,
+the Go mock NVML and CUDA libraries) read the effects, never the name, and answer as a real machine with
+that fault does (see each entry's description), so a new fault is one row here. ``journal_messages`` gives
+the kernel lines the lab writes to the host's journal when it injects one. The
 kernel formats are the driver's: ``NVRM: Xid (PCI:0000:18:00): 79, pid=..., name=..., <message>`` (quoted in
 NVIDIA/NVSentinel#155, leptonai/gpud#1209 and many public XID logs) and the fallen-off-the-bus notice.
 """
@@ -10,7 +13,92 @@ NVIDIA/NVSentinel#155, leptonai/gpud#1209 and many public XID logs) and the fall
 from __future__ import annotations
 
 import copy
+import dataclasses
+from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Effects:
+    """What a fault does to the machine. Every renderer reads these fields (from the hardware file), never a
+    fault's name. Several faults on one GPU (or host) combine: flags OR, counts add, ``bandwidth_factor``
+    and the PCIe fields take the worst, ``xid`` the largest (the mock NVML raises each). Where each is rendered:
+
+    GPU effects:
+
+    * ``off_bus``: the GPU fell off the PCIe bus. nvemu.Driver.off_bus (nvidia-smi, dcgmi, nvbandwidth
+      leave it out; kernel_files reads its config space as all ones), machine.OffBus (mock NVML: no
+      handle; mock CUDA: not a device), agent gpu_host.Gpu.off_bus (device plugin, vectorAdd).
+    * ``xid``: the XID the driver raises (0: none). machine.XIDs (mock NVML XID events), agent
+      gpu_host.Gpu.xid (dcgm-exporter's DCGM_FI_DEV_XID_ERRORS, the device plugin's health check).
+    * ``ecc_uncorrected``: uncorrectable DRAM ECC errors, volatile and aggregate alike. gpu_tree
+      GpuView.ecc_uncorrected (nvidia-smi), machine View.ECCUncorrected (NVML), agent vectorAdd fails.
+    * ``dbe_remapped``: double-bit errors the memory handled: each is an uncorrectable remapped row on a
+      GPU with row remapping, and a retired page when a page retirement is pending. gpu_tree
+      remapped/retired, machine View.
+    * ``row_remap_pending``: one uncorrectable row remapped, a GPU reset pending. gpu_tree remapped,
+      dcgmi's software test, agent dcgm-exporter's DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS, machine View.
+    * ``retired_pages_pending``: one double-bit page retired, a reboot pending. gpu_tree retired,
+      machine View.
+    * ``pcie_gen_drop`` / ``pcie_width_divisor``: the link trained this many generations below its
+      maximum (at least gen 1) and at its maximum width divided by this (at least x1). gpu_tree
+      pcie_current (nvidia-smi, nvbandwidth, kernel_files' sysfs link), dcgmi pcie_current, machine View.
+    * ``nvlink_down``: all the GPU's NVLinks inactive. nvidia_smi (nvlink, topo), nvbandwidth, machine
+      View.NVLinkActive (NVML, CUDA peer copies).
+    * ``bandwidth_factor``: every copy involving the GPU moves at this fraction of its normal rate.
+      nvbandwidth, dcgmi's PCIe test, machine View.BandwidthFactor (mock CUDA).
+    * ``dcgm_memory_fails``: DCGM's memory test finds a faulty memory element. dcgmi test_memory.
+
+    Host effects (a host-wide fault):
+
+    * ``fabric_failed``: NVIDIA Fabric Manager fails to start, the GPU fabric stays In Progress.
+      nv_fabricmanager, gpu_tree fabric (nvidia-smi, nvbandwidth), machine.Fabric (NVML, CUDA).
+    * ``driver_mismatch``: NVML init fails with 'Driver/library version mismatch'. nvemu.Driver
+      check_loaded, machine.CheckLoaded, agent gpu_host snapshots (nvml_error).
+    """
+
+    off_bus: bool = False
+    xid: int = 0
+    ecc_uncorrected: int = 0
+    dbe_remapped: int = 0
+    row_remap_pending: bool = False
+    retired_pages_pending: bool = False
+    pcie_gen_drop: int = 0
+    pcie_width_divisor: int = 1
+    nvlink_down: bool = False
+    bandwidth_factor: float = 1.0
+    dcgm_memory_fails: bool = False
+    fabric_failed: bool = False
+    driver_mismatch: bool = False
+
+    def as_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def combined(cls, effects: Iterable[Effects]) -> Effects:
+        """The effects of several faults together (see the class docstring for the rules)."""
+        out = cls()
+        for e in effects:
+            out = cls(
+                off_bus=out.off_bus or e.off_bus,
+                xid=max(out.xid, e.xid),
+                ecc_uncorrected=out.ecc_uncorrected + e.ecc_uncorrected,
+                dbe_remapped=out.dbe_remapped + e.dbe_remapped,
+                row_remap_pending=out.row_remap_pending or e.row_remap_pending,
+                retired_pages_pending=out.retired_pages_pending or e.retired_pages_pending,
+                pcie_gen_drop=max(out.pcie_gen_drop, e.pcie_gen_drop),
+                pcie_width_divisor=max(out.pcie_width_divisor, e.pcie_width_divisor),
+                nvlink_down=out.nvlink_down or e.nvlink_down,
+                bandwidth_factor=min(out.bandwidth_factor, e.bandwidth_factor),
+                dcgm_memory_fails=out.dcgm_memory_fails or e.dcgm_memory_fails,
+                fabric_failed=out.fabric_failed or e.fabric_failed,
+                driver_mismatch=out.driver_mismatch or e.driver_mismatch,
+            )
+        return out
+
+
+EFFECT_FIELDS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(Effects))
 
 
 @dataclass(frozen=True)
@@ -19,6 +107,7 @@ class Fault:
     description: str
     per_gpu: bool  # False: a host-wide fault, injected without --gpu
     needs: str = ""  # a hardware property the fault needs ("nvlink", "nvswitch", "row_remapping", ...)
+    effects: Effects = Effects()
 
 
 FAULTS: dict[str, Fault] = {
@@ -29,60 +118,100 @@ FAULTS: dict[str, Fault] = {
             "GPU fell off the PCIe bus: NVML cannot get its handle ('Unknown Error'), "
             "nvidia-smi exits 15, 'No devices were found' when no GPU is left",
             True,
+            effects=Effects(off_bus=True),
         ),
-        Fault("xid-79", "XID 79 in the kernel log and the GPU off the bus (what XID 79 means)", True),
+        Fault(
+            "xid-79",
+            "XID 79 in the kernel log and the GPU off the bus (what XID 79 means)",
+            True,
+            effects=Effects(off_bus=True, xid=79),
+        ),
         Fault(
             "xid-48",
             "XID 48 (double-bit ECC error) in the kernel log; volatile and aggregate uncorrectable "
             "ECC counts go up",
             True,
             "ecc",
+            Effects(xid=48, ecc_uncorrected=1, dbe_remapped=1),
         ),
         Fault(
             "ecc-uncorrectable",
             "uncorrectable DRAM ECC errors (volatile and aggregate) on the GPU",
             True,
             "ecc",
+            Effects(ecc_uncorrected=2),
         ),
         Fault(
             "row-remap-pending",
             "a row remapping is pending (uncorrectable remapped row; GPU reset needed)",
             True,
             "row_remapping",
+            Effects(xid=63, row_remap_pending=True),
         ),
         Fault(
             "retired-pages-pending",
             "a double-bit ECC page retirement is pending (pre-Ampere GPUs)",
             True,
             "page_retirement",
+            Effects(xid=63, retired_pages_pending=True),
         ),
-        Fault("pcie-downgrade", "PCIe link trained below its maximum (generation and width)", True),
-        Fault("nvlink-down", "all NVLinks of the GPU inactive", True, "nvlink"),
+        Fault(
+            "pcie-downgrade",
+            "PCIe link trained below its maximum (generation and width)",
+            True,
+            effects=Effects(pcie_gen_drop=2, pcie_width_divisor=2),
+        ),
+        Fault(
+            "nvlink-down",
+            "all NVLinks of the GPU inactive",
+            True,
+            "nvlink",
+            Effects(xid=74, nvlink_down=True),
+        ),
         Fault(
             "slow-gpu",
             "the GPU moves data at 40% of its normal rate, link trained at its maximum (a degraded "
             "board or a throttled path only a bandwidth test sees)",
             True,
+            effects=Effects(bandwidth_factor=0.4),
         ),
         Fault(
             "dcgm-memory",
             "DCGM's memory test fails on the GPU (a bad HBM/GDDR cell nvidia-smi does not show)",
             True,
+            effects=Effects(dcgm_memory_fails=True),
         ),
         Fault(
             "fabricmanager-failed",
             "NVIDIA Fabric Manager fails to start; GPU fabric state stays In Progress",
             False,
             "nvswitch",
+            Effects(fabric_failed=True),
         ),
         Fault(
             "driver-mismatch",
             "NVML reports 'Driver/library version mismatch' (exit 18), as after a driver "
             "upgrade without reboot",
             False,
+            effects=Effects(driver_mismatch=True),
         ),
     )
 }
+
+
+def effects_of(entry: dict[str, Any]) -> Effects:
+    """The effects of one hardware-file fault line: those it carries, else its catalogue row's (a line
+    written by hand, without effects)."""
+    if isinstance(entry.get("effects"), dict):
+        known = {k: v for k, v in entry["effects"].items() if k in EFFECT_FIELDS}
+        return Effects(**known)
+    spec = FAULTS.get(str(entry.get("fault")))
+    return spec.effects if spec else Effects()
+
+
+def combined_effects(hw: dict[str, Any], gpu: int | None) -> Effects:
+    """The combined effects of the faults on GPU ``gpu`` (None: the host-wide faults)."""
+    return Effects.combined(effects_of(f) for f in hw.get("faults") or [] if f.get("gpu") == gpu)
 
 
 class FaultError(ValueError):
@@ -122,12 +251,11 @@ def _resolve(hw: dict, fault: str, gpu: int | None) -> tuple[Fault, int | None]:
 
 def apply_fault(hw: dict, fault: str, gpu: int | None) -> dict:
     """A copy of ``hw`` with the fault added (GPU 0 when a per-GPU fault names no GPU); idempotent."""
-    _spec, index = _resolve(hw, fault, gpu)
+    spec, index = _resolve(hw, fault, gpu)
     new = copy.deepcopy(hw)
-    entry = {"fault": fault, "gpu": index}
     faults = new.setdefault("faults", [])
-    if entry not in faults:
-        faults.append(entry)
+    if not any(f.get("fault") == fault and f.get("gpu") == index for f in faults):
+        faults.append({"fault": fault, "gpu": index, "effects": spec.effects.as_dict()})
     return new
 
 

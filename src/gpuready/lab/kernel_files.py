@@ -7,13 +7,13 @@ driver stat ``/dev/nvidia*`` and read the majors in ``/proc/devices``, MIG devic
 
 - one source of truth: the host's hardware file (faults included) and the emulated driver's state file in the host,
   read through ``nvemu.Driver.snapshot`` and ``gpu_tree.GpuView`` exactly as the emulated nvidia-smi reads them
-  (a state left by an earlier boot counts as reset, MIG instances come from the state, ``pcie-downgrade`` lowers
+  (a state left by an earlier boot counts as reset, MIG instances come from the state, a fault's PCIe effects lower
   the link as nvidia-smi reports it). No second fault model lives here.
 - the driver is loaded when the host's state names a loaded module or a kernel module package is installed in the
   host (``/usr/lib/nvidia-emu/kmod-version``: on a real host udev / nvidia-modprobe loads it at boot or first use).
-  Not loaded: no /dev/nvidia*, no /proc/driver/nvidia, no nvidia lines in /proc/devices. ``driver-mismatch``
-  keeps the module loaded (its version is the old one in /proc/driver/nvidia/version).
-- a GPU off the bus (``off-bus``, ``xid-79``) keeps its /dev node and its /proc/driver/nvidia/gpus entry (the
+  Not loaded: no /dev/nvidia*, no /proc/driver/nvidia, no nvidia lines in /proc/devices. the ``driver_mismatch``
+  effect keeps the module loaded (its version is the old one in /proc/driver/nvidia/version).
+- a GPU off the bus (the ``off_bus`` effect) keeps its /dev node and its /proc/driver/nvidia/gpus entry (the
   module keeps the device bound; NVML is what reports it lost) and its sysfs directory with the values the kernel
   cached at enumeration (vendor, device, class, numa_node); the link registers read as all ones, which the
   kernel shows as ``Unknown`` speed and width 63.

@@ -26,21 +26,13 @@ from typing import Any, Protocol
 import yaml
 
 from gpuready.lab.emulator.nvemu import CUDA_BY_BRANCH, mig_uuid
+from gpuready.lab.faults import Effects, combined_effects
 from gpuready.nvidia.containerd_config import CRI_PLUGIN, NVIDIA_RUNTIME_BINARY, RUNC_TYPE
 
 DRIVER_LIB = "usr/lib/nvidia-emu"
 NVML_LIB = "usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1"
 EMU_STATE = "var/lib/nvidia-emu/state.json"
 CONTAINERD_CONFIG = "etc/containerd/config.toml"
-OFF_BUS_FAULTS = frozenset({"off-bus", "xid-79"})
-# The XID the kernel logs for each fault (gpuready.lab.faults.journal_messages); dcgm-exporter reports the last one.
-FAULT_XID = {
-    "xid-79": 79,
-    "xid-48": 48,
-    "row-remap-pending": 63,
-    "retired-pages-pending": 63,
-    "nvlink-down": 74,
-}
 # XIDs the device plugin's health checker ignores (application errors); any other marks the device unhealthy.
 APPLICATION_XIDS = frozenset({13, 31, 43, 45, 68, 109})
 
@@ -63,7 +55,7 @@ class MigDevice:
 @dataclass(frozen=True)
 class Gpu:
     hw: dict[str, Any]
-    faults: frozenset[str]
+    effects: Effects  # of the faults on this GPU (gpuready.lab.faults)
     mig_enabled: bool
     mig_devices: tuple[MigDevice, ...]
 
@@ -81,15 +73,15 @@ class Gpu:
 
     @property
     def off_bus(self) -> bool:
-        return bool(self.faults & OFF_BUS_FAULTS)
+        return self.effects.off_bus
 
     @property
     def xid(self) -> int:
-        return max((FAULT_XID[f] for f in self.faults if f in FAULT_XID), default=0)
+        return self.effects.xid  # the largest XID raised: dcgm-exporter reports one
 
     @property
     def unhealthy(self) -> bool:
-        """What the plugin's XID health check concludes (off-bus GPUs are not enumerated at all)."""
+        """What the plugin's XID health check concludes (GPUs off the bus are not enumerated at all)."""
         return self.xid != 0 and self.xid not in APPLICATION_XIDS
 
 
@@ -117,7 +109,7 @@ class HostState:
     default_runtime: str
     binaries: frozenset[str]  # runtime binaries that exist on the host
     gpus: tuple[Gpu, ...]
-    host_faults: frozenset[str] = frozenset()
+    host_effects: Effects = field(default_factory=Effects)  # of the host-wide faults
     machine: str = "unknown"
     hostname: str = ""
     cdi_enabled: bool = False  # containerd's CRI plugin injects CDI devices (enable_cdi)
@@ -335,17 +327,11 @@ def mig_devices(gpu: dict[str, Any], state: dict[str, Any]) -> tuple[MigDevice, 
 
 
 def build_gpus(hw: dict[str, Any], emu_state: dict[str, Any]) -> tuple[Gpu, ...]:
-    faults: dict[int, set[str]] = {}
-    for f in hw.get("faults") or []:
-        if f.get("gpu") is not None:
-            faults.setdefault(int(f["gpu"]), set()).add(f["fault"])
     gpus = []
     for g in hw.get("gpus") or []:
         st = (emu_state.get("gpus") or {}).get(g["uuid"]) or {}
         enabled = bool(st.get("mig_current")) and bool(g.get("mig_capable"))
-        gpus.append(
-            Gpu(g, frozenset(faults.get(g["index"], ())), enabled, mig_devices(g, st) if enabled else ())
-        )
+        gpus.append(Gpu(g, combined_effects(hw, g["index"]), enabled, mig_devices(g, st) if enabled else ()))
     return tuple(gpus)
 
 
@@ -418,10 +404,10 @@ class HostView:
         emu = self._cached_json(self.root / EMU_STATE) or {}
         driver = self._text(f"{DRIVER_LIB}/driver-version")
         kmod_installed = self._text(f"{DRIVER_LIB}/kmod-version")
-        host_faults = frozenset(f["fault"] for f in hw.get("faults") or [] if f.get("gpu") is None)
+        host_effects = combined_effects(hw, None)
         nvml_error = None
         loaded = emu.get("kmod") or kmod_installed
-        if "driver-mismatch" in host_faults or (driver and loaded and loaded != driver):
+        if host_effects.driver_mismatch or (driver and loaded and loaded != driver):
             nvml_error = "Driver/library version mismatch"
         elif driver and not loaded:
             nvml_error = "Driver Not Loaded"
@@ -445,7 +431,7 @@ class HostView:
             default_runtime=default,
             binaries=binaries | {"runc"},
             gpus=build_gpus(hw, emu),
-            host_faults=host_faults,
+            host_effects=host_effects,
             machine=_machine_name(),
             hostname=self.name,
         )
@@ -462,18 +448,18 @@ class VirtualGpuView:
 
     def snapshot(self) -> HostState:
         nvidia = Runtime("nvidia", RUNC_TYPE, NVIDIA_RUNTIME_BINARY)
-        host_faults = frozenset(f["fault"] for f in self.hardware.get("faults") or [] if f.get("gpu") is None)
+        host_effects = combined_effects(self.hardware, None)
         return HostState(
             name=self.name,
             driver_installed=True,
             nvml_present=True,
             driver_version=self.driver_version,
-            nvml_error="Driver/library version mismatch" if "driver-mismatch" in host_faults else None,
+            nvml_error="Driver/library version mismatch" if host_effects.driver_mismatch else None,
             runtimes={"runc": Runtime("runc", RUNC_TYPE, "runc"), "nvidia": nvidia},
             default_runtime="runc",
             binaries=frozenset({"runc", NVIDIA_RUNTIME_BINARY}),
             gpus=(gpus := build_gpus(self.hardware, self.mig_state)),
-            host_faults=host_faults,
+            host_effects=host_effects,
             hostname=self.name,
             cdi_enabled=True,
             cdi_devices=frozenset(f"nvidia.com/gpu={name}" for name in cdi_names(gpus)),

@@ -69,7 +69,6 @@ VECTOR_ADD_OK = (
 NO_DEVICE = "no CUDA-capable device is detected"
 INSUFFICIENT_DRIVER = "CUDA driver version is insufficient for CUDA runtime version"
 ECC_ERROR = "uncorrectable ECC error encountered"
-ECC_FAULTS = frozenset({"xid-48", "ecc-uncorrectable"})
 VECTOR_ADD_REPO = "nvcr.io/nvidia/k8s/cuda-sample"
 OCI_PREFIX = "failed to create containerd task: failed to create shim task: OCI runtime create failed: "
 
@@ -353,7 +352,7 @@ def vector_add(exp: Exposure, host: HostState) -> ContainerPlan:
         usable = [(g, m) for g, m in exp.devices if not g.off_bus and not (g.mig_enabled and m is None)]
         if not usable:
             error = NO_DEVICE
-        elif usable[0][0].faults & ECC_FAULTS:
+        elif usable[0][0].effects.ecc_uncorrected:
             error = ECC_ERROR
     if error:
         return ContainerPlan(

@@ -107,7 +107,7 @@ def _value(field: str, g: Gpu, mem: int, used: int, busy: bool, uptime: float) -
         "DCGM_FI_DEV_XID_ERRORS": g.xid,
         "DCGM_FI_DEV_FB_FREE": mem - used,
         "DCGM_FI_DEV_FB_USED": used,
-        "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS": 1 if "row-remap-pending" in g.faults else 0,
+        "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS": int(g.effects.row_remap_pending),
         "DCGM_FI_PROF_GR_ENGINE_ACTIVE": "0.000000",
         "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE": "0.000000",
         "DCGM_FI_PROF_DRAM_ACTIVE": "0.000000",

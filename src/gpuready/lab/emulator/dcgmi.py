@@ -22,24 +22,24 @@ reads real captures (tests/fixtures/dcgm-diag):
   -30, as the shell sees it; the DCGM 4.2.3/4.5.2 captures exited 226), 235 when nv-hostengine cannot be
   reached (DCGM_ST_CONNECTION_NOT_VALID, -21; value from dcgm_structs, not seen in a capture).
 
-Faults (``gpuready.lab.faults``), as real DCGM reports them:
+Fault effects (``gpuready.lab.faults.Effects``, from the hardware file), as real DCGM reports them:
 
 * the software test checks persistence mode like DCGM does (error 29, the exact wording of the real capture):
   a host without persistence mode fails it, as real hosts do;
-* ``dcgm-memory`` -> the memory test fails on that GPU with DCGM_FR_FAULTY_MEMORY (52) "Found 1 faulty memory
+* ``dcgm_memory_fails`` -> the memory test fails on that GPU with DCGM_FR_FAULTY_MEMORY (52) "Found 1 faulty memory
   elements on GPU <n> Run a field diagnostic on the GPU." (message + next step, the format of the captured
   warning; category/severity numbers from dcgm_errors.h's enums, the severity chosen by us);
-* ``slow-gpu`` (40% of normal copy rate) and ``pcie-downgrade`` (link trained two generations down at half
-  width, as the emulated nvidia-smi reports) -> the pcie test fails with DCGM_FR_LOW_BANDWIDTH (30) "Bandwidth
+* ``bandwidth_factor`` (a fraction of the normal copy rate) and ``pcie_gen_drop``/``pcie_width_divisor`` (link
+  trained below its maximum, as the emulated nvidia-smi reports) -> the pcie test fails with DCGM_FR_LOW_BANDWIDTH (30) "Bandwidth
   of GPU <n> in direction d2h of <x> did not exceed minimum required bandwidth of <y>. ..." for d2h and h2d
   (directions and wording from DCGM's pcie plugin). The minimum used here is half the theoretical bandwidth of
   the GPU's maximum link; DCGM's real per-SKU ``min_bandwidth`` values were not looked up;
-* ``row-remap-pending`` -> the software test fails with "Page Retirement/Row Remap: GPU <n> had memory errors
+* ``row_remap_pending`` -> the software test fails with "Page Retirement/Row Remap: GPU <n> had memory errors
   and row remappings are pending ..." (DCGM_FR_PENDING_ROW_REMAP, 85; the sub-check prefix is assumed from the
   persistence message's);
-* ``off-bus`` / ``xid-79`` -> the GPU is not visible to DCGM: it is left out of the run (and of
+* ``off_bus`` -> the GPU is not visible to DCGM: it is left out of the run (and of
   ``entity_groups``); naming only lost GPUs with ``-i`` is an error (approximate wording);
-* ``driver-mismatch`` (or no loaded driver, no hardware file) -> NVML cannot start, so nv-hostengine is not
+* ``driver_mismatch`` (or no loaded driver, no hardware file) -> NVML cannot start, so nv-hostengine is not
   running and dcgmi prints the real connection error ("Error: unable to establish a connection to the
   specified host: localhost" / "Error: Unable to connect to host engine. Host engine connection
   invalid/disconnected."). The same happens when ``GPUREADY_LAB_HOSTENGINE_PID`` names a pid file whose
@@ -106,7 +106,6 @@ PCIE_LANE_GBPS = {
     6: 64.0 * 236 / 256 / 8,
 }
 HEALTHY_D2H, HEALTHY_H2D, HEALTHY_BIDIR = 0.86, 0.85, 1.55  # fractions of the link's theoretical rate
-SLOW_GPU_FACTOR = 0.4  # faults.py: "the GPU moves data at 40% of its normal rate"
 MIN_BANDWIDTH_FRACTION = 0.5
 
 SYSTEM_TRIAGE = "Check DCGM and system logs for errors. Reset GPU. Restart DCGM. Rerun diagnostics."
@@ -148,9 +147,7 @@ def hostengine_up() -> bool:
 
 def pcie_current(drv: nvemu.Driver, gpu: dict) -> tuple[int, int]:
     """The trained link, as the emulated nvidia-smi reports it (gpu_tree.GpuView.pcie_current)."""
-    if "pcie-downgrade" in drv.gpu_faults(gpu["index"]):
-        return max(1, gpu["max_pcie_gen"] - 2), max(1, gpu["max_pcie_width"] // 2)
-    return gpu["max_pcie_gen"], gpu["max_pcie_width"]
+    return drv.pcie_current(gpu)
 
 
 def link_gbps(gen: int, width: int) -> float:
@@ -169,7 +166,7 @@ def test_software(drv: nvemu.Driver, gpu: dict) -> dict:
                 'running "nvidia-smi -i <gpuId> -pm 1 " as root.',
             )
         )
-    if "row-remap-pending" in drv.gpu_faults(index):
+    if drv.gpu_effects(index).flag("row_remap_pending"):
         warnings.append(
             _warning(
                 E_ROW_REMAP,
@@ -182,7 +179,7 @@ def test_software(drv: nvemu.Driver, gpu: dict) -> dict:
 
 def test_memory(drv: nvemu.Driver, gpu: dict) -> dict:
     index = gpu["index"]
-    if "dcgm-memory" in drv.gpu_faults(index):
+    if drv.gpu_effects(index).flag("dcgm_memory_fails"):
         text = f"Found 1 faulty memory elements on GPU {index} Run a field diagnostic on the GPU."
         return {"status": "Fail", "warnings": [_warning(E_FAULTY_MEMORY, text)], "info": []}
     free = (gpu["memory_mib"] - gpu.get("reserved_mib", 0)) * 1024 * 1024
@@ -192,8 +189,7 @@ def test_memory(drv: nvemu.Driver, gpu: dict) -> dict:
 def test_pcie(drv: nvemu.Driver, gpu: dict) -> dict:
     index = gpu["index"]
     rate = link_gbps(*pcie_current(drv, gpu))
-    if "slow-gpu" in drv.gpu_faults(index):
-        rate *= SLOW_GPU_FACTOR
+    rate *= drv.gpu_effects(index).least("bandwidth_factor", 1.0)
     d2h, h2d, bidir = rate * HEALTHY_D2H, rate * HEALTHY_H2D, rate * HEALTHY_BIDIR
     minimum = link_gbps(gpu["max_pcie_gen"], gpu["max_pcie_width"]) * MIN_BANDWIDTH_FRACTION
     warnings = [

@@ -49,7 +49,7 @@ class GpuView:
         self.drv = drv
         self.gpu = gpu
         self.state = drv.gpu_state(gpu)
-        self.faults = drv.gpu_faults(gpu["index"])
+        self.effects = drv.gpu_effects(gpu["index"])
         self.mig_current = bool(self.state["mig_current"]) and gpu.get("mig_capable", False)
         self.mig_pending = bool(self.state["mig_pending"]) and gpu.get("mig_capable", False)
 
@@ -94,39 +94,32 @@ class GpuView:
         return total, reserved, used, total - reserved - used
 
     def ecc_uncorrected(self) -> int:
-        count = 0
-        if "ecc-uncorrectable" in self.faults:
-            count += 2
-        if "xid-48" in self.faults:
-            count += 1
-        return count
+        return self.effects.count("ecc_uncorrected")
 
     def pcie_current(self) -> tuple[int, int]:
-        if "pcie-downgrade" in self.faults:
-            return max(1, self.gpu["max_pcie_gen"] - 2), max(1, self.gpu["max_pcie_width"] // 2)
-        return self.gpu["max_pcie_gen"], self.gpu["max_pcie_width"]
+        return self.drv.pcie_current(self.gpu)
 
     def retired(self) -> tuple[int, int, bool]:
         """single-bit count, double-bit count, pending."""
-        if "retired-pages-pending" in self.faults:
-            return 0, 1 + ("xid-48" in self.faults), True
+        if self.effects.flag("retired_pages_pending"):
+            return 0, 1 + self.effects.count("dbe_remapped"), True
         return 0, 0, False
 
     def remapped(self) -> tuple[int, int, bool]:
         """correctable, uncorrectable, pending."""
         unc = 0
         pending = False
-        if "row-remap-pending" in self.faults:
+        if self.effects.flag("row_remap_pending"):
             unc, pending = 1, True
-        if "xid-48" in self.faults and self.gpu.get("row_remapping"):
-            unc += 1
+        if self.gpu.get("row_remapping"):
+            unc += self.effects.count("dbe_remapped")
         return 0, unc, pending
 
     def fabric(self) -> tuple[str, str]:
         if not self.drv.hw.get("system", {}).get("nvswitch"):
             return NA, NA
         # The GPUs join the NVSwitch fabric only once Fabric Manager has configured it.
-        if "fabricmanager-failed" in self.drv.host_faults() or not nvemu.fabricmanager_running():
+        if self.drv.host_effects().flag("fabric_failed") or not nvemu.fabricmanager_running():
             return "In Progress", NA
         return "Completed", "Success"
 

@@ -2,8 +2,8 @@
 
 Stdlib only (installed into lab hosts). Forks like the real one (its unit is Type=forking) and writes its log
 in the real format (``[Mon DD YYYY HH:MM:SS] [LEVEL] [tid N] message``) to the log file named in the config.
-It fails to start on a machine without NVSwitches and with the lab's ``fabricmanager-failed`` fault, logging
-what the real daemon logs when its NVSwitch/GPU initialisation fails.
+It fails to start on a machine without NVSwitches and with a lab fault whose effects include
+``fabric_failed``, logging what the real daemon logs when its NVSwitch/GPU initialisation fails.
 """
 
 from __future__ import annotations
@@ -79,7 +79,7 @@ def main(argv: list[str]) -> int:
         log.write("ERROR", "fabric manager failed to open NVSwitch devices, no NVSwitch devices found")
         print("Fabric Manager failed to start: no NVSwitch devices found.", file=sys.stderr)
         return 1
-    if "fabricmanager-failed" in drv.host_faults():
+    if drv.host_effects().flag("fabric_failed"):
         log.write(
             "INFO",
             f"number of devices specified in topology file NVSwitches: {system['nvswitch_count']}, "

@@ -8,20 +8,21 @@ matrix cells are C++ ``operator<<`` doubles (6 significant digits) in JSON and `
 The figures (GB/s = 10^9 bytes/s), all deterministic:
 
 * host<->device: 85% of the theoretical unidirectional bandwidth of the GPU's *current* PCIe link
-  (``GpuView.pcie_current``, the same link ``nvidia-smi`` reports, so ``pcie-downgrade`` lowers it). Healthy
+  (``GpuView.pcie_current``, the same link ``nvidia-smi`` reports, so a fault's ``pcie_gen_drop``/``pcie_width_divisor`` lowers it). Healthy
   pinned copies measure 0.82-0.88 of theoretical (Gen4 x16: ~26 GB/s of 31.5; Gen5 x16: ~55 of 63).
 * GPU<->GPU over NVLink: links x per-link rate x 0.8 (H100 NVSwitch: 18 x 26.562 x 0.8 = 382 GB/s; public 8x H100
   nvbandwidth runs read 370-374). The link count per pair is the one ``nvidia-smi topo -m`` prints: all links
   through NVSwitch, ``links // (GPUs - 1)`` on a directly connected board (HGX A100 4-GPU: NV4, 80 GB/s).
-* GPU<->GPU over PCIe (no NVLink, or ``nvlink-down`` on either GPU): 80% of the slower of the two current links
+* GPU<->GPU over PCIe (no NVLink, or ``nvlink_down`` on either GPU): 80% of the slower of the two current links
   when both GPUs hang off the same NUMA node; across NUMA nodes peer access is impossible (``N/A``), as on hosts
   where ``nvidia-smi topo -p2p r`` reports the pair as not supported.
 * every figure gets a +-1% spread derived from the GPUs' UUIDs (no randomness: same machine, same numbers).
 
-Faults: ``slow-gpu`` puts every figure involving that GPU at 40%; ``off-bus``/``xid-79`` hide the GPU from CUDA
-(fewer devices, later ordinals move up); ``driver-mismatch`` (or a module/library version mismatch) makes
+Fault effects (``gpuready.lab.faults.Effects``): ``bandwidth_factor`` scales every figure involving that GPU;
+``off_bus`` hides the GPU from CUDA
+(fewer devices, later ordinals move up); ``driver_mismatch`` (or a module/library version mismatch) makes
 ``cuInit`` fail with CUDA_ERROR_SYSTEM_DRIVER_MISMATCH, an NVSwitch system whose fabric is not up (Fabric
-Manager stopped or ``fabricmanager-failed``) with CUDA_ERROR_SYSTEM_NOT_READY; both print nvbandwidth's
+Manager stopped or ``fabric_failed``) with CUDA_ERROR_SYSTEM_NOT_READY; both print nvbandwidth's
 ``CU_ASSERT`` message and exit 1. MIG mode is not modelled.
 
 Not emulated (a message on stderr and exit 2, so nobody mistakes it for a measurement): running every testcase
@@ -105,7 +106,6 @@ PCIE_LANE_GBPS = {
 HOST_COPY_EFFICIENCY = 0.85
 PCIE_PEER_EFFICIENCY = 0.80
 NVLINK_EFFICIENCY = 0.80
-SLOW_GPU_FACTOR = 0.40
 
 USAGE = """\
 nvbandwidth CLI:
@@ -298,15 +298,15 @@ class Machine:
         self.nvswitch = bool(drv.hw.get("system", {}).get("nvswitch"))
         self.total_gpus = len(drv.hw["gpus"])
 
-    def faults(self, gpu: dict) -> set[str]:
-        return self.drv.gpu_faults(gpu["index"])
+    def effects(self, gpu: dict) -> nvemu.Effects:
+        return self.drv.gpu_effects(gpu["index"])
 
     def pcie_gbps(self, gpu: dict) -> float:
         gen, width = GpuView(self.drv, gpu).pcie_current()
         return PCIE_LANE_GBPS.get(gen, PCIE_LANE_GBPS[1]) * width
 
     def slow(self, *gpus: dict) -> float:
-        return SLOW_GPU_FACTOR if any("slow-gpu" in self.faults(g) for g in gpus) else 1.0
+        return min([self.effects(g).least("bandwidth_factor", 1.0) for g in gpus], default=1.0)
 
     def host(self, gpu: dict, direction: str) -> float:
         rate = self.pcie_gbps(gpu) * HOST_COPY_EFFICIENCY * self.slow(gpu)
@@ -315,7 +315,7 @@ class Machine:
     def nvlinks(self, a: dict, b: dict) -> int:
         """NVLinks between two GPUs, by the rule `nvidia-smi topo -m` prints (0 when either GPU's are down)."""
         links = min(a.get("nvlink_links", 0), b.get("nvlink_links", 0))
-        if not links or "nvlink-down" in self.faults(a) | self.faults(b):
+        if not links or self.effects(a).flag("nvlink_down") or self.effects(b).flag("nvlink_down"):
             return 0
         if self.nvswitch:
             return links

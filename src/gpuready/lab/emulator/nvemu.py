@@ -26,19 +26,6 @@ DRIVER_DIR = "/usr/lib/nvidia-emu"
 DEFAULT_DRIVER_VERSION = "580.178.04"
 CUDA_BY_BRANCH = {"595": "13.2", "590": "13.1", "580": "13.0", "575": "12.9", "570": "12.8", "550": "12.4"}
 
-GPU_FAULTS = {
-    "off-bus",
-    "xid-79",
-    "xid-48",
-    "ecc-uncorrectable",
-    "row-remap-pending",
-    "retired-pages-pending",
-    "pcie-downgrade",
-    "nvlink-down",
-    "slow-gpu",
-    "dcgm-memory",
-}
-
 # nvidia-smi exit codes (nvidia-smi(1), RETURN VALUE).
 EXIT_NOT_SUPPORTED = 3
 EXIT_NOT_FOUND = 6
@@ -46,6 +33,28 @@ EXIT_NO_DRIVER = 9
 EXIT_GPU_LOST = 15
 EXIT_MISMATCH = 18
 EXIT_OTHER = 255
+
+
+class Effects:
+    """The combined effects of the faults on one GPU (or the host): each hardware-file fault line carries
+    its effects (gpuready.lab.faults.Effects, where every field is documented); the tools render these,
+    never a fault's name. Several faults combine as Effects.combined does: flags OR, counts add, the
+    worst of a factor or a PCIe field."""
+
+    def __init__(self, lines: list[dict]):
+        self._all = [line.get("effects") or {} for line in lines]
+
+    def flag(self, name: str) -> bool:
+        return any(bool(e.get(name)) for e in self._all)
+
+    def count(self, name: str) -> int:
+        return sum(int(e.get(name) or 0) for e in self._all)
+
+    def most(self, name: str, default: int) -> int:
+        return max([int(e[name]) for e in self._all if name in e], default=default)
+
+    def least(self, name: str, default: float) -> float:
+        return min([float(e[name]) for e in self._all if name in e], default=default)
 
 
 class NvmlError(Exception):
@@ -204,7 +213,7 @@ class Driver:
     # --- driver checks -------------------------------------------------------------------------
     def check_loaded(self) -> None:
         """Raise NvmlError like NVML init does: no module, library/module mismatch."""
-        if "driver-mismatch" in self.host_faults():
+        if self.host_effects().flag("driver_mismatch"):
             raise NvmlError("Failed to initialize NVML: Driver/library version mismatch", EXIT_MISMATCH)
         kmod = self.state.get("kmod")
         if not kmod:
@@ -223,14 +232,23 @@ class Driver:
             raise NvmlError("Failed to initialize NVML: Driver/library version mismatch", EXIT_MISMATCH)
 
     # --- faults --------------------------------------------------------------------------------
-    def host_faults(self) -> set[str]:
-        return {f["fault"] for f in self.hw.get("faults", []) if f.get("gpu") is None}
+    def host_effects(self) -> Effects:
+        """The effects of the host-wide faults."""
+        return Effects([f for f in self.hw.get("faults", []) if f.get("gpu") is None])
 
-    def gpu_faults(self, index: int) -> set[str]:
-        return {f["fault"] for f in self.hw.get("faults", []) if f.get("gpu") == index}
+    def gpu_effects(self, index: int) -> Effects:
+        """The effects of the faults injected on GPU ``index``."""
+        return Effects([f for f in self.hw.get("faults", []) if f.get("gpu") == index])
 
     def off_bus(self, index: int) -> bool:
-        return bool(self.gpu_faults(index) & {"off-bus", "xid-79"})
+        return self.gpu_effects(index).flag("off_bus")
+
+    def pcie_current(self, gpu: dict) -> tuple[int, int]:
+        """The trained PCIe link (generation, width): the maximum, lowered by the GPU's faults."""
+        effects = self.gpu_effects(gpu["index"])
+        gen = max(1, gpu["max_pcie_gen"] - effects.most("pcie_gen_drop", 0))
+        width = max(1, gpu["max_pcie_width"] // max(1, effects.most("pcie_width_divisor", 1)))
+        return gen, width
 
     def visible_gpus(self) -> list[dict]:
         return [g for g in self.hw["gpus"] if not self.off_bus(g["index"])]

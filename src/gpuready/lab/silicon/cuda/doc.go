@@ -1,7 +1,7 @@
 // Command cuda is the lab's mock CUDA driver, libcuda.so.1 (go build -buildmode=c-shared): the CUDA
 // driver API entry points gpuready's local GPU tools call through ctypes (gpuready.conformance.cuda:
 // vectorAdd and copy bandwidth), answering from the lab's one emulated machine (package machine:
-// hardware.json, driver state, faults), so those tools run in the lab unchanged and each fault shows
+// hardware.json, driver state, the effects of faults), so those tools run in the lab unchanged and each fault shows
 // up in them as on a real node.
 //
 // Why a library and not a Python stub: the product loads libcuda.so.1 by name and calls it with C
@@ -9,14 +9,14 @@
 // argument types and error handling (the DESIGN's "emulate only the silicon").
 //
 // Devices and cuInit (the machine is read once, at the first cuInit, as a driver enumerates once):
-//   - devices are the machine's GPUs in index order, less those off the bus (off-bus, xid-79): later
+//   - devices are the machine's GPUs in index order, less those off the bus (off_bus effect): later
 //     ordinals move up, as when a GPU falls off the bus; none left: CUDA_ERROR_NO_DEVICE.
 //   - a GPU in MIG mode (driver state mig_current) is not a CUDA device. Real CUDA lets a process use one
 //     MIG device named by CUDA_VISIBLE_DEVICES=MIG-<uuid>; this library does not read
 //     CUDA_VISIBLE_DEVICES at all (kept simple: the product's tools measure whole GPUs only).
-//   - driver-mismatch fault, or a loaded module of another version than the library:
+//   - a driver_mismatch fault, or a loaded module of another version than the library:
 //     CUDA_ERROR_SYSTEM_DRIVER_MISMATCH (803); no machine file or no kernel module: CUDA_ERROR_NO_DEVICE;
-//     an NVSwitch machine whose fabric is not up (Fabric Manager not running, fabricmanager-failed):
+//     an NVSwitch machine whose fabric is not up (Fabric Manager not running, fabric_failed):
 //     CUDA_ERROR_SYSTEM_NOT_READY (802). The same rules as the emulated nvbandwidth's cuinit_error.
 //   - before a successful cuInit every call but cuDriverGetVersion and cuGetError* returns
 //     CUDA_ERROR_NOT_INITIALIZED.
@@ -38,11 +38,11 @@
 // is CUDA_ERROR_ILLEGAL_ADDRESS, returned by the next synchronisation as a GPU fault is.
 //
 // Timing (model.go: the emulated nvbandwidth's model, same constants, same hardware-file fields):
-// host<->device copies move at 85% of the GPU's current PCIe link (pcie-downgrade lowers it), peer
-// copies at 80% of the NVLink rate (links x per-link rate) or, without NVLink (nvlink-down on either
+// host<->device copies move at 85% of the GPU's current PCIe link (a fault's PCIe effects lower it), peer
+// copies at 80% of the NVLink rate (links x per-link rate) or, without NVLink (nvlink_down on either
 // GPU), at 80% of the slower PCIe link on the same NUMA node; across NUMA nodes peer access is
 // impossible (cuDeviceCanAccessPeer 0, cuCtxEnablePeerAccess CUDA_ERROR_PEER_ACCESS_UNSUPPORTED) and
-// a peer copy is staged through host memory. slow-gpu puts every copy involving the GPU at 40%.
+// a peer copy is staged through host memory. A fault's bandwidth_factor scales every copy involving the GPU.
 // Each stream has a modelled clock: an operation advances it by its modelled duration, starting at
 // wall-clock now when the stream was idle (synchronised); CUDA events record that clock, so
 // cuEventElapsedTime reports the modelled time exactly, whatever the load of the machine running the

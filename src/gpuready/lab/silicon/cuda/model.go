@@ -28,7 +28,6 @@ const (
 	hostCopyEfficiency = 0.85
 	pciePeerEfficiency = 0.80
 	nvlinkEfficiency   = 0.80
-	slowGPUFactor      = 0.40
 	defaultNVLinkGbps  = 25.0
 )
 
@@ -44,7 +43,7 @@ type linkModel struct {
 	m *machine.Machine
 }
 
-// pcieGBps is the theoretical unidirectional rate of the GPU's current link (pcie-downgrade lowers it).
+// pcieGBps is the theoretical unidirectional rate of the GPU's current link (a fault's PCIe effects lower it).
 func (l linkModel) pcieGBps(index int) float64 {
 	v := l.m.View(index)
 	lane, ok := pcieLaneGBps[v.PCIeGen]
@@ -54,13 +53,13 @@ func (l linkModel) pcieGBps(index int) float64 {
 	return lane * float64(v.PCIeWidth)
 }
 
+// slow is the lowest bandwidth factor of the GPUs' faults (1 when none is slowed).
 func (l linkModel) slow(indexes ...int) float64 {
+	f := 1.0
 	for _, i := range indexes {
-		if l.m.View(i).Slow {
-			return slowGPUFactor
-		}
+		f = min(f, l.m.View(i).BandwidthFactor)
 	}
-	return 1
+	return f
 }
 
 // host is the GB/s of a pinned copy between host memory and GPU index; direction "h2d" or "d2h".

@@ -46,7 +46,7 @@ var CUDAByBranch = map[string]string{
 var (
 	// ErrNoDriver: no machine file, or no kernel module installed (NVML_ERROR_DRIVER_NOT_LOADED).
 	ErrNoDriver = errors.New("couldn't communicate with the NVIDIA driver")
-	// ErrMismatch: loaded kernel module and library differ, or the driver-mismatch fault
+	// ErrMismatch: loaded kernel module and library differ, or a driver_mismatch fault
 	// (NVML_ERROR_LIB_RM_VERSION_MISMATCH).
 	ErrMismatch = errors.New("Driver/library version mismatch")
 )
@@ -133,11 +133,60 @@ func (g *GPU) CUDAComputeCapability() (int, int) {
 	return a, b
 }
 
-// Fault is one injected fault; GPU is nil for a host-wide fault (see faults.py for each name).
+// Fault is one injected fault; GPU is nil for a host-wide fault. Its name is only a label: what it does
+// is its Effects, which the lab writes with it (faults.py, the one place each fault is defined).
 type Fault struct {
-	Fault string `json:"fault"`
-	GPU   *int   `json:"gpu"`
+	Fault   string  `json:"fault"`
+	GPU     *int    `json:"gpu"`
+	Effects Effects `json:"effects"`
 }
+
+// Effects is what a fault does (gpuready.lab.faults.Effects documents each field). A field missing from
+// the hardware file is healthy: a zero factor or divisor counts as 1.
+type Effects struct {
+	OffBus              bool    `json:"off_bus"`
+	XID                 int     `json:"xid"`
+	ECCUncorrected      int     `json:"ecc_uncorrected"`
+	DBERemapped         int     `json:"dbe_remapped"`
+	RowRemapPending     bool    `json:"row_remap_pending"`
+	RetiredPagesPending bool    `json:"retired_pages_pending"`
+	PCIeGenDrop         int     `json:"pcie_gen_drop"`
+	PCIeWidthDivisor    int     `json:"pcie_width_divisor"`
+	NVLinkDown          bool    `json:"nvlink_down"`
+	BandwidthFactor     float64 `json:"bandwidth_factor"`
+	DCGMMemoryFails     bool    `json:"dcgm_memory_fails"`
+	FabricFailed        bool    `json:"fabric_failed"`
+	DriverMismatch      bool    `json:"driver_mismatch"`
+}
+
+// combine adds e to the effects so far as faults.Effects.combined does: flags OR, counts add, the
+// worst factor or PCIe field, the largest XID.
+func (c Effects) combine(e Effects) Effects {
+	c.OffBus = c.OffBus || e.OffBus
+	c.XID = max(c.XID, e.XID)
+	c.ECCUncorrected += e.ECCUncorrected
+	c.DBERemapped += e.DBERemapped
+	c.RowRemapPending = c.RowRemapPending || e.RowRemapPending
+	c.RetiredPagesPending = c.RetiredPagesPending || e.RetiredPagesPending
+	c.PCIeGenDrop = max(c.PCIeGenDrop, e.PCIeGenDrop)
+	c.PCIeWidthDivisor = max(c.PCIeWidthDivisor, e.PCIeWidthDivisor, 1)
+	c.NVLinkDown = c.NVLinkDown || e.NVLinkDown
+	c.BandwidthFactor = min(c.BandwidthFactor, factor(e.BandwidthFactor))
+	c.DCGMMemoryFails = c.DCGMMemoryFails || e.DCGMMemoryFails
+	c.FabricFailed = c.FabricFailed || e.FabricFailed
+	c.DriverMismatch = c.DriverMismatch || e.DriverMismatch
+	return c
+}
+
+func factor(f float64) float64 {
+	if f <= 0 {
+		return 1
+	}
+	return f
+}
+
+// healthy is the effects of no fault.
+var healthy = Effects{PCIeWidthDivisor: 1, BandwidthFactor: 1}
 
 // System is the machine's board-level facts.
 type System struct {
@@ -317,11 +366,11 @@ func loadState(path string, gpus []GPU) State {
 	return st
 }
 
-// CheckLoaded fails as NVML init does: ErrMismatch for the driver-mismatch fault or a loaded module
+// CheckLoaded fails as NVML init does: ErrMismatch for a driver_mismatch fault or a loaded module
 // of another version, ErrNoDriver when no module is installed (nvemu.Driver.check_loaded, read-only:
 // a module not loaded yet counts as the installed one, which nvemu then records on first use).
 func (m *Machine) CheckLoaded() error {
-	if m.HostFaults()["driver-mismatch"] {
+	if m.HostEffects().DriverMismatch {
 		return ErrMismatch
 	}
 	kmod := ""
@@ -364,45 +413,32 @@ func (m *Machine) GPU(index int) *GPU {
 	return nil
 }
 
-// HostFaults are the host-wide faults (driver-mismatch, fabricmanager-failed).
-func (m *Machine) HostFaults() map[string]bool {
-	out := map[string]bool{}
+// HostEffects are the combined effects of the host-wide faults.
+func (m *Machine) HostEffects() Effects { return m.effects(nil) }
+
+// GPUEffects are the combined effects of the faults injected on GPU index.
+func (m *Machine) GPUEffects(index int) Effects { return m.effects(&index) }
+
+func (m *Machine) effects(index *int) Effects {
+	out := healthy
 	for _, f := range m.Hardware.Faults {
-		if f.GPU == nil {
-			out[f.Fault] = true
+		if (f.GPU == nil && index == nil) || (f.GPU != nil && index != nil && *f.GPU == *index) {
+			out = out.combine(f.Effects)
 		}
 	}
 	return out
 }
 
-// GPUFaults are the faults injected on GPU index.
-func (m *Machine) GPUFaults(index int) map[string]bool {
-	out := map[string]bool{}
-	for _, f := range m.Hardware.Faults {
-		if f.GPU != nil && *f.GPU == index {
-			out[f.Fault] = true
-		}
-	}
-	return out
-}
+// OffBus: the GPU fell off the bus (an off_bus fault); the driver lost it.
+func (m *Machine) OffBus(index int) bool { return m.GPUEffects(index).OffBus }
 
-// OffBus: the GPU fell off the bus (off-bus, xid-79); the driver lost it.
-func (m *Machine) OffBus(index int) bool {
-	f := m.GPUFaults(index)
-	return f["off-bus"] || f["xid-79"]
-}
-
-// XIDs are the XID errors the driver has raised for GPU index, those faults.py's journal_messages
-// logs: 79 (xid-79), 48 (xid-48), 63 (row-remap-pending, retired-pages-pending), 74 (nvlink-down).
+// XIDs are the XID errors the driver has raised for GPU index, one per fault with an XID, in the order
+// the faults were injected (faults.py's journal_messages logs them).
 func (m *Machine) XIDs(index int) []int {
-	f := m.GPUFaults(index)
 	var out []int
-	for _, x := range []struct {
-		fault string
-		xid   int
-	}{{"xid-79", 79}, {"xid-48", 48}, {"row-remap-pending", 63}, {"retired-pages-pending", 63}, {"nvlink-down", 74}} {
-		if f[x.fault] {
-			out = append(out, x.xid)
+	for _, f := range m.Hardware.Faults {
+		if f.GPU != nil && *f.GPU == index && f.Effects.XID != 0 {
+			out = append(out, f.Effects.XID)
 		}
 	}
 	return out
@@ -410,8 +446,9 @@ func (m *Machine) XIDs(index int) []int {
 
 // View is what one GPU reports now: hardware, driver state and faults (gpu_tree.GpuView).
 type View struct {
-	GPU        *GPU
-	Faults     map[string]bool
+	GPU *GPU
+	// Effects are the combined effects of the GPU's faults.
+	Effects    Effects
 	OffBus     bool
 	MigCurrent bool
 	MigPending bool
@@ -424,7 +461,7 @@ type View struct {
 	MemoryTotalMiB, MemoryReservedMiB, MemoryUsedMiB, MemoryFreeMiB int
 	// Uncorrected ECC errors (volatile = aggregate here; 0 without faults).
 	ECCUncorrected int
-	// Current PCIe link (the maximum unless pcie-downgrade).
+	// Current PCIe link (the maximum, lowered by PCIeGenDrop and PCIeWidthDivisor).
 	PCIeGen, PCIeWidth int
 	// Retired pages (pre-Ampere): single-bit, double-bit, pending.
 	RetiredSBE, RetiredDBE int
@@ -432,11 +469,11 @@ type View struct {
 	// Row remapping: correctable, uncorrectable, pending.
 	RemapCorrectable, RemapUncorrectable int
 	RemapPending                         bool
-	// NVLinkActive: the GPU's links are up (false with nvlink-down or no links).
+	// NVLinkActive: the GPU's links are up (false with NVLinkDown or no links).
 	NVLinkActive bool
-	// Slow: the slow-gpu fault (data moves at 40%).
-	Slow bool
-	XIDs []int
+	// BandwidthFactor: every copy involving the GPU moves at this fraction of its normal rate (1: healthy).
+	BandwidthFactor float64
+	XIDs            []int
 }
 
 // View is GPU index's view, nil when there is no such GPU.
@@ -446,19 +483,20 @@ func (m *Machine) View(index int) *View {
 		return nil
 	}
 	st := m.State.GPUs[g.UUID]
-	f := m.GPUFaults(index)
+	f := m.GPUEffects(index)
 	v := &View{
-		GPU:          g,
-		Faults:       f,
-		OffBus:       m.OffBus(index),
-		MigCurrent:   st.MigCurrent && g.MIGCapable,
-		MigPending:   st.MigPending && g.MIGCapable,
-		Persistence:  st.Persistence || PersistencedRunning(),
-		PCIeGen:      g.MaxPCIeGen,
-		PCIeWidth:    g.MaxPCIeWidth,
-		NVLinkActive: g.NVLinkLinks > 0 && !f["nvlink-down"],
-		Slow:         f["slow-gpu"],
-		XIDs:         m.XIDs(index),
+		GPU:             g,
+		Effects:         f,
+		OffBus:          m.OffBus(index),
+		MigCurrent:      st.MigCurrent && g.MIGCapable,
+		MigPending:      st.MigPending && g.MIGCapable,
+		Persistence:     st.Persistence || PersistencedRunning(),
+		PCIeGen:         max(1, g.MaxPCIeGen-f.PCIeGenDrop),
+		PCIeWidth:       max(1, g.MaxPCIeWidth/f.PCIeWidthDivisor),
+		NVLinkActive:    g.NVLinkLinks > 0 && !f.NVLinkDown,
+		XIDs:            m.XIDs(index),
+		ECCUncorrected:  f.ECCUncorrected,
+		BandwidthFactor: f.BandwidthFactor,
 	}
 	if v.MigCurrent {
 		v.GPUInstances = append([]GPUInstance(nil), st.GIs...)
@@ -469,28 +507,15 @@ func (m *Machine) View(index int) *View {
 	v.MemoryReservedMiB = g.ReservedMiB
 	v.MemoryUsedMiB = 12 * len(v.MigDevices)
 	v.MemoryFreeMiB = g.MemoryMiB - g.ReservedMiB - v.MemoryUsedMiB
-	if f["ecc-uncorrectable"] {
-		v.ECCUncorrected += 2
-	}
-	if f["xid-48"] {
-		v.ECCUncorrected++
-	}
-	if f["pcie-downgrade"] {
-		v.PCIeGen = max(1, g.MaxPCIeGen-2)
-		v.PCIeWidth = max(1, g.MaxPCIeWidth/2)
-	}
-	if f["retired-pages-pending"] {
-		v.RetiredDBE = 1
-		if f["xid-48"] {
-			v.RetiredDBE++
-		}
+	if f.RetiredPagesPending {
+		v.RetiredDBE = 1 + f.DBERemapped
 		v.RetiredPending = true
 	}
-	if f["row-remap-pending"] {
+	if f.RowRemapPending {
 		v.RemapUncorrectable, v.RemapPending = 1, true
 	}
-	if f["xid-48"] && g.RowRemapping {
-		v.RemapUncorrectable++
+	if g.RowRemapping {
+		v.RemapUncorrectable += f.DBERemapped
 	}
 	return v
 }
@@ -501,7 +526,7 @@ func (m *Machine) Fabric() (string, string) {
 	if !m.Hardware.System.NVSwitch {
 		return "N/A", "N/A"
 	}
-	if m.HostFaults()["fabricmanager-failed"] || !FabricManagerRunning() {
+	if m.HostEffects().FabricFailed || !FabricManagerRunning() {
 		return "In Progress", "N/A"
 	}
 	return "Completed", "Success"

@@ -57,15 +57,23 @@ func TestFaultsAndMig(t *testing.T) {
 	if m.OffBus(1) {
 		t.Fatal("healthy GPU off bus")
 	}
-	write(t, filepath.Join(dir, "hardware.json"), sprintf(hw, `{"fault":"xid-79","gpu":1},{"fault":"pcie-downgrade","gpu":0}`))
+	write(t, filepath.Join(dir, "hardware.json"), sprintf(hw, `{"fault":"a","gpu":1,"effects":{"off_bus":true,"xid":79}},{"fault":"b","gpu":0,"effects":{"pcie_gen_drop":2,"pcie_width_divisor":2}}`))
 	m2, _ := Current()
 	if m2 == m || !m2.OffBus(1) || len(m2.XIDs(1)) != 1 || m2.XIDs(1)[0] != 79 || m2.View(0).PCIeGen != 2 {
 		t.Fatal("fault injected while running not seen")
 	}
-	write(t, filepath.Join(dir, "hardware.json"), sprintf(hw, `{"fault":"driver-mismatch","gpu":null}`))
+	write(t, filepath.Join(dir, "hardware.json"), sprintf(hw, `{"fault":"c","gpu":null,"effects":{"driver_mismatch":true}}`))
 	m3, _ := Current()
 	if m3.CheckLoaded() != ErrMismatch {
-		t.Fatal("driver-mismatch fault does not fail init")
+		t.Fatal("driver_mismatch fault does not fail init")
+	}
+	if v := m3.View(0); v.PCIeWidth != 16 || v.BandwidthFactor != 1 || v.OffBus || len(v.XIDs) != 0 {
+		t.Fatalf("a host-wide fault changed a GPU: %+v", v)
+	}
+	write(t, filepath.Join(dir, "hardware.json"), sprintf(hw, `{"fault":"d","gpu":0,"effects":{"xid":48,"ecc_uncorrected":1,"dbe_remapped":1}},{"fault":"e","gpu":0,"effects":{"ecc_uncorrected":2,"bandwidth_factor":0.4}}`))
+	m4, _ := Current()
+	if v := m4.View(0); v.ECCUncorrected != 3 || v.RemapUncorrectable != 1 || v.BandwidthFactor != 0.4 || v.PCIeWidth != 16 {
+		t.Fatalf("combined effects: %+v", v)
 	}
 }
 
