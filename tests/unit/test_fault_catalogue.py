@@ -96,3 +96,9 @@ def test_effects_combine():
     assert (both.xid, both.ecc_uncorrected, both.dbe_remapped) == (48, 3, 1)
     assert (both.bandwidth_factor, both.pcie_gen_drop, both.pcie_width_divisor) == (0.4, 2, 2)
     assert Effects.combined([]) == Effects()
+
+
+@pytest.mark.parametrize("name", FAULTS)
+def test_the_kernel_logs_the_xid_of_the_effects(name):
+    spec = FAULTS[name]
+    assert spec.xid_log.split(",")[0] == (str(spec.effects.xid) if spec.effects.xid else "")

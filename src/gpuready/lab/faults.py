@@ -108,6 +108,8 @@ class Fault:
     per_gpu: bool  # False: a host-wide fault, injected without --gpu
     needs: str = ""  # a hardware property the fault needs ("nvlink", "nvswitch", "row_remapping", ...)
     effects: Effects = Effects()
+    # the kernel's Xid line after "NVRM: Xid (PCI:<bus>): ", "{pci}" the GPU's bus; "" when no XID is logged
+    xid_log: str = ""
 
 
 FAULTS: dict[str, Fault] = {
@@ -125,6 +127,7 @@ FAULTS: dict[str, Fault] = {
             "XID 79 in the kernel log and the GPU off the bus (what XID 79 means)",
             True,
             effects=Effects(off_bus=True, xid=79),
+            xid_log="79, pid=0, name=, GPU has fallen off the bus.",
         ),
         Fault(
             "xid-48",
@@ -133,6 +136,8 @@ FAULTS: dict[str, Fault] = {
             True,
             "ecc",
             Effects(xid=48, ecc_uncorrected=1, dbe_remapped=1),
+            "48, pid='<unknown>', name=<unknown>, An uncorrectable double bit error (DBE) has been detected "
+            "on GPU ({pci}).",
         ),
         Fault(
             "ecc-uncorrectable",
@@ -147,6 +152,8 @@ FAULTS: dict[str, Fault] = {
             True,
             "row_remapping",
             Effects(xid=63, row_remap_pending=True),
+            "63, pid='<unknown>', name=<unknown>, Row Remapper: New row marked for remapping, reset gpu to "
+            "activate.",
         ),
         Fault(
             "retired-pages-pending",
@@ -154,6 +161,8 @@ FAULTS: dict[str, Fault] = {
             True,
             "page_retirement",
             Effects(xid=63, retired_pages_pending=True),
+            "63, pid='<unknown>', name=<unknown>, Dynamic Page Retirement: New page retired, reboot to "
+            "activate (0x00000000000123a4).",
         ),
         Fault(
             "pcie-downgrade",
@@ -167,6 +176,8 @@ FAULTS: dict[str, Fault] = {
             True,
             "nvlink",
             Effects(xid=74, nvlink_down=True),
+            "74, pid='<unknown>', name=<unknown>, NVLink: fatal error detected on link 0(0x0, 0x0, 0x10000, "
+            "0x0, 0x0, 0x0, 0x0)",
         ),
         Fault(
             "slow-gpu",
@@ -271,8 +282,9 @@ def _pci(gpu: dict) -> str:
 
 
 def journal_messages(hw: dict, fault: str, gpu: int | None) -> list[str]:
-    """Kernel lines a real host logs for this fault (empty for faults the kernel does not log)."""
-    _spec, index = _resolve(hw, fault, gpu)
+    """Kernel lines a real host logs for this fault (empty for faults the kernel does not log): its Xid line,
+    then the fallen-off-the-bus notice for a fault that takes the GPU off the bus."""
+    spec, index = _resolve(hw, fault, gpu)
     if index is None:
         return []
     g = hw["gpus"][index]
@@ -283,28 +295,5 @@ def journal_messages(hw: dict, fault: str, gpu: int | None) -> list[str]:
         f"NVRM: (PCI ID: 10de:{device_id}) installed in this system has",
         "NVRM: fallen off the bus and is not responding to commands.",
     ]
-    if fault == "xid-79":
-        return [f"NVRM: Xid (PCI:{pci}): 79, pid=0, name=, GPU has fallen off the bus.", *fell_off]
-    if fault == "off-bus":
-        return fell_off
-    if fault == "xid-48":
-        return [
-            f"NVRM: Xid (PCI:{pci}): 48, pid='<unknown>', name=<unknown>, An uncorrectable double bit error "
-            f"(DBE) has been detected on GPU ({pci}).",
-        ]
-    if fault == "row-remap-pending":
-        return [
-            f"NVRM: Xid (PCI:{pci}): 63, pid='<unknown>', name=<unknown>, Row Remapper: New row marked for "
-            "remapping, reset gpu to activate."
-        ]
-    if fault == "retired-pages-pending":
-        return [
-            f"NVRM: Xid (PCI:{pci}): 63, pid='<unknown>', name=<unknown>, Dynamic Page Retirement: New page "
-            "retired, reboot to activate (0x00000000000123a4)."
-        ]
-    if fault == "nvlink-down":
-        return [
-            f"NVRM: Xid (PCI:{pci}): 74, pid='<unknown>', name=<unknown>, NVLink: fatal error detected on "
-            "link 0(0x0, 0x0, 0x10000, 0x0, 0x0, 0x0, 0x0)"
-        ]
-    return []
+    xid = [f"NVRM: Xid (PCI:{pci}): {spec.xid_log.format(pci=pci)}"] if spec.xid_log else []
+    return xid + (fell_off if spec.effects.off_bus else [])
