@@ -31,6 +31,7 @@ PROFILE_INVENTORY = {
     "a100-80gb-4": {"gpu_model": "NVIDIA A100-SXM4-80GB", "gpu_count": 4},
     "l4-1": {"gpu_model": "NVIDIA L4", "gpu_count": 1},
     "t4-1": {"gpu_model": "Tesla T4", "gpu_count": 1},
+    "l40s-2": {"gpu_model": "NVIDIA L40S", "gpu_count": 2},
 }
 JOIN = {
     "kube_api_endpoint": "10.0.0.1:6443",
