@@ -36,15 +36,10 @@ Build time on this project's 2-core machine: 2 min 46 s with an empty build cach
 
 from __future__ import annotations
 
-import json
 import os
-import shutil
-import tempfile
-import time
-from collections.abc import Callable
 from pathlib import Path
 
-from gpuready.lab.cluster.binaries import PrerequisiteError, go_problem, locked, run
+from gpuready.lab.gobuild import Progress, download_module, ensure_built, go_build, main_for_versions
 from gpuready.lab.state import cache_dir
 
 MODULE = "github.com/NVIDIA/mig-parted"
@@ -52,8 +47,6 @@ DEFAULT_VERSION = "0.13.1"
 COMMAND = "nvidia-mig-parted"
 INFO_PACKAGE = f"{MODULE}/internal/info"
 EXTLDFLAGS = "-Wl,-z,lazy"  # upstream's Makefile; go-nvml's cgo flags leave NVML's symbols unresolved
-
-Progress = Callable[[str], None]
 
 
 def mig_parted_cache(version: str, cache: Path | None = None) -> Path:
@@ -72,88 +65,38 @@ def ldflags(version: str, commit: str) -> str:
     return f"-extldflags={EXTLDFLAGS} -s -w {stamp}-X {INFO_PACKAGE}.version=v{version}"
 
 
-def _module(version: str, work: Path, env: dict[str, str]) -> tuple[Path, str]:
-    """The module's source directory (in the Go module cache) and its release commit, "" when unknown."""
-    info = json.loads(
-        run(
-            ["go", "mod", "download", "-json", f"{MODULE}@v{version}"],
-            work,
-            f"downloading {MODULE} v{version} from the Go module proxy",
-            env,
-        )
-    )
-    if info.get("Error"):
-        raise PrerequisiteError(f"{MODULE} v{version}: {info['Error']}")
-    release = json.loads(Path(info["Info"]).read_text()) if info.get("Info") else {}
-    return Path(info["Dir"]), (release.get("Origin") or {}).get("Hash", "")
-
-
 def ensure_mig_parted(
     version: str = DEFAULT_VERSION, progress: Progress = lambda _m: None, cache: Path | None = None
 ) -> Path:
     """The real nvidia-mig-parted of `version`, built once into the cache."""
     target = mig_parted_cache(version, cache)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    with locked(target.parent / f".nvidia-mig-parted-{version}.lock"):
-        found = cached_mig_parted(version, cache)
-        if found:
-            return found
-        problem = go_problem()
-        if problem:
-            raise PrerequisiteError(problem)
-        if not shutil.which(os.environ.get("CC", "gcc")):
-            raise PrerequisiteError(
-                "gcc is not on PATH: nvidia-mig-parted builds with cgo (go-nvml dlopens libnvidia-ml.so.1); "
-                "install gcc"
-            )
-        started = time.monotonic()
-        tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".build-nvidia-mig-parted-{version}-"))
-        try:
-            env = {**os.environ, "CGO_ENABLED": "1", "GOFLAGS": "", "GOWORK": "off"}
-            progress(f"nvidia-mig-parted v{version}: resolving {MODULE} through the Go module proxy")
-            source, commit = _module(version, tmp, env)
-            progress(f"nvidia-mig-parted v{version}: compiling (cgo; minutes cold)")
-            out = tmp / "bin" / COMMAND
-            run(
-                [
-                    "go",
-                    "build",
-                    "-trimpath",
-                    f"-ldflags={ldflags(version, commit)}",
-                    "-o",
-                    str(out),
-                    f"./cmd/{COMMAND}",
-                ],
-                source,
-                f"go build of nvidia-mig-parted v{version}",
-                env,
-            )
-            tmp.chmod(0o755)
-            if target.exists():  # an incomplete earlier build
-                shutil.rmtree(target)
-            tmp.rename(target)
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
-        progress(f"nvidia-mig-parted v{version}: built in {time.monotonic() - started:.1f}s into {target}")
-        found = cached_mig_parted(version, cache)
-        assert found is not None
-        return found
+
+    def build(tmp: Path) -> None:
+        env = {**os.environ, "CGO_ENABLED": "1", "GOFLAGS": "", "GOWORK": "off"}
+        progress(f"nvidia-mig-parted v{version}: resolving {MODULE} through the Go module proxy")
+        module = download_module(MODULE, f"v{version}", tmp, env)
+        progress(f"nvidia-mig-parted v{version}: compiling (cgo; minutes cold)")
+        args = ["-o", str(tmp / "bin" / COMMAND), f"./cmd/{COMMAND}"]
+        what = f"go build of nvidia-mig-parted v{version}"
+        go_build(args, module.dir, what, env, ldflags(version, module.commit))
+
+    found, _ = ensure_built(
+        target,
+        target.parent / f".nvidia-mig-parted-{version}.lock",
+        lambda: cached_mig_parted(version, cache),
+        build,
+        f"nvidia-mig-parted v{version}",
+        progress,
+        cgo="nvidia-mig-parted builds with cgo (go-nvml dlopens libnvidia-ml.so.1)",
+    )
+    return found
 
 
 def main(argv: list[str] | None = None) -> int:
     """`python -m gpuready.lab.mig_parted [VERSION...]`: build nvidia-mig-parted into the lab cache."""
-    import sys
-
-    from gpuready.lab.hosts import progress
-
-    versions = (sys.argv[1:] if argv is None else argv) or [DEFAULT_VERSION]
-    try:
-        for version in versions:
-            progress(f"nvidia-mig-parted v{version}: {ensure_mig_parted(version, progress)}")
-    except PrerequisiteError as exc:
-        print(f"gpuready: {exc}", file=sys.stderr)
-        return 1
-    return 0
+    return main_for_versions(
+        argv, DEFAULT_VERSION, lambda v, progress: f"nvidia-mig-parted v{v}: {ensure_mig_parted(v, progress)}"
+    )
 
 
 if __name__ == "__main__":

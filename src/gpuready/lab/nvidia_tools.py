@@ -64,13 +64,9 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import tempfile
-import time
-from collections.abc import Callable
 from pathlib import Path
 
-from gpuready.lab.cluster.binaries import PrerequisiteError, go_problem, locked, run
+from gpuready.lab.gobuild import Progress, download_module, ensure_built, go_build, main_for_versions
 from gpuready.lab.state import cache_dir
 
 MODULE = "github.com/NVIDIA/nvidia-container-toolkit"
@@ -81,8 +77,6 @@ COMMANDS = ("nvidia-ctk", "nvidia-container-runtime", "nvidia-cdi-hook", "nvidia
 INFO_PACKAGE = f"{MODULE}/internal/info"
 # upstream's Makefile (cmd-% target, Linux): NVML's symbols resolve against whichever libnvidia-ml is dlopened
 EXTLDFLAGS = "-Wl,--export-dynamic -Wl,--unresolved-symbols=ignore-in-object-files -Wl,-z,lazy"
-
-Progress = Callable[[str], None]
 
 
 def toolkit_cache(version: str, cache: Path | None = None) -> Path:
@@ -108,85 +102,43 @@ def ldflags(version: str, commit: str) -> str:
     return f"-s -w '-extldflags={EXTLDFLAGS}' {stamp}"
 
 
-def _module(version: str, work: Path, env: dict[str, str]) -> tuple[Path, str]:
-    """The module's source directory (from the Go module cache) and its release commit, "" when unknown."""
-    info = json.loads(
-        run(
-            ["go", "mod", "download", "-json", f"{MODULE}@v{version}"],
-            work,
-            f"downloading {MODULE} v{version} from the Go module proxy",
-            env,
-        )
-    )
-    release = json.loads(Path(info["Info"]).read_text()) if info.get("Info") else {}
-    return Path(info["Dir"]), (release.get("Origin") or {}).get("Hash", "")
-
-
 def ensure_toolkit(
     version: str = DEFAULT_VERSION, progress: Progress = lambda _m: None, cache: Path | None = None
 ) -> dict[str, Path]:
     """The real toolkit binaries of `version` by command name (see COMMANDS), built once into the cache."""
     target = toolkit_cache(version, cache)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    with locked(target.parent / f".nvidia-container-toolkit-{version}.lock"):
-        found = cached_toolkit(version, cache)
-        if found:
-            return found
-        problem = go_problem()
-        if problem:
-            raise PrerequisiteError(problem)
-        if not shutil.which(os.environ.get("CC", "gcc")):
-            raise PrerequisiteError(
-                "gcc is not on PATH: the NVIDIA Container Toolkit builds with cgo (go-nvml dlopens "
-                "libnvidia-ml.so.1); install gcc"
-            )
-        started = time.monotonic()
-        tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".build-nvidia-container-toolkit-{version}-"))
-        try:
-            env = {**os.environ, "CGO_ENABLED": "1", "GOBIN": str(tmp / "bin"), "GOFLAGS": ""}
-            progress(f"NVIDIA Container Toolkit v{version}: resolving {MODULE} through the Go module proxy")
-            source, commit = _module(version, tmp, env)
-            commands = [c for c in COMMANDS if (source / "cmd" / c).is_dir()]
-            progress(
-                f"NVIDIA Container Toolkit v{version}: compiling {', '.join(commands)} (cgo; minutes cold)"
-            )
-            packages = [f"{MODULE}/cmd/{c}@v{version}" for c in commands]
-            run(
-                ["go", "install", "-trimpath", f"-ldflags={ldflags(version, commit)}", *packages],
-                tmp,
-                f"go install of the NVIDIA Container Toolkit v{version}",
-                env,
-            )
-            (tmp / "commands.json").write_text(json.dumps(commands) + "\n")
-            tmp.chmod(0o755)
-            if target.exists():  # an incomplete earlier build (cached_toolkit found no full bin/)
-                shutil.rmtree(target)
-            tmp.rename(target)
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
-        progress(
-            f"NVIDIA Container Toolkit v{version}: built in {time.monotonic() - started:.1f}s into {target}"
-        )
-        found = cached_toolkit(version, cache)
-        assert found is not None
-        return found
+
+    def build(tmp: Path) -> None:
+        env = {**os.environ, "CGO_ENABLED": "1", "GOBIN": str(tmp / "bin"), "GOFLAGS": ""}
+        progress(f"NVIDIA Container Toolkit v{version}: resolving {MODULE} through the Go module proxy")
+        module = download_module(MODULE, f"v{version}", tmp, env)
+        commands = [c for c in COMMANDS if (module.dir / "cmd" / c).is_dir()]
+        progress(f"NVIDIA Container Toolkit v{version}: compiling {', '.join(commands)} (cgo; minutes cold)")
+        packages = [f"{MODULE}/cmd/{c}@v{version}" for c in commands]
+        what = f"go install of the NVIDIA Container Toolkit v{version}"
+        go_build(packages, tmp, what, env, ldflags(version, module.commit), verb="install")
+        (tmp / "commands.json").write_text(json.dumps(commands) + "\n")
+
+    found, _ = ensure_built(
+        target,
+        target.parent / f".nvidia-container-toolkit-{version}.lock",
+        lambda: cached_toolkit(version, cache),
+        build,
+        f"NVIDIA Container Toolkit v{version}",
+        progress,
+        cgo="the NVIDIA Container Toolkit builds with cgo (go-nvml dlopens libnvidia-ml.so.1)",
+    )
+    return found
 
 
 def main(argv: list[str] | None = None) -> int:
     """`python -m gpuready.lab.nvidia_tools [VERSION...]`: build the toolkit binaries the lab's packages carry."""
-    import sys
 
-    from gpuready.lab.hosts import progress
+    def build(version: str, progress: Progress) -> str:
+        built = ensure_toolkit(version, progress)
+        return f"NVIDIA Container Toolkit v{version}: {', '.join(str(p) for p in built.values())}"
 
-    versions = (sys.argv[1:] if argv is None else argv) or [DEFAULT_VERSION]
-    try:
-        for version in versions:
-            built = ensure_toolkit(version, progress)
-            progress(f"NVIDIA Container Toolkit v{version}: {', '.join(str(p) for p in built.values())}")
-    except PrerequisiteError as exc:
-        print(f"gpuready: {exc}", file=sys.stderr)
-        return 1
-    return 0
+    return main_for_versions(argv, DEFAULT_VERSION, build)
 
 
 if __name__ == "__main__":

@@ -23,32 +23,34 @@ nothing half-made. Nothing prebuilt is committed.
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
-import json
 import os
 import re
 import shutil
 import subprocess
 import tempfile
-import time
-from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from gpuready.lab.gobuild import (
+    GO_MIN,
+    PrerequisiteError,
+    Progress,
+    download_module,
+    ensure_built,
+    go_build,
+    go_problem,
+    locked,
+    run,
+)
 from gpuready.lab.state import cache_dir
 
+# re-exported: the lab imported these from here before gpuready.lab.gobuild held them
+__all__ = ["GO_MIN", "PrerequisiteError", "Progress", "go_problem", "locked", "run"]
+
 KUBE_COMMANDS = ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubeadm")
-GO_MIN = (1, 26)  # k8s.io/kubernetes 1.36's go directive
 ETCD_VERSION = "3.6.16"  # the newest 3.6 patch on the Go module proxy (2026-11)
 PROMTOOL_SUITE = "bookworm"
 PROMTOOL_PACKAGE = "prometheus"
-
-Progress = Callable[[str], None]
-
-
-class PrerequisiteError(RuntimeError):
-    """A tool the control plane needs is missing; the message names each and how to get it."""
 
 
 @dataclass(frozen=True)
@@ -58,38 +60,6 @@ class KubeBinaries:
 
     def path(self, command: str) -> Path:
         return self.bin_dir / command
-
-
-def run(cmd: list[str], cwd: Path, what: str, env: dict[str, str] | None = None) -> str:
-    result = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, stdin=subprocess.DEVNULL, env=env)
-    if result.returncode != 0:
-        tail = "\n".join((result.stdout + result.stderr).strip().splitlines()[-25:])
-        raise PrerequisiteError(f"{what} failed ({' '.join(cmd)}, exit {result.returncode}):\n{tail}")
-    return result.stdout
-
-
-@contextlib.contextmanager
-def locked(path: Path) -> Iterator[None]:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "w") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
-        yield
-
-
-def go_problem() -> str | None:
-    """Why Go cannot build the control plane here, or None."""
-    go = shutil.which("go")
-    if not go:
-        return (
-            f"Go {GO_MIN[0]}.{GO_MIN[1]} or newer is not on PATH: it builds kube-apiserver, kube-scheduler and "
-            "kube-controller-manager from the Kubernetes Go module (install it from https://go.dev/dl/; Debian's "
-            "golang-go carries it only in releases newer than trixie)"
-        )
-    out = subprocess.run([go, "env", "GOVERSION"], capture_output=True, text=True).stdout.strip()
-    found = re.match(r"go(\d+)\.(\d+)", out)
-    if not found or (int(found[1]), int(found[2])) < GO_MIN:
-        return f"{go} is {out or 'of unknown version'}; building Kubernetes needs Go {GO_MIN[0]}.{GO_MIN[1]} or newer"
-    return None
 
 
 def kube_cache(version: str, cache: Path | None = None) -> Path:
@@ -116,24 +86,16 @@ def staging_replacements(kubernetes_go_mod: str, version: str) -> list[str]:
 
 def _module_source(version: str, work: Path, env: dict[str, str]) -> tuple[str, dict[str, str]]:
     """The Kubernetes go.mod text, and the version stamp its release build would link in (commit, date)."""
-    info = json.loads(
-        run(
-            ["go", "mod", "download", "-json", f"k8s.io/kubernetes@v{version}"],
-            work,
-            f"downloading k8s.io/kubernetes v{version} from the Go module proxy",
-            env,
-        )
-    )
-    release = json.loads(Path(info["Info"]).read_text()) if info.get("Info") else {}
+    module = download_module("k8s.io/kubernetes", f"v{version}", work, env)
     stamp = {
         "gitVersion": f"v{version}",
         "gitMajor": version.split(".")[0],
         "gitMinor": version.split(".")[1],
-        "gitCommit": (release.get("Origin") or {}).get("Hash", ""),
+        "gitCommit": module.commit,
         "gitTreeState": "clean",
-        "buildDate": release.get("Time", "1970-01-01T00:00:00Z").split(".")[0].rstrip("Z") + "Z",
+        "buildDate": (module.time or "1970-01-01T00:00:00Z").split(".")[0].rstrip("Z") + "Z",
     }
-    return Path(info["GoMod"]).read_text(), stamp
+    return module.go_mod.read_text(), stamp
 
 
 def version_ldflags(stamp: dict[str, str]) -> str:
@@ -162,34 +124,27 @@ def build_kube(
 ) -> tuple[KubeBinaries, float | None]:
     """The control plane binaries of `version`; builds them when missing. Returns (binaries, build seconds|None)."""
     target = kube_cache(version, cache)
-    with locked(target.parent / f".kubernetes-v{version}.lock"):
-        found = cached_kube(version, cache)
-        if found:
-            return found, None
-        problem = go_problem()
-        if problem:
-            raise PrerequisiteError(problem)
-        started = time.monotonic()
-        tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".build-kubernetes-v{version}-"))
-        try:
-            env = {**os.environ, "GOFLAGS": "-mod=mod -buildvcs=false", "CGO_ENABLED": "0"}
-            progress(f"control plane v{version}: resolving k8s.io/kubernetes through the Go module proxy")
-            source, stamp = _module_source(version, tmp, env)
-            _write_module(tmp, version, source)
-            run(["go", "mod", "tidy"], tmp, "go mod tidy", env)
-            packages = [f"k8s.io/kubernetes/cmd/{c}" for c in KUBE_COMMANDS]
-            total = len(run(["go", "list", "-deps", *packages], tmp, "go list", env).split())
-            progress(f"control plane v{version}: compiling {total} Go packages (a cold build takes minutes)")
-            _compile(tmp, packages, total, env, progress, version_ldflags(stamp))
-            tmp.chmod(0o755)
-            if target.exists():  # an incomplete earlier build (cached_kube found no full bin/)
-                shutil.rmtree(target)
-            tmp.rename(target)
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
-        seconds = time.monotonic() - started
-        progress(f"control plane v{version}: built in {seconds:.1f}s into {target}/bin")
-        return KubeBinaries(version, target / "bin"), seconds
+
+    def build(tmp: Path) -> None:
+        env = {**os.environ, "GOFLAGS": "-mod=mod -buildvcs=false", "CGO_ENABLED": "0"}
+        progress(f"control plane v{version}: resolving k8s.io/kubernetes through the Go module proxy")
+        source, stamp = _module_source(version, tmp, env)
+        _write_module(tmp, version, source)
+        run(["go", "mod", "tidy"], tmp, "go mod tidy", env)
+        packages = [f"k8s.io/kubernetes/cmd/{c}" for c in KUBE_COMMANDS]
+        total = len(run(["go", "list", "-deps", *packages], tmp, "go list", env).split())
+        progress(f"control plane v{version}: compiling {total} Go packages (a cold build takes minutes)")
+        _compile(tmp, packages, total, env, progress, version_ldflags(stamp))
+
+    return ensure_built(
+        target,
+        target.parent / f".kubernetes-v{version}.lock",
+        lambda: cached_kube(version, cache),
+        build,
+        f"control plane v{version}",
+        progress,
+        into=target / "bin",
+    )
 
 
 def _compile(
@@ -304,38 +259,29 @@ def _fetch_deb(
 def ensure_etcd(progress: Progress, cache: Path | None = None, version: str = ETCD_VERSION) -> Path:
     """etcd `version`, built from the Go module proxy into the cache once; returns its path."""
     base = etcd_cache(cache)
-    base.mkdir(parents=True, exist_ok=True)
-    with locked(base / ".lock"):
-        found = cached_etcd(cache, version)
-        if found:
-            return found
-        problem = go_problem()
-        if problem:
-            raise PrerequisiteError(problem)
-        started = time.monotonic()
-        tmp = Path(tempfile.mkdtemp(dir=base, prefix=f".build-v{version}-"))
-        try:
-            env = {**os.environ, "GOFLAGS": "-mod=mod -buildvcs=false", "CGO_ENABLED": "0"}
-            (tmp / "go.mod").write_text(
-                "// Generated by gpuready.lab.cluster.binaries: etcd at one version.\n"
-                f"module gpuready.lab/etcd\n\ngo {GO_MIN[0]}.{GO_MIN[1]}\n"
-            )
-            progress(f"etcd v{version}: resolving go.etcd.io/etcd/server/v3 through the Go module proxy")
-            run(["go", "get", f"go.etcd.io/etcd/server/v3@v{version}"], tmp, "go get etcd", env)
-            package = "go.etcd.io/etcd/server/v3"
-            total = len(run(["go", "list", "-deps", package], tmp, "go list", env).split())
-            progress(f"etcd v{version}: compiling {total} Go packages")
-            cmd = ["go", "build", "-trimpath", "-o", str(tmp / "bin" / "etcd"), package]
-            run(cmd, tmp, "go build etcd", env)
-            target = base / f"v{version}"
-            if target.exists():
-                shutil.rmtree(target)
-            tmp.chmod(0o755)
-            tmp.rename(target)
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
-        progress(f"etcd v{version}: built in {time.monotonic() - started:.1f}s")
-        return base / f"v{version}" / "bin" / "etcd"
+    package = "go.etcd.io/etcd/server/v3"
+
+    def build(tmp: Path) -> None:
+        env = {**os.environ, "GOFLAGS": "-mod=mod -buildvcs=false", "CGO_ENABLED": "0"}
+        (tmp / "go.mod").write_text(
+            "// Generated by gpuready.lab.cluster.binaries: etcd at one version.\n"
+            f"module gpuready.lab/etcd\n\ngo {GO_MIN[0]}.{GO_MIN[1]}\n"
+        )
+        progress(f"etcd v{version}: resolving {package} through the Go module proxy")
+        run(["go", "get", f"{package}@v{version}"], tmp, "go get etcd", env)
+        total = len(run(["go", "list", "-deps", package], tmp, "go list", env).split())
+        progress(f"etcd v{version}: compiling {total} Go packages")
+        go_build(["-o", str(tmp / "bin" / "etcd"), package], tmp, "go build etcd", env)
+
+    found, _ = ensure_built(
+        base / f"v{version}",
+        base / ".lock",
+        lambda: cached_etcd(cache, version),
+        build,
+        f"etcd v{version}",
+        progress,
+    )
+    return found
 
 
 # --- promtool from Debian ---------------------------------------------------------------------------------------

@@ -8,23 +8,28 @@ licence) through the Go module proxy, put on the include path with ``CGO_CFLAGS`
 Each library lands in ``<cache>/silicon-<hash>/<file>``, the hash covering that library's directory, the
 shared sources (``machine``, go.mod) and the Go version, so changing the CUDA mock does not rebuild NVML. Built
 in a temporary directory and renamed into place under a file lock, as ``gpuready.lab.cluster.binaries`` builds
-the control plane (whose helpers this reuses). Nothing prebuilt is committed.
+the control plane (both through gpuready.lab.gobuild). Nothing prebuilt is committed.
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import shutil
 import subprocess
-import tempfile
-import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from gpuready.lab.cluster.binaries import PrerequisiteError, Progress, go_problem, locked, run
+from gpuready.lab.gobuild import (
+    PrerequisiteError,
+    Progress,
+    build_into,
+    download_module,
+    go_build,
+    locked,
+    require_go,
+)
 from gpuready.lab.state import cache_dir
 
 SILICON = Path(__file__).resolve().parent
@@ -108,10 +113,7 @@ def cached_libraries(cache: Path | None = None) -> dict[str, Path] | None:
 
 def _nvml_include(env: dict[str, str], work: Path) -> Path:
     """The directory holding go-nvml's nvml.h, downloaded into the Go module cache if needed."""
-    out = run(
-        ["go", "mod", "download", "-json", f"{GO_NVML}@{GO_NVML_VERSION}"], work, "go mod download", env
-    )
-    include = Path(json.loads(out)["Dir"]) / "pkg" / "nvml"
+    include = download_module(GO_NVML, GO_NVML_VERSION, work, env).dir / "pkg" / "nvml"
     if not (include / "nvml.h").is_file():
         raise PrerequisiteError(f"{GO_NVML}@{GO_NVML_VERSION} has no pkg/nvml/nvml.h in {include}")
     return include
@@ -119,25 +121,18 @@ def _nvml_include(env: dict[str, str], work: Path) -> Path:
 
 def _build_one(name: str, lib: Library, go: str, cache: Path, progress: Progress) -> Path:
     target = library_cache(name, go, cache)
-    started = time.monotonic()
-    tmp = Path(tempfile.mkdtemp(dir=cache, prefix=f".build-silicon-{name}-"))
-    try:
+
+    def build(tmp: Path) -> None:
         env = {**os.environ, "CGO_ENABLED": "1", "GOFLAGS": "-buildvcs=false"}
         if lib.nvml_header:
             env["CGO_CFLAGS"] = f"-O2 -g -I{_nvml_include(env, tmp)}"
         progress(f"mock {lib.filename}: go build -buildmode=c-shared ./{lib.directory}")
-        ldflags = f"-s -w -extldflags=-Wl,-soname,{lib.filename}"
-        cmd = ["go", "build", "-trimpath", "-buildmode=c-shared", f"-ldflags={ldflags}"]
-        run([*cmd, "-o", str(tmp / lib.filename), f"./{lib.directory}"], SILICON, f"go build {name}", env)
+        args = ["-buildmode=c-shared", "-o", str(tmp / lib.filename), f"./{lib.directory}"]
+        go_build(args, SILICON, f"go build {name}", env, f"-s -w -extldflags=-Wl,-soname,{lib.filename}")
         for header in tmp.glob("*.h"):  # cgo's export header: not part of the installed library
             header.unlink()
-        tmp.chmod(0o755)
-        if target.exists():  # an incomplete earlier build
-            shutil.rmtree(target)
-        tmp.rename(target)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    progress(f"mock {lib.filename}: built in {time.monotonic() - started:.1f}s into {target}")
+
+    build_into(target, build, f"mock {lib.filename}", progress)
     return target / lib.filename
 
 
@@ -149,13 +144,7 @@ def ensure_libraries(
     base = cache or cache_dir()
     base.mkdir(parents=True, exist_ok=True)
     with locked(base / ".silicon.lock"):
-        problem = go_problem()
-        if problem:
-            raise PrerequisiteError(problem)
-        if not (shutil.which("cc") or shutil.which("gcc")):
-            raise PrerequisiteError(
-                "no C compiler on PATH (cc/gcc): cgo needs one to build the mock libraries"
-            )
+        require_go(cgo="cgo builds the mock libraries")
         go = go_version()
         if go is None:
             raise PrerequisiteError("`go env GOVERSION` printed nothing")
