@@ -670,7 +670,10 @@ def _message(report: pytest.TestReport, call: pytest.CallInfo[None]) -> str:
         if isinstance(msg, str) and isinstance(exc, (pytest.fail.Exception, pytest.skip.Exception)):
             return mask(msg)
         return mask(f"{call.excinfo.typename}: {exc}".strip())
-    return mask(report.longreprtext.strip().splitlines()[-1]) if report.longreprtext.strip() else ""
+    if report.longrepr is None and not hasattr(report, "node"):
+        return ""  # what longreprtext is then, without a TerminalWriter built (twice) per passing check
+    text = report.longreprtext.strip()
+    return mask(text.splitlines()[-1]) if text else ""
 
 
 def _mask_report(report: pytest.TestReport) -> None:
@@ -684,7 +687,8 @@ def _mask_report(report: pytest.TestReport) -> None:
             report.longrepr = (path, line, mask(reason))
         elif has_secret(str(report.longrepr)):
             report.longrepr = mask(str(report.longrepr))
-    report.sections = [(title, mask(text)) for title, text in report.sections]
+    if report.sections:
+        report.sections = [(title, mask(text)) for title, text in report.sections]
 
 
 @pytest.hookimpl(wrapper=True)
@@ -778,8 +782,10 @@ class NodeShell:
 
 
 @pytest.fixture(scope="session")
-def gpuready_suite(request: pytest.FixtureRequest) -> Suite:
-    suite = request.config.stash.get(SUITE, None)
+def gpuready_suite(pytestconfig: pytest.Config) -> Suite:
+    # pytestconfig, not request: every check depends on this fixture, and pytest builds a new FixtureDef (and
+    # inspects a signature) each time a check's fixtures ask for "request": 4 times per check
+    suite = pytestconfig.stash.get(SUITE, None)
     if suite is None:
         pytest.skip(NO_INVENTORY)
     return suite
