@@ -782,10 +782,8 @@ class NodeShell:
 
 
 @pytest.fixture(scope="session")
-def gpuready_suite(pytestconfig: pytest.Config) -> Suite:
-    # pytestconfig, not request: every check depends on this fixture, and pytest builds a new FixtureDef (and
-    # inspects a signature) each time a check's fixtures ask for "request": 4 times per check
-    suite = pytestconfig.stash.get(SUITE, None)
+def gpuready_suite(request: pytest.FixtureRequest) -> Suite:
+    suite = request.config.stash.get(SUITE, None)
     if suite is None:
         pytest.skip(NO_INVENTORY)
     return suite
