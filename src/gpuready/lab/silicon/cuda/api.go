@@ -33,6 +33,18 @@ func h(p unsafe.Pointer) uintptr { return uintptr(p) }
 
 func result(code int) C.CUresult { return C.CUresult(code) }
 
+// call runs an entry point's body under the driver lock once cuInit has succeeded (else
+// CUDA_ERROR_NOT_INITIALIZED, as every driver API call but cuInit and cuDriverGetVersion answers);
+// body returns the CUDA error code.
+func call(body func() int) C.CUresult {
+	drv.mu.Lock()
+	defer drv.mu.Unlock()
+	if r := drv.ready(); r != cudaSuccess {
+		return result(r)
+	}
+	return result(body())
+}
+
 //export cuInit
 func cuInit(flags C.uint) C.CUresult {
 	if flags != 0 {
@@ -57,53 +69,44 @@ func cuDriverGetVersion(version *C.int) C.CUresult {
 
 //export cuDeviceGetCount
 func cuDeviceGetCount(count *C.int) C.CUresult {
-	drv.mu.Lock()
-	defer drv.mu.Unlock()
-	if r := drv.ready(); r != cudaSuccess {
-		return result(r)
-	}
-	if count == nil {
-		return result(cudaErrorInvalidValue)
-	}
-	*count = C.int(len(drv.devices))
-	return result(cudaSuccess)
+	return call(func() int {
+		if count == nil {
+			return cudaErrorInvalidValue
+		}
+		*count = C.int(len(drv.devices))
+		return cudaSuccess
+	})
 }
 
 //export cuDeviceGet
 func cuDeviceGet(dev *C.CUdevice, ordinal C.int) C.CUresult {
-	drv.mu.Lock()
-	defer drv.mu.Unlock()
-	if r := drv.ready(); r != cudaSuccess {
-		return result(r)
-	}
-	if dev == nil {
-		return result(cudaErrorInvalidValue)
-	}
-	if drv.device(int(ordinal)) == nil {
-		return result(cudaErrorInvalidDevice)
-	}
-	*dev = C.CUdevice(ordinal)
-	return result(cudaSuccess)
+	return call(func() int {
+		if dev == nil {
+			return cudaErrorInvalidValue
+		}
+		if drv.device(int(ordinal)) == nil {
+			return cudaErrorInvalidDevice
+		}
+		*dev = C.CUdevice(ordinal)
+		return cudaSuccess
+	})
 }
 
 //export cuDeviceGetName
 func cuDeviceGetName(name *C.char, length C.int, dev C.CUdevice) C.CUresult {
-	drv.mu.Lock()
-	defer drv.mu.Unlock()
-	if r := drv.ready(); r != cudaSuccess {
-		return result(r)
-	}
-	d := drv.device(int(dev))
-	if d == nil {
-		return result(cudaErrorInvalidDevice)
-	}
-	if name == nil || length <= 0 {
-		return result(cudaErrorInvalidValue)
-	}
-	out := unsafe.Slice((*byte)(unsafe.Pointer(name)), int(length))
-	n := copy(out[:len(out)-1], d.gpu.Name)
-	out[n] = 0
-	return result(cudaSuccess)
+	return call(func() int {
+		d := drv.device(int(dev))
+		if d == nil {
+			return cudaErrorInvalidDevice
+		}
+		if name == nil || length <= 0 {
+			return cudaErrorInvalidValue
+		}
+		out := unsafe.Slice((*byte)(unsafe.Pointer(name)), int(length))
+		n := copy(out[:len(out)-1], d.gpu.Name)
+		out[n] = 0
+		return cudaSuccess
+	})
 }
 
 // Attribute numbers of cuda.h's CUdevice_attribute that have an answer here.
@@ -169,117 +172,102 @@ func boolInt(b bool) int {
 
 //export cuDeviceGetAttribute
 func cuDeviceGetAttribute(pi *C.int, attrib C.CUdevice_attribute, dev C.CUdevice) C.CUresult {
-	drv.mu.Lock()
-	defer drv.mu.Unlock()
-	if r := drv.ready(); r != cudaSuccess {
-		return result(r)
-	}
-	d := drv.device(int(dev))
-	if d == nil {
-		return result(cudaErrorInvalidDevice)
-	}
-	v, ok := attribute(d.gpu, int(attrib))
-	if pi == nil || !ok {
-		return result(cudaErrorInvalidValue)
-	}
-	*pi = C.int(v)
-	return result(cudaSuccess)
+	return call(func() int {
+		d := drv.device(int(dev))
+		if d == nil {
+			return cudaErrorInvalidDevice
+		}
+		v, ok := attribute(d.gpu, int(attrib))
+		if pi == nil || !ok {
+			return cudaErrorInvalidValue
+		}
+		*pi = C.int(v)
+		return cudaSuccess
+	})
 }
 
 //export cuDeviceCanAccessPeer
 func cuDeviceCanAccessPeer(can *C.int, dev, peer C.CUdevice) C.CUresult {
-	drv.mu.Lock()
-	defer drv.mu.Unlock()
-	if r := drv.ready(); r != cudaSuccess {
-		return result(r)
-	}
-	a, b := drv.device(int(dev)), drv.device(int(peer))
-	if a == nil || b == nil {
-		return result(cudaErrorInvalidDevice)
-	}
-	if can == nil {
-		return result(cudaErrorInvalidValue)
-	}
-	*can = 0
-	if a != b {
-		if _, ok := drv.model.peer(a.gpu.Index, b.gpu.Index); ok {
-			*can = 1
+	return call(func() int {
+		a, b := drv.device(int(dev)), drv.device(int(peer))
+		if a == nil || b == nil {
+			return cudaErrorInvalidDevice
 		}
-	}
-	return result(cudaSuccess)
+		if can == nil {
+			return cudaErrorInvalidValue
+		}
+		*can = 0
+		if a != b {
+			if _, ok := drv.model.peer(a.gpu.Index, b.gpu.Index); ok {
+				*can = 1
+			}
+		}
+		return cudaSuccess
+	})
 }
 
 //export cuDevicePrimaryCtxRetain
 func cuDevicePrimaryCtxRetain(pctx *C.CUcontext, dev C.CUdevice) C.CUresult {
-	drv.mu.Lock()
-	defer drv.mu.Unlock()
-	if r := drv.ready(); r != cudaSuccess {
-		return result(r)
-	}
-	d := drv.device(int(dev))
-	if d == nil {
-		return result(cudaErrorInvalidDevice)
-	}
-	if pctx == nil {
-		return result(cudaErrorInvalidValue)
-	}
-	d.primary.retained++
-	putHandle(unsafe.Pointer(pctx), d.primary.handle)
-	return result(cudaSuccess)
+	return call(func() int {
+		d := drv.device(int(dev))
+		if d == nil {
+			return cudaErrorInvalidDevice
+		}
+		if pctx == nil {
+			return cudaErrorInvalidValue
+		}
+		d.primary.retained++
+		putHandle(unsafe.Pointer(pctx), d.primary.handle)
+		return cudaSuccess
+	})
 }
 
 //export cuDevicePrimaryCtxRelease_v2
 func cuDevicePrimaryCtxRelease_v2(dev C.CUdevice) C.CUresult {
-	drv.mu.Lock()
-	defer drv.mu.Unlock()
-	if r := drv.ready(); r != cudaSuccess {
-		return result(r)
-	}
-	d := drv.device(int(dev))
-	if d == nil {
-		return result(cudaErrorInvalidDevice)
-	}
-	if d.primary.retained == 0 {
-		return result(cudaErrorInvalidContext)
-	}
-	d.primary.retained--
-	if d.primary.retained == 0 {
-		// The last release destroys the primary context: its memory and peer mappings go with it.
-		drv.flushAll()
-		for base, a := range drv.allocs {
-			if a.dev == d {
-				release(a.data)
-				d.used -= a.size
-				delete(drv.allocs, base)
+	return call(func() int {
+		d := drv.device(int(dev))
+		if d == nil {
+			return cudaErrorInvalidDevice
+		}
+		if d.primary.retained == 0 {
+			return cudaErrorInvalidContext
+		}
+		d.primary.retained--
+		if d.primary.retained == 0 {
+			// The last release destroys the primary context: its memory and peer mappings go with it.
+			drv.flushAll()
+			for base, a := range drv.allocs {
+				if a.dev == d {
+					release(a.data)
+					d.used -= a.size
+					delete(drv.allocs, base)
+				}
 			}
+			for _, other := range drv.devices {
+				delete(other.primary.peers, d.primary)
+			}
+			d.primary.peers = map[*context]bool{}
+			d.primary.sticky = cudaSuccess
 		}
-		for _, other := range drv.devices {
-			delete(other.primary.peers, d.primary)
-		}
-		d.primary.peers = map[*context]bool{}
-		d.primary.sticky = cudaSuccess
-	}
-	return result(cudaSuccess)
+		return cudaSuccess
+	})
 }
 
 //export cuCtxSetCurrent
 func cuCtxSetCurrent(ctx C.CUcontext) C.CUresult {
-	drv.mu.Lock()
-	defer drv.mu.Unlock()
-	if r := drv.ready(); r != cudaSuccess {
-		return result(r)
-	}
-	tid := currentThread()
-	if ctx == nil {
-		delete(drv.current, tid)
-		return result(cudaSuccess)
-	}
-	c := drv.context(h(unsafe.Pointer(ctx)))
-	if c == nil {
-		return result(cudaErrorInvalidContext)
-	}
-	drv.current[tid] = c
-	return result(cudaSuccess)
+	return call(func() int {
+		tid := currentThread()
+		if ctx == nil {
+			delete(drv.current, tid)
+			return cudaSuccess
+		}
+		c := drv.context(h(unsafe.Pointer(ctx)))
+		if c == nil {
+			return cudaErrorInvalidContext
+		}
+		drv.current[tid] = c
+		return cudaSuccess
+	})
 }
 
 //export cuCtxSynchronize
@@ -310,202 +298,175 @@ func cuCtxSynchronize() C.CUresult {
 
 //export cuCtxEnablePeerAccess
 func cuCtxEnablePeerAccess(peer C.CUcontext, flags C.uint) C.CUresult {
-	drv.mu.Lock()
-	defer drv.mu.Unlock()
-	if r := drv.ready(); r != cudaSuccess {
-		return result(r)
-	}
-	if flags != 0 {
-		return result(cudaErrorInvalidValue)
-	}
-	ctx := drv.currentContext()
-	other := drv.context(h(unsafe.Pointer(peer)))
-	if ctx == nil || other == nil {
-		return result(cudaErrorInvalidContext)
-	}
-	if ctx == other {
-		return result(cudaErrorInvalidDevice)
-	}
-	if _, ok := drv.model.peer(ctx.dev.gpu.Index, other.dev.gpu.Index); !ok {
-		return result(cudaErrorPeerAccessUnsupported)
-	}
-	if ctx.peers[other] {
-		return result(cudaErrorPeerAccessAlreadyEnabled)
-	}
-	ctx.peers[other] = true
-	return result(cudaSuccess)
+	return call(func() int {
+		if flags != 0 {
+			return cudaErrorInvalidValue
+		}
+		ctx := drv.currentContext()
+		other := drv.context(h(unsafe.Pointer(peer)))
+		if ctx == nil || other == nil {
+			return cudaErrorInvalidContext
+		}
+		if ctx == other {
+			return cudaErrorInvalidDevice
+		}
+		if _, ok := drv.model.peer(ctx.dev.gpu.Index, other.dev.gpu.Index); !ok {
+			return cudaErrorPeerAccessUnsupported
+		}
+		if ctx.peers[other] {
+			return cudaErrorPeerAccessAlreadyEnabled
+		}
+		ctx.peers[other] = true
+		return cudaSuccess
+	})
 }
 
 //export cuModuleLoadData
 func cuModuleLoadData(mod *C.CUmodule, image unsafe.Pointer) C.CUresult {
-	drv.mu.Lock()
-	defer drv.mu.Unlock()
-	if r := drv.ready(); r != cudaSuccess {
-		return result(r)
-	}
-	ctx := drv.currentContext()
-	if ctx == nil {
-		return result(cudaErrorInvalidContext)
-	}
-	if mod == nil || image == nil {
-		return result(cudaErrorInvalidValue)
-	}
-	kernels, ok := parsePTX(C.GoString((*C.char)(image)))
-	if !ok {
-		return result(cudaErrorInvalidImage)
-	}
-	m := &module{ctx: ctx, kernels: kernels}
-	m.handle = drv.newHandle(m)
-	putHandle(unsafe.Pointer(mod), m.handle)
-	return result(cudaSuccess)
+	return call(func() int {
+		ctx := drv.currentContext()
+		if ctx == nil {
+			return cudaErrorInvalidContext
+		}
+		if mod == nil || image == nil {
+			return cudaErrorInvalidValue
+		}
+		kernels, ok := parsePTX(C.GoString((*C.char)(image)))
+		if !ok {
+			return cudaErrorInvalidImage
+		}
+		m := &module{ctx: ctx, kernels: kernels}
+		m.handle = drv.newHandle(m)
+		putHandle(unsafe.Pointer(mod), m.handle)
+		return cudaSuccess
+	})
 }
 
 //export cuModuleGetFunction
 func cuModuleGetFunction(fn *C.CUfunction, mod C.CUmodule, name *C.char) C.CUresult {
-	drv.mu.Lock()
-	defer drv.mu.Unlock()
-	if r := drv.ready(); r != cudaSuccess {
-		return result(r)
-	}
-	m, ok := drv.handles[h(unsafe.Pointer(mod))].(*module)
-	if !ok {
-		return result(cudaErrorInvalidHandle)
-	}
-	if fn == nil || name == nil {
-		return result(cudaErrorInvalidValue)
-	}
-	entry := C.GoString(name)
-	if !m.kernels[entry] {
-		return result(cudaErrorNotFound)
-	}
-	f := &function{module: m, name: entry}
-	f.handle = drv.newHandle(f)
-	putHandle(unsafe.Pointer(fn), f.handle)
-	return result(cudaSuccess)
+	return call(func() int {
+		m, ok := drv.handles[h(unsafe.Pointer(mod))].(*module)
+		if !ok {
+			return cudaErrorInvalidHandle
+		}
+		if fn == nil || name == nil {
+			return cudaErrorInvalidValue
+		}
+		entry := C.GoString(name)
+		if !m.kernels[entry] {
+			return cudaErrorNotFound
+		}
+		f := &function{module: m, name: entry}
+		f.handle = drv.newHandle(f)
+		putHandle(unsafe.Pointer(fn), f.handle)
+		return cudaSuccess
+	})
 }
 
 //export cuModuleUnload
 func cuModuleUnload(mod C.CUmodule) C.CUresult {
-	drv.mu.Lock()
-	defer drv.mu.Unlock()
-	if r := drv.ready(); r != cudaSuccess {
-		return result(r)
-	}
-	m, ok := drv.handles[h(unsafe.Pointer(mod))].(*module)
-	if !ok {
-		return result(cudaErrorInvalidHandle)
-	}
-	for handle, obj := range drv.handles {
-		if f, ok := obj.(*function); ok && f.module == m {
-			delete(drv.handles, handle)
+	return call(func() int {
+		m, ok := drv.handles[h(unsafe.Pointer(mod))].(*module)
+		if !ok {
+			return cudaErrorInvalidHandle
 		}
-	}
-	delete(drv.handles, m.handle)
-	return result(cudaSuccess)
+		for handle, obj := range drv.handles {
+			if f, ok := obj.(*function); ok && f.module == m {
+				delete(drv.handles, handle)
+			}
+		}
+		delete(drv.handles, m.handle)
+		return cudaSuccess
+	})
 }
 
 //export cuLaunchKernel
 func cuLaunchKernel(fn C.CUfunction, gridX, gridY, gridZ, blockX, blockY, blockZ, sharedBytes C.uint,
 	hStream C.CUstream, params *unsafe.Pointer, extra *unsafe.Pointer) C.CUresult {
-	drv.mu.Lock()
-	defer drv.mu.Unlock()
-	if r := drv.ready(); r != cudaSuccess {
-		return result(r)
-	}
-	f, ok := drv.handles[h(unsafe.Pointer(fn))].(*function)
-	if !ok {
-		return result(cudaErrorInvalidHandle)
-	}
-	s, r := drv.stream(h(unsafe.Pointer(hStream)))
-	if r != cudaSuccess {
-		return result(r)
-	}
-	if ctx := drv.currentContext(); ctx == nil || ctx != f.module.ctx || s.ctx != ctx {
-		return result(cudaErrorInvalidContext)
-	}
-	threads := uint64(blockX) * uint64(blockY) * uint64(blockZ)
-	if gridX == 0 || gridY == 0 || gridZ == 0 || threads == 0 || threads > 1024 || params == nil {
-		return result(cudaErrorInvalidValue)
-	}
-	drv.flushAll() // the kernel sees every copy queued before it
-	args := unsafe.Slice(params, len(known[f.name]))
-	if f.name == "vectorAdd" {
-		if code := drv.vectorAdd(args, uint64(gridX)*uint64(blockX)); code != cudaSuccess {
-			s.ctx.sticky = code // reported by the next synchronization, as a GPU fault is
+	return call(func() int {
+		f, ok := drv.handles[h(unsafe.Pointer(fn))].(*function)
+		if !ok {
+			return cudaErrorInvalidHandle
 		}
-	}
-	drv.enqueue(s, nil, kernelTime)
-	return result(cudaSuccess)
+		s, r := drv.stream(h(unsafe.Pointer(hStream)))
+		if r != cudaSuccess {
+			return r
+		}
+		if ctx := drv.currentContext(); ctx == nil || ctx != f.module.ctx || s.ctx != ctx {
+			return cudaErrorInvalidContext
+		}
+		threads := uint64(blockX) * uint64(blockY) * uint64(blockZ)
+		if gridX == 0 || gridY == 0 || gridZ == 0 || threads == 0 || threads > 1024 || params == nil {
+			return cudaErrorInvalidValue
+		}
+		drv.flushAll() // the kernel sees every copy queued before it
+		args := unsafe.Slice(params, len(known[f.name]))
+		if f.name == "vectorAdd" {
+			if code := drv.vectorAdd(args, uint64(gridX)*uint64(blockX)); code != cudaSuccess {
+				s.ctx.sticky = code // reported by the next synchronization, as a GPU fault is
+			}
+		}
+		drv.enqueue(s, nil, kernelTime)
+		return cudaSuccess
+	})
 }
 
 //export cuMemAlloc_v2
 func cuMemAlloc_v2(dptr *C.CUdeviceptr, size C.size_t) C.CUresult {
-	drv.mu.Lock()
-	defer drv.mu.Unlock()
-	if r := drv.ready(); r != cudaSuccess {
-		return result(r)
-	}
-	ctx := drv.currentContext()
-	if ctx == nil {
-		return result(cudaErrorInvalidContext)
-	}
-	if dptr == nil {
-		return result(cudaErrorInvalidValue)
-	}
-	base, r := drv.alloc(ctx.dev, uint64(size))
-	if r == cudaSuccess {
-		putU64(unsafe.Pointer(dptr), base)
-	}
-	return result(r)
+	return call(func() int {
+		ctx := drv.currentContext()
+		if ctx == nil {
+			return cudaErrorInvalidContext
+		}
+		if dptr == nil {
+			return cudaErrorInvalidValue
+		}
+		base, r := drv.alloc(ctx.dev, uint64(size))
+		if r == cudaSuccess {
+			putU64(unsafe.Pointer(dptr), base)
+		}
+		return r
+	})
 }
 
 //export cuMemFree_v2
 func cuMemFree_v2(dptr C.CUdeviceptr) C.CUresult {
-	drv.mu.Lock()
-	defer drv.mu.Unlock()
-	if r := drv.ready(); r != cudaSuccess {
-		return result(r)
-	}
-	return result(drv.free(uint64(dptr)))
+	return call(func() int {
+		return drv.free(uint64(dptr))
+	})
 }
 
 //export cuMemHostAlloc
 func cuMemHostAlloc(pp *unsafe.Pointer, size C.size_t, flags C.uint) C.CUresult {
-	drv.mu.Lock()
-	defer drv.mu.Unlock()
-	if r := drv.ready(); r != cudaSuccess {
-		return result(r)
-	}
-	if drv.currentContext() == nil {
-		return result(cudaErrorInvalidContext)
-	}
-	if pp == nil || size == 0 || flags&^0x7 != 0 { // PORTABLE | DEVICEMAP | WRITECOMBINED
-		return result(cudaErrorInvalidValue)
-	}
-	p := cAlloc(uint64(size))
-	if p == nil {
-		return result(cudaErrorOutOfMemory)
-	}
-	drv.host[uintptr(p)] = uint64(size)
-	putHandle(unsafe.Pointer(pp), uintptr(p))
-	return result(cudaSuccess)
+	return call(func() int {
+		if drv.currentContext() == nil {
+			return cudaErrorInvalidContext
+		}
+		if pp == nil || size == 0 || flags&^0x7 != 0 { // PORTABLE | DEVICEMAP | WRITECOMBINED
+			return cudaErrorInvalidValue
+		}
+		p := cAlloc(uint64(size))
+		if p == nil {
+			return cudaErrorOutOfMemory
+		}
+		drv.host[uintptr(p)] = uint64(size)
+		putHandle(unsafe.Pointer(pp), uintptr(p))
+		return cudaSuccess
+	})
 }
 
 //export cuMemFreeHost
 func cuMemFreeHost(p unsafe.Pointer) C.CUresult {
-	drv.mu.Lock()
-	defer drv.mu.Unlock()
-	if r := drv.ready(); r != cudaSuccess {
-		return result(r)
-	}
-	size, ok := drv.host[uintptr(p)]
-	if !ok {
-		return result(cudaErrorInvalidValue)
-	}
-	drv.flushAll()
-	delete(drv.host, uintptr(p))
-	cFree(p, size)
-	return result(cudaSuccess)
+	return call(func() int {
+		size, ok := drv.host[uintptr(p)]
+		if !ok {
+			return cudaErrorInvalidValue
+		}
+		drv.flushAll()
+		delete(drv.host, uintptr(p))
+		cFree(p, size)
+		return cudaSuccess
+	})
 }
 
 // copyRate is the modelled GB/s of op (model.go); the copy was checked, so its allocations exist.
@@ -554,20 +515,17 @@ func (d *driver) check(op copyOp) int {
 
 // copyAsync queues op on hStream.
 func copyAsync(op copyOp, hStream C.CUstream) C.CUresult {
-	drv.mu.Lock()
-	defer drv.mu.Unlock()
-	if r := drv.ready(); r != cudaSuccess {
-		return result(r)
-	}
-	s, r := drv.stream(h(unsafe.Pointer(hStream)))
-	if r != cudaSuccess {
-		return result(r)
-	}
-	if r := drv.check(op); r != cudaSuccess || op.n == 0 {
-		return result(r)
-	}
-	drv.enqueue(s, &op, modelled(op.n, drv.copyRate(op)))
-	return result(cudaSuccess)
+	return call(func() int {
+		s, r := drv.stream(h(unsafe.Pointer(hStream)))
+		if r != cudaSuccess {
+			return r
+		}
+		if r := drv.check(op); r != cudaSuccess || op.n == 0 {
+			return r
+		}
+		drv.enqueue(s, &op, modelled(op.n, drv.copyRate(op)))
+		return cudaSuccess
+	})
 }
 
 // copySync is a cuMemcpy without a stream: on the current context's default stream, returning when done.
@@ -640,38 +598,32 @@ func cuMemcpyPeerAsync(dst C.CUdeviceptr, dstCtx C.CUcontext, src C.CUdeviceptr,
 
 //export cuStreamCreate
 func cuStreamCreate(ph *C.CUstream, flags C.uint) C.CUresult {
-	drv.mu.Lock()
-	defer drv.mu.Unlock()
-	if r := drv.ready(); r != cudaSuccess {
-		return result(r)
-	}
-	ctx := drv.currentContext()
-	if ctx == nil {
-		return result(cudaErrorInvalidContext)
-	}
-	if ph == nil || flags&^1 != 0 { // CU_STREAM_NON_BLOCKING
-		return result(cudaErrorInvalidValue)
-	}
-	s := &stream{ctx: ctx, idle: true}
-	s.handle = drv.newHandle(s)
-	putHandle(unsafe.Pointer(ph), s.handle)
-	return result(cudaSuccess)
+	return call(func() int {
+		ctx := drv.currentContext()
+		if ctx == nil {
+			return cudaErrorInvalidContext
+		}
+		if ph == nil || flags&^1 != 0 { // CU_STREAM_NON_BLOCKING
+			return cudaErrorInvalidValue
+		}
+		s := &stream{ctx: ctx, idle: true}
+		s.handle = drv.newHandle(s)
+		putHandle(unsafe.Pointer(ph), s.handle)
+		return cudaSuccess
+	})
 }
 
 //export cuStreamDestroy_v2
 func cuStreamDestroy_v2(hStream C.CUstream) C.CUresult {
-	drv.mu.Lock()
-	defer drv.mu.Unlock()
-	if r := drv.ready(); r != cudaSuccess {
-		return result(r)
-	}
-	s, ok := drv.handles[h(unsafe.Pointer(hStream))].(*stream)
-	if !ok {
-		return result(cudaErrorInvalidHandle)
-	}
-	drv.flush(s) // queued work still completes, as on a GPU
-	delete(drv.handles, s.handle)
-	return result(cudaSuccess)
+	return call(func() int {
+		s, ok := drv.handles[h(unsafe.Pointer(hStream))].(*stream)
+		if !ok {
+			return cudaErrorInvalidHandle
+		}
+		drv.flush(s) // queued work still completes, as on a GPU
+		delete(drv.handles, s.handle)
+		return cudaSuccess
+	})
 }
 
 //export cuStreamSynchronize
@@ -695,44 +647,38 @@ func cuStreamSynchronize(hStream C.CUstream) C.CUresult {
 
 //export cuEventCreate
 func cuEventCreate(ph *C.CUevent, flags C.uint) C.CUresult {
-	drv.mu.Lock()
-	defer drv.mu.Unlock()
-	if r := drv.ready(); r != cudaSuccess {
-		return result(r)
-	}
-	ctx := drv.currentContext()
-	if ctx == nil {
-		return result(cudaErrorInvalidContext)
-	}
-	if ph == nil || flags&^0xF != 0 { // BLOCKING_SYNC | DISABLE_TIMING | INTERPROCESS
-		return result(cudaErrorInvalidValue)
-	}
-	e := &event{ctx: ctx}
-	e.handle = drv.newHandle(e)
-	putHandle(unsafe.Pointer(ph), e.handle)
-	return result(cudaSuccess)
+	return call(func() int {
+		ctx := drv.currentContext()
+		if ctx == nil {
+			return cudaErrorInvalidContext
+		}
+		if ph == nil || flags&^0xF != 0 { // BLOCKING_SYNC | DISABLE_TIMING | INTERPROCESS
+			return cudaErrorInvalidValue
+		}
+		e := &event{ctx: ctx}
+		e.handle = drv.newHandle(e)
+		putHandle(unsafe.Pointer(ph), e.handle)
+		return cudaSuccess
+	})
 }
 
 //export cuEventRecord
 func cuEventRecord(hEvent C.CUevent, hStream C.CUstream) C.CUresult {
-	drv.mu.Lock()
-	defer drv.mu.Unlock()
-	if r := drv.ready(); r != cudaSuccess {
-		return result(r)
-	}
-	e, ok := drv.handles[h(unsafe.Pointer(hEvent))].(*event)
-	if !ok {
-		return result(cudaErrorInvalidHandle)
-	}
-	s, r := drv.stream(h(unsafe.Pointer(hStream)))
-	if r != cudaSuccess {
-		return result(r)
-	}
-	if s.ctx != e.ctx {
-		return result(cudaErrorInvalidHandle)
-	}
-	drv.record(e, s)
-	return result(cudaSuccess)
+	return call(func() int {
+		e, ok := drv.handles[h(unsafe.Pointer(hEvent))].(*event)
+		if !ok {
+			return cudaErrorInvalidHandle
+		}
+		s, r := drv.stream(h(unsafe.Pointer(hStream)))
+		if r != cudaSuccess {
+			return r
+		}
+		if s.ctx != e.ctx {
+			return cudaErrorInvalidHandle
+		}
+		drv.record(e, s)
+		return cudaSuccess
+	})
 }
 
 //export cuEventSynchronize
@@ -763,24 +709,21 @@ func cuEventSynchronize(hEvent C.CUevent) C.CUresult {
 
 //export cuEventElapsedTime
 func cuEventElapsedTime(ms *C.float, hStart, hEnd C.CUevent) C.CUresult {
-	drv.mu.Lock()
-	defer drv.mu.Unlock()
-	if r := drv.ready(); r != cudaSuccess {
-		return result(r)
-	}
-	start, ok1 := drv.handles[h(unsafe.Pointer(hStart))].(*event)
-	end, ok2 := drv.handles[h(unsafe.Pointer(hEnd))].(*event)
-	if !ok1 || !ok2 || !start.recorded || !end.recorded {
-		return result(cudaErrorInvalidHandle)
-	}
-	if ms == nil {
-		return result(cudaErrorInvalidValue)
-	}
-	if now := time.Now(); now.Before(start.due) || now.Before(end.due) {
-		return result(cudaErrorNotReady)
-	}
-	*ms = C.float(float64(end.at-start.at) / 1e6)
-	return result(cudaSuccess)
+	return call(func() int {
+		start, ok1 := drv.handles[h(unsafe.Pointer(hStart))].(*event)
+		end, ok2 := drv.handles[h(unsafe.Pointer(hEnd))].(*event)
+		if !ok1 || !ok2 || !start.recorded || !end.recorded {
+			return cudaErrorInvalidHandle
+		}
+		if ms == nil {
+			return cudaErrorInvalidValue
+		}
+		if now := time.Now(); now.Before(start.due) || now.Before(end.due) {
+			return cudaErrorNotReady
+		}
+		*ms = C.float(float64(end.at-start.at) / 1e6)
+		return cudaSuccess
+	})
 }
 
 //export cuEventElapsedTime_v2
@@ -790,16 +733,13 @@ func cuEventElapsedTime_v2(ms *C.float, hStart, hEnd C.CUevent) C.CUresult {
 
 //export cuEventDestroy_v2
 func cuEventDestroy_v2(hEvent C.CUevent) C.CUresult {
-	drv.mu.Lock()
-	defer drv.mu.Unlock()
-	if r := drv.ready(); r != cudaSuccess {
-		return result(r)
-	}
-	if _, ok := drv.handles[h(unsafe.Pointer(hEvent))].(*event); !ok {
-		return result(cudaErrorInvalidHandle)
-	}
-	delete(drv.handles, h(unsafe.Pointer(hEvent)))
-	return result(cudaSuccess)
+	return call(func() int {
+		if _, ok := drv.handles[h(unsafe.Pointer(hEvent))].(*event); !ok {
+			return cudaErrorInvalidHandle
+		}
+		delete(drv.handles, h(unsafe.Pointer(hEvent)))
+		return cudaSuccess
+	})
 }
 
 var cStrings = map[string]*C.char{}

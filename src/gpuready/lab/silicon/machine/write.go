@@ -274,25 +274,25 @@ func contains(list []int, v int) bool {
 	return false
 }
 
-// findGI is the position of GPU instance id in the GPU's state, -1 when none.
-func findGI(st GPUState, id int) int {
+// giState is migState and the position of GPU instance gi in that state; ErrNotFound when there is none such.
+func (m *Machine) giState(index, gi int) (*GPU, GPUState, int, error) {
+	g, st, err := m.migState(index)
+	if err != nil {
+		return nil, GPUState{}, -1, err
+	}
 	for i := range st.GIs {
-		if st.GIs[i].ID == id {
-			return i
+		if st.GIs[i].ID == gi {
+			return g, st, i, nil
 		}
 	}
-	return -1
+	return nil, GPUState{}, -1, ErrNotFound
 }
 
 // DestroyGPUInstance destroys GPU instance gi (mig.destroy_gi): refused while it has compute instances.
 func (m *Machine) DestroyGPUInstance(index, gi int) error {
-	g, st, err := m.migState(index)
+	g, st, i, err := m.giState(index, gi)
 	if err != nil {
 		return err
-	}
-	i := findGI(st, gi)
-	if i < 0 {
-		return ErrNotFound
 	}
 	if len(st.GIs[i].CIs) > 0 {
 		return ErrInUse
@@ -342,13 +342,9 @@ func FreeCIStarts(prof *MigProfile, gi GPUInstance, size int) []int {
 // CreateComputeInstance creates a compute instance of NVML compute profile ciProfile in GPU instance gi
 // (mig.create_ci) at start, or at the lowest free start when start < 0; its id is the lowest free one.
 func (m *Machine) CreateComputeInstance(index, gi, ciProfile, start int) (ComputeInstance, error) {
-	g, st, err := m.migState(index)
+	g, st, i, err := m.giState(index, gi)
 	if err != nil {
 		return ComputeInstance{}, err
-	}
-	i := findGI(st, gi)
-	if i < 0 {
-		return ComputeInstance{}, ErrNotFound
 	}
 	prof := g.Profile(st.GIs[i].ProfileID)
 	if prof == nil {
@@ -386,13 +382,9 @@ func (m *Machine) CreateComputeInstance(index, gi, ciProfile, start int) (Comput
 
 // DestroyComputeInstance destroys compute instance ci of GPU instance gi (mig.destroy_ci).
 func (m *Machine) DestroyComputeInstance(index, gi, ci int) error {
-	g, st, err := m.migState(index)
+	g, st, i, err := m.giState(index, gi)
 	if err != nil {
 		return err
-	}
-	i := findGI(st, gi)
-	if i < 0 {
-		return ErrNotFound
 	}
 	gis := append([]GPUInstance(nil), st.GIs...)
 	var kept []ComputeInstance

@@ -19,82 +19,64 @@ func full(h C.nvmlDevice_t) (*device, C.nvmlReturn_t) { return get(h) }
 
 //export nvmlDeviceGetIndex
 func nvmlDeviceGetIndex(h C.nvmlDevice_t, index *C.uint) C.nvmlReturn_t {
+	return set(get, h, index, func(d *device) C.uint { return C.uint(d.g.Index) })
+}
+
+// str answers a string query: resolve h (with get), then copy what value gives into the caller's buffer.
+func str(h C.nvmlDevice_t, dst *C.char, length C.uint, value func(*device) string) C.nvmlReturn_t {
 	d, rc := get(h)
 	if rc != C.NVML_SUCCESS {
 		return rc
 	}
-	if index == nil {
-		return C.NVML_ERROR_INVALID_ARGUMENT
-	}
-	*index = C.uint(d.g.Index)
-	return C.NVML_SUCCESS
+	return putString(dst, length, value(d))
 }
 
 //export nvmlDeviceGetName
 func nvmlDeviceGetName(h C.nvmlDevice_t, name *C.char, length C.uint) C.nvmlReturn_t {
-	d, rc := get(h)
-	if rc != C.NVML_SUCCESS {
-		return rc
-	}
-	if d.mig != nil {
-		return putString(name, length, d.g.Name+" MIG "+d.mig.Name)
-	}
-	return putString(name, length, d.g.Name)
+	return str(h, name, length, func(d *device) string {
+		if d.mig != nil {
+			return d.g.Name + " MIG " + d.mig.Name
+		}
+		return d.g.Name
+	})
 }
 
 //export nvmlDeviceGetUUID
 func nvmlDeviceGetUUID(h C.nvmlDevice_t, uuid *C.char, length C.uint) C.nvmlReturn_t {
-	d, rc := get(h)
-	if rc != C.NVML_SUCCESS {
-		return rc
-	}
-	if d.mig != nil {
-		return putString(uuid, length, d.mig.UUID)
-	}
-	return putString(uuid, length, d.g.UUID)
+	return str(h, uuid, length, func(d *device) string {
+		if d.mig != nil {
+			return d.mig.UUID
+		}
+		return d.g.UUID
+	})
 }
+
+// The board's strings answer the same for a MIG device as for its GPU (see full).
 
 //export nvmlDeviceGetSerial
 func nvmlDeviceGetSerial(h C.nvmlDevice_t, serial *C.char, length C.uint) C.nvmlReturn_t {
-	d, rc := full(h)
-	if rc != C.NVML_SUCCESS {
-		return rc
-	}
-	return putString(serial, length, d.g.Serial)
+	return str(h, serial, length, func(d *device) string { return d.g.Serial })
 }
 
 //export nvmlDeviceGetVbiosVersion
 func nvmlDeviceGetVbiosVersion(h C.nvmlDevice_t, version *C.char, length C.uint) C.nvmlReturn_t {
-	d, rc := full(h)
-	if rc != C.NVML_SUCCESS {
-		return rc
-	}
-	return putString(version, length, d.g.VBIOSVersion)
+	return str(h, version, length, func(d *device) string { return d.g.VBIOSVersion })
 }
 
 //export nvmlDeviceGetBoardPartNumber
 func nvmlDeviceGetBoardPartNumber(h C.nvmlDevice_t, part *C.char, length C.uint) C.nvmlReturn_t {
-	d, rc := full(h)
-	if rc != C.NVML_SUCCESS {
-		return rc
-	}
-	return putString(part, length, d.g.BoardPartNumber)
+	return str(h, part, length, func(d *device) string { return d.g.BoardPartNumber })
 }
 
 //export nvmlDeviceGetMinorNumber
 func nvmlDeviceGetMinorNumber(h C.nvmlDevice_t, minor *C.uint) C.nvmlReturn_t {
-	d, rc := get(h)
-	if rc != C.NVML_SUCCESS {
-		return rc
-	}
-	if minor == nil {
-		return C.NVML_ERROR_INVALID_ARGUMENT
-	}
-	if d.mig != nil {
-		return C.NVML_ERROR_NOT_SUPPORTED
-	}
-	*minor = C.uint(d.g.MinorNumber)
-	return C.NVML_SUCCESS
+	return with(get, h, minor, func(d *device) C.nvmlReturn_t {
+		if d.mig != nil {
+			return C.NVML_ERROR_NOT_SUPPORTED
+		}
+		*minor = C.uint(d.g.MinorNumber)
+		return C.NVML_SUCCESS
+	})
 }
 
 func hex32(s string) C.uint {
@@ -128,63 +110,48 @@ func nvmlDeviceGetPciInfo_v2(h C.nvmlDevice_t, pci *C.nvmlPciInfo_t) C.nvmlRetur
 
 //export nvmlDeviceGetPciInfo_v3
 func nvmlDeviceGetPciInfo_v3(h C.nvmlDevice_t, pci *C.nvmlPciInfo_t) C.nvmlReturn_t {
-	d, rc := full(h)
-	if rc != C.NVML_SUCCESS {
-		return rc
-	}
-	if pci == nil {
-		return C.NVML_ERROR_INVALID_ARGUMENT
-	}
-	*pci = C.nvmlPciInfo_t{}
-	bus := d.g.PCIBusID // "00000000:18:00.0"
-	parts := strings.Split(strings.TrimSuffix(bus, ".0"), ":")
-	if len(parts) == 3 {
-		pci.domain = hex32(parts[0])
-		pci.bus = hex32(parts[1])
-		pci.device = hex32(parts[2])
-	}
-	pci.pciDeviceId = hex32(d.g.PCIDeviceID)
-	pci.pciSubSystemId = hex32(d.g.PCISubSystemID)
-	putFixed(pci.busId[:], bus)
-	putFixed(pci.busIdLegacy[:], strings.TrimPrefix(bus, "0000"))
-	return C.NVML_SUCCESS
+	return with(full, h, pci, func(d *device) C.nvmlReturn_t {
+		*pci = C.nvmlPciInfo_t{}
+		bus := d.g.PCIBusID // "00000000:18:00.0"
+		parts := strings.Split(strings.TrimSuffix(bus, ".0"), ":")
+		if len(parts) == 3 {
+			pci.domain = hex32(parts[0])
+			pci.bus = hex32(parts[1])
+			pci.device = hex32(parts[2])
+		}
+		pci.pciDeviceId = hex32(d.g.PCIDeviceID)
+		pci.pciSubSystemId = hex32(d.g.PCISubSystemID)
+		putFixed(pci.busId[:], bus)
+		putFixed(pci.busIdLegacy[:], strings.TrimPrefix(bus, "0000"))
+		return C.NVML_SUCCESS
+	})
 }
 
 //export nvmlDeviceGetMemoryInfo
 func nvmlDeviceGetMemoryInfo(h C.nvmlDevice_t, mem *C.nvmlMemory_t) C.nvmlReturn_t {
-	d, rc := get(h)
-	if rc != C.NVML_SUCCESS {
-		return rc
-	}
-	if mem == nil {
-		return C.NVML_ERROR_INVALID_ARGUMENT
-	}
-	total, reserved, used := memory(d)
-	// v1 counts the driver's reserved memory as used, as the real one does since driver 510.
-	mem.total = C.ulonglong(total * mib)
-	mem.used = C.ulonglong((reserved + used) * mib)
-	mem.free = C.ulonglong((total - reserved - used) * mib)
-	return C.NVML_SUCCESS
+	return with(get, h, mem, func(d *device) C.nvmlReturn_t {
+		total, reserved, used := memory(d)
+		// v1 counts the driver's reserved memory as used, as the real one does since driver 510.
+		mem.total = C.ulonglong(total * mib)
+		mem.used = C.ulonglong((reserved + used) * mib)
+		mem.free = C.ulonglong((total - reserved - used) * mib)
+		return C.NVML_SUCCESS
+	})
 }
 
 //export nvmlDeviceGetMemoryInfo_v2
 func nvmlDeviceGetMemoryInfo_v2(h C.nvmlDevice_t, mem *C.nvmlMemory_v2_t) C.nvmlReturn_t {
-	d, rc := get(h)
-	if rc != C.NVML_SUCCESS {
-		return rc
-	}
-	if mem == nil {
-		return C.NVML_ERROR_INVALID_ARGUMENT
-	}
-	if mem.version != C.nvmlMemory_v2 {
-		return C.NVML_ERROR_ARGUMENT_VERSION_MISMATCH
-	}
-	total, reserved, used := memory(d)
-	mem.total = C.ulonglong(total * mib)
-	mem.reserved = C.ulonglong(reserved * mib)
-	mem.used = C.ulonglong(used * mib)
-	mem.free = C.ulonglong((total - reserved - used) * mib)
-	return C.NVML_SUCCESS
+	return with(get, h, mem, func(d *device) C.nvmlReturn_t {
+		if mem.version != C.nvmlMemory_v2 {
+			return C.NVML_ERROR_ARGUMENT_VERSION_MISMATCH
+		}
+		total, reserved, used := memory(d)
+		mem.total = C.ulonglong(total * mib)
+		mem.reserved = C.ulonglong(reserved * mib)
+		mem.used = C.ulonglong(used * mib)
+		mem.free = C.ulonglong((total - reserved - used) * mib)
+		return C.NVML_SUCCESS
+	})
 }
 
 // memory is (total, reserved, used) in MiB: the GPU's as nvidia-smi shows it, or the MIG device's.
@@ -197,72 +164,52 @@ func memory(d *device) (uint64, uint64, uint64) {
 
 //export nvmlDeviceGetBAR1MemoryInfo
 func nvmlDeviceGetBAR1MemoryInfo(h C.nvmlDevice_t, bar1 *C.nvmlBAR1Memory_t) C.nvmlReturn_t {
-	d, rc := full(h)
-	if rc != C.NVML_SUCCESS {
-		return rc
-	}
-	if bar1 == nil {
-		return C.NVML_ERROR_INVALID_ARGUMENT
-	}
-	total := C.ulonglong(d.g.BAR1MiB) * mib
-	bar1.bar1Total, bar1.bar1Used, bar1.bar1Free = total, 0, total
-	return C.NVML_SUCCESS
+	return with(full, h, bar1, func(d *device) C.nvmlReturn_t {
+		total := C.ulonglong(d.g.BAR1MiB) * mib
+		bar1.bar1Total, bar1.bar1Used, bar1.bar1Free = total, 0, total
+		return C.NVML_SUCCESS
+	})
 }
 
 //export nvmlDeviceGetBrand
 func nvmlDeviceGetBrand(h C.nvmlDevice_t, brand *C.nvmlBrandType_t) C.nvmlReturn_t {
-	d, rc := full(h)
-	if rc != C.NVML_SUCCESS {
-		return rc
-	}
-	if brand == nil {
-		return C.NVML_ERROR_INVALID_ARGUMENT
-	}
-	*brand = C.NVML_BRAND_NVIDIA
-	if d.g.Brand == "Tesla" || strings.HasPrefix(d.g.Name, "Tesla") {
-		*brand = C.NVML_BRAND_TESLA
-	}
-	return C.NVML_SUCCESS
+	return with(full, h, brand, func(d *device) C.nvmlReturn_t {
+		*brand = C.NVML_BRAND_NVIDIA
+		if d.g.Brand == "Tesla" || strings.HasPrefix(d.g.Name, "Tesla") {
+			*brand = C.NVML_BRAND_TESLA
+		}
+		return C.NVML_SUCCESS
+	})
 }
 
 //export nvmlDeviceGetArchitecture
 func nvmlDeviceGetArchitecture(h C.nvmlDevice_t, arch *C.nvmlDeviceArchitecture_t) C.nvmlReturn_t {
-	d, rc := full(h)
-	if rc != C.NVML_SUCCESS {
-		return rc
-	}
-	if arch == nil {
-		return C.NVML_ERROR_INVALID_ARGUMENT
-	}
-	switch d.g.Architecture {
-	case "Turing":
-		*arch = C.NVML_DEVICE_ARCH_TURING
-	case "Ampere":
-		*arch = C.NVML_DEVICE_ARCH_AMPERE
-	case "Ada Lovelace":
-		*arch = C.NVML_DEVICE_ARCH_ADA
-	case "Hopper":
-		*arch = C.NVML_DEVICE_ARCH_HOPPER
-	case "Blackwell":
-		*arch = C.NVML_DEVICE_ARCH_BLACKWELL
-	default:
-		*arch = C.NVML_DEVICE_ARCH_UNKNOWN
-	}
-	return C.NVML_SUCCESS
+	return with(full, h, arch, func(d *device) C.nvmlReturn_t {
+		switch d.g.Architecture {
+		case "Turing":
+			*arch = C.NVML_DEVICE_ARCH_TURING
+		case "Ampere":
+			*arch = C.NVML_DEVICE_ARCH_AMPERE
+		case "Ada Lovelace":
+			*arch = C.NVML_DEVICE_ARCH_ADA
+		case "Hopper":
+			*arch = C.NVML_DEVICE_ARCH_HOPPER
+		case "Blackwell":
+			*arch = C.NVML_DEVICE_ARCH_BLACKWELL
+		default:
+			*arch = C.NVML_DEVICE_ARCH_UNKNOWN
+		}
+		return C.NVML_SUCCESS
+	})
 }
 
 //export nvmlDeviceGetCudaComputeCapability
 func nvmlDeviceGetCudaComputeCapability(h C.nvmlDevice_t, major, minor *C.int) C.nvmlReturn_t {
-	d, rc := full(h)
-	if rc != C.NVML_SUCCESS {
-		return rc
-	}
-	if major == nil || minor == nil {
-		return C.NVML_ERROR_INVALID_ARGUMENT
-	}
-	a, b := d.g.CUDAComputeCapability()
-	*major, *minor = C.int(a), C.int(b)
-	return C.NVML_SUCCESS
+	return with2(full, h, major, minor, func(d *device) C.nvmlReturn_t {
+		a, b := d.g.CUDAComputeCapability()
+		*major, *minor = C.int(a), C.int(b)
+		return C.NVML_SUCCESS
+	})
 }
 
 func feature(on bool) C.nvmlEnableState_t {
@@ -274,31 +221,18 @@ func feature(on bool) C.nvmlEnableState_t {
 
 //export nvmlDeviceGetPersistenceMode
 func nvmlDeviceGetPersistenceMode(h C.nvmlDevice_t, mode *C.nvmlEnableState_t) C.nvmlReturn_t {
-	d, rc := full(h)
-	if rc != C.NVML_SUCCESS {
-		return rc
-	}
-	if mode == nil {
-		return C.NVML_ERROR_INVALID_ARGUMENT
-	}
-	*mode = feature(d.v.Persistence)
-	return C.NVML_SUCCESS
+	return set(full, h, mode, func(d *device) C.nvmlEnableState_t { return feature(d.v.Persistence) })
 }
 
 //export nvmlDeviceGetEccMode
 func nvmlDeviceGetEccMode(h C.nvmlDevice_t, current, pending *C.nvmlEnableState_t) C.nvmlReturn_t {
-	d, rc := full(h)
-	if rc != C.NVML_SUCCESS {
-		return rc
-	}
-	if current == nil || pending == nil {
-		return C.NVML_ERROR_INVALID_ARGUMENT
-	}
-	if !d.g.ECCSupported {
-		return C.NVML_ERROR_NOT_SUPPORTED
-	}
-	*current, *pending = C.NVML_FEATURE_ENABLED, C.NVML_FEATURE_ENABLED
-	return C.NVML_SUCCESS
+	return with2(full, h, current, pending, func(d *device) C.nvmlReturn_t {
+		if !d.g.ECCSupported {
+			return C.NVML_ERROR_NOT_SUPPORTED
+		}
+		*current, *pending = C.NVML_FEATURE_ENABLED, C.NVML_FEATURE_ENABLED
+		return C.NVML_SUCCESS
+	})
 }
 
 //export nvmlDeviceGetTotalEccErrors
@@ -342,64 +276,46 @@ func nvmlDeviceGetRemappedRows(h C.nvmlDevice_t, corr, unc, pending, failure *C.
 
 //export nvmlDeviceGetRetiredPages
 func nvmlDeviceGetRetiredPages(h C.nvmlDevice_t, cause C.nvmlPageRetirementCause_t, count *C.uint, addresses *C.ulonglong) C.nvmlReturn_t {
-	d, rc := full(h)
-	if rc != C.NVML_SUCCESS {
-		return rc
-	}
-	if count == nil {
-		return C.NVML_ERROR_INVALID_ARGUMENT
-	}
-	if !d.g.PageRetirement || d.v.MigCurrent {
-		return C.NVML_ERROR_NOT_SUPPORTED
-	}
-	n := d.v.RetiredSBE
-	if cause == C.NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR {
-		n = d.v.RetiredDBE
-	}
-	room := int(*count)
-	*count = C.uint(n)
-	if room < n {
-		if room == 0 && addresses == nil {
-			return C.NVML_SUCCESS
+	return with(full, h, count, func(d *device) C.nvmlReturn_t {
+		if !d.g.PageRetirement || d.v.MigCurrent {
+			return C.NVML_ERROR_NOT_SUPPORTED
 		}
-		return C.NVML_ERROR_INSUFFICIENT_SIZE
-	}
-	if addresses != nil {
-		out := unsafe.Slice(addresses, room)
-		for i := 0; i < n; i++ {
-			out[i] = C.ulonglong(0x123a4000 + 0x1000*i)
+		n := d.v.RetiredSBE
+		if cause == C.NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR {
+			n = d.v.RetiredDBE
 		}
-	}
-	return C.NVML_SUCCESS
+		room := int(*count)
+		*count = C.uint(n)
+		if room < n {
+			if room == 0 && addresses == nil {
+				return C.NVML_SUCCESS
+			}
+			return C.NVML_ERROR_INSUFFICIENT_SIZE
+		}
+		if addresses != nil {
+			out := unsafe.Slice(addresses, room)
+			for i := 0; i < n; i++ {
+				out[i] = C.ulonglong(0x123a4000 + 0x1000*i)
+			}
+		}
+		return C.NVML_SUCCESS
+	})
 }
 
 //export nvmlDeviceGetRetiredPagesPendingStatus
 func nvmlDeviceGetRetiredPagesPendingStatus(h C.nvmlDevice_t, pending *C.nvmlEnableState_t) C.nvmlReturn_t {
-	d, rc := full(h)
-	if rc != C.NVML_SUCCESS {
-		return rc
-	}
-	if pending == nil {
-		return C.NVML_ERROR_INVALID_ARGUMENT
-	}
-	if !d.g.PageRetirement || d.v.MigCurrent {
-		return C.NVML_ERROR_NOT_SUPPORTED
-	}
-	*pending = feature(d.v.RetiredPending)
-	return C.NVML_SUCCESS
+	return with(full, h, pending, func(d *device) C.nvmlReturn_t {
+		if !d.g.PageRetirement || d.v.MigCurrent {
+			return C.NVML_ERROR_NOT_SUPPORTED
+		}
+		*pending = feature(d.v.RetiredPending)
+		return C.NVML_SUCCESS
+	})
 }
 
 // pcie answers one of the four link queries.
 func pcie(h C.nvmlDevice_t, out *C.uint, pick func(*device) int) C.nvmlReturn_t {
-	d, rc := full(h)
-	if rc != C.NVML_SUCCESS {
-		return rc
-	}
-	if out == nil {
-		return C.NVML_ERROR_INVALID_ARGUMENT
-	}
-	*out = C.uint(pick(d))
-	return C.NVML_SUCCESS
+	return set(full, h, out, func(d *device) C.uint { return C.uint(pick(d)) })
 }
 
 //export nvmlDeviceGetCurrPcieLinkGeneration
@@ -429,34 +345,21 @@ func nvmlDeviceGetMaxPcieLinkWidth(h C.nvmlDevice_t, width *C.uint) C.nvmlReturn
 
 //export nvmlDeviceGetNvLinkState
 func nvmlDeviceGetNvLinkState(h C.nvmlDevice_t, link C.uint, active *C.nvmlEnableState_t) C.nvmlReturn_t {
-	d, rc := full(h)
-	if rc != C.NVML_SUCCESS {
-		return rc
-	}
-	if active == nil {
-		return C.NVML_ERROR_INVALID_ARGUMENT
-	}
-	if d.g.NVLinkLinks == 0 {
-		return C.NVML_ERROR_NOT_SUPPORTED
-	}
-	if int(link) >= d.g.NVLinkLinks {
-		return C.NVML_ERROR_INVALID_ARGUMENT
-	}
-	*active = feature(d.v.NVLinkActive)
-	return C.NVML_SUCCESS
+	return with(full, h, active, func(d *device) C.nvmlReturn_t {
+		if d.g.NVLinkLinks == 0 {
+			return C.NVML_ERROR_NOT_SUPPORTED
+		}
+		if int(link) >= d.g.NVLinkLinks {
+			return C.NVML_ERROR_INVALID_ARGUMENT
+		}
+		*active = feature(d.v.NVLinkActive)
+		return C.NVML_SUCCESS
+	})
 }
 
 // clockReasons: the emulated GPUs are idle (nvidia-smi shows "Idle: Active").
 func clockReasons(h C.nvmlDevice_t, reasons *C.ulonglong) C.nvmlReturn_t {
-	_, rc := full(h)
-	if rc != C.NVML_SUCCESS {
-		return rc
-	}
-	if reasons == nil {
-		return C.NVML_ERROR_INVALID_ARGUMENT
-	}
-	*reasons = C.nvmlClocksEventReasonGpuIdle
-	return C.NVML_SUCCESS
+	return set(full, h, reasons, func(*device) C.ulonglong { return C.nvmlClocksEventReasonGpuIdle })
 }
 
 //export nvmlDeviceGetCurrentClocksEventReasons
@@ -471,15 +374,7 @@ func nvmlDeviceGetCurrentClocksThrottleReasons(h C.nvmlDevice_t, reasons *C.ulon
 
 //export nvmlDeviceGetSupportedClocksEventReasons
 func nvmlDeviceGetSupportedClocksEventReasons(h C.nvmlDevice_t, reasons *C.ulonglong) C.nvmlReturn_t {
-	_, rc := full(h)
-	if rc != C.NVML_SUCCESS {
-		return rc
-	}
-	if reasons == nil {
-		return C.NVML_ERROR_INVALID_ARGUMENT
-	}
-	*reasons = C.nvmlClocksEventReasonAll
-	return C.NVML_SUCCESS
+	return set(full, h, reasons, func(*device) C.ulonglong { return C.nvmlClocksEventReasonAll })
 }
 
 //export nvmlDeviceGetTemperature
@@ -497,27 +392,11 @@ func nvmlDeviceGetTemperature(h C.nvmlDevice_t, sensor C.nvmlTemperatureSensors_
 
 //export nvmlDeviceGetPowerUsage
 func nvmlDeviceGetPowerUsage(h C.nvmlDevice_t, mw *C.uint) C.nvmlReturn_t {
-	d, rc := full(h)
-	if rc != C.NVML_SUCCESS {
-		return rc
-	}
-	if mw == nil {
-		return C.NVML_ERROR_INVALID_ARGUMENT
-	}
-	*mw = C.uint(d.g.PowerIdleW*1000 + 0.5)
-	return C.NVML_SUCCESS
+	return set(full, h, mw, func(d *device) C.uint { return C.uint(d.g.PowerIdleW*1000 + 0.5) })
 }
 
 func powerLimit(h C.nvmlDevice_t, mw *C.uint) C.nvmlReturn_t {
-	d, rc := full(h)
-	if rc != C.NVML_SUCCESS {
-		return rc
-	}
-	if mw == nil {
-		return C.NVML_ERROR_INVALID_ARGUMENT
-	}
-	*mw = C.uint(d.g.PowerLimitW*1000 + 0.5)
-	return C.NVML_SUCCESS
+	return set(full, h, mw, func(d *device) C.uint { return C.uint(d.g.PowerLimitW*1000 + 0.5) })
 }
 
 //export nvmlDeviceGetPowerManagementLimit
@@ -532,58 +411,40 @@ func nvmlDeviceGetEnforcedPowerLimit(h C.nvmlDevice_t, mw *C.uint) C.nvmlReturn_
 
 //export nvmlDeviceGetUtilizationRates
 func nvmlDeviceGetUtilizationRates(h C.nvmlDevice_t, util *C.nvmlUtilization_t) C.nvmlReturn_t {
-	_, rc := full(h)
-	if rc != C.NVML_SUCCESS {
-		return rc
-	}
-	if util == nil {
-		return C.NVML_ERROR_INVALID_ARGUMENT
-	}
-	util.gpu, util.memory = 0, 0
-	return C.NVML_SUCCESS
+	return with(full, h, util, func(*device) C.nvmlReturn_t {
+		util.gpu, util.memory = 0, 0
+		return C.NVML_SUCCESS
+	})
 }
 
 //export nvmlDeviceGetPerformanceState
 func nvmlDeviceGetPerformanceState(h C.nvmlDevice_t, state *C.nvmlPstates_t) C.nvmlReturn_t {
-	_, rc := full(h)
-	if rc != C.NVML_SUCCESS {
-		return rc
-	}
-	if state == nil {
-		return C.NVML_ERROR_INVALID_ARGUMENT
-	}
-	*state = C.NVML_PSTATE_0
-	return C.NVML_SUCCESS
+	return set(full, h, state, func(*device) C.nvmlPstates_t { return C.NVML_PSTATE_0 })
 }
 
 func clock(h C.nvmlDevice_t, kind C.nvmlClockType_t, mhz *C.uint, max bool) C.nvmlReturn_t {
-	d, rc := full(h)
-	if rc != C.NVML_SUCCESS {
-		return rc
-	}
-	if mhz == nil {
-		return C.NVML_ERROR_INVALID_ARGUMENT
-	}
-	c := d.g.Clocks
-	var v int
-	switch kind {
-	case C.NVML_CLOCK_GRAPHICS, C.NVML_CLOCK_SM:
-		v = c.GraphicsIdle
-		if max {
-			v = c.MaxGraphics
+	return with(full, h, mhz, func(d *device) C.nvmlReturn_t {
+		c := d.g.Clocks
+		var v int
+		switch kind {
+		case C.NVML_CLOCK_GRAPHICS, C.NVML_CLOCK_SM:
+			v = c.GraphicsIdle
+			if max {
+				v = c.MaxGraphics
+			}
+		case C.NVML_CLOCK_MEM:
+			v = c.Memory
+		case C.NVML_CLOCK_VIDEO:
+			v = c.VideoIdle
+			if max {
+				v = c.MaxVideo
+			}
+		default:
+			return C.NVML_ERROR_INVALID_ARGUMENT
 		}
-	case C.NVML_CLOCK_MEM:
-		v = c.Memory
-	case C.NVML_CLOCK_VIDEO:
-		v = c.VideoIdle
-		if max {
-			v = c.MaxVideo
-		}
-	default:
-		return C.NVML_ERROR_INVALID_ARGUMENT
-	}
-	*mhz = C.uint(v)
-	return C.NVML_SUCCESS
+		*mhz = C.uint(v)
+		return C.NVML_SUCCESS
+	})
 }
 
 //export nvmlDeviceGetClockInfo
@@ -598,62 +459,33 @@ func nvmlDeviceGetMaxClockInfo(h C.nvmlDevice_t, kind C.nvmlClockType_t, mhz *C.
 
 //export nvmlDeviceGetComputeMode
 func nvmlDeviceGetComputeMode(h C.nvmlDevice_t, mode *C.nvmlComputeMode_t) C.nvmlReturn_t {
-	_, rc := full(h)
-	if rc != C.NVML_SUCCESS {
-		return rc
-	}
-	if mode == nil {
-		return C.NVML_ERROR_INVALID_ARGUMENT
-	}
-	*mode = C.NVML_COMPUTEMODE_DEFAULT
-	return C.NVML_SUCCESS
+	return set(full, h, mode, func(*device) C.nvmlComputeMode_t { return C.NVML_COMPUTEMODE_DEFAULT })
 }
 
 //export nvmlDeviceGetVirtualizationMode
 func nvmlDeviceGetVirtualizationMode(h C.nvmlDevice_t, mode *C.nvmlGpuVirtualizationMode_t) C.nvmlReturn_t {
-	_, rc := full(h)
-	if rc != C.NVML_SUCCESS {
-		return rc
-	}
-	if mode == nil {
-		return C.NVML_ERROR_INVALID_ARGUMENT
-	}
-	*mode = C.NVML_GPU_VIRTUALIZATION_MODE_NONE
-	return C.NVML_SUCCESS
+	return set(full, h, mode, func(*device) C.nvmlGpuVirtualizationMode_t { return C.NVML_GPU_VIRTUALIZATION_MODE_NONE })
 }
 
 //export nvmlDeviceGetComputeRunningProcesses_v3
 func nvmlDeviceGetComputeRunningProcesses_v3(h C.nvmlDevice_t, count *C.uint, infos *C.nvmlProcessInfo_t) C.nvmlReturn_t {
-	_, rc := get(h)
-	if rc != C.NVML_SUCCESS {
-		return rc
-	}
-	if count == nil {
-		return C.NVML_ERROR_INVALID_ARGUMENT
-	}
-	*count = 0 // nothing runs on emulated silicon
-	return C.NVML_SUCCESS
+	return set(get, h, count, func(*device) C.uint { return 0 }) // nothing runs on emulated silicon
 }
 
 //export nvmlDeviceGetGpuFabricInfo
 func nvmlDeviceGetGpuFabricInfo(h C.nvmlDevice_t, info *C.nvmlGpuFabricInfo_t) C.nvmlReturn_t {
-	d, rc := full(h)
-	if rc != C.NVML_SUCCESS {
-		return rc
-	}
-	if info == nil {
-		return C.NVML_ERROR_INVALID_ARGUMENT
-	}
-	if !d.m.Hardware.System.NVSwitch {
-		return C.NVML_ERROR_NOT_SUPPORTED
-	}
-	*info = C.nvmlGpuFabricInfo_t{}
-	info.status = C.NVML_SUCCESS
-	info.state = C.NVML_GPU_FABRIC_STATE_IN_PROGRESS
-	if state, _ := d.m.Fabric(); state == "Completed" {
-		info.state = C.NVML_GPU_FABRIC_STATE_COMPLETED
-	}
-	return C.NVML_SUCCESS
+	return with(full, h, info, func(d *device) C.nvmlReturn_t {
+		if !d.m.Hardware.System.NVSwitch {
+			return C.NVML_ERROR_NOT_SUPPORTED
+		}
+		*info = C.nvmlGpuFabricInfo_t{}
+		info.status = C.NVML_SUCCESS
+		info.state = C.NVML_GPU_FABRIC_STATE_IN_PROGRESS
+		if state, _ := d.m.Fabric(); state == "Completed" {
+			info.state = C.NVML_GPU_FABRIC_STATE_COMPLETED
+		}
+		return C.NVML_SUCCESS
+	})
 }
 
 //export nvmlDeviceGetAddressingMode

@@ -57,15 +57,7 @@ func nvmlEventSetFree(set C.nvmlEventSet_t) C.nvmlReturn_t {
 
 //export nvmlDeviceGetSupportedEventTypes
 func nvmlDeviceGetSupportedEventTypes(h C.nvmlDevice_t, types *C.ulonglong) C.nvmlReturn_t {
-	_, rc := get(h)
-	if rc != C.NVML_SUCCESS {
-		return rc
-	}
-	if types == nil {
-		return C.NVML_ERROR_INVALID_ARGUMENT
-	}
-	*types = supportedEvents
-	return C.NVML_SUCCESS
+	return set(get, h, types, func(*device) C.ulonglong { return supportedEvents })
 }
 
 //export nvmlDeviceRegisterEvents

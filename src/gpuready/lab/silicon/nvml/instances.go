@@ -101,83 +101,55 @@ func parentGPU(h C.nvmlDevice_t) (*device, C.nvmlReturn_t) {
 
 //export nvmlDeviceGetGpuInstances
 func nvmlDeviceGetGpuInstances(h C.nvmlDevice_t, profileID C.uint, out *C.nvmlGpuInstance_t, count *C.uint) C.nvmlReturn_t {
-	d, rc := parentGPU(h)
-	if rc != C.NVML_SUCCESS {
-		return rc
-	}
-	if count == nil {
-		return C.NVML_ERROR_INVALID_ARGUMENT
-	}
-	prof := d.g.Profile(int(profileID))
-	if prof == nil {
-		return C.NVML_ERROR_INVALID_ARGUMENT
-	}
-	var found []machine.GPUInstance
-	for _, gi := range d.v.GPUInstances {
-		if gi.ProfileID == int(profileID) {
-			found = append(found, gi)
+	return with(parentGPU, h, count, func(d *device) C.nvmlReturn_t {
+		prof := d.g.Profile(int(profileID))
+		if prof == nil {
+			return C.NVML_ERROR_INVALID_ARGUMENT
 		}
-	}
-	if len(found) > 0 && out == nil {
-		return C.NVML_ERROR_INVALID_ARGUMENT
-	}
-	// The caller sizes the array for the profile's instanceCount, as NVML documents.
-	if len(found) > 0 {
-		slots := unsafe.Slice(out, len(found))
-		for i, gi := range found {
-			slots[i] = giHandle(devKey{d.g.Index, gi.ID, -1})
+		var found []machine.GPUInstance
+		for _, gi := range d.v.GPUInstances {
+			if gi.ProfileID == int(profileID) {
+				found = append(found, gi)
+			}
 		}
-	}
-	*count = C.uint(len(found))
-	return C.NVML_SUCCESS
+		if len(found) > 0 && out == nil {
+			return C.NVML_ERROR_INVALID_ARGUMENT
+		}
+		// The caller sizes the array for the profile's instanceCount, as NVML documents.
+		if len(found) > 0 {
+			slots := unsafe.Slice(out, len(found))
+			for i, gi := range found {
+				slots[i] = giHandle(devKey{d.g.Index, gi.ID, -1})
+			}
+		}
+		*count = C.uint(len(found))
+		return C.NVML_SUCCESS
+	})
 }
 
 //export nvmlDeviceGetGpuInstanceById
 func nvmlDeviceGetGpuInstanceById(h C.nvmlDevice_t, id C.uint, out *C.nvmlGpuInstance_t) C.nvmlReturn_t {
-	d, rc := parentGPU(h)
-	if rc != C.NVML_SUCCESS {
-		return rc
-	}
-	if out == nil {
-		return C.NVML_ERROR_INVALID_ARGUMENT
-	}
-	gi, rc := findGI(d, int(id))
-	if rc != C.NVML_SUCCESS {
-		return rc
-	}
-	*out = giHandle(devKey{d.g.Index, gi.gi.ID, -1})
-	return C.NVML_SUCCESS
+	return with(parentGPU, h, out, func(d *device) C.nvmlReturn_t {
+		gi, rc := findGI(d, int(id))
+		if rc != C.NVML_SUCCESS {
+			return rc
+		}
+		*out = giHandle(devKey{d.g.Index, gi.gi.ID, -1})
+		return C.NVML_SUCCESS
+	})
 }
 
 //export nvmlGpuInstanceGetInfo
 func nvmlGpuInstanceGetInfo(h C.nvmlGpuInstance_t, info *C.nvmlGpuInstanceInfo_t) C.nvmlReturn_t {
-	gi, rc := getGI(h)
-	if rc != C.NVML_SUCCESS {
-		return rc
-	}
-	if info == nil {
-		return C.NVML_ERROR_INVALID_ARGUMENT
-	}
-	*info = C.nvmlGpuInstanceInfo_t{
-		device:    handleFor(devKey{gi.d.g.Index, -1, -1}),
-		id:        C.uint(gi.gi.ID),
-		profileId: C.uint(gi.gi.ProfileID),
-		placement: C.nvmlGpuInstancePlacement_t{start: C.uint(gi.gi.Start), size: C.uint(gi.gi.Size)},
-	}
-	return C.NVML_SUCCESS
-}
-
-// ciStarts is where a compute instance of `size` slices may start in a GPU instance (mig.py ci_starts).
-func ciStarts(prof *machine.MigProfile, size int) []int {
-	step := 1
-	for step < size {
-		step *= 2
-	}
-	var out []int
-	for s := 0; s+size <= prof.ComputeSlices; s += step {
-		out = append(out, s)
-	}
-	return out
+	return with(getGI, h, info, func(gi *gpuInstance) C.nvmlReturn_t {
+		*info = C.nvmlGpuInstanceInfo_t{
+			device:    handleFor(devKey{gi.d.g.Index, -1, -1}),
+			id:        C.uint(gi.gi.ID),
+			profileId: C.uint(gi.gi.ProfileID),
+			placement: C.nvmlGpuInstancePlacement_t{start: C.uint(gi.gi.Start), size: C.uint(gi.gi.Size)},
+		}
+		return C.NVML_SUCCESS
+	})
 }
 
 // ciProfile answers a compute instance profile query: the profile (0 = NVML_COMPUTE_INSTANCE_PROFILE_1_SLICE, ...)
@@ -202,7 +174,7 @@ func ciProfile(h C.nvmlGpuInstance_t, profile, engProfile C.uint) (C.nvmlCompute
 		name = fmt.Sprintf("MIG %dc.%s", slices, p.Name)
 	}
 	info = C.nvmlComputeInstanceProfileInfo_t{
-		id: profile, sliceCount: C.uint(slices), instanceCount: C.uint(len(ciStarts(p, slices))),
+		id: profile, sliceCount: C.uint(slices), instanceCount: C.uint(len(machine.CIStarts(p, slices))),
 		multiprocessorCount: C.uint(sm), sharedCopyEngineCount: C.uint(p.CopyEngines),
 		sharedDecoderCount: C.uint(p.Decoders), sharedEncoderCount: C.uint(p.Encoders),
 		sharedJpegCount: C.uint(p.JPEG), sharedOfaCount: C.uint(p.OFA),
@@ -248,48 +220,38 @@ func nvmlGpuInstanceGetComputeInstanceProfileInfoV(h C.nvmlGpuInstance_t, profil
 
 //export nvmlGpuInstanceGetComputeInstances
 func nvmlGpuInstanceGetComputeInstances(h C.nvmlGpuInstance_t, profileID C.uint, out *C.nvmlComputeInstance_t, count *C.uint) C.nvmlReturn_t {
-	gi, rc := getGI(h)
-	if rc != C.NVML_SUCCESS {
-		return rc
-	}
-	if count == nil {
-		return C.NVML_ERROR_INVALID_ARGUMENT
-	}
-	var found []machine.ComputeInstance
-	for _, ci := range gi.gi.CIs {
-		if ci.ProfileID == int(profileID) {
-			found = append(found, ci)
+	return with(getGI, h, count, func(gi *gpuInstance) C.nvmlReturn_t {
+		var found []machine.ComputeInstance
+		for _, ci := range gi.gi.CIs {
+			if ci.ProfileID == int(profileID) {
+				found = append(found, ci)
+			}
 		}
-	}
-	if len(found) > 0 && out == nil {
-		return C.NVML_ERROR_INVALID_ARGUMENT
-	}
-	if len(found) > 0 {
-		slots := unsafe.Slice(out, len(found))
-		for i, ci := range found {
-			slots[i] = ciHandle(devKey{gi.d.g.Index, gi.gi.ID, ci.ID})
+		if len(found) > 0 && out == nil {
+			return C.NVML_ERROR_INVALID_ARGUMENT
 		}
-	}
-	*count = C.uint(len(found))
-	return C.NVML_SUCCESS
+		if len(found) > 0 {
+			slots := unsafe.Slice(out, len(found))
+			for i, ci := range found {
+				slots[i] = ciHandle(devKey{gi.d.g.Index, gi.gi.ID, ci.ID})
+			}
+		}
+		*count = C.uint(len(found))
+		return C.NVML_SUCCESS
+	})
 }
 
 //export nvmlGpuInstanceGetComputeInstanceById
 func nvmlGpuInstanceGetComputeInstanceById(h C.nvmlGpuInstance_t, id C.uint, out *C.nvmlComputeInstance_t) C.nvmlReturn_t {
-	gi, rc := getGI(h)
-	if rc != C.NVML_SUCCESS {
-		return rc
-	}
-	if out == nil {
-		return C.NVML_ERROR_INVALID_ARGUMENT
-	}
-	for _, ci := range gi.gi.CIs {
-		if ci.ID == int(id) {
-			*out = ciHandle(devKey{gi.d.g.Index, gi.gi.ID, ci.ID})
-			return C.NVML_SUCCESS
+	return with(getGI, h, out, func(gi *gpuInstance) C.nvmlReturn_t {
+		for _, ci := range gi.gi.CIs {
+			if ci.ID == int(id) {
+				*out = ciHandle(devKey{gi.d.g.Index, gi.gi.ID, ci.ID})
+				return C.NVML_SUCCESS
+			}
 		}
-	}
-	return C.NVML_ERROR_NOT_FOUND
+		return C.NVML_ERROR_NOT_FOUND
+	})
 }
 
 //export nvmlComputeInstanceGetInfo_v2

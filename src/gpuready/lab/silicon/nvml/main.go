@@ -122,6 +122,38 @@ func get(h C.nvmlDevice_t) (*device, C.nvmlReturn_t) {
 	return d, C.NVML_SUCCESS
 }
 
+// with is how most queries open: resolve handle h with lookup (get, full, parentGPU, fullGPU, getGI: a bad
+// handle, a lost GPU or a gone instance answers its error), refuse a nil out (NVML checks the handle before
+// its arguments), then answer with fill.
+func with[H, V, T any](lookup func(H) (V, C.nvmlReturn_t), h H, out *T, fill func(V) C.nvmlReturn_t) C.nvmlReturn_t {
+	v, rc := lookup(h)
+	if rc != C.NVML_SUCCESS {
+		return rc
+	}
+	if out == nil {
+		return C.NVML_ERROR_INVALID_ARGUMENT
+	}
+	return fill(v)
+}
+
+// with2 is with for a query answering through two pointers, a and b: both must be given.
+func with2[H, V, A, B any](lookup func(H) (V, C.nvmlReturn_t), h H, a *A, b *B, fill func(V) C.nvmlReturn_t) C.nvmlReturn_t {
+	return with(lookup, h, a, func(v V) C.nvmlReturn_t {
+		if b == nil {
+			return C.NVML_ERROR_INVALID_ARGUMENT
+		}
+		return fill(v)
+	})
+}
+
+// set answers a query whose answer is always there: with, storing what value gives.
+func set[H, V, T any](lookup func(H) (V, C.nvmlReturn_t), h H, out *T, value func(V) T) C.nvmlReturn_t {
+	return with(lookup, h, out, func(v V) C.nvmlReturn_t {
+		*out = value(v)
+		return C.NVML_SUCCESS
+	})
+}
+
 // putString copies s into a caller's buffer of length bytes, NUL-terminated.
 func putString(dst *C.char, length C.uint, s string) C.nvmlReturn_t {
 	if dst == nil {

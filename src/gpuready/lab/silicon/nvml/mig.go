@@ -14,34 +14,24 @@ import (
 
 //export nvmlDeviceGetMigMode
 func nvmlDeviceGetMigMode(h C.nvmlDevice_t, current, pending *C.uint) C.nvmlReturn_t {
-	d, rc := get(h)
-	if rc != C.NVML_SUCCESS {
-		return rc
-	}
-	if current == nil || pending == nil {
-		return C.NVML_ERROR_INVALID_ARGUMENT
-	}
-	if d.mig != nil || !d.g.MIGCapable {
-		return C.NVML_ERROR_NOT_SUPPORTED
-	}
-	*current, *pending = C.uint(feature(d.v.MigCurrent)), C.uint(feature(d.v.MigPending))
-	return C.NVML_SUCCESS
+	return with2(get, h, current, pending, func(d *device) C.nvmlReturn_t {
+		if d.mig != nil || !d.g.MIGCapable {
+			return C.NVML_ERROR_NOT_SUPPORTED
+		}
+		*current, *pending = C.uint(feature(d.v.MigCurrent)), C.uint(feature(d.v.MigPending))
+		return C.NVML_SUCCESS
+	})
 }
 
 //export nvmlDeviceGetMaxMigDeviceCount
 func nvmlDeviceGetMaxMigDeviceCount(h C.nvmlDevice_t, count *C.uint) C.nvmlReturn_t {
-	d, rc := get(h)
-	if rc != C.NVML_SUCCESS {
-		return rc
-	}
-	if count == nil {
-		return C.NVML_ERROR_INVALID_ARGUMENT
-	}
-	if d.mig != nil || !d.g.MIGCapable {
-		return C.NVML_ERROR_NOT_SUPPORTED
-	}
-	*count = C.uint(d.g.MIGComputeSlices)
-	return C.NVML_SUCCESS
+	return with(get, h, count, func(d *device) C.nvmlReturn_t {
+		if d.mig != nil || !d.g.MIGCapable {
+			return C.NVML_ERROR_NOT_SUPPORTED
+		}
+		*count = C.uint(d.g.MIGComputeSlices)
+		return C.NVML_SUCCESS
+	})
 }
 
 //export nvmlDeviceGetMigDeviceHandleByIndex
@@ -79,36 +69,26 @@ func nvmlDeviceGetDeviceHandleFromMigDeviceHandle(h C.nvmlDevice_t, out *C.nvmlD
 
 //export nvmlDeviceIsMigDeviceHandle
 func nvmlDeviceIsMigDeviceHandle(h C.nvmlDevice_t, isMig *C.uint) C.nvmlReturn_t {
-	d, rc := get(h)
-	if rc != C.NVML_SUCCESS {
-		return rc
-	}
-	if isMig == nil {
-		return C.NVML_ERROR_INVALID_ARGUMENT
-	}
-	*isMig = 0
-	if d.mig != nil {
-		*isMig = 1
-	}
-	return C.NVML_SUCCESS
+	return with(get, h, isMig, func(d *device) C.nvmlReturn_t {
+		*isMig = 0
+		if d.mig != nil {
+			*isMig = 1
+		}
+		return C.NVML_SUCCESS
+	})
 }
 
 func instanceID(h C.nvmlDevice_t, id *C.uint, gi bool) C.nvmlReturn_t {
-	d, rc := get(h)
-	if rc != C.NVML_SUCCESS {
-		return rc
-	}
-	if id == nil {
-		return C.NVML_ERROR_INVALID_ARGUMENT
-	}
-	if d.mig == nil {
-		return C.NVML_ERROR_NOT_SUPPORTED
-	}
-	*id = C.uint(d.mig.CI)
-	if gi {
-		*id = C.uint(d.mig.GI)
-	}
-	return C.NVML_SUCCESS
+	return with(get, h, id, func(d *device) C.nvmlReturn_t {
+		if d.mig == nil {
+			return C.NVML_ERROR_NOT_SUPPORTED
+		}
+		*id = C.uint(d.mig.CI)
+		if gi {
+			*id = C.uint(d.mig.GI)
+		}
+		return C.NVML_SUCCESS
+	})
 }
 
 //export nvmlDeviceGetGpuInstanceId
@@ -123,32 +103,27 @@ func nvmlDeviceGetComputeInstanceId(h C.nvmlDevice_t, id *C.uint) C.nvmlReturn_t
 
 //export nvmlDeviceGetAttributes_v2
 func nvmlDeviceGetAttributes_v2(h C.nvmlDevice_t, a *C.nvmlDeviceAttributes_t) C.nvmlReturn_t {
-	d, rc := get(h)
-	if rc != C.NVML_SUCCESS {
-		return rc
-	}
-	if a == nil {
-		return C.NVML_ERROR_INVALID_ARGUMENT
-	}
-	*a = C.nvmlDeviceAttributes_t{}
-	if d.mig == nil {
-		a.multiprocessorCount = C.uint(d.g.SMCount)
-		a.memorySizeMB = C.ulonglong(d.g.MemoryMiB)
-		a.gpuInstanceSliceCount = C.uint(d.g.MIGComputeSlices)
-		a.computeInstanceSliceCount = C.uint(d.g.MIGComputeSlices)
+	return with(get, h, a, func(d *device) C.nvmlReturn_t {
+		*a = C.nvmlDeviceAttributes_t{}
+		if d.mig == nil {
+			a.multiprocessorCount = C.uint(d.g.SMCount)
+			a.memorySizeMB = C.ulonglong(d.g.MemoryMiB)
+			a.gpuInstanceSliceCount = C.uint(d.g.MIGComputeSlices)
+			a.computeInstanceSliceCount = C.uint(d.g.MIGComputeSlices)
+			return C.NVML_SUCCESS
+		}
+		p := d.mig.Profile
+		a.multiprocessorCount = C.uint(d.mig.SMCount)
+		a.sharedCopyEngineCount = C.uint(p.CopyEngines)
+		a.sharedDecoderCount = C.uint(p.Decoders)
+		a.sharedEncoderCount = C.uint(p.Encoders)
+		a.sharedJpegCount = C.uint(p.JPEG)
+		a.sharedOfaCount = C.uint(p.OFA)
+		a.gpuInstanceSliceCount = C.uint(p.ComputeSlices)
+		a.computeInstanceSliceCount = C.uint(d.mig.Compute.Size)
+		a.memorySizeMB = C.ulonglong(p.MemoryMiB)
 		return C.NVML_SUCCESS
-	}
-	p := d.mig.Profile
-	a.multiprocessorCount = C.uint(d.mig.SMCount)
-	a.sharedCopyEngineCount = C.uint(p.CopyEngines)
-	a.sharedDecoderCount = C.uint(p.Decoders)
-	a.sharedEncoderCount = C.uint(p.Encoders)
-	a.sharedJpegCount = C.uint(p.JPEG)
-	a.sharedOfaCount = C.uint(p.OFA)
-	a.gpuInstanceSliceCount = C.uint(p.ComputeSlices)
-	a.computeInstanceSliceCount = C.uint(d.mig.Compute.Size)
-	a.memorySizeMB = C.ulonglong(p.MemoryMiB)
-	return C.NVML_SUCCESS
+	})
 }
 
 // profileIndex is the NVML_GPU_INSTANCE_PROFILE_* constant of a profile, -1 when NVML has none.
@@ -263,34 +238,29 @@ func nvmlDeviceGetGpuInstanceProfileInfoV(h C.nvmlDevice_t, index C.uint, info *
 
 //export nvmlDeviceGetGpuInstancePossiblePlacements_v2
 func nvmlDeviceGetGpuInstancePossiblePlacements_v2(h C.nvmlDevice_t, profileID C.uint, placements *C.nvmlGpuInstancePlacement_t, count *C.uint) C.nvmlReturn_t {
-	d, rc := get(h)
-	if rc != C.NVML_SUCCESS {
-		return rc
-	}
-	if count == nil {
-		return C.NVML_ERROR_INVALID_ARGUMENT
-	}
-	if d.mig != nil || !d.g.MIGCapable {
-		return C.NVML_ERROR_NOT_SUPPORTED
-	}
-	for _, p := range d.g.MIGProfiles {
-		if p.ProfileID != int(profileID) {
-			continue
+	return with(get, h, count, func(d *device) C.nvmlReturn_t {
+		if d.mig != nil || !d.g.MIGCapable {
+			return C.NVML_ERROR_NOT_SUPPORTED
 		}
-		if placements == nil {
+		for _, p := range d.g.MIGProfiles {
+			if p.ProfileID != int(profileID) {
+				continue
+			}
+			if placements == nil {
+				*count = C.uint(len(p.Placements))
+				return C.NVML_SUCCESS
+			}
+			if int(*count) < len(p.Placements) {
+				*count = C.uint(len(p.Placements))
+				return C.NVML_ERROR_INSUFFICIENT_SIZE
+			}
+			out := unsafe.Slice(placements, len(p.Placements))
+			for i, start := range p.Placements {
+				out[i] = C.nvmlGpuInstancePlacement_t{start: C.uint(start), size: C.uint(p.PlacementSize)}
+			}
 			*count = C.uint(len(p.Placements))
 			return C.NVML_SUCCESS
 		}
-		if int(*count) < len(p.Placements) {
-			*count = C.uint(len(p.Placements))
-			return C.NVML_ERROR_INSUFFICIENT_SIZE
-		}
-		out := unsafe.Slice(placements, len(p.Placements))
-		for i, start := range p.Placements {
-			out[i] = C.nvmlGpuInstancePlacement_t{start: C.uint(start), size: C.uint(p.PlacementSize)}
-		}
-		*count = C.uint(len(p.Placements))
-		return C.NVML_SUCCESS
-	}
-	return C.NVML_ERROR_NOT_SUPPORTED
+		return C.NVML_ERROR_NOT_SUPPORTED
+	})
 }

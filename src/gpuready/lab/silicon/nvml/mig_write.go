@@ -98,42 +98,32 @@ func giProfileID(d *device, profileID C.uint) C.nvmlReturn_t {
 
 //export nvmlDeviceGetGpuInstanceRemainingCapacity
 func nvmlDeviceGetGpuInstanceRemainingCapacity(h C.nvmlDevice_t, profileID C.uint, count *C.uint) C.nvmlReturn_t {
-	d, rc := fullGPU(h)
-	if rc != C.NVML_SUCCESS {
-		return rc
-	}
-	if count == nil {
-		return C.NVML_ERROR_INVALID_ARGUMENT
-	}
-	if rc := giProfileID(d, profileID); rc != C.NVML_SUCCESS {
-		return rc
-	}
-	*count = C.uint(machine.FreeCount(d.g, d.v.GPUInstances, d.g.Profile(int(profileID))))
-	return C.NVML_SUCCESS
+	return with(fullGPU, h, count, func(d *device) C.nvmlReturn_t {
+		if rc := giProfileID(d, profileID); rc != C.NVML_SUCCESS {
+			return rc
+		}
+		*count = C.uint(machine.FreeCount(d.g, d.v.GPUInstances, d.g.Profile(int(profileID))))
+		return C.NVML_SUCCESS
+	})
 }
 
 func createGI(h C.nvmlDevice_t, profileID C.uint, start int, out *C.nvmlGpuInstance_t) C.nvmlReturn_t {
-	d, rc := fullGPU(h)
-	if rc != C.NVML_SUCCESS {
-		return rc
-	}
-	if out == nil {
-		return C.NVML_ERROR_INVALID_ARGUMENT
-	}
-	if rc := giProfileID(d, profileID); rc != C.NVML_SUCCESS {
-		return rc
-	}
-	var gi machine.GPUInstance
-	err := machine.Update(func(m *machine.Machine) error {
-		var err error
-		gi, err = m.CreateGPUInstance(d.g.Index, int(profileID), start)
-		return err
+	return with(fullGPU, h, out, func(d *device) C.nvmlReturn_t {
+		if rc := giProfileID(d, profileID); rc != C.NVML_SUCCESS {
+			return rc
+		}
+		var gi machine.GPUInstance
+		err := machine.Update(func(m *machine.Machine) error {
+			var err error
+			gi, err = m.CreateGPUInstance(d.g.Index, int(profileID), start)
+			return err
+		})
+		if err != nil {
+			return rcOf(err)
+		}
+		*out = giHandle(devKey{d.g.Index, gi.ID, -1})
+		return C.NVML_SUCCESS
 	})
-	if err != nil {
-		return rcOf(err)
-	}
-	*out = giHandle(devKey{d.g.Index, gi.ID, -1})
-	return C.NVML_SUCCESS
 }
 
 //export nvmlDeviceCreateGpuInstance
