@@ -26,7 +26,7 @@ from pathlib import Path
 import pytest
 from emulated import EMULATOR, PYTHON, Machine
 
-from gpuready.lab.cluster.binaries import PrerequisiteError, go_problem
+from gpuready.lab.gobuild import PrerequisiteError, cgo_problem
 from gpuready.lab.silicon import build
 
 # inventory/lab.py: the a100-80gb-4 pool's mig_layout (mixed strategy), the same on every GPU
@@ -50,11 +50,9 @@ SUCCESS, INVALID_ARGUMENT, NOT_SUPPORTED, NOT_FOUND, IN_USE, INSUFFICIENT_RESOUR
 
 
 def _need_cgo() -> None:
-    problem = go_problem()
+    problem = cgo_problem()
     if problem:
-        pytest.skip(f"built with Go: {problem}")
-    if not (shutil.which("cc") or shutil.which("gcc")):
-        pytest.skip("built with cgo, which needs a C compiler (cc/gcc)")
+        pytest.skip(f"built with Go and cgo: {problem}")
 
 
 @pytest.fixture(scope="session")

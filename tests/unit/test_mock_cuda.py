@@ -248,8 +248,9 @@ def test_driver_api_kernels_copies_and_event_timing(tmp_path, libcuda_dir):
 # ---- copy bandwidth against the floors ----------------------------------------------------------------------
 
 
-def test_healthy_h100_bandwidth_is_the_modelled_link_and_passes_the_floors(tmp_path, libcuda_dir, h100):
-    machine = lab(tmp_path, "h100-sxm-8")
+def copies_as_modelled(machine: Machine, libcuda_dir: Path):
+    """diag's bandwidth command over the mock libcuda on `machine`: it succeeds and every figure it reports
+    (host->device, device->host, peer) is the emulated nvbandwidth's. Returns (its output, the parsed report)."""
     copies = run(machine, libcuda_dir, diag.bandwidth_command("local"))
     assert copies.rc == 0, copies.text
     report = nvbandwidth.parse_nvbandwidth_json(copies.stdout)
@@ -257,6 +258,12 @@ def test_healthy_h100_bandwidth_is_the_modelled_link_and_passes_the_floors(tmp_p
     assert_same_figures(report.host_to_device, expected.host_to_device)
     assert_same_figures(report.device_to_host, expected.device_to_host)
     assert_same_figures(report.peer, expected.peer)
+    return copies, report
+
+
+def test_healthy_h100_bandwidth_is_the_modelled_link_and_passes_the_floors(tmp_path, libcuda_dir, h100):
+    machine = lab(tmp_path, "h100-sxm-8")
+    copies, report = copies_as_modelled(machine, libcuda_dir)
     for check in (diag.host_to_device, diag.device_to_host, diag.peer):
         problems, figures = check(h100, copies)
         assert problems == [], (check.__name__, problems)
@@ -266,13 +273,7 @@ def test_healthy_h100_bandwidth_is_the_modelled_link_and_passes_the_floors(tmp_p
 
 def test_link_faults_fail_the_floors_naming_the_gpu(tmp_path, libcuda_dir, h100):
     machine = lab(tmp_path, "h100-sxm-8", ("pcie-downgrade", 2), ("slow-gpu", 5), ("nvlink-down", 3))
-    copies = run(machine, libcuda_dir, diag.bandwidth_command("local"))
-    assert copies.rc == 0, copies.text
-    report = nvbandwidth.parse_nvbandwidth_json(copies.stdout)
-    expected = emulated_nvbandwidth(machine)
-    assert_same_figures(report.host_to_device, expected.host_to_device)
-    assert_same_figures(report.device_to_host, expected.device_to_host)
-    assert_same_figures(report.peer, expected.peer)
+    copies, report = copies_as_modelled(machine, libcuda_dir)
     for check, what in ((diag.host_to_device, "host->device"), (diag.device_to_host, "device->host")):
         problems, _ = check(h100, copies)
         assert [p.split(":")[0] for p in problems] == ["GPU 2", "GPU 5"], problems

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 import textwrap
@@ -23,7 +22,7 @@ import pytest
 from emulated import Machine
 
 from gpuready.lab import faults, hardware
-from gpuready.lab.cluster.binaries import go_problem
+from gpuready.lab.gobuild import cgo_problem
 from gpuready.lab.silicon import build
 from gpuready.nvidia import smi
 
@@ -65,11 +64,9 @@ PRELUDE = textwrap.dedent(
 @pytest.fixture(scope="session")
 def nvml_dir() -> Path:
     """Directory holding the built libnvidia-ml.so.1 (built once; later sessions hit the cache)."""
-    problem = go_problem()
+    problem = cgo_problem()
     if problem:
-        pytest.skip(f"the mock NVML is built with Go: {problem}")
-    if not (shutil.which("cc") or shutil.which("gcc")):
-        pytest.skip("the mock NVML is built with cgo, which needs a C compiler (cc/gcc)")
+        pytest.skip(f"the mock NVML is built with Go and cgo: {problem}")
     return build.ensure_libraries(lambda _msg: None, names=["nvml"])["nvml"].parent
 
 

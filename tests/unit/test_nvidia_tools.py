@@ -24,14 +24,13 @@ from emulated import Machine
 from gpuready.conformance.checks import Output
 from gpuready.conformance.checks import host as host_checks
 from gpuready.lab import kernel_files, nvidia_tools
-from gpuready.lab.cluster.binaries import PrerequisiteError, go_problem
+from gpuready.lab.gobuild import PrerequisiteError, cgo_problem
 from gpuready.nvidia import cdi, containerd_config
 from gpuready.nvidia.smi import parse_list
 from gpuready.spec.model import NodeSpec
 
 pytestmark = pytest.mark.skipif(
-    go_problem() is not None or shutil.which("gcc") is None,
-    reason=f"building NVIDIA's toolkit needs Go and gcc: {go_problem() or 'gcc is not on PATH'}",
+    cgo_problem() is not None, reason=f"building NVIDIA's toolkit needs Go and gcc: {cgo_problem()}"
 )
 
 

@@ -72,14 +72,23 @@ def go_problem() -> str | None:
     return None
 
 
+def cgo_problem() -> str | None:
+    """Why Go with cgo cannot build here (no Go, too old a Go, or no C compiler for cgo), or None."""
+    problem = go_problem()
+    if problem:
+        return problem
+    cc = os.environ.get("CC", "gcc")
+    if not shutil.which(cc):
+        return f"{cc} is not on PATH: cgo needs a C compiler (install gcc)"
+    return None
+
+
 def require_go(cgo: str = "") -> None:
     """Raise PrerequisiteError when Go cannot build here; with `cgo` (what needs it, e.g. "nvidia-mig-parted
     builds with cgo (go-nvml dlopens libnvidia-ml.so.1)"), also when cgo's C compiler is missing."""
-    problem = go_problem()
+    problem = go_problem() or (cgo_problem() if cgo else None)
     if problem:
-        raise PrerequisiteError(problem)
-    if cgo and not shutil.which(os.environ.get("CC", "gcc")):
-        raise PrerequisiteError(f"gcc is not on PATH: {cgo}; install gcc")
+        raise PrerequisiteError(f"{problem}; {cgo}" if cgo else problem)
 
 
 @dataclass(frozen=True)
