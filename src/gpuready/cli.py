@@ -68,7 +68,11 @@ def _manifests(args: argparse.Namespace) -> int:
         [x.strip() for x in args.layers.split(",") if x.strip()] if args.layers else list(manifests.LAYERS)
     )
     try:
-        objects = manifests.render(args.namespace, args.image, args.schedule, layers, args.write_back)
+        manifests.rules(layers)  # an unknown layer is refused before anything is printed
+        if args.sonobuoy:
+            objects = [manifests.sonobuoy_plugin(args.image, layers, args.write_back)]
+        else:
+            objects = manifests.render(args.namespace, args.image, args.schedule, layers, args.write_back)
     except ValueError as exc:
         print(f"gpuready manifests: {exc}", file=sys.stderr)
         return 2
@@ -160,6 +164,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     ms.add_argument(
         "--write-back", action="store_true", help="run with --write-back, and grant it nodes patch"
+    )
+    ms.add_argument(
+        "--sonobuoy",
+        action="store_true",
+        help="print a Sonobuoy plugin definition instead (sonobuoy run --plugin FILE): the same command, its "
+        "JUnit (fleet.xml, one testsuite per node) as the plugin's results",
     )
     ms.set_defaults(func=_manifests)
     # parsed by pytest, not here (main hands everything after `check` over): listed for `gpuready --help`

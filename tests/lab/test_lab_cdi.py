@@ -32,9 +32,20 @@ def cdi_node(deployed_lab, profile: str) -> str:
 def test_the_deploy_left_a_current_spec_and_cdi_on(deployed_lab):
     for profile in ("h100-sxm-8", "a100-80gb-4"):
         node = cdi_node(deployed_lab, profile)
+        # NVIDIA's own nvidia-ctk (built from its Go module), generating over the lab's mock NVML
+        magic = deployed_lab.lab.ssh(node, "head -c 4 /usr/bin/nvidia-ctk | od -An -tx1").stdout.split()
+        assert magic == ["7f", "45", "4c", "46"], (node, "nvidia-ctk is not an ELF binary", magic)
         listed = set(deployed_lab.lab.ssh(node, "nvidia-ctk cdi list").stdout.split())
-        wanted = cdi.expected_devices(parse_list(deployed_lab.lab.ssh(node, "nvidia-smi -L").stdout))
+        gpus = parse_list(deployed_lab.lab.ssh(node, "nvidia-smi -L").stdout)
+        wanted = cdi.expected_devices(gpus)
         assert {cdi.qualified(name) for name in wanted} <= listed, (node, listed)
+        # exactly the GPU and MIG UUIDs nvidia-smi -L lists, no more
+        uuids = {g.uuid for g in gpus} | {m.uuid for g in gpus for m in g.mig_devices}
+        by_uuid = {name for name in listed if "=GPU-" in name or "=MIG-" in name}
+        assert by_uuid == {cdi.qualified(u) for u in uuids}, (
+            node,
+            by_uuid ^ {cdi.qualified(u) for u in uuids},
+        )
         units = deployed_lab.lab.ssh(
             node, f"systemctl is-enabled {cdi.REFRESH_PATH_UNIT} {cdi.REFRESH_SERVICE}"
         )

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import shlex
+import subprocess
+import sys
+
 import kubernetes_validate
 import pytest
 import yaml
@@ -160,3 +164,36 @@ def test_validation_would_catch_a_bad_job():
 def test_the_cli_refuses_an_unknown_layer(capsys):
     assert cli.main(["manifests", "--layers", "host,bogus"]) == 2
     assert "unknown layer(s) bogus" in capsys.readouterr().err
+
+
+def test_the_sonobuoy_plugin_runs_the_suite_and_hands_over_its_junit(tmp_path):
+    """The plugin's command is the Job's (same layers, same options), its reports under Sonobuoy's results
+    directory, and the done file names fleet.xml whatever the suite's exit status; an unknown layer is refused."""
+    plugin = yaml.safe_load(
+        subprocess.run(
+            [sys.executable, "-m", "gpuready.cli", "manifests", "--sonobuoy", "--layers", "host,gpu,node",
+             "--image", "registry.example/gpuready:1"],
+            capture_output=True, text=True, check=True,
+        ).stdout
+    )  # fmt: skip
+    config, spec = plugin["sonobuoy-config"], plugin["spec"]
+    assert (config["driver"], config["plugin-name"], config["result-format"]) == ("Job", "gpuready", "junit")
+    assert spec["image"] == "registry.example/gpuready:1"
+    assert spec["volumeMounts"] == [{"mountPath": "/tmp/sonobuoy/results", "name": "results"}]
+    shell, flag, script = spec["command"]
+    assert (shell, flag) == ("sh", "-c")
+    run, done = script.split("; ")
+    job = manifests.command(["host", "gpu", "node"])
+    job[job.index(manifests.REPORTS)] = "/tmp/sonobuoy/results/gpuready"
+    assert shlex.split(run) == job
+    assert done == "echo /tmp/sonobuoy/results/gpuready/fleet.xml > /tmp/sonobuoy/results/done"
+    # the file the done line names is the one the suite writes: report.write_reports' JUnit
+    from gpuready.conformance.report import FleetResults, write_reports
+
+    written = write_reports(FleetResults([], "inventory.py"), tmp_path, 0)
+    assert (tmp_path / "fleet.xml") in written
+    bad = subprocess.run(
+        [sys.executable, "-m", "gpuready.cli", "manifests", "--sonobuoy", "--layers", "host,gpus"],
+        capture_output=True, text=True,
+    )  # fmt: skip
+    assert bad.returncode == 2 and "unknown layer(s) gpus" in bad.stderr and not bad.stdout

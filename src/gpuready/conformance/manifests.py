@@ -16,6 +16,7 @@ reach the nodes through probe pods (``--connection pod``), so they need what tho
 
 from __future__ import annotations
 
+import shlex
 from typing import Any
 
 from gpuready.conformance import report
@@ -231,3 +232,37 @@ def render(
             },
         },
     ]
+
+
+SONOBUOY_RESULTS = "/tmp/sonobuoy/results"  # where Sonobuoy's worker collects a plugin's results
+
+
+def sonobuoy_plugin(
+    image: str = "gpuready:latest", layers: list[str] | tuple[str, ...] = LAYERS, write_back: bool = False
+) -> Obj:
+    """A Sonobuoy plugin definition (``sonobuoy run --plugin <file>``) whose results are the suite's JUnit.
+
+    A Job-driver plugin: one pod runs the same command as the Job above, its reports in Sonobuoy's results
+    directory, then names ``fleet.xml`` (one testsuite per node) in the ``done`` file, which is how a plugin tells
+    Sonobuoy's worker it finished and which file to hand to the aggregator (``result-format: junit``). The file is
+    written whatever the suite's exit status: a failing node is a result, not a plugin error. The pod runs under
+    Sonobuoy's own service account (the ClusterRole above lists what the suite needs of it)."""
+    reports = f"{SONOBUOY_RESULTS}/gpuready"
+    argv = [*command(layers, write_back)]
+    argv[argv.index(REPORTS)] = reports
+    run = " ".join(shlex.quote(word) for word in argv)
+    return {
+        "sonobuoy-config": {
+            "driver": "Job",
+            "plugin-name": "gpuready",
+            "result-format": "junit",
+            "description": f"gpuready's GPU node conformance suite ({', '.join(x for x in LAYERS if x in layers)}), "
+            "one JUnit testsuite per GPU node",
+        },
+        "spec": {
+            "name": "plugin",
+            "image": image,
+            "command": ["sh", "-c", f"{run}; echo {reports}/fleet.xml > {SONOBUOY_RESULTS}/done"],
+            "volumeMounts": [{"mountPath": SONOBUOY_RESULTS, "name": "results"}],
+        },
+    }
