@@ -45,6 +45,18 @@ func call(body func() int) C.CUresult {
 	return result(body())
 }
 
+// callOn is call for an entry point on one driver object: handle p must name a T (else
+// CUDA_ERROR_INVALID_HANDLE), which body gets.
+func callOn[T any](p unsafe.Pointer, body func(T) int) C.CUresult {
+	return call(func() int {
+		obj, ok := drv.handles[h(p)].(T)
+		if !ok {
+			return cudaErrorInvalidHandle
+		}
+		return body(obj)
+	})
+}
+
 //export cuInit
 func cuInit(flags C.uint) C.CUresult {
 	if flags != 0 {
@@ -336,19 +348,14 @@ func cuModuleLoadData(mod *C.CUmodule, image unsafe.Pointer) C.CUresult {
 			return cudaErrorInvalidImage
 		}
 		m := &module{ctx: ctx, kernels: kernels}
-		m.handle = drv.newHandle(m)
-		putHandle(unsafe.Pointer(mod), m.handle)
+		m.handle = drv.give(m, unsafe.Pointer(mod))
 		return cudaSuccess
 	})
 }
 
 //export cuModuleGetFunction
 func cuModuleGetFunction(fn *C.CUfunction, mod C.CUmodule, name *C.char) C.CUresult {
-	return call(func() int {
-		m, ok := drv.handles[h(unsafe.Pointer(mod))].(*module)
-		if !ok {
-			return cudaErrorInvalidHandle
-		}
+	return callOn(unsafe.Pointer(mod), func(m *module) int {
 		if fn == nil || name == nil {
 			return cudaErrorInvalidValue
 		}
@@ -357,19 +364,14 @@ func cuModuleGetFunction(fn *C.CUfunction, mod C.CUmodule, name *C.char) C.CUres
 			return cudaErrorNotFound
 		}
 		f := &function{module: m, name: entry}
-		f.handle = drv.newHandle(f)
-		putHandle(unsafe.Pointer(fn), f.handle)
+		f.handle = drv.give(f, unsafe.Pointer(fn))
 		return cudaSuccess
 	})
 }
 
 //export cuModuleUnload
 func cuModuleUnload(mod C.CUmodule) C.CUresult {
-	return call(func() int {
-		m, ok := drv.handles[h(unsafe.Pointer(mod))].(*module)
-		if !ok {
-			return cudaErrorInvalidHandle
-		}
+	return callOn(unsafe.Pointer(mod), func(m *module) int {
 		for handle, obj := range drv.handles {
 			if f, ok := obj.(*function); ok && f.module == m {
 				delete(drv.handles, handle)
@@ -383,11 +385,7 @@ func cuModuleUnload(mod C.CUmodule) C.CUresult {
 //export cuLaunchKernel
 func cuLaunchKernel(fn C.CUfunction, gridX, gridY, gridZ, blockX, blockY, blockZ, sharedBytes C.uint,
 	hStream C.CUstream, params *unsafe.Pointer, extra *unsafe.Pointer) C.CUresult {
-	return call(func() int {
-		f, ok := drv.handles[h(unsafe.Pointer(fn))].(*function)
-		if !ok {
-			return cudaErrorInvalidHandle
-		}
+	return callOn(unsafe.Pointer(fn), func(f *function) int {
 		s, r := drv.stream(h(unsafe.Pointer(hStream)))
 		if r != cudaSuccess {
 			return r
@@ -607,19 +605,14 @@ func cuStreamCreate(ph *C.CUstream, flags C.uint) C.CUresult {
 			return cudaErrorInvalidValue
 		}
 		s := &stream{ctx: ctx, idle: true}
-		s.handle = drv.newHandle(s)
-		putHandle(unsafe.Pointer(ph), s.handle)
+		s.handle = drv.give(s, unsafe.Pointer(ph))
 		return cudaSuccess
 	})
 }
 
 //export cuStreamDestroy_v2
 func cuStreamDestroy_v2(hStream C.CUstream) C.CUresult {
-	return call(func() int {
-		s, ok := drv.handles[h(unsafe.Pointer(hStream))].(*stream)
-		if !ok {
-			return cudaErrorInvalidHandle
-		}
+	return callOn(unsafe.Pointer(hStream), func(s *stream) int {
 		drv.flush(s) // queued work still completes, as on a GPU
 		delete(drv.handles, s.handle)
 		return cudaSuccess
@@ -656,19 +649,14 @@ func cuEventCreate(ph *C.CUevent, flags C.uint) C.CUresult {
 			return cudaErrorInvalidValue
 		}
 		e := &event{ctx: ctx}
-		e.handle = drv.newHandle(e)
-		putHandle(unsafe.Pointer(ph), e.handle)
+		e.handle = drv.give(e, unsafe.Pointer(ph))
 		return cudaSuccess
 	})
 }
 
 //export cuEventRecord
 func cuEventRecord(hEvent C.CUevent, hStream C.CUstream) C.CUresult {
-	return call(func() int {
-		e, ok := drv.handles[h(unsafe.Pointer(hEvent))].(*event)
-		if !ok {
-			return cudaErrorInvalidHandle
-		}
+	return callOn(unsafe.Pointer(hEvent), func(e *event) int {
 		s, r := drv.stream(h(unsafe.Pointer(hStream)))
 		if r != cudaSuccess {
 			return r
@@ -733,11 +721,8 @@ func cuEventElapsedTime_v2(ms *C.float, hStart, hEnd C.CUevent) C.CUresult {
 
 //export cuEventDestroy_v2
 func cuEventDestroy_v2(hEvent C.CUevent) C.CUresult {
-	return call(func() int {
-		if _, ok := drv.handles[h(unsafe.Pointer(hEvent))].(*event); !ok {
-			return cudaErrorInvalidHandle
-		}
-		delete(drv.handles, h(unsafe.Pointer(hEvent)))
+	return callOn(unsafe.Pointer(hEvent), func(e *event) int {
+		delete(drv.handles, e.handle)
 		return cudaSuccess
 	})
 }

@@ -143,6 +143,13 @@ func (d *driver) newHandle(obj any) uintptr {
 	return d.nextHandle
 }
 
+// give registers obj under a new handle and writes that handle to the caller's *out; returns it.
+func (d *driver) give(obj any, out unsafe.Pointer) uintptr {
+	handle := d.newHandle(obj)
+	putHandle(out, handle)
+	return handle
+}
+
 // cuInit's answer, from the machine as it is at the first call (the driver enumerates once).
 func (d *driver) init() int {
 	if d.initialized {
