@@ -16,8 +16,6 @@ Each caller keeps its own cache directory name; nothing here names one.
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import json
 import os
 import re
@@ -25,10 +23,12 @@ import shutil
 import subprocess
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
+
+from gpuready.lab.state import locked
 
 GO_MIN = (1, 26)  # k8s.io/kubernetes 1.36's go directive: the newest Go any lab build needs
 
@@ -46,14 +46,6 @@ def run(cmd: list[str], cwd: Path, what: str, env: dict[str, str] | None = None)
         tail = "\n".join((result.stdout + result.stderr).strip().splitlines()[-25:])
         raise PrerequisiteError(f"{what} failed ({' '.join(cmd)}, exit {result.returncode}):\n{tail}")
     return result.stdout
-
-
-@contextlib.contextmanager
-def locked(path: Path) -> Iterator[None]:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "w") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
-        yield
 
 
 def go_problem() -> str | None:

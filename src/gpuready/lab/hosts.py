@@ -29,7 +29,6 @@ Design choices, and why:
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import hashlib
 import json
 import os
@@ -59,7 +58,7 @@ from gpuready.lab import (
     supervisor,
 )
 from gpuready.lab.cluster import binaries, cluster
-from gpuready.lab.state import LabPaths, cache_dir, load_state, require_state, save_state
+from gpuready.lab.state import LabPaths, cache_dir, load_state, locked, require_state, save_state
 
 # The Debian releases a lab host can run (`lab up --os`), each from its own cached base root. NVIDIA's CUDA
 # repository path for each is what the deploy derives from the host's os-release (gpuready.deploy.context).
@@ -187,7 +186,7 @@ def ensure_base(
     check_releases([suite])
     target = base_path(suite, cache)
     target.parent.mkdir(parents=True, exist_ok=True)
-    with _locked(target.parent / ".build.lock"):
+    with locked(target.parent / ".build.lock"):
         if target.is_dir() and not rebuild:
             return target, None
         started = time.monotonic()
@@ -245,13 +244,6 @@ def _customise_base(root: Path) -> None:
         link.symlink_to("/dev/null")
     shutil.rmtree(root / "var/cache/apt/archives", ignore_errors=True)
     (root / "var/cache/apt/archives/partial").mkdir(parents=True)
-
-
-@contextlib.contextmanager
-def _locked(path: Path) -> Iterator[None]:
-    with open(path, "w") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
-        yield
 
 
 # --- hosts --------------------------------------------------------------------------------------------------------

@@ -34,19 +34,18 @@ opening one answers ENXIO, as no kernel driver owns major 195 on this machine; t
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import os
 import shutil
 import stat
 import subprocess
 import sys
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from gpuready.lab import hardware
+from gpuready.lab.state import locked
 
 EMULATOR_DIR = Path(__file__).parent / "emulator"
 KERNEL_DIR = "kernel"  # under the host's machine dir, so the host sees it at HOST_MACHINE_DIR/kernel too
@@ -338,14 +337,6 @@ def write_in_place(path: Path, text: str) -> None:
         f.write(text)
 
 
-@contextlib.contextmanager
-def _locked(path: Path) -> Iterator[None]:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
-        yield
-
-
 def write(kernel_dir: Path, files: dict[str, Any]) -> None:
     """Write render()'s result under kernel_dir: dev/, proc-driver/, sys-pci-devices/ and the proc-devices file."""
     for tree in ("dev", "proc-driver", "sys-pci-devices"):
@@ -437,7 +428,7 @@ def apply_to_host(init_pid: int, files: dict[str, Any]) -> None:
 
 def refresh(machine_dir: Path, host_root: Path | None, init_pid: int | None = None) -> dict[str, Any]:
     """Render the host's files from its machine and driver state, and show them inside it when it runs."""
-    with _locked(machine_dir / ".kernel.lock"):
+    with locked(machine_dir / ".kernel.lock"):
         boot = host_boot_id(init_pid) if init_pid else None
         drv, kmod = read_driver(machine_dir / "hardware.json", host_root, boot)
         files = render(drv, kmod, Path("/proc/devices").read_text())

@@ -7,9 +7,12 @@ location that test runs share with the default lab.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
 import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -89,6 +92,16 @@ class LabPaths:
     @property
     def repo_server_log(self) -> Path:
         return self.root / "repo-server.log"
+
+
+@contextlib.contextmanager
+def locked(path: Path) -> Iterator[None]:
+    """Hold an exclusive flock on the lock file `path` (made, with its directory, when missing) for the block:
+    what builds a cache entry or rewrites shared files runs one at a time, across processes."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        yield
 
 
 def write_atomic(path: Path, text: str, mode: int = 0o644) -> None:
