@@ -15,12 +15,19 @@ const hw = `{"schema":1,"profile":"a100-80gb-4","system":{"nvswitch":false},
 "faults":[%s]}`
 
 func setup(t *testing.T, faults string) string {
+	return labDir(t, sprintf(hw, faults), "boot-1")
+}
+
+// labDir is a temporary lab directory whose hardware.json holds hardware (no state.json yet), with the
+// environment pointing the machine at it: the driver 580.178.04 loaded in boot bootID.
+func labDir(t *testing.T, hardware, bootID string) string {
+	t.Helper()
 	dir := t.TempDir()
 	t.Setenv("GPUREADY_LAB_HARDWARE", filepath.Join(dir, "hardware.json"))
 	t.Setenv("GPUREADY_LAB_STATE", filepath.Join(dir, "state.json"))
-	t.Setenv("GPUREADY_LAB_BOOT_ID", "boot-1")
+	t.Setenv("GPUREADY_LAB_BOOT_ID", bootID)
 	t.Setenv("GPUREADY_LAB_DRIVER_VERSION", "580.178.04")
-	write(t, filepath.Join(dir, "hardware.json"), sprintf(hw, faults))
+	write(t, filepath.Join(dir, "hardware.json"), hardware)
 	return dir
 }
 

@@ -16,18 +16,9 @@ const writeHW = `{"schema":1,"gpus":[{"index":0,"uuid":"GPU-w","mig_capable":tru
 {"name":"1g.10gb","profile_id":19,"compute_slices":1,"memory_slices":1,"max_instances":7,"placements":[0,1,2,3,4,5,6],"placement_size":1}]}]}`
 
 func writeSetup(t *testing.T, state string) string {
-	dir := t.TempDir()
-	t.Setenv("GPUREADY_LAB_HARDWARE", filepath.Join(dir, "hardware.json"))
-	t.Setenv("GPUREADY_LAB_STATE", filepath.Join(dir, "state.json"))
-	t.Setenv("GPUREADY_LAB_BOOT_ID", "boot-2")
-	t.Setenv("GPUREADY_LAB_DRIVER_VERSION", "580.178.04")
-	if err := os.WriteFile(filepath.Join(dir, "hardware.json"), []byte(writeHW), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	dir := labDir(t, writeHW, "boot-2")
 	if state != "" {
-		if err := os.WriteFile(filepath.Join(dir, "state.json"), []byte(state), 0o644); err != nil {
-			t.Fatal(err)
-		}
+		write(t, filepath.Join(dir, "state.json"), state)
 	}
 	return dir
 }
