@@ -65,11 +65,8 @@ func nvmlDeviceSetMigMode(h C.nvmlDevice_t, mode C.uint, activationStatus *C.nvm
 	if !d.g.MIGCapable {
 		return C.NVML_ERROR_NOT_SUPPORTED
 	}
-	pending := false
-	err := machine.Update(func(m *machine.Machine) error {
-		var err error
-		pending, err = m.SetMigMode(d.g.Index, mode == C.NVML_DEVICE_MIG_ENABLE)
-		return err
+	pending, err := made(func(m *machine.Machine) (bool, error) {
+		return m.SetMigMode(d.g.Index, mode == C.NVML_DEVICE_MIG_ENABLE)
 	})
 	if err != nil {
 		// Disabling with instances left is refused (nvidia-smi: "Unable to disable MIG Mode ...: In use by
@@ -107,16 +104,25 @@ func nvmlDeviceGetGpuInstanceRemainingCapacity(h C.nvmlDevice_t, profileID C.uin
 	})
 }
 
+// made runs one write on the emulated machine (machine.Update: under its lock, then saved) and returns what
+// the write made.
+func made[T any](write func(m *machine.Machine) (T, error)) (T, error) {
+	var out T
+	err := machine.Update(func(m *machine.Machine) error {
+		var err error
+		out, err = write(m)
+		return err
+	})
+	return out, err
+}
+
 func createGI(h C.nvmlDevice_t, profileID C.uint, start int, out *C.nvmlGpuInstance_t) C.nvmlReturn_t {
 	return with(fullGPU, h, out, func(d *device) C.nvmlReturn_t {
 		if rc := giProfileID(d, profileID); rc != C.NVML_SUCCESS {
 			return rc
 		}
-		var gi machine.GPUInstance
-		err := machine.Update(func(m *machine.Machine) error {
-			var err error
-			gi, err = m.CreateGPUInstance(d.g.Index, int(profileID), start)
-			return err
+		gi, err := made(func(m *machine.Machine) (machine.GPUInstance, error) {
+			return m.CreateGPUInstance(d.g.Index, int(profileID), start)
 		})
 		if err != nil {
 			return rcOf(err)
@@ -192,24 +198,19 @@ func nvmlGpuInstanceGetComputeInstanceRemainingCapacity(h C.nvmlGpuInstance_t, p
 }
 
 func createCI(h C.nvmlGpuInstance_t, profileID C.uint, start int, out *C.nvmlComputeInstance_t) C.nvmlReturn_t {
-	gi, rc := getGI(h)
-	if rc != C.NVML_SUCCESS {
-		return rc
-	}
-	if out == nil || profileID >= C.NVML_COMPUTE_INSTANCE_PROFILE_COUNT {
-		return C.NVML_ERROR_INVALID_ARGUMENT
-	}
-	var ci machine.ComputeInstance
-	err := machine.Update(func(m *machine.Machine) error {
-		var err error
-		ci, err = m.CreateComputeInstance(gi.d.g.Index, gi.gi.ID, int(profileID), start)
-		return err
+	return with(getGI, h, out, func(gi *gpuInstance) C.nvmlReturn_t {
+		if profileID >= C.NVML_COMPUTE_INSTANCE_PROFILE_COUNT {
+			return C.NVML_ERROR_INVALID_ARGUMENT
+		}
+		ci, err := made(func(m *machine.Machine) (machine.ComputeInstance, error) {
+			return m.CreateComputeInstance(gi.d.g.Index, gi.gi.ID, int(profileID), start)
+		})
+		if err != nil {
+			return rcOf(err)
+		}
+		*out = ciHandle(devKey{gi.d.g.Index, gi.gi.ID, ci.ID})
+		return C.NVML_SUCCESS
 	})
-	if err != nil {
-		return rcOf(err)
-	}
-	*out = ciHandle(devKey{gi.d.g.Index, gi.gi.ID, ci.ID})
-	return C.NVML_SUCCESS
 }
 
 //export nvmlGpuInstanceCreateComputeInstance
