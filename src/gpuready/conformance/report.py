@@ -200,79 +200,6 @@ class FleetResults:
         return suites
 
 
-# What junit-xml removes from its document: characters XML 1.0 does not allow (its _clean_illegal_xml_chars), but
-# for a carriage return, which ElementTree had written as &#13; (minidom writes it back as it is).
-_ILLEGAL_XML = re.compile(
-    "[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x84\x86-\x9f\ud800-\udfff\ufdd0-\ufddf\ufffe\uffff"
-    + "".join(f"{chr(plane * 0x10000 + 0xFFFE)}-{chr(plane * 0x10000 + 0xFFFF)}" for plane in range(1, 17))
-    + "]"
-)
-
-
-def _attr(value: str) -> str:
-    """An attribute value as junit-xml's pretty-printed document has it (ElementTree's escaping read back by minidom,
-    which writes &, <, " and > as entities and newlines and tabs as they are)."""
-    return value.replace("&", "&amp;").replace("<", "&lt;").replace('"', "&quot;").replace(">", "&gt;")
-
-
-def fleet_xml(results: FleetResults) -> str:
-    """fleet.xml's text: the document ``junit_xml.to_xml_report_file(f, results.junit_suites(), prettyprint=True,
-    encoding="utf-8")`` writes, character for character, written directly: junit-xml serialises its element tree
-    and parses it again with minidom to indent it, seconds for the 23,000 checks of 1000 nodes."""
-    totals = {"disabled": 0, "errors": 0, "failures": 0, "tests": 0}
-    total_time: float = 0
-    suites = []
-    for node in results.nodes:
-        checks = results.checks(node)
-        # one property per name, the last figure's value (junit_suites' dictionary)
-        named = {
-            f"{r.layer}/{r.check}/{m.name}": f"measured={m.measured:g} floor={m.floor} unit={m.unit}"
-            for r in checks
-            for m in r.measurements
-        }
-        properties = [f'\t\t\t<property name="{_attr(k)}" value="{_attr(v)}"/>\n' for k, v in named.items()]
-        cases = []
-        failures = skipped = 0
-        seconds: float = 0
-        for r in checks:
-            elapsed = round(r.seconds, 3)
-            if elapsed:
-                seconds += elapsed
-            head = f'\t\t<testcase name="{_attr(f"{r.layer} / {r.check}")}"'
-            if elapsed:
-                head += f' time="{elapsed:f}"'
-            head += f' classname="{_attr(f"{node}.{r.layer}")}"'
-            if r.status == "fail" and r.message:
-                failures += 1
-                cases.append(
-                    f'{head}>\n\t\t\t<failure type="failure" message="{_attr(r.message)}"/>\n\t\t</testcase>\n'
-                )
-            elif r.status == "skip":
-                skipped += 1
-                message = f' message="{_attr(r.message)}"' if r.message else ""
-                cases.append(f'{head}>\n\t\t\t<skipped type="skipped"{message}/>\n\t\t</testcase>\n')
-            else:
-                cases.append(f"{head}/>\n")
-        head = (
-            f'\t<testsuite disabled="0" errors="0" failures="{failures}" name="{_attr(node)}" skipped="{skipped}" '
-            f'tests="{len(checks)}" time="{seconds}"'
-        )
-        if node:
-            head += f' hostname="{_attr(node)}"'
-        if properties:
-            properties = ["\t\t<properties>\n", *properties, "\t\t</properties>\n"]
-        body = properties + cases
-        suites.append(f"{head}>\n{''.join(body)}\t</testsuite>\n" if body else f"{head}/>\n")
-        totals["failures"] += failures
-        totals["tests"] += len(checks)
-        total_time += float(str(seconds))
-    header = '<?xml version="1.0" encoding="utf-8"?>\n'
-    if not suites:
-        return header + "<testsuites/>\n"
-    attributes = " ".join(f'{k}="{v}"' for k, v in [*totals.items(), ("time", total_time)])
-    return _ILLEGAL_XML.sub("", f"{header}<testsuites {attributes}>\n{''.join(suites)}</testsuites>\n")
-
-
 def _check_entry(r: CheckResult) -> dict[str, Any]:
     entry: dict[str, Any] = {"status": r.status, "message": r.message, "seconds": round(r.seconds, 3)}
     if r.measurements:
@@ -321,31 +248,6 @@ def schema() -> dict[str, Any]:
     return loaded
 
 
-def _json_indented(value: Any, indent: str = "") -> str:
-    """``json.dumps(value, indent=2)``, character for character, without the generators of json's pure-Python
-    encoder (the one ``indent`` selects): a second for the verdict of 1000 nodes. Strings, ints, floats, booleans,
-    None, lists and dictionaries with string keys (verdict.json holds nothing else; anything else goes to json)."""
-    if isinstance(value, str):
-        return _json_str(value)
-    if isinstance(value, dict):
-        if not value:
-            return "{}"
-        inner = indent + "  "
-        if not all(isinstance(k, str) for k in value):
-            return json.dumps(value, indent=2).replace("\n", "\n" + indent)
-        items = [f"{inner}{_json_str(k)}: {_json_indented(v, inner)}" for k, v in value.items()]
-        return "{\n" + ",\n".join(items) + "\n" + indent + "}"
-    if isinstance(value, list | tuple):
-        if not value:
-            return "[]"
-        inner = indent + "  "
-        return "[\n" + ",\n".join(inner + _json_indented(v, inner) for v in value) + "\n" + indent + "]"
-    return json.dumps(value, indent=2).replace("\n", "\n" + indent)
-
-
-_json_str = json.encoder.encode_basestring_ascii  # what json.dumps writes a string (or a key) as
-
-
 def write_reports(results: FleetResults, directory: str | Path, exit_code: int) -> list[Path]:
     """``fleet.xml`` (one testsuite per node), ``verdict.json`` and ``report.html`` under ``directory``."""
     from gpuready.conformance.html_report import render_html
@@ -355,10 +257,11 @@ def write_reports(results: FleetResults, directory: str | Path, exit_code: int) 
     if results.finished is None:
         results.finish()
     xml_path = out / "fleet.xml"
-    xml_path.write_text(fleet_xml(results), encoding="utf-8")
+    with xml_path.open("w", encoding="utf-8") as f:
+        junit_xml.to_xml_report_file(f, results.junit_suites(), prettyprint=True, encoding="utf-8")
     verdict = results.verdict(exit_code)
     json_path = out / "verdict.json"
-    json_path.write_text(_json_indented(verdict) + "\n", encoding="utf-8")
+    json_path.write_text(json.dumps(verdict, indent=2) + "\n", encoding="utf-8")
     html_path = out / "report.html"
     html_path.write_text(render_html(verdict), encoding="utf-8")
     return [xml_path, json_path, html_path]
