@@ -162,6 +162,12 @@ def test_driver_version_change_upgrades_exactly_the_driver(deployed_lab):
         assert driver_package_versions(lab, node) == {"580.178.04-1"}, old
         # the loaded (emulated) module never changed: the 580 userspace matches it again
         lab.ssh(node, "systemctl restart nvidia-persistenced")
+        # While 570's userspace sat on the loaded 580 module (the reboot the deploy asked for never came), the
+        # toolkit's refresh service (NVIDIA's unit: Restart=on-failure, 5 starts in 10 s) failed on the mismatch
+        # and its .path unit with it, as on a real node: clear that, as the reboot would have.
+        lab.ssh(node, "systemctl reset-failed nvidia-cdi-refresh.service nvidia-cdi-refresh.path; "
+                      "systemctl start nvidia-cdi-refresh.path nvidia-cdi-refresh.service")  # fmt: skip
+        assert lab.ssh(node, "systemctl is-system-running --wait", check=False).stdout.strip() == "running"
 
 
 def test_join_secret_is_in_no_output_and_no_process_list(deployed_lab, core):

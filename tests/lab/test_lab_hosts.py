@@ -103,8 +103,11 @@ def test_paramiko_connects_with_reject_policy(lab, node):
     client = _paramiko_client(lab.paths.known_hosts)
     try:
         _connect(lab, client, node)
-        _, stdout, _ = client.exec_command("hostname; cat /proc/1/comm; systemctl is-system-running --wait")
-        assert stdout.read().decode().split() == [node, "systemd", "running"]
+        _, stdout, _ = client.exec_command(
+            "hostname; cat /proc/1/comm; systemctl is-system-running --wait; systemctl --failed --no-legend --plain"
+        )
+        seen = stdout.read().decode().split("\n", 3)
+        assert seen[:3] == [node, "systemd", "running"], f"{node}: {seen[2]}; failed units: {seen[3:]}"
     finally:
         client.close()
 

@@ -218,7 +218,10 @@ needs_root = pytest.mark.skipif(
 
 
 @needs_root
-@pytest.mark.parametrize("profile, mig_gpus", [("h100-sxm-8", ()), ("a100-80gb-4", (0, 1))])
+@pytest.mark.parametrize(
+    "profile, mig_gpus",
+    [("h100-sxm-8", ()), ("a100-80gb-4", (0, 1)), ("l4-1", ()), ("l40s-2", ()), ("t4-1", ())],
+)
 def test_cdi_generate_names_what_nvidia_smi_lists(
     toolkit: dict[str, Path], tmp_path: Path, profile: str, mig_gpus: tuple[int, ...]
 ) -> None:
