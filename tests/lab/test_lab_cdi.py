@@ -39,8 +39,9 @@ def test_the_deploy_left_a_current_spec_and_cdi_on(deployed_lab):
         gpus = parse_list(deployed_lab.lab.ssh(node, "nvidia-smi -L").stdout)
         wanted = cdi.expected_devices(gpus)
         assert {cdi.qualified(name) for name in wanted} <= listed, (node, listed)
-        # exactly the GPU and MIG UUIDs nvidia-smi -L lists, no more
-        uuids = {g.uuid for g in gpus} | {m.uuid for g in gpus for m in g.mig_devices}
+        # exactly the UUIDs nvidia-smi -L lists, no more: whole GPUs and MIG devices (a MIG-enabled GPU itself is
+        # not a device a container gets, and NVIDIA's nvidia-ctk leaves it out)
+        uuids = {g.uuid for g in gpus if not g.mig_devices} | {m.uuid for g in gpus for m in g.mig_devices}
         by_uuid = {name for name in listed if "=GPU-" in name or "=MIG-" in name}
         assert by_uuid == {cdi.qualified(u) for u in uuids}, (
             node,
