@@ -157,8 +157,9 @@ def run_join(tmp_path: Path, bin_: Path, does: str) -> subprocess.Popen[bytes]:
     env = {**os.environ, "PATH": f"{bin_}:{os.environ['PATH']}", "KUBEADM_DOES": does,
            "SEEN": str(tmp_path / "seen.yaml")}  # fmt: skip
     join_file = tmp_path / "etc" / "join.yaml"
+    leftovers = (str(tmp_path / "pki-ca.crt"), str(tmp_path / "bootstrap-kubelet.conf"))
     return subprocess.Popen(
-        ["sh", "-c", kubeadm.join_script(str(join_file))],
+        ["sh", "-c", kubeadm.join_script(str(join_file), leftovers)],
         env=env,
         stdin=subprocess.PIPE,
         start_new_session=True,
@@ -172,6 +173,17 @@ def test_the_join_file_is_removed_whether_kubeadm_works_or_fails(tmp_path, fake_
     assert proc.returncode == rc
     assert f"token: {TOKEN}" in (tmp_path / "seen.yaml").read_text()  # kubeadm read it
     assert not (tmp_path / "etc" / "join.yaml").exists()
+
+
+def test_a_rerun_removes_what_an_interrupted_join_left(tmp_path, fake_kubeadm):
+    """kubeadm's preflight refuses the CA and bootstrap kubeconfig a killed join wrote: the join removes them."""
+    for name in ("pki-ca.crt", "bootstrap-kubelet.conf"):
+        (tmp_path / name).write_text("from the killed join\n")
+    proc = run_join(tmp_path, fake_kubeadm, "0")
+    proc.communicate(f"token: {TOKEN}\n".encode(), timeout=30)
+    assert proc.returncode == 0
+    assert not (tmp_path / "pki-ca.crt").exists()
+    assert not (tmp_path / "bootstrap-kubelet.conf").exists()
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP])

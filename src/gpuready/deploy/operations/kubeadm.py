@@ -14,6 +14,9 @@ from gpuready.spec import NodeSpec
 
 JOIN_DIR = "/etc/kubernetes/gpuready"
 JOIN_FILE = f"{JOIN_DIR}/join.yaml"
+# What kubeadm join writes before the node has joined (its kubelet-start phase), and its preflight then refuses to
+# overwrite: an interrupted join leaves them, and without kubelet.conf they belong to no finished join.
+JOIN_LEFTOVERS = ("/etc/kubernetes/pki/ca.crt", "/etc/kubernetes/bootstrap-kubelet.conf")
 
 
 def join_configuration(node: NodeSpec, token: str) -> str:
@@ -59,14 +62,18 @@ def join(node: NodeSpec):
     yield StringCommand("sh", "-c", QuoteString(join_script()), _stdin=config)
 
 
-def join_script(join_file: str = JOIN_FILE) -> str:
+def join_script(join_file: str = JOIN_FILE, leftovers: tuple[str, ...] = JOIN_LEFTOVERS) -> str:
     """One shell: write the JoinConfiguration from standard input to a root-only file, run ``kubeadm join`` on it,
     and remove it on every way out (the EXIT trap; HUP, INT and TERM exit through it), so an interrupted deploy or
     a lost SSH session leaves no token on the host. Only SIGKILL of the shell itself could, and a rerun removes
-    the file first."""
+    the file first.
+
+    It runs only on a node that has not joined (no kubelet.conf), so it first removes what an interrupted join left
+    (``leftovers``): kubeadm's preflight would refuse them and the rerun would never converge."""
     path, folder = shlex.quote(join_file), shlex.quote(join_file.rsplit("/", 1)[0] or "/")
+    stale = " ".join(shlex.quote(p) for p in leftovers)
     return (
-        f'umask 077 && rm -f {path} && mkdir -p {folder} && trap "rm -f {path}" EXIT && '
+        f'umask 077 && rm -f {path} {stale} && mkdir -p {folder} && trap "rm -f {path}" EXIT && '
         f"trap 'exit 129' HUP && trap 'exit 130' INT && trap 'exit 143' TERM && "
         f"cat > {path} && kubeadm join --config {path}"
     )
