@@ -174,13 +174,25 @@ def build_parser() -> argparse.ArgumentParser:
     ms.set_defaults(func=_manifests)
     # parsed by pytest, not here (main hands everything after `check` over): listed for `gpuready --help`
     sub.add_parser("check", help=CHECK_HELP, add_help=False)
-    try:
-        from gpuready.lab.cli import add_lab_parser
-    except ImportError:  # the lab is optional on machines that only deploy and test
-        pass
+    why = _lab_missing()
+    if why:  # a plain install: listed, saying which extra brings it (main answers `gpuready lab ...` itself)
+        sub.add_parser("lab", help=f"the local lab: {why}", add_help=False)
     else:
+        from gpuready.lab.cli import add_lab_parser
+
         add_lab_parser(sub)
     return parser
+
+
+def _lab_missing() -> str | None:
+    """Why ``gpuready lab`` cannot run here (its extra is not installed), or None."""
+    from gpuready.extras import MissingExtra
+
+    try:
+        import gpuready.lab  # noqa: F401
+    except MissingExtra as exc:
+        return str(exc)
+    return None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -190,6 +202,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if argv[:1] == ["check"]:
             return check(argv[1:])
+        if argv[:1] == ["lab"] and (why := _lab_missing()):
+            print(f"gpuready: {why}", file=sys.stderr)
+            return 2
         args = build_parser().parse_args(argv)
         code = int(args.func(args) or 0)
         sys.stdout.flush()  # a closed pipe shows here, inside the handler, not at interpreter exit
