@@ -198,6 +198,8 @@ def _lab_missing() -> str | None:
 def main(argv: list[str] | None = None) -> int:
     """Every subcommand, with one exit for a closed pipe: ``gpuready plan ... | head`` ends quietly (exit 141,
     as a shell reports a command killed by SIGPIPE), with no traceback and no "Exception ignored" at exit."""
+    from gpuready.extras import MissingExtra
+
     argv = sys.argv[1:] if argv is None else argv
     try:
         if argv[:1] == ["check"]:
@@ -212,6 +214,9 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:
         _quiet_stdout()
         return BROKEN_PIPE
+    except MissingExtra as exc:  # e.g. `gpuready plan` (the deploy side) without gpuready[deploy]
+        print(f"gpuready: {exc}", file=sys.stderr)
+        return 2
 
 
 BROKEN_PIPE = 128 + 13  # SIGPIPE

@@ -49,3 +49,22 @@ def test_a_missing_package_names_the_extra_to_install(monkeypatch):
 
 def test_here_every_extra_is_installed():  # the dev install: make setup installs .[lab,deploy,dev]
     assert extras.missing("lab") == [] and extras.missing("deploy") == []
+
+
+def test_a_command_whose_extra_is_missing_says_so_and_exits_2(monkeypatch, capsys):
+    from gpuready import cli
+
+    def plan(args):  # as `gpuready plan` fails where gpuready.deploy cannot import its extra
+        extras.require("deploy", "gpuready.deploy (the deploys)")
+
+    monkeypatch.setattr(cli, "_plan", plan)
+    monkeypatch.setattr(extras, "missing", lambda extra: ["pyinfra"])
+    assert cli.main(["plan", "inventory/example.py"]) == 2
+    err = capsys.readouterr().err
+    assert err.strip() == (
+        "gpuready: gpuready.deploy (the deploys) needs gpuready's 'deploy' extra, not installed here (missing: pyinfra): "
+        "pip install 'gpuready[deploy]'"
+    )
+    monkeypatch.setattr(cli, "_lab_missing", lambda: "the gpuready lab needs gpuready's 'lab' extra, ...")
+    assert cli.main(["lab", "up", "--nodes", "1"]) == 2
+    assert "'lab' extra" in capsys.readouterr().err

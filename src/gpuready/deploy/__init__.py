@@ -6,4 +6,4 @@ It never imports the conformance side (an import contract in pyproject.toml says
 
 from gpuready.extras import require
 
-require("deploy", "gpuready's deploys")
+require("deploy", "gpuready.deploy (the deploys)")
