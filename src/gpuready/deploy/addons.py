@@ -6,6 +6,39 @@ the conformance suite checks and the configs the plugin runs are the same object
 config's content, so a sharing change is a new key and a label change, which the plugin's config manager reloads
 on (it does not watch the content of a key it already uses). Workload shapes follow what
 NVIDIA ships upstream (least privilege: no privileged containers where upstream needs none).
+
+Every GPU DaemonSet (device plugin, GFD, dcgm-exporter, the DRA kubelet plugin) tolerates ``nvidia.com/gpu`` and
+every taint of every pool's ``node_taints`` (:func:`gpu_tolerations`), so a pool with an extra taint gets every
+add-on. GPU workloads do not inherit those: the RuntimeClass adds only ``nvidia.com/gpu`` (``gpuready plan``
+says which pools' taints a workload must tolerate itself).
+
+The device plugin and GFD pods follow NVIDIA's Helm chart (k8s-device-plugin v0.19.3,
+``deployments/helm/nvidia-device-plugin/templates/daemonset-device-plugin.yml`` and ``daemonset-gfd.yml``,
+``templates/_helpers.tpl``, ``values.yaml``; ``cmd/config-manager/main.go``) where a difference would break a real
+node (facts, each checked by ``tests/unit/test_addons.py``):
+
+* With a ConfigMap of configs the chart runs ``config-manager`` twice: an init container with ``ONESHOT=true`` and
+  ``SEND_SIGNAL=false`` (the config file exists before the plugin starts, else the plugin fails to open
+  ``/config/config.yaml``), and a sidecar with ``ONESHOT=false``, ``SEND_SIGNAL=true``, ``SIGNAL=1`` (SIGHUP) and
+  ``PROCESS_TO_SIGNAL`` = the program it serves (``nvidia-device-plugin`` or ``gpu-feature-discovery``); the pod
+  has ``shareProcessNamespace: true`` so the sidecar finds that process (``findPidToSignal`` walks /proc and
+  matches ``cmdline[0]``). config-manager's own defaults are ``SEND_SIGNAL=true`` and
+  ``PROCESS_TO_SIGNAL=nvidia-device-plugin``: without the shared process namespace its first update fails with
+  "no process found" and the sidecar exits; GFD's sidecar with the default would signal a process that is not in
+  its pod. Both get ``NODE_LABEL=nvidia.com/device-plugin.config``, ``CONFIG_FILE_SRCDIR=/available-configs``,
+  ``CONFIG_FILE_DST=/config/config.yaml``, ``FALLBACK_STRATEGIES=named,single`` (``values.yaml``
+  ``config.fallbackStrategies``) and an empty ``KUBECONFIG`` (in-cluster).
+* The plugin container mounts the host's ``/var/run/cdi`` (``cdi-root``, hostPath ``DirectoryOrCreate``): in CDI
+  mode (``deviceListStrategy: cdi-cri``) the plugin writes the CDI spec of the devices it hands out there, and
+  containerd resolves the names from the host's directory. It also mounts ``mps-root`` (``/run/nvidia/mps``,
+  ``DirectoryOrCreate``) at ``/mps`` and ``mps-shm`` (``/run/nvidia/mps/shm``) at ``/dev/shm``, with
+  ``MPS_ROOT=/run/nvidia/mps`` (``values.yaml`` ``mps.root``), and sets ``NVIDIA_VISIBLE_DEVICES=all`` and
+  ``NVIDIA_DRIVER_CAPABILITIES=compute,utility``.
+* Where a MIG strategy other than none is possible (here: a pool shares by MIG), the plugin and GFD get
+  ``NVIDIA_MIG_MONITOR_DEVICES=all`` (``addMigMonitorDevices``) and the ``SYS_ADMIN`` capability instead of
+  dropping all (``requiresCapSysAdmin``): the NVIDIA runtime hands the MIG monitor device only to a container with
+  CAP_SYS_ADMIN. The sidecars keep all capabilities dropped (they read the ConfigMap, write a symlink in an
+  emptyDir and signal a process of the same user), where the chart gives them the plugin's context.
 """
 
 from __future__ import annotations
@@ -23,6 +56,54 @@ GPU_NODE_SELECTOR = {GPU_PRESENT_LABEL: "true"}
 GPU_TOLERATIONS = [GPU_TOLERATION]
 DEVICE_PLUGIN_CONFIGMAP = "nvidia-device-plugin-configs"
 DCGM_PORT = 9400
+CDI_ROOT = "/var/run/cdi"  # the chart's cdi-root volume: where the plugin writes its CDI specs in CDI mode
+MPS_ROOT = "/run/nvidia/mps"  # values.yaml mps.root
+SIGHUP = "1"  # the chart's sidecar SIGNAL
+
+
+def gpu_tolerations(fleet: Fleet | None = None) -> list[dict[str, str]]:
+    """What the GPU DaemonSets tolerate: ``nvidia.com/gpu`` (any value) and each pool's ``node_taints``, taint by
+    taint (same key, value and effect), so every add-on lands on every GPU node whatever extra taints a pool has.
+    The DaemonSet controller adds the not-ready/unreachable/pressure/unschedulable ones itself."""
+    out: list[dict[str, str]] = [dict(t) for t in GPU_TOLERATIONS]
+    for node in fleet.nodes.values() if fleet else ():
+        for taint in node.taints:
+            toleration = {"key": taint.key, "operator": "Equal", "value": taint.value, "effect": taint.effect}
+            if not taint.value:
+                toleration = {"key": taint.key, "operator": "Exists", "effect": taint.effect}
+            if not any(_tolerates(t, taint) for t in out):
+                out.append(toleration)
+    return out
+
+
+def _tolerates(toleration: dict[str, str], taint: Any) -> bool:
+    """Kubernetes' ToleratesTaint: key, effect (empty tolerates all) and value (Exists tolerates any)."""
+    if toleration.get("effect") and toleration["effect"] != taint.effect:
+        return False
+    if toleration.get("key") and toleration["key"] != taint.key:
+        return False
+    if toleration.get("operator", "Equal") == "Exists":
+        return True
+    return toleration.get("value", "") == taint.value
+
+
+def untolerated_taints(fleet: Fleet, tolerations: list[dict[str, str]]) -> dict[str, list[str]]:
+    """Per node, the NoSchedule/NoExecute taints ``tolerations`` leave untolerated (what keeps a pod off it)."""
+    out: dict[str, list[str]] = {}
+    for name, node in fleet.nodes.items():
+        left = [
+            str(t)
+            for t in node.taints
+            if t.effect in ("NoSchedule", "NoExecute") and not any(_tolerates(x, t) for x in tolerations)
+        ]
+        if left:
+            out[name] = left
+    return out
+
+
+def uses_mig(fleet: Fleet) -> bool:
+    """A pool runs the plugin with a MIG strategy (the chart's ``allPossibleMigStrategiesAreNone`` is false)."""
+    return any(node.sharing.mig_strategy != "none" for node in fleet.nodes.values())
 
 
 @dataclass(frozen=True)
@@ -57,11 +138,13 @@ def _meta(name: str, namespace: str | None = None, labels: dict[str, str] | None
     return meta
 
 
-def _daemonset(name: str, namespace: str, pod_spec: dict[str, Any]) -> Manifest:
+def _daemonset(
+    name: str, namespace: str, pod_spec: dict[str, Any], tolerations: list[dict[str, str]] | None = None
+) -> Manifest:
     labels = {"app.kubernetes.io/name": name}
     spec = {
         "nodeSelector": GPU_NODE_SELECTOR,
-        "tolerations": GPU_TOLERATIONS,
+        "tolerations": tolerations if tolerations is not None else GPU_TOLERATIONS,
         "priorityClassName": "system-node-critical",
         # containerd's default runtime stays runc (nvidia-ctk's default too): without the nvidia handler these
         # pods get no driver libraries and cannot load NVML. They request no GPU, so in CDI mode too they need the
@@ -112,16 +195,29 @@ def device_plugin_configmap(fleet: Fleet, settings: AddonSettings) -> Manifest:
     }
 
 
-def _config_env() -> list[dict[str, Any]]:
-    """How upstream's config manager picks a node's config: the node's label names a key of the ConfigMap."""
+def _config_env(oneshot: bool, signal_process: str) -> list[dict[str, Any]]:
+    """config-manager's environment as the chart sets it: the node's label names a key of the ConfigMap; the
+    init container (``oneshot``) writes the first config and signals nobody, the sidecar follows the label and
+    sends SIGHUP to ``signal_process`` after each change."""
     return [
+        {"name": "ONESHOT", "value": str(oneshot).lower()},
+        {"name": "KUBECONFIG", "value": ""},
         {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
         {"name": "NODE_LABEL", "value": DEVICE_PLUGIN_CONFIG_LABEL},
         {"name": "CONFIG_FILE_SRCDIR", "value": "/available-configs"},
         {"name": "CONFIG_FILE_DST", "value": "/config/config.yaml"},
         {"name": "DEFAULT_CONFIG", "value": "default"},
-        {"name": "CONFIG_FILE", "value": "/config/config.yaml"},
+        {"name": "FALLBACK_STRATEGIES", "value": "named,single"},
+        {"name": "SEND_SIGNAL", "value": str(not oneshot).lower()},
+        {"name": "SIGNAL", "value": "" if oneshot else SIGHUP},
+        {"name": "PROCESS_TO_SIGNAL", "value": "" if oneshot else signal_process},
     ]
+
+
+def _security(mig: bool) -> dict[str, Any]:
+    """The chart's ``securityContext`` helper: SYS_ADMIN where MIG is possible (the MIG monitor device), else
+    nothing beyond an unprivileged container."""
+    return {"capabilities": {"add": ["SYS_ADMIN"]}} if mig else _no_privilege()
 
 
 def _plugin_pod(
@@ -131,19 +227,39 @@ def _plugin_pod(
     mounts: list[Any],
     volumes: list[Any],
     image: str,
-):
+    env: list[dict[str, Any]] | None = None,
+    mig: bool = False,
+) -> dict[str, Any]:
     config_mounts = [
         {"name": "available-configs", "mountPath": "/available-configs"},
         {"name": "config", "mountPath": "/config"},
     ]
+    program = command[0]
+    main_env: list[dict[str, Any]] = [
+        *(env or []),
+        {"name": "CONFIG_FILE", "value": "/config/config.yaml"},
+        *([{"name": "NVIDIA_MIG_MONITOR_DEVICES", "value": "all"}] if mig else []),
+    ]
     return {
         "serviceAccountName": "nvidia-device-plugin",
+        # the sidecar signals the program in the other container: it must see its process
+        "shareProcessNamespace": True,
+        "initContainers": [
+            {
+                "name": f"{name}-init",
+                "image": image,
+                "command": ["config-manager"],
+                "env": _config_env(True, ""),
+                "securityContext": _no_privilege(),
+                "volumeMounts": config_mounts,
+            }
+        ],
         "containers": [
             {
                 "name": "config-manager",
                 "image": image,
                 "command": ["config-manager"],
-                "env": [*_config_env(), {"name": "ONESHOT", "value": "false"}],
+                "env": _config_env(False, program),
                 "securityContext": _no_privilege(),
                 "volumeMounts": config_mounts,
             },
@@ -151,8 +267,8 @@ def _plugin_pod(
                 "name": name,
                 "image": image,
                 "command": command,
-                "env": _config_env(),
-                "securityContext": _no_privilege(),
+                "env": main_env,
+                "securityContext": _security(mig),
                 "volumeMounts": config_mounts + mounts,
             },
         ],
@@ -164,22 +280,45 @@ def _plugin_pod(
     }
 
 
-def device_plugin(settings: AddonSettings) -> Manifest:
+def device_plugin(
+    settings: AddonSettings, tolerations: list[dict[str, str]] | None = None, mig: bool = False
+) -> Manifest:
     """On every GPU node but those of ``gpu_allocation = "dra"`` pools (the DRA driver serves those)."""
     pod = _plugin_pod(
         settings,
         "nvidia-device-plugin",
         ["nvidia-device-plugin"],
-        [{"name": "device-plugin", "mountPath": "/var/lib/kubelet/device-plugins"}],
-        [_host_path("device-plugin", "/var/lib/kubelet/device-plugins")],
+        [
+            {"name": "device-plugin", "mountPath": "/var/lib/kubelet/device-plugins"},
+            {"name": "mps-shm", "mountPath": "/dev/shm"},
+            {"name": "mps-root", "mountPath": "/mps"},
+            {"name": "cdi-root", "mountPath": CDI_ROOT},
+        ],
+        [
+            _host_path("device-plugin", "/var/lib/kubelet/device-plugins"),
+            _host_path("mps-root", MPS_ROOT, "DirectoryOrCreate"),
+            _host_path("mps-shm", f"{MPS_ROOT}/shm"),
+            _host_path("cdi-root", CDI_ROOT, "DirectoryOrCreate"),
+        ],
         settings.device_plugin_image,
+        env=[
+            {"name": "MPS_ROOT", "value": MPS_ROOT},
+            {"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"},
+            {"name": "NVIDIA_DRIVER_CAPABILITIES", "value": "compute,utility"},
+        ],
+        mig=mig,
     )
     return _daemonset(
-        "nvidia-device-plugin", settings.namespace, {**pod, "affinity": dra_addons.NOT_DRA_AFFINITY}
+        "nvidia-device-plugin",
+        settings.namespace,
+        {**pod, "affinity": dra_addons.NOT_DRA_AFFINITY},
+        tolerations,
     )
 
 
-def gpu_feature_discovery(settings: AddonSettings) -> Manifest:
+def gpu_feature_discovery(
+    settings: AddonSettings, tolerations: list[dict[str, str]] | None = None, mig: bool = False
+) -> Manifest:
     return _daemonset(
         "gpu-feature-discovery",
         settings.namespace,
@@ -198,7 +337,14 @@ def gpu_feature_discovery(settings: AddonSettings) -> Manifest:
                 _host_path("host-sys", "/sys"),
             ],
             settings.gfd_image,
+            env=[
+                {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
+                {"name": "NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
+                {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+            ],
+            mig=mig,
         ),
+        tolerations,
     )
 
 
@@ -223,7 +369,9 @@ def device_plugin_rbac(settings: AddonSettings) -> list[Manifest]:
     ]
 
 
-def dcgm_exporter(settings: AddonSettings, dra: bool = False) -> list[Manifest]:
+def dcgm_exporter(
+    settings: AddonSettings, dra: bool = False, tolerations: list[dict[str, str]] | None = None
+) -> list[Manifest]:
     """dcgm-exporter on :9400 with Kubernetes pod mapping (needs the kubelet's pod-resources socket); ``dra``: a
     pool uses DRA, so DRA mapping too (``DCGM_EXPORTER_KUBERNETES_ENABLE_DRA``, off by default upstream): a GPU held
     through a ResourceClaim then carries its pod and the claim's ``dra_claim_*`` labels."""
@@ -257,7 +405,7 @@ def dcgm_exporter(settings: AddonSettings, dra: bool = False) -> list[Manifest]:
             "ports": [{"name": "metrics", "port": DCGM_PORT, "targetPort": DCGM_PORT, "protocol": "TCP"}],
         },
     }
-    return [_daemonset(name, settings.namespace, pod), service]
+    return [_daemonset(name, settings.namespace, pod, tolerations), service]
 
 
 def quotas_and_priorities(settings: AddonSettings) -> list[Manifest]:
@@ -289,15 +437,21 @@ def quotas_and_priorities(settings: AddonSettings) -> list[Manifest]:
 
 def render_all(fleet: Fleet, settings: AddonSettings) -> list[Manifest]:
     """Every object the add-ons deploy applies, in apply order (namespace and RBAC before workloads)."""
+    tolerations = gpu_tolerations(fleet)
+    mig = uses_mig(fleet)
+
+    def daemonset(name: str, namespace: str, pod_spec: dict[str, Any]) -> Manifest:
+        return _daemonset(name, namespace, pod_spec, tolerations)
+
     return [
         {"apiVersion": "v1", "kind": "Namespace", "metadata": _meta(settings.namespace)},
         runtime_class(),
         *device_plugin_rbac(settings),
         device_plugin_configmap(fleet, settings),
-        device_plugin(settings),
-        gpu_feature_discovery(settings),
-        *dcgm_exporter(settings, dra=dra_addons.uses_dra(fleet)),
-        *dra_addons.render(fleet, _meta, _daemonset, settings.namespace, settings.dra_driver_image),
+        device_plugin(settings, tolerations, mig),
+        gpu_feature_discovery(settings, tolerations, mig),
+        *dcgm_exporter(settings, dra=dra_addons.uses_dra(fleet), tolerations=tolerations),
+        *dra_addons.render(fleet, _meta, daemonset, settings.namespace, settings.dra_driver_image),
         *quotas_and_priorities(settings),
     ]
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from gpuready.deploy import addons
 from gpuready.spec import Fleet, NodeSpec, dra
 
 
@@ -57,8 +58,37 @@ def fleet_plan(fleet: Fleet) -> dict[str, Any]:
     }
 
 
+def _grouped(by_node: dict[str, list[str]]) -> list[tuple[list[str], list[str]]]:
+    groups: dict[tuple[str, ...], list[str]] = {}
+    for node, taints in by_node.items():
+        groups.setdefault(tuple(taints), []).append(node)
+    return [(nodes, list(taints)) for taints, nodes in groups.items()]
+
+
+def addon_warnings(fleet: Fleet) -> list[str]:
+    """What would not land on a GPU node because of its taints: an add-on DaemonSet (none should: they tolerate
+    every pool's ``node_taints``), and GPU workloads, which get no toleration from gpuready for a taint other than
+    ``nvidia.com/gpu`` (the RuntimeClass adds only that one; CDI-mode pods use no RuntimeClass at all)."""
+    out = []
+    for nodes, taints in _grouped(addons.untolerated_taints(fleet, addons.gpu_tolerations(fleet))):
+        out.append(
+            f"{', '.join(nodes)}: the GPU add-ons (device plugin, GFD, dcgm-exporter, DRA kubelet plugin) do not "
+            f"tolerate {', '.join(taints)} and would not run there"
+        )
+    for nodes, taints in _grouped(addons.untolerated_taints(fleet, addons.GPU_TOLERATIONS)):
+        out.append(
+            f"{', '.join(nodes)}: taint {', '.join(taints)}: the add-ons tolerate it, but a GPU workload lands "
+            "there only with its own toleration for it (the nvidia RuntimeClass adds only nvidia.com/gpu)"
+        )
+    return out
+
+
 def render_json(fleet: Fleet) -> str:
-    warnings = {"security_warnings": fleet.security_warnings(), "cuda_warnings": fleet.cuda_warnings()}
+    warnings = {
+        "security_warnings": fleet.security_warnings(),
+        "cuda_warnings": fleet.cuda_warnings(),
+        "addon_warnings": addon_warnings(fleet),
+    }
     return json.dumps({**fleet_plan(fleet), **warnings}, indent=2)
 
 
@@ -114,4 +144,6 @@ def render_text(fleet: Fleet) -> str:
         for key, value in node.expected_labels.items():
             lines.append(f"  label        {key}={value}")
         lines.append("")
+    for warning in addon_warnings(fleet):
+        lines.append(f"warning: {warning}")
     return "\n".join(lines)
