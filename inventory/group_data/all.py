@@ -169,7 +169,8 @@ device_plugin_image = "nvcr.io/nvidia/k8s-device-plugin:v0.20.0"
 # GPU feature discovery (ships in the device plugin's image); None = device_plugin_image [fleet-wide]
 gfd_image = None
 # NVIDIA's DRA driver for GPUs (kubernetes-sigs/dra-driver-nvidia-gpu): its kubelet plugin DaemonSet on
-# gpu_allocation = "dra" nodes and its controller; deployed only when a pool uses DRA [fleet-wide]
+# gpu_allocation = "dra" nodes (ComputeDomains off: no controller); deployed only when a pool uses DRA
+# [fleet-wide]
 dra_driver_image = "registry.k8s.io/dra-driver-nvidia/dra-driver-nvidia-gpu:v0.4.1"
 # the DCGM exporter DaemonSet [fleet-wide]
 dcgm_exporter_image = "nvcr.io/nvidia/k8s/dcgm-exporter:4.5.3-4.8.2-ubuntu22.04"

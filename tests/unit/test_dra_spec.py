@@ -134,7 +134,9 @@ def test_addons_of_a_mixed_fleet(mixed):
     assert plugin["serviceAccountName"] == dra_addons.NAME
     role = by[("ClusterRole", dra_addons.NAME)]
     assert any("resourceslices" in r["resources"] and "create" in r["verbs"] for r in role["rules"])
-    assert ("Deployment", dra_addons.CONTROLLER) in by
+    # ComputeDomains are off: no controller (it would need the ComputeDomain CRDs and their RBAC)
+    assert not [m for m in manifests if m["kind"] == "Deployment"]
+    assert not any("resource.nvidia.com" in r["apiGroups"] for r in role["rules"])
     # the device plugin stays off dra nodes; GFD and dcgm-exporter run on every GPU node
     affinity = by[("DaemonSet", "nvidia-device-plugin")]["spec"]["template"]["spec"]["affinity"]
     (term,) = affinity["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]

@@ -2,12 +2,23 @@
 
 What the driver's Helm chart (kubernetes-sigs/dra-driver-nvidia-gpu, ``deployments/helm``) installs for GPUs,
 rendered without Helm: the DeviceClasses ``gpu.nvidia.com`` and ``mig.nvidia.com`` (CEL selectors on the driver and
-the device's ``type`` attribute), a ServiceAccount with the RBAC its kubelet plugin and controller use (publish
-ResourceSlices, read ResourceClaims, Nodes and DeviceClasses), the kubelet-plugin DaemonSet (``gpu-kubelet-plugin``,
-privileged as upstream: it writes CDI specs and prepares devices; on ``dra`` nodes only, selected by the
-``gpuready.io/gpu-allocation=dra`` label those nodes join with) and the controller Deployment (ComputeDomains; one
-replica, off the GPU nodes' taint). The device plugin DaemonSet avoids those nodes (``addons.device_plugin``);
-GPU feature discovery and dcgm-exporter run on every GPU node in both modes.
+the device's ``type`` attribute), a ServiceAccount with the RBAC its kubelet plugin uses (publish ResourceSlices,
+read ResourceClaims, Nodes and DeviceClasses) and the kubelet-plugin DaemonSet (``gpu-kubelet-plugin``, privileged
+as upstream: it writes CDI specs and prepares devices; on ``dra`` nodes only, selected by the
+``gpuready.io/gpu-allocation=dra`` label those nodes join with, tolerating every pool's taints like the other GPU
+DaemonSets). The device plugin DaemonSet avoids those nodes (``addons.device_plugin``); GPU feature discovery and
+dcgm-exporter run on every GPU node in both modes.
+
+ComputeDomains are off, as the chart renders them with ``resources.computeDomains.enabled: false``: no controller
+Deployment. Facts from the chart at v0.4.1 (``deployments/helm/dra-driver-nvidia-gpu``): ``templates/controller.yaml``
+is wrapped in ``if .Values.resources.computeDomains.enabled``; the controller serves only ComputeDomains (multi-node
+NVLink through IMEX: it creates per-domain DaemonSets and ResourceClaimTemplates), needs the CRDs
+``computedomains.resource.nvidia.com`` and ``computedomaincliques.resource.nvidia.com`` (``crds/``) and a ClusterRole
+on ``computedomains`` (get/list/watch/update), ``computedomains/status`` (update), ``resourceclaimtemplates``
+(get/list/watch/create/update/delete), ``leases``, ``nodes`` (get/list/watch/update) and ``pods``, plus a Role on
+``daemonsets`` and ``computedomaincliques`` in its namespace (``templates/rbac-controller.yaml``); the
+compute-domain kubelet plugin container and the IMEX daemons come with it. gpuready deploys none of that (whole
+GPUs and MIG devices only), so it ships no controller rather than one that fails on the missing CRD and RBAC.
 
 The kubelet plugin runs with the driver's ``TimeSlicingSettings`` feature gate on (alpha, off by default): sharing
 is a config on the claim (an opaque ``GpuConfig`` with ``sharing.strategy: TimeSlicing``), and without the gate the
@@ -23,7 +34,6 @@ from gpuready.spec import GPU_PRESENT_LABEL, Fleet, dra
 Manifest = dict[str, Any]
 NAME = "nvidia-dra-driver-gpu"
 KUBELET_PLUGIN = f"{NAME}-kubelet-plugin"
-CONTROLLER = f"{NAME}-controller"
 # The chart's ``featureGates`` values: what the kubelet plugin gets as --feature-gates.
 FEATURE_GATES = {"TimeSlicingSettings": True}
 DRA_NODE_SELECTOR = {GPU_PRESENT_LABEL: "true", dra.ALLOCATION_LABEL: "dra"}
@@ -121,34 +131,6 @@ def kubelet_plugin(daemonset: Any, namespace: str, image: str) -> Manifest:
     return manifest
 
 
-def controller(meta: Any, namespace: str, image: str) -> Manifest:
-    labels = {"app.kubernetes.io/name": CONTROLLER}
-    return {
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": meta(CONTROLLER, namespace, labels),
-        "spec": {
-            "replicas": 1,
-            "selector": {"matchLabels": labels},
-            "template": {
-                "metadata": {"labels": {**meta(CONTROLLER)["labels"], **labels}},
-                "spec": {
-                    "serviceAccountName": NAME,
-                    "containers": [
-                        {
-                            "name": "compute-domain",
-                            "image": image,
-                            "command": ["compute-domain-controller"],
-                            "env": [{"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}}],
-                            "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}},
-                        }
-                    ],
-                },
-            },
-        },
-    }  # fmt: skip
-
-
 def render(fleet: Fleet, meta: Any, daemonset: Any, namespace: str, image: str) -> list[Manifest]:
     """The DRA driver's objects in apply order, or none when no pool uses DRA."""
     if not uses_dra(fleet):
@@ -157,5 +139,4 @@ def render(fleet: Fleet, meta: Any, daemonset: Any, namespace: str, image: str) 
         *device_classes(meta),
         *rbac(meta, namespace),
         kubelet_plugin(daemonset, namespace, image),
-        controller(meta, namespace, image),
     ]

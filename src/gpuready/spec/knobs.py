@@ -342,7 +342,7 @@ KNOBS: dict[str, Knob] = {k.name: k for k in (
        "device_plugin_image", "images", "deploy", _optional(_image), fleet_wide=True),
     _K("dra_driver_image", "registry.k8s.io/dra-driver-nvidia/dra-driver-nvidia-gpu:v0.4.1", "NVIDIA's DRA "
        "driver for GPUs (kubernetes-sigs/dra-driver-nvidia-gpu): its kubelet plugin DaemonSet on gpu_allocation = "
-       "\"dra\" nodes and its controller; deployed only when a pool uses DRA", "images", "deploy", _image,
+       "\"dra\" nodes (ComputeDomains off: no controller); deployed only when a pool uses DRA", "images", "deploy", _image,
        fleet_wide=True),
     _K("dcgm_exporter_image", "nvcr.io/nvidia/k8s/dcgm-exporter:4.5.3-4.8.2-ubuntu22.04", "the DCGM exporter "
        "DaemonSet", "images", "deploy", _image, fleet_wide=True),
