@@ -253,7 +253,16 @@ EXPECTED_PROFILE_NAMES = {
     "NVIDIA H100 PCIe": ["1g.10gb", "1g.10gb+me", "1g.20gb", "2g.20gb", "3g.40gb", "4g.40gb", "7g.80gb"],
     "NVIDIA H100 NVL": ["1g.12gb", "1g.12gb+me", "1g.24gb", "2g.24gb", "3g.47gb", "4g.47gb", "7g.94gb"],
     "NVIDIA H200": ["1g.18gb", "1g.18gb+me", "1g.35gb", "2g.35gb", "3g.71gb", "4g.71gb", "7g.141gb"],
-}
+    # NVIDIA's MIG user guide, "Supported MIG Profiles" (B200 and RTX PRO 6000 Blackwell tables); GB200 and B300
+    # from NVIDIA mig-parted's config-default.yaml (see gpuready.nvidia.mig)
+    "NVIDIA B200": ["1g.23gb", "1g.23gb+me", "1g.45gb", "2g.45gb", "3g.90gb", "4g.90gb", "7g.180gb"],
+    "NVIDIA GB200": ["1g.23gb", "1g.47gb", "2g.47gb", "3g.93gb", "4g.93gb", "7g.186gb"],
+    "NVIDIA B300 SXM6 AC": ["1g.34gb", "1g.67gb", "2g.67gb", "3g.135gb", "4g.135gb", "7g.269gb"],
+    "NVIDIA RTX PRO 6000 Blackwell Server Edition": [
+        "1g.24gb", "1g.24gb+me", "1g.24gb+gfx", "1g.24gb+me.all", "1g.24gb-me",
+        "2g.48gb", "2g.48gb+gfx", "2g.48gb+me.all", "2g.48gb-me", "4g.96gb", "4g.96gb+gfx",
+    ],
+}  # fmt: skip
 
 
 def test_profile_sets_per_model() -> None:
@@ -297,7 +306,7 @@ def test_mig_profiles_by_alias_and_for_non_mig_models() -> None:
         with pytest.raises(NotMigCapableError, match=f"{name} does not support MIG"):
             mig_profiles(name)
     with pytest.raises(UnknownModelError):
-        mig_profiles("NVIDIA B300")
+        mig_profiles("NVIDIA GB300")
 
 
 # --- whole-GPU models against real captures ---------------------------------------------------------------
@@ -355,6 +364,10 @@ def test_required_models_present_with_exact_names() -> None:
         "NVIDIA H100 PCIe",
         "NVIDIA H100 NVL",
         "NVIDIA H200",
+        "NVIDIA B200",
+        "NVIDIA GB200",
+        "NVIDIA B300 SXM6 AC",
+        "NVIDIA RTX PRO 6000 Blackwell Server Edition",
         "NVIDIA L4",
         "NVIDIA L40S",
         "Tesla T4",
@@ -363,7 +376,7 @@ def test_required_models_present_with_exact_names() -> None:
     families = {m.name: m.family for m in MODELS.values()}
     assert families["Tesla T4"] == "turing" and families["NVIDIA L4"] == "ada-lovelace"
     assert families["NVIDIA A30"] == "ampere" and families["NVIDIA H200"] == "hopper"
-    assert {m.family for m in MODELS.values()} == {"turing", "ampere", "ada-lovelace", "hopper"}
+    assert {m.family for m in MODELS.values()} == {"turing", "ampere", "ada-lovelace", "hopper", "blackwell"}
     assert MODELS["NVIDIA H100 80GB HBM3"].nvlink_links == 18 and MODELS["NVIDIA L40S"].nvlink_links == 0
 
 
@@ -577,7 +590,7 @@ def test_problem_media_engines() -> None:
 
 def test_problem_model_without_mig_or_unknown() -> None:
     assert layout_problems("NVIDIA L4", ["1g.10gb"]) == ["NVIDIA L4 does not support MIG"]
-    assert layout_problems("B300", ["1g.10gb"])[0].startswith("unknown GPU model 'B300'")
+    assert layout_problems("GB300", ["1g.10gb"])[0].startswith("unknown GPU model 'GB300'")
 
 
 def test_placement_conflicts() -> None:

@@ -6,7 +6,7 @@ slices, the lab's nvidia-smi emulator prints the same ``mig -lgip``/``-lgipp`` t
 as the real driver, and the conformance suite expects the device plugin's ``nvidia.com/mig-*`` resources.
 
 Placement model (what ``nvidia-smi mig -lgipp`` prints, and what NVML enforces): a GPU has a row of slots
-(8 on A100/H100/H200, 4 on A30); each profile may start only at its listed slots and covers ``placement_size``
+(8 on A100/H100/H200/B200/GB200/B300, 4 on A30 and the RTX PRO 6000 Blackwell); each profile may start only at its listed slots and covers ``placement_size``
 slots (its memory slices); instances may not overlap; each profile has a per-GPU maximum ("Instances Total").
 Compute slices (7 or 4) are bounded as a sum. Media engines are a shared pool whose size is the full-GPU
 profile's count: this is why only one ``+me`` instance (the one holding the single OFA/JPEG) can exist, and why
@@ -39,6 +39,37 @@ driver branches, so each table is taken from one real capture (its driver noted)
   (= 3g.71gb's) and 64 SMs, and the placements** (H200 uses the H100 geometry; NVIDIA's guide shows the same
   placement diagram). Replace them with a real ``-lgip``/``-lgipp`` when an H200 is at hand.
 * ``+me`` profiles, ``p2p``: every real capture above prints ``P2P No``.
+* Blackwell (issue #29). No real ``-lgip`` was found for any Blackwell part, so these tables are the documented
+  facts plus estimates, each marked; replace them with a real ``-lgip``/``-lgipp`` when one is at hand.
+
+  - B200: NVIDIA's MIG user guide, "Supported MIG Profiles", B200 table
+    (https://docs.nvidia.com/datacenter/tesla/mig-user-guide/supported-mig-profiles.html): profiles 1g.23gb (7
+    instances), 1g.23gb+me (1), 1g.45gb (4, two memory slices), 2g.45gb (3), 3g.90gb (2), 4g.90gb (1), 7g.180gb
+    (1); memory fractions 1/8, 2/8, 4/8, full (the H100 geometry: 8 memory slots, 7 compute slices); copy
+    engines 2, 2, 2, 3, 6, 8, 16; OFA only on +me and 7g. The guide lists 1 NVDEC/1 JPEG on every profile, which
+    cannot be per-instance counts of one pool (seven 1g instances would need seven), so the decoders and JPEG
+    units follow the H100 pattern (1, 1, 1, 2, 3, 4, 7). SMs: 18 on 1g.23gb from a public CUDA device query of a
+    "NVIDIA B200 MIG 1g.23gb"; **estimated:** the other SM counts (18 per compute slice, 7g = all 148).
+  - GB200: profile names from NVIDIA mig-parted ``deployments/systemd/config-default.yaml`` ("GB200 HGX":
+    1g.23gb, 1g.47gb, 2g.47gb, 3g.93gb, 4g.93gb, 7g.186gb; device filter 0x294110DE); instance counts, engines and
+    placements **as B200** (same GB100 die and 8-slot geometry), 7g SMs = all 152.
+  - B300 SXM6 AC: profile names from mig-parted's config (device filter 0x318210DE: 1g.34gb, 2g.67gb, 3g.135gb in
+    ``all-balanced``) and a public mig-parted config for P6-B300 listing 1g.34gb (x7), 1g.67gb (x4), 2g.67gb (x3),
+    3g.135gb (x2), 4g.135gb (x1), 7g.269gb (x1); engines and placements **as B200**. No ``+me`` profile is listed
+    for GB200 or B300, so none is offered (a layout asking for one is refused, never created wrongly).
+  - RTX PRO 6000 Blackwell Server Edition: the guide's RTX PRO 6000 Blackwell table (same URL): 4 memory slots
+    and 4 compute slices; 1g.24gb, 1g.24gb+gfx and 1g.24gb-me (4 instances each), 1g.24gb+me and 1g.24gb+me.all
+    (1), 2g.48gb, 2g.48gb+gfx and 2g.48gb-me (2), 2g.48gb+me.all (1), 4g.96gb and 4g.96gb+gfx (1), with their
+    NVDEC/NVENC/JPEG/OFA and copy-engine counts as the table gives them (``+me.all`` takes every media engine, so
+    it shares the GPU only with ``-me`` instances). Placements as A30's 4-slot row. **Estimated:** SMs (47 per
+    compute slice of 188) and, for the ``+gfx``, ``-me`` and ``+me.all`` profiles, the profile ids (unique here,
+    not NVIDIA's).
+
+  **Estimated for every Blackwell table:** each profile's MiB, from the whole GPU's memory in the H100 80GB
+  proportions (9984, 20096, 40448, 81152 of 81559 MiB for 1, 2, 4 and 8 slots; A30's 5952, 11968, 24000 of 24576
+  for the 4-slot RTX PRO), rounded to 128 MiB; and the profile ids, H100's (19, 20, 15, 14, 9, 5, 0) and A30's
+  (14, 21, 5, 0). A real node's GFD ``mig-*.memory`` label may differ by a few hundred MiB until a capture replaces
+  them.
 """
 
 from __future__ import annotations
@@ -238,6 +269,50 @@ _H200 = _table(8, 7, _S8, [
     ("7g.141gb",     0, 1, 143360,  132, 8, 7, 0, 7, 1, "7"),
 ])  # fmt: skip
 
+# Blackwell: see the module docstring for which values are NVIDIA's and which are estimates.
+# name,           id, total,  MiB,    SM, CE, DEC, ENC, JPG, OFA, placement
+_B200 = _table(8, 7, _S8, [
+    ("1g.23gb",     19, 7,  22400,   18,  2, 1, 0, 1, 0, "1"),
+    ("1g.23gb+me",  20, 1,  22400,   18,  2, 1, 0, 1, 1, "1"),
+    ("1g.45gb",     15, 4,  45184,   18,  2, 1, 0, 1, 0, "1x2"),
+    ("2g.45gb",     14, 3,  45184,   36,  3, 2, 0, 2, 0, "2"),
+    ("3g.90gb",      9, 2,  90880,   54,  6, 3, 0, 3, 0, "3"),
+    ("4g.90gb",      5, 1,  90880,   72,  8, 4, 0, 4, 0, "4"),
+    ("7g.180gb",     0, 1, 182400,  148, 16, 7, 0, 7, 1, "7"),
+])  # fmt: skip
+
+_GB200 = _table(8, 7, _S8, [
+    ("1g.23gb",     19, 7,  23168,   18,  2, 1, 0, 1, 0, "1"),
+    ("1g.47gb",     15, 4,  46720,   18,  2, 1, 0, 1, 0, "1x2"),
+    ("2g.47gb",     14, 3,  46720,   36,  3, 2, 0, 2, 0, "2"),
+    ("3g.93gb",      9, 2,  93952,   54,  6, 3, 0, 3, 0, "3"),
+    ("4g.93gb",      5, 1,  93952,   72,  8, 4, 0, 4, 0, "4"),
+    ("7g.186gb",     0, 1, 188544,  152, 16, 7, 0, 7, 1, "7"),
+])  # fmt: skip
+
+_B300 = _table(8, 7, _S8, [
+    ("1g.34gb",     19, 7,  33664,   18,  2, 1, 0, 1, 0, "1"),
+    ("1g.67gb",     15, 4,  67712,   18,  2, 1, 0, 1, 0, "1x2"),
+    ("2g.67gb",     14, 3,  67712,   36,  3, 2, 0, 2, 0, "2"),
+    ("3g.135gb",     9, 2, 136448,   54,  6, 3, 0, 3, 0, "3"),
+    ("4g.135gb",     5, 1, 136448,   72,  8, 4, 0, 4, 0, "4"),
+    ("7g.269gb",     0, 1, 273664,  148, 16, 7, 0, 7, 1, "7"),
+])  # fmt: skip
+
+_RTX_PRO_6000 = _table(4, 4, _S4, [
+    ("1g.24gb",         14, 4,  23680,   47, 1, 1, 1, 1, 0, "1"),
+    ("1g.24gb+me",      21, 1,  23680,   47, 1, 1, 1, 1, 1, "1"),
+    ("1g.24gb+gfx",     22, 4,  23680,   47, 1, 1, 1, 1, 0, "1"),
+    ("1g.24gb+me.all",  23, 1,  23680,   47, 1, 4, 4, 4, 1, "1"),
+    ("1g.24gb-me",      24, 4,  23680,   47, 1, 0, 0, 0, 0, "1"),
+    ("2g.48gb",          5, 2,  47616,   94, 2, 2, 2, 2, 0, "2"),
+    ("2g.48gb+gfx",     25, 2,  47616,   94, 2, 2, 2, 2, 0, "2"),
+    ("2g.48gb+me.all",  26, 1,  47616,   94, 2, 4, 4, 4, 1, "2"),
+    ("2g.48gb-me",      27, 2,  47616,   94, 2, 0, 0, 0, 0, "2"),
+    ("4g.96gb",          0, 1,  95616,  188, 4, 4, 4, 4, 1, "4"),
+    ("4g.96gb+gfx",     28, 1,  95616,  188, 4, 4, 4, 4, 1, "4"),
+])  # fmt: skip
+
 _TABLES: dict[str, _MigTable] = {
     "NVIDIA A100-SXM4-40GB": _A100_40GB,
     "NVIDIA A100-PCIE-40GB": _A100_40GB,
@@ -248,6 +323,10 @@ _TABLES: dict[str, _MigTable] = {
     "NVIDIA H100 PCIe": _H100_PCIE,
     "NVIDIA H100 NVL": _H100_NVL,
     "NVIDIA H200": _H200,
+    "NVIDIA B200": _B200,
+    "NVIDIA GB200": _GB200,
+    "NVIDIA B300 SXM6 AC": _B300,
+    "NVIDIA RTX PRO 6000 Blackwell Server Edition": _RTX_PRO_6000,
 }
 
 

@@ -32,6 +32,20 @@ Where the values come from (facts only; no code was copied):
   (compute 7.5 turing, 8.0 ampere, 8.9 ada-lovelace, 9.x hopper).
 * ``nvlink_links``: NVLinks on the SXM parts (A100 12, H100/H200 18). H100 NVL is sold bridged in pairs
   (600 GB/s = 12 NVLink4 links); the other PCIe cards' bridges are optional accessories and modelled as absent.
+* Blackwell (issue #29). Which parts have MIG, their compute capability and nominal memory: NVIDIA's MIG user
+  guide, "Supported GPUs" (https://docs.nvidia.com/datacenter/tesla/mig-user-guide/supported-gpus.html: B200 10.0
+  180GB, GB200 10.0 186GB, RTX PRO 6000 Blackwell Server Edition 12.0 96GB, each with MIG). B300 is not in that
+  table yet; its MIG profiles are in NVIDIA mig-parted's ``deployments/systemd/config-default.yaml`` (device filter
+  0x318210DE), so it is MIG-capable here. PCI device ids from the same mig-parted file's device filters (B200
+  0x290110DE, GB200 0x294110DE, B300 0x318210DE, RTX PRO 6000 Blackwell 0x2BB510DE). Memory and power limit from
+  public ``nvidia-smi`` tables found with the code search: NVIDIA B200 183359 MiB / 1000 W (570.172.08,
+  595.71.05), NVIDIA GB200 189471 MiB / 1200 W (580.95.05), NVIDIA B300 SXM6 AC 275040 MiB / 1100 W (the name the
+  driver prints), NVIDIA RTX PRO 6000 Blackwell Server Edition 97887 MiB / 600 W. SM counts from public CUDA
+  device queries: B200 148, B300 SXM6 AC 148, GB200 152, RTX PRO 6000 Blackwell Server Edition 188; B300's
+  compute capability 10.3 from the same queries (``sm_103``). ``family``: GFD's ``getArchFamily`` maps compute
+  major 10 and 12 to ``blackwell``. NVLinks: 18 fifth-generation links (1.8 TB/s) on B200, GB200 and B300; the RTX
+  PRO 6000 has none. **Not seen in a capture:** the PCIe generation (gen 5 x16 on B200, GB200 and the RTX PRO 6000,
+  gen 6 x16 on B300, from NVIDIA's product pages), and GB200's power limit varies with the board's configuration.
 """
 
 from __future__ import annotations
@@ -133,6 +147,26 @@ _ALL = (
         "NVIDIA H200",
         ("H200", "H200-SXM", "H200-SXM5", "H200-141GB", "H200-SXM5-141GB"),
         143771, "hopper", (9, 0), True, "0x233510DE", 132, 18, 700, (5, 16),
+    ),
+    _model(
+        "NVIDIA B200",
+        ("B200", "B200-SXM", "B200-SXM6", "B200-180GB", "HGX-B200"),
+        183359, "blackwell", (10, 0), True, "0x290110DE", 148, 18, 1000, (5, 16),
+    ),
+    _model(
+        "NVIDIA GB200",
+        ("GB200", "GB200-186GB", "GB200-NVL72"),
+        189471, "blackwell", (10, 0), True, "0x294110DE", 152, 18, 1200, (5, 16),
+    ),
+    _model(
+        "NVIDIA B300 SXM6 AC",
+        ("B300", "B300-SXM6", "B300-SXM6-AC", "B300-288GB", "HGX-B300"),
+        275040, "blackwell", (10, 3), True, "0x318210DE", 148, 18, 1100, (6, 16),
+    ),
+    _model(
+        "NVIDIA RTX PRO 6000 Blackwell Server Edition",
+        ("RTX-PRO-6000", "RTX-PRO-6000-Blackwell", "RTX-PRO-6000-SE", "RTX-PRO-6000-Blackwell-SE"),
+        97887, "blackwell", (12, 0), True, "0x2BB510DE", 188, 0, 600, (5, 16),
     ),
 )  # fmt: skip
 
