@@ -59,6 +59,12 @@ def _knobs(args: argparse.Namespace) -> int:
     return 0
 
 
+def _values(args: argparse.Namespace) -> int:
+    from gpuready.deploy import helm_values  # gpuready[deploy]: without it, main names the extra (exit 2)
+
+    return helm_values.run(args)
+
+
 def _manifests(args: argparse.Namespace) -> int:
     import yaml
 
@@ -108,6 +114,7 @@ def check(pytest_args: list[str]) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     from gpuready import __version__
+    from gpuready.extras import MissingExtra
 
     parser = argparse.ArgumentParser(prog="gpuready", description=__doc__.splitlines()[0])
     parser.add_argument("--version", action="version", version=f"gpuready {__version__}")
@@ -172,6 +179,18 @@ def build_parser() -> argparse.ArgumentParser:
         "JUnit (fleet.xml, one testsuite per node) as the plugin's results",
     )
     ms.set_defaults(func=_manifests)
+    vp = sub.add_parser(
+        "values",
+        help="write the spec as Helm values for NVIDIA's charts: nvidia-device-plugin and dcgm-exporter per pool, "
+        "the GPU Operator for the cluster (docs/helm-values.md)",
+    )
+    try:
+        from gpuready.deploy.helm_values import add_arguments as values_arguments
+    except MissingExtra:  # without gpuready[deploy]: listed, and running it names the extra
+        vp.add_argument("args", nargs=argparse.REMAINDER)
+    else:
+        values_arguments(vp)
+    vp.set_defaults(func=_values)
     # parsed by pytest, not here (main hands everything after `check` over): listed for `gpuready --help`
     sub.add_parser("check", help=CHECK_HELP, add_help=False)
     why = _lab_missing()
