@@ -41,7 +41,7 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -397,10 +397,14 @@ def lab_cgroups(paths: LabPaths) -> list[Path]:
     return [root / "gpuready-lab" / lab_id for root in roots]
 
 
-def _boot(paths: LabPaths, spec: HostSpec, merged: Path, netns: str) -> subprocess.Popen[bytes]:
+def _boot(
+    paths: LabPaths, spec: HostSpec, merged: Path, netns: str, extra_args: Sequence[str] = ()
+) -> subprocess.Popen[bytes]:
     """Start the host's supervisor (which runs nspawn, and runs it again after each reboot) in the host's cgroups.
 
     nspawn joins the lab's network namespace (every boot does, by its path) instead of this machine's.
+    `extra_args` go to nspawn after the lab's own (the real-kubelet probe's binds and capabilities, see
+    gpuready.lab.realnode); the lab itself passes none.
     """
     cgroups = [lab / spec.name for lab in lab_cgroups(paths)]
     for cgroup in cgroups:
@@ -424,6 +428,7 @@ def _boot(paths: LabPaths, spec: HostSpec, merged: Path, netns: str) -> subproce
         # the GPUs' PCI sysfs view (kernel_files; /dev/nvidia* and /proc/driver are put in by the supervisor)
         f"--bind-ro={paths.machine_dir(spec.name) / kernel_files.KERNEL_DIR / 'sys-pci-devices'}:"
         f"{kernel_files.SYSFS_PCI}",
+        *extra_args,
     ]
     fresh_clocks = ["--fresh-clocks"] if supervisor.time_namespaces_supported() else []
     watch = ["--kernel-files", str(paths.machine_dir(spec.name)), str(merged)]
@@ -523,12 +528,15 @@ def up(
     first_index: int = 1,
     subnet: str | None = None,
     releases: list[str] | None = None,
+    nspawn_args: Callable[[HostSpec], list[str]] | None = None,
 ) -> dict[str, Any]:
     """Bring up a fresh lab (cleaning up whatever an earlier lab in this state dir left) and record its state.
 
     first_index numbers the hosts from elsewhere than 1, for a lab beside another one; subnet is the lab's /16
     (default: the first of network.SUBNETS that nothing on this machine uses, 10.213.0.0/16 for a lab alone);
-    releases are the Debian releases cycled over the hosts (default: DEFAULT_RELEASE for every host).
+    releases are the Debian releases cycled over the hosts (default: DEFAULT_RELEASE for every host);
+    nspawn_args, called once per host after its directory exists and before it boots, gives extra nspawn options
+    (nothing by default; whatever it creates under the host's directory goes with it at `down`).
     """
     # refuse a bad plan before anything else
     specs = plan_hosts(nodes, profiles, first_index, releases=releases)
@@ -578,7 +586,8 @@ def up(
             merged = _mount_overlay(bases[spec.os], paths.host_dir(spec.name))
             # the host's kernel files: the sysfs view must exist before nspawn binds it
             kernel_files.refresh(paths.machine_dir(spec.name), merged)
-            procs[spec.name] = proc = _boot(paths, spec, merged, net.netns)
+            extra = nspawn_args(spec) if nspawn_args else []
+            procs[spec.name] = proc = _boot(paths, spec, merged, net.netns, extra)
             state["hosts"][spec.name] = {
                 "index": spec.index,
                 "address": spec.address,

@@ -1,0 +1,199 @@
+"""The real kubelet's build (its own cache entry, the build command) and the lab-only pieces a host needs to run it
+(gpuready.lab.realnode), tested without Go, a build or a lab."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import tarfile
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gpuready.lab import gobuild, kubelet_build, realnode
+from gpuready.lab.cluster import binaries
+
+GO_MOD = """module k8s.io/kubernetes
+
+replace (
+\tk8s.io/api => ./staging/src/k8s.io/api
+\tk8s.io/kubelet => ./staging/src/k8s.io/kubelet
+)
+"""
+
+
+def test_the_kubelet_has_its_own_cache_entry(tmp_path: Path) -> None:
+    # adding it to KUBE_COMMANDS would make every cached control plane incomplete, and rebuilt
+    assert "kubelet" not in binaries.KUBE_COMMANDS
+    assert kubelet_build.kubelet_cache("1.36.3", tmp_path) == tmp_path / "kubelet-v1.36.3"
+    assert kubelet_build.kubelet_cache("1.36.3", tmp_path) != binaries.kube_cache("1.36.3", tmp_path)
+    assert kubelet_build.cached_kubelet("1.36.3", tmp_path) is None
+    binary = tmp_path / "kubelet-v1.36.3/bin/kubelet"
+    binary.parent.mkdir(parents=True)
+    binary.write_bytes(b"\x7fELF")
+    assert kubelet_build.cached_kubelet("1.36.3", tmp_path) == binary
+    assert kubelet_build.cached_kubelet("1.36.2", tmp_path) is None
+
+
+def test_wrapper_module_builds_only_the_kubelet_against_published_staging_modules() -> None:
+    files = kubelet_build.wrapper_module("1.36.3", GO_MOD)
+    assert "require k8s.io/kubernetes v1.36.3" in files["go.mod"]
+    assert "\tk8s.io/api => k8s.io/api v0.36.3" in files["go.mod"]
+    assert "\tk8s.io/kubelet => k8s.io/kubelet v0.36.3" in files["go.mod"]
+    assert files["tools.go"].count("import") == 1
+    assert '_ "k8s.io/kubernetes/cmd/kubelet"' in files["tools.go"]
+
+
+def test_build_env_is_static() -> None:
+    env = kubelet_build.build_env({"PATH": "/usr/bin", "CGO_ENABLED": "1"})
+    assert env["CGO_ENABLED"] == "0"
+    assert env["GOFLAGS"] == "-mod=mod -buildvcs=false"
+    assert env["PATH"] == "/usr/bin"
+
+
+def test_ensure_kubelet_builds_once_with_the_release_stamp(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    stamp = {"gitVersion": "v1.36.3", "gitMajor": "1", "gitMinor": "36", "gitCommit": "ab" * 20}
+    calls: list[tuple[list[str], dict[str, str], str]] = []
+
+    def fake_build(args: list[str], cwd: Path, what: str, env: dict[str, str], ldflags: str = "") -> None:
+        calls.append((args, env, ldflags))
+        out = Path(args[args.index("-o") + 1])
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_bytes(b"\x7fELF")
+
+    monkeypatch.setattr(gobuild, "require_go", lambda cgo="": None)
+    monkeypatch.setattr(kubelet_build, "_module_source", lambda version, work, env: (GO_MOD, stamp))
+    monkeypatch.setattr(kubelet_build, "run", lambda cmd, cwd, what, env=None: "")
+    monkeypatch.setattr(kubelet_build, "go_build", fake_build)
+    said: list[str] = []
+    path, seconds = kubelet_build.ensure_kubelet("1.36.3", said.append, tmp_path)
+    assert path == tmp_path / "kubelet-v1.36.3/bin/kubelet" and path.is_file()
+    assert seconds is not None
+    ((args, env, ldflags),) = calls
+    assert args[-1] == "k8s.io/kubernetes/cmd/kubelet"
+    assert env["CGO_ENABLED"] == "0"
+    assert "-X k8s.io/component-base/version.gitVersion=v1.36.3" in ldflags
+    assert "-X k8s.io/client-go/pkg/version.gitCommit=" + "ab" * 20 in ldflags
+    assert not (tmp_path / "kubernetes-v1.36.3").exists()  # the control plane's entry is untouched
+    again, seconds = kubelet_build.ensure_kubelet("1.36.3", said.append, tmp_path)
+    assert again == path and seconds is None and len(calls) == 1
+
+
+# --- realnode ----------------------------------------------------------------------------------------------------
+
+
+def test_nspawn_args_bind_kmsg_tunables_and_own_dirs(tmp_path: Path) -> None:
+    realnode.write_sysctl_files(tmp_path / "upper")
+    sysctl = tmp_path / "upper" / realnode.SYSCTL_DIR.lstrip("/")
+    assert (sysctl / "vm.overcommit_memory").read_text() == "1\n"
+    assert (sysctl / "kernel.panic").read_text() == "10\n"
+    assert (sysctl / "kernel.panic_on_oops").read_text() == "1\n"
+    own = {target: tmp_path / target.strip("/").replace("/", "-") for target in realnode.OWN_DIRS}
+    args = realnode.nspawn_args(own)
+    assert "--bind=/dev/kmsg" in args
+    assert "--system-call-filter=@keyring bpf" in args
+    assert f"--bind={tmp_path}/var-lib-containerd:/var/lib/containerd" in args
+    # sources inside the host's root: nspawn makes mounts under /proc from inside the container
+    assert f"--bind-ro={realnode.SYSCTL_DIR}/kernel.panic_on_oops:/proc/sys/kernel/panic_on_oops" in args
+    assert not any(
+        a.startswith("--bind=/proc") for a in args
+    )  # read-only files, never the machine's tunables
+
+
+def wrapper_namespace() -> dict[str, Any]:
+    namespace: dict[str, Any] = {"__name__": "runc_lab"}
+    exec(compile(realnode.RUNC_WRAPPER, "runc-lab", "exec"), namespace)
+    return namespace
+
+
+RESOURCES = {
+    "devices": [{"allow": False, "access": "rwm"}],
+    "cpu": {"shares": 102, "quota": 20000, "period": 100000, "cpus": "0-1"},
+    "memory": {"limit": 67108864},
+    "pids": {"limit": 100},
+    "hugepageLimits": [{"pageSize": "2MB", "limit": 0}],
+    "unified": {"memory.oom.group": "1", "hugetlb.2MB.max": "0"},
+}
+
+
+def test_runc_wrapper_drops_only_absent_controllers() -> None:
+    strip = wrapper_namespace()["strip"]
+    assert strip(RESOURCES, {"hugetlb"}) == {
+        "devices": RESOURCES["devices"],
+        "hugepageLimits": RESOURCES["hugepageLimits"],
+        "unified": {"hugetlb.2MB.max": "0"},
+    }
+    assert strip(RESOURCES, {"cpu", "cpuset", "memory", "pids", "hugetlb"}) == RESOURCES
+    assert strip(RESOURCES, {"cpuset"})["cpu"] == {"cpus": "0-1"}
+
+
+def test_runc_wrapper_rewrites_the_bundle_then_execs_runc(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "config.json").write_text(json.dumps({"linux": {"resources": RESOURCES}}))
+    ns = wrapper_namespace()
+    execs: list[list[str]] = []
+    ns["controllers"] = lambda: set()
+    ns["real_runc"] = lambda: "/usr/sbin/runc"
+    monkeypatch.setattr(ns["os"], "execv", lambda path, argv: execs.append(argv))
+    argv = ["--root", "/run/runc", "--systemd-cgroup", "create", "--bundle", str(tmp_path), "abc"]
+    ns["main"](argv)
+    assert execs == [["/usr/sbin/runc", *argv]]
+    spec = json.loads((tmp_path / "config.json").read_text())
+    assert spec["linux"]["resources"] == {"devices": RESOURCES["devices"]}
+
+
+def test_containerd_config_is_valid_toml_with_the_lab_settings() -> None:
+    config = tomllib.loads(realnode.containerd_config())
+    cri = config["plugins"]["io.containerd.grpc.v1.cri"]
+    assert config["version"] == 2
+    assert cri["restrict_oom_score_adj"] is True
+    assert cri["sandbox_image"] == realnode.PAUSE_IMAGE
+    options = cri["containerd"]["runtimes"]["runc"]["options"]
+    assert options == {"BinaryName": realnode.RUNC_WRAPPER_PATH, "SystemdCgroup": True}
+
+
+def test_join_configuration_is_real_kubeadm_v1beta4() -> None:
+    config = json.loads(
+        realnode.join_configuration(
+            "10.221.0.1:6443", "abcdef.0123456789abcdef", "sha256:" + "0" * 64, "n1", "10.221.1.1", ["X"]
+        )
+    )
+    assert config["apiVersion"] == "kubeadm.k8s.io/v1beta4"
+    assert config["discovery"]["bootstrapToken"]["apiServerEndpoint"] == "10.221.0.1:6443"
+    assert config["nodeRegistration"]["kubeletExtraArgs"] == [{"name": "node-ip", "value": "10.221.1.1"}]
+    assert config["patches"] == {"directory": "/etc/kubernetes/patches"}
+    assert realnode.KUBELET_CONFIG_PATCH["cgroupsPerQOS"] is False
+    assert realnode.KUBELET_CONFIG_PATCH["enforceNodeAllocatable"] == []
+
+
+def test_oci_archive_is_a_consistent_image_layout() -> None:
+    layer = realnode.layer_tar({"bin/busybox": (b"binary", 0o755)}, {"bin/sh": "busybox"})
+    assert layer == realnode.layer_tar({"bin/busybox": (b"binary", 0o755)}, {"bin/sh": "busybox"})
+    with tarfile.open(fileobj=io.BytesIO(layer)) as tar:
+        members = {m.name: m for m in tar.getmembers()}
+    assert members["bin"].isdir() and members["bin/busybox"].mode == 0o755
+    assert members["bin/sh"].issym() and members["bin/sh"].linkname == "busybox"
+
+    archive = realnode.oci_archive("registry.k8s.io/pause:3.10.2", [layer], {"Entrypoint": ["/pause"]})
+    with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
+        blobs = {
+            m.name: tar.extractfile(m).read()  # type: ignore[union-attr]
+            for m in tar.getmembers()
+        }
+    for name, data in blobs.items():
+        if name.startswith("blobs/sha256/"):
+            assert hashlib.sha256(data).hexdigest() == name.rsplit("/", 1)[1]
+    index = json.loads(blobs["index.json"])
+    (entry,) = index["manifests"]
+    assert entry["annotations"]["io.containerd.image.name"] == "registry.k8s.io/pause:3.10.2"
+    assert entry["annotations"]["org.opencontainers.image.ref.name"] == "3.10.2"
+    manifest = json.loads(blobs["blobs/sha256/" + entry["digest"].split(":")[1]])
+    config = json.loads(blobs["blobs/sha256/" + manifest["config"]["digest"].split(":")[1]])
+    assert config["rootfs"]["diff_ids"] == ["sha256:" + hashlib.sha256(layer).hexdigest()]
+    assert config["config"] == {"Entrypoint": ["/pause"]}
