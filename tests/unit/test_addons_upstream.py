@@ -245,3 +245,74 @@ def test_gfd_knows_its_node_namespace_and_pod(example_specs):
 def test_everything_still_validates(tainted):
     for manifest in render_all(tainted, AddonSettings()):
         kubernetes_validate.validate(manifest, "1.34.0", strict=True)
+
+
+# --- the MPS control daemon (the chart's templates/daemonset-mps-control-daemon.yml) ----------------------------
+
+
+def fleet_of(tmp_path: Path, hosts: list[tuple[str, dict[str, Any]]]):
+    (tmp_path / "group_data").mkdir(exist_ok=True)
+    (tmp_path / "group_data" / "all.py").write_text(
+        (REPO / "inventory" / "group_data" / "all.py").read_text()
+    )
+    return load_fleet(write_inventory(tmp_path / "inv.py", hosts))
+
+
+def test_mps_pools_get_the_mps_control_daemon(tmp_path):
+    mps = {"gpu_model": "NVIDIA L4", "gpu_count": 2, **JOIN, "gpu_sharing": "mps", "sharing_replicas": 4}
+    fleet = fleet_of(
+        tmp_path, [("node-1", mps), ("node-2", {"gpu_model": "NVIDIA L4", "gpu_count": 1, **JOIN})]
+    )
+    manifests = render_all(fleet, AddonSettings())
+    spec = pod_specs(manifests)[addons.MPS_CONTROL_DAEMON]
+    assert spec["nodeSelector"] == {"nvidia.com/gpu.present": "true", "nvidia.com/mps.capable": "true"}
+    assert spec["hostPID"] is True and "shareProcessNamespace" not in spec  # mps.enableHostPID: true
+    assert spec["affinity"] == pod_specs(manifests)["nvidia-device-plugin"]["affinity"]  # not on dra nodes
+    mounts, init = spec["initContainers"]
+    assert mounts["command"] == ["mps-control-daemon", "mount-shm"] and mounts["securityContext"] == {
+        "privileged": True
+    }
+    assert mounts["volumeMounts"] == [
+        {"name": "mps-root", "mountPath": "/mps", "mountPropagation": "Bidirectional"}
+    ]
+    assert init["command"] == ["config-manager"] and env(init)["ONESHOT"] == "true"
+    sidecar, main = spec["containers"]
+    assert (
+        env(sidecar)["PROCESS_TO_SIGNAL"] == "/usr/bin/mps-control-daemon" and env(sidecar)["SIGNAL"] == "1"
+    )
+    assert main["command"] == ["mps-control-daemon"] and main["securityContext"] == {"privileged": True}
+    assert env(main)["CONFIG_FILE"] == "/config/config.yaml"
+    assert {m["name"]: m["mountPath"] for m in main["volumeMounts"]}.items() >= {
+        "mps-shm": "/dev/shm", "mps-root": "/mps", "config": "/config",
+    }.items()  # fmt: skip
+    volumes = {v["name"]: v.get("hostPath") for v in spec["volumes"]}
+    assert volumes["mps-root"] == {"path": "/run/nvidia/mps", "type": "DirectoryOrCreate"}
+    assert volumes["mps-shm"] == {"path": "/run/nvidia/mps/shm"}
+    for manifest in manifests:
+        kubernetes_validate.validate(manifest, "1.34.0", strict=True)
+
+
+def test_no_mps_control_daemon_without_an_mps_pool(tmp_path):
+    fleet = fleet_of(tmp_path, [("node-1", {"gpu_model": "NVIDIA L4", "gpu_count": 1, **JOIN})])
+    assert addons.MPS_CONTROL_DAEMON not in pod_specs(render_all(fleet, AddonSettings()))
+    assert addons.MPS_CONTROL_DAEMON not in pod_specs(render_all(load_fleet(EXAMPLE), AddonSettings()))
+
+
+def test_the_mps_control_daemon_is_not_taken_for_the_device_plugin(tmp_path):
+    from gpuready.conformance.checks import node as node_checks
+
+    mps = {"gpu_model": "NVIDIA L4", "gpu_count": 2, **JOIN, "gpu_sharing": "mps", "sharing_replicas": 4}
+    fleet = fleet_of(tmp_path, [("node-1", mps)])
+    (spec,) = fleet.nodes.values()
+    daemon = next(
+        m for m in render_all(fleet, AddonSettings()) if m["metadata"]["name"] == addons.MPS_CONTROL_DAEMON
+    )
+    pod = {
+        "metadata": {"name": f"{addons.MPS_CONTROL_DAEMON}-x7k2p", "namespace": "gpu-addons"},
+        "spec": daemon["spec"]["template"]["spec"],
+        "status": {"conditions": [{"type": "Ready", "status": "True"}]},
+    }
+    problems = node_checks.addon_pod_ready(spec, [pod], "device plugin")
+    assert problems == [
+        "no device plugin pod on the node (is its DaemonSet deployed and does it select this node?)"
+    ]

@@ -31,8 +31,7 @@ def _addon_pod(pod: Obj, component: str) -> bool:
     """A pod of ``component`` (a key of ADDON_IMAGES: "device plugin", "DRA kubelet plugin"), by image."""
     containers = (pod.get("spec") or {}).get("containers") or []
     words = " ".join(" ".join([*(c.get("command") or []), *(c.get("args") or [])]) for c in containers)
-    other = NOT_THE_ADDON[component]
-    if other in words or other in pod["metadata"].get("name", ""):
+    if any(o in words or o in pod["metadata"].get("name", "") for o in NOT_THE_ADDON[component]):
         return False
     return any(ADDON_IMAGES[component] in (c.get("image") or "") for c in containers)
 

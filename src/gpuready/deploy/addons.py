@@ -39,6 +39,17 @@ node (facts, each checked by ``tests/unit/test_addons.py``):
   dropping all (``requiresCapSysAdmin``): the NVIDIA runtime hands the MIG monitor device only to a container with
   CAP_SYS_ADMIN. The sidecars keep all capabilities dropped (they read the ConfigMap, write a symlink in an
   emptyDir and signal a process of the same user), where the chart gives them the plugin's context.
+
+Pools with ``gpu_sharing = "mps"`` get the MPS control daemon (:func:`mps_control_daemon`), as the chart's
+``templates/daemonset-mps-control-daemon.yml`` has it: on GPU nodes labelled ``nvidia.com/mps.capable=true`` (GFD
+sets it where the node's config shares by MPS), ``hostPID: true`` (``values.yaml`` ``mps.enableHostPID: true``; the
+chart then sets no ``shareProcessNamespace``), an init container ``mps-control-daemon mount-shm`` (privileged,
+``/mps`` with ``Bidirectional`` propagation: it mounts the shm the MPS clients share), the config-manager init
+container and sidecar (the sidecar signals ``/usr/bin/mps-control-daemon``, the chart's value) and the privileged
+``mps-control-daemon`` container with ``/dev/shm`` (mps-shm) and ``/mps`` (mps-root), ``CONFIG_FILE``,
+``NVIDIA_VISIBLE_DEVICES=all`` and ``NVIDIA_DRIVER_CAPABILITIES=compute,utility``. The device plugin of an MPS node
+waits for the daemon's ``.ready`` file under ``/run/nvidia/mps`` and hands out its pipe and shm: without the
+daemon, MPS pools advertise nothing usable. Fleets without an MPS pool get no such DaemonSet.
 """
 
 from __future__ import annotations
@@ -99,6 +110,11 @@ def untolerated_taints(fleet: Fleet, tolerations: list[dict[str, str]]) -> dict[
         if left:
             out[name] = left
     return out
+
+
+def uses_mps(fleet: Fleet) -> bool:
+    """A device-plugin pool shares its GPUs by MPS (the DRA driver's MPS is a claim's config, not this daemon)."""
+    return any(str(node.sharing.mode) == "mps" and not node.dra for node in fleet.nodes.values())
 
 
 def uses_mig(fleet: Fleet) -> bool:
@@ -348,6 +364,49 @@ def gpu_feature_discovery(
     )
 
 
+MPS_CAPABLE_LABEL = "nvidia.com/mps.capable"
+MPS_CONTROL_DAEMON = "nvidia-device-plugin-mps-control-daemon"
+
+
+def mps_control_daemon(
+    settings: AddonSettings, tolerations: list[dict[str, str]] | None = None, mig: bool = False
+) -> Manifest:
+    """The MPS control daemon on every node whose config shares by MPS (the chart's daemonset-mps-control-daemon)."""
+    pod = _plugin_pod(
+        settings,
+        "mps-control-daemon",
+        ["mps-control-daemon"],
+        [{"name": "mps-shm", "mountPath": "/dev/shm"}, {"name": "mps-root", "mountPath": "/mps"}],
+        [_host_path("mps-root", MPS_ROOT, "DirectoryOrCreate"), _host_path("mps-shm", f"{MPS_ROOT}/shm")],
+        settings.device_plugin_image,
+        env=[
+            {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
+            {"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"},
+            {"name": "NVIDIA_DRIVER_CAPABILITIES", "value": "compute,utility"},
+        ],
+        mig=mig,
+    )
+    # hostPID instead of a shared process namespace (the API refuses both)
+    del pod["shareProcessNamespace"]
+    pod["hostPID"] = True
+    sidecar, main = pod["containers"]
+    for env in sidecar["env"]:
+        if env["name"] == "PROCESS_TO_SIGNAL":
+            env["value"] = "/usr/bin/mps-control-daemon"
+    main["securityContext"] = {"privileged": True}
+    mounts = {
+        "name": "mps-control-daemon-mounts",
+        "image": settings.device_plugin_image,
+        "command": ["mps-control-daemon", "mount-shm"],
+        "securityContext": {"privileged": True},
+        "volumeMounts": [{"name": "mps-root", "mountPath": "/mps", "mountPropagation": "Bidirectional"}],
+    }
+    pod["initContainers"] = [mounts, *pod["initContainers"]]
+    pod["nodeSelector"] = {**GPU_NODE_SELECTOR, MPS_CAPABLE_LABEL: "true"}
+    pod["affinity"] = dra_addons.NOT_DRA_AFFINITY
+    return _daemonset(MPS_CONTROL_DAEMON, settings.namespace, pod, tolerations)
+
+
 def device_plugin_rbac(settings: AddonSettings) -> list[Manifest]:
     """The config manager reads its own Node's labels: get/list/watch nodes, nothing else."""
     name = "nvidia-device-plugin"
@@ -449,6 +508,7 @@ def render_all(fleet: Fleet, settings: AddonSettings) -> list[Manifest]:
         *device_plugin_rbac(settings),
         device_plugin_configmap(fleet, settings),
         device_plugin(settings, tolerations, mig),
+        *([mps_control_daemon(settings, tolerations, mig)] if uses_mps(fleet) else []),
         gpu_feature_discovery(settings, tolerations, mig),
         *dcgm_exporter(settings, dra=dra_addons.uses_dra(fleet), tolerations=tolerations),
         *dra_addons.render(fleet, _meta, daemonset, settings.namespace, settings.dra_driver_image),

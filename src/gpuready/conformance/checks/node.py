@@ -17,17 +17,18 @@ from gpuready.spec.model import NodeSpec
 Obj = dict[str, Any]
 NVIDIA_PREFIX = "nvidia.com/"
 # How the add-on pods are recognised, whoever deployed them (gpuready's add-ons deploy or the GPU Operator):
-# by the image they run, which both use. GPU feature discovery ships in the device plugin's image since v0.15:
-# a pod running it is not a device plugin.
+# by the image they run, which both use. GPU feature discovery and the MPS control daemon ship in the device
+# plugin's image: a pod running either is not a device plugin.
 ADDON_IMAGES = {
     "device plugin": "k8s-device-plugin",
     "dcgm-exporter": "dcgm-exporter",
     "DRA kubelet plugin": "dra-driver",  # dra-driver-nvidia-gpu, and NVIDIA's k8s-dra-driver-gpu before the move
 }
-NOT_THE_ADDON = {
-    "device plugin": "feature-discovery",
-    "dcgm-exporter": "\0",
-    "DRA kubelet plugin": "controller",
+# words in a pod's name or its containers' command lines that say it is another program of the same image
+NOT_THE_ADDON: dict[str, tuple[str, ...]] = {
+    "device plugin": ("feature-discovery", "mps-control-daemon"),
+    "dcgm-exporter": (),
+    "DRA kubelet plugin": ("controller",),
 }
 
 
@@ -176,7 +177,7 @@ def addon_pod_ready(node: NodeSpec, pods: list[Obj], component: str) -> list[str
         containers = (pod.get("spec") or {}).get("containers") or []
         words = " ".join(" ".join([*(c.get("command") or []), *(c.get("args") or [])]) for c in containers)
         name = pod["metadata"].get("name", "")
-        if other in words or other in name:
+        if any(o in words or o in name for o in other):
             return False
         return any(r in (c.get("image") or "") for c in containers for r in repos)
 

@@ -321,6 +321,10 @@ class GpuRuntime:
                 )
             if prog == "gpu-feature-discovery":
                 return self._daemon(lambda: self.backend.start_gfd(pod, container, node, host), exp, "gfd")
+            if prog == "mps-control-daemon":
+                # the MPS control daemon (gpuready's MPS pools): it starts and waits, as upstream's does with its
+                # config loaded; the MPS daemons themselves (nvidia-cuda-mps-control) are not emulated
+                return self._daemon(lambda: _mps_daemon_logs(), exp, "mps")
         if repo in DRA_REPOS:
             return self.backend.dra.run(pod, container, argv, host, exp)
         if repo == "nvcr.io/nvidia/k8s/dcgm-exporter" and "dcgm-exporter" in " ".join(argv):
@@ -428,6 +432,19 @@ def _smi_or_shell(
         return ContainerPlan(logs=f"{host.driver_version}\n" * count, exit_code=0)
     return ContainerPlan(
         logs=f"nvidia-smi {' '.join(argv[1:])}: not emulated in the lab's CUDA image\n", exit_code=2
+    )
+
+
+def _mps_daemon_logs() -> str:
+    """What cmd/mps-control-daemon/main.go logs as it starts (v0.19.3): watcher, config, daemons."""
+    return "".join(
+        klog("I", where, message)
+        for where, message in (
+            ("main.go:109", "Starting OS watcher."),
+            ("main.go:123", "Starting Daemons."),
+            ("main.go:166", "Loading configuration."),
+            ("main.go:196", "Retrieving MPS daemons."),
+        )
     )
 
 
