@@ -48,7 +48,7 @@ def _models(args: argparse.Namespace) -> int:
 
     for model in catalogue.MODELS.values():
         mig = ", ".join(catalogue.mig_profiles(model.name)) if model.mig_capable else "-"
-        print(f"{model.name:<26} {model.memory_mib:>7} MiB  {model.family:<13} MIG: {mig}")
+        print(f"{model.name:<46} {model.memory_mib:>7} MiB  {model.family:<13} MIG: {mig}")
     return 0
 
 
