@@ -3,6 +3,8 @@ order and gating, shared --connection with pytest-testinfra."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from inventories import write_inventory
 
@@ -232,3 +234,27 @@ def test_a_probe_gathers_only_the_node_side_layers_that_minus_m_selects(markexpr
     from gpuready.conformance.plugin import selected_probe_layers
 
     assert selected_probe_layers(markexpr) == layers
+
+
+def test_a_checks_seconds_count_its_setup_as_pytest_durations_does(pytester, two_node_inventory):
+    """The probe round (or the pods) the first check of a layer waits for is set up by a fixture: verdict.json counts
+    that wait in the check's seconds, so the checks' seconds account for the run, not only the call phases."""
+    write_suite(pytester, {"test_b_host.py": """
+        import time
+        import pytest
+        pytestmark = pytest.mark.host
+        @pytest.fixture(scope="session")
+        def gathered():
+            time.sleep(0.4)  # what a probe round costs, once, in the first check's setup
+        def test_driver(node, gathered):
+            pass
+    """})  # fmt: skip
+    report_dir = pytester.path / "reports"
+    result = pytester.runpytest_inprocess(
+        "--inventory", str(two_node_inventory), "--report-dir", str(report_dir), "-p", "no:cacheprovider"
+    )
+    result.assert_outcomes(passed=2)
+    verdict = json.loads((report_dir / "verdict.json").read_text())
+    first = verdict["nodes"]["gpu-node-1"]["layers"]["host"]["checks"]["test_driver"]["seconds"]
+    assert first >= 0.4, verdict["nodes"]["gpu-node-1"]["layers"]["host"]
+    assert verdict["seconds"] >= first

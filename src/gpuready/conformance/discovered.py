@@ -239,7 +239,9 @@ def start_suite(config: Any, new_suite: Callable[..., Any]) -> Any:
         )
     suite.nodes = list(fleet.nodes.values())
     suite.inventory = fleet.inventory
-    suite.results = FleetResults([n.name for n in suite.nodes], fleet.inventory)
+    suite.results = FleetResults(
+        [n.name for n in suite.nodes], fleet.inventory, started=suite.results.started
+    )
     if suite.probes is not None:
         suite.probes.nodes = {n.name: n for n in suite.nodes}
     suite.discovery = found

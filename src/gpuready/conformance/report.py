@@ -74,11 +74,11 @@ class CheckResult:
 class FleetResults:
     """Results per node, in inventory order; a check reported twice (setup error, then teardown) keeps the worst."""
 
-    def __init__(self, nodes: list[str], inventory: str = "") -> None:
+    def __init__(self, nodes: list[str], inventory: str = "", started: datetime | None = None) -> None:
         self.inventory = inventory
         self.nodes = list(nodes)
         self._checks: dict[str, dict[tuple[str, str], CheckResult]] = {n: {} for n in nodes}
-        self.started = _now()
+        self.started = started or _now()  # the run's start: --discover passes it on, its discovery counts
         self.finished: datetime | None = (
             None  # set by finish(); verdict() uses the time it is called until then
         )
