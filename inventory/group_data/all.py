@@ -184,6 +184,12 @@ cuda_base_image = "nvcr.io/nvidia/cuda:12.4.1-base-ubuntu22.04"
 probe_image = "docker.io/library/debian:trixie-slim"
 
 # --- Node acceptance: the conformance suite's diag layer (gpuready check -m diag) ---------------------------
+# the node deploy installs the diag layer's tools: DCGM 4 from NVIDIA's CUDA repository
+# (datacenter-gpu-manager-4-core and datacenter-gpu-manager-4-cuda<N>, N the pinned driver's CUDA major: 13
+# for R580 and later, 12 for R525-R575) with its nvidia-dcgm service (nv-hostengine) enabled and running, and
+# nvbandwidth where the node's apt repositories have it (NVIDIA publishes no package; Debian and Ubuntu do).
+# False: the node gets neither and the diag layer's DCGM and nvbandwidth checks skip there
+diag_tools = False
 # dcgmi diag run level where DCGM is installed: 1 (seconds, software and deployment checks), 2 (about two
 # minutes: adds PCIe and memory tests), 3 (tens of minutes). 2 and 3 load the GPUs: run them on drained nodes
 diag_dcgm_level = 1

@@ -355,6 +355,12 @@ KNOBS: dict[str, Knob] = {k.name: k for k in (
        "pod that runs the host's own tools from its root, read-only (any image with a POSIX sh, chroot, timeout, "
        "mktemp and base64: Debian slim, busybox)", "images", "conformance", _image),
     # --- diag
+    _K("diag_tools", False, "the node deploy installs the diag layer's tools: DCGM 4 from NVIDIA's CUDA "
+       "repository (datacenter-gpu-manager-4-core and datacenter-gpu-manager-4-cuda<N>, N the pinned driver's "
+       "CUDA major: 13 for R580 and later, 12 for R525-R575) with its nvidia-dcgm service (nv-hostengine) enabled "
+       "and running, and nvbandwidth where the node's apt repositories have it (NVIDIA publishes no package; "
+       "Debian and Ubuntu do). False: the node gets neither and the diag layer's DCGM and nvbandwidth checks "
+       "skip there", "diag", "deploy", _boolean),
     _K("diag_dcgm_level", 1, "dcgmi diag run level where DCGM is installed: 1 (seconds, software and deployment "
        "checks), 2 (about two minutes: adds PCIe and memory tests), 3 (tens of minutes). 2 and 3 load the GPUs: "
        "run them on drained nodes", "diag", "conformance"),
