@@ -255,6 +255,6 @@ def test_a_checks_seconds_count_its_setup_as_pytest_durations_does(pytester, two
     )
     result.assert_outcomes(passed=2)
     verdict = json.loads((report_dir / "verdict.json").read_text())
-    first = verdict["nodes"]["gpu-node-1"]["layers"]["host"]["checks"]["test_driver"]["seconds"]
-    assert first >= 0.4, verdict["nodes"]["gpu-node-1"]["layers"]["host"]
-    assert verdict["seconds"] >= first
+    waited = max(n["layers"]["host"]["checks"]["test_driver"]["seconds"] for n in verdict["nodes"].values())
+    assert waited >= 0.4, verdict["nodes"]  # in whichever check ran first
+    assert verdict["seconds"] >= waited
