@@ -17,7 +17,7 @@ from pyinfra.facts.server import Arch, LinuxDistribution, Sysctl, Which
 
 import gpuready.deploy.tasks  # noqa: F401  (the node deploy's tasks register their declarations on import)
 from gpuready.deploy import node_facts
-from gpuready.deploy.facts.apt import HeldPackages
+from gpuready.deploy.facts.apt import AptCandidate, HeldPackages
 from gpuready.deploy.facts.containerd import ContainerdConfigText
 from gpuready.deploy.facts.host import FileDigest, FileText, KernelFeature, Swap, UnitState
 from gpuready.deploy.facts.kubeadm import KubeletJoined
@@ -61,13 +61,16 @@ def listed_before(node: NodeSpec) -> list[FactSpec]:
     specs += [(ContainerdConfigText, {"path": path}) for path in containerd.config_paths()]
     if node.sharing.mode == "mig":
         specs += [(NvidiaSmi, {}), (MigInstances, {})]
+    if node.diag_tools:  # tasks.diag: only where the knob asks for the diag layer's tools
+        specs += [(AptCandidate, {"package": "nvbandwidth"}), (UnitState, {"unit": "nvidia-dcgm"})]
     return specs
 
 
 def nodes() -> list[tuple[str, NodeSpec, Any]]:
-    """Every node of the example inventory (NVSwitch, MIG, time-slicing), with CDI and without."""
+    """Every node of the example inventory (NVSwitch, MIG, time-slicing), with CDI and without, and with the
+    diag layer's tools."""
     out = []
-    for override in ({}, {"nvidia_cdi": False}):
+    for override in ({}, {"nvidia_cdi": False}, {"diag_tools": True}):
         fleet = load_fleet(REPO / "inventory" / "example.py", override)
         inventory = SimpleNamespace(_gpuready_fleet=fleet)  # what context.fleet_for caches
         out += [(name, node, inventory) for name, node in fleet.nodes.items()]

@@ -73,6 +73,7 @@ BAD: dict[str, tuple[object, str]] = {
     "vectoradd_image": ("nvcr.io/x:", "must be an image reference"),
     "cuda_base_image": ("cuda 12", "must be an image reference"),
     "probe_image": ("debian trixie", "must be an image reference"),
+    "diag_tools": ("yes", "must be True or False"),
     "diag_dcgm_level": (4, "must be 1, 2 or 3"),
     "diag_bandwidth_floors": ({"h2d": 10}, "unknown key 'h2d'"),
     "node_ready_timeout": (0, "must be an integer >= 1"),

@@ -83,6 +83,8 @@ def test_repositories_and_package_names(built: dict[str, list[Path]]) -> None:
     names = {key: sorted({field(p, "Package") for p in paths}) for key, paths in built.items()}
     assert names["cuda"] == [
         "datacenter-gpu-manager-4-core",
+        "datacenter-gpu-manager-4-cuda12",
+        "datacenter-gpu-manager-4-cuda13",
         "libcuda1",
         "libnvidia-ml1",
         "nvbandwidth",

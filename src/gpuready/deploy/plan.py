@@ -9,6 +9,7 @@ import json
 from typing import Any
 
 from gpuready.deploy import addons
+from gpuready.nvidia import diag_packages
 from gpuready.spec import Fleet, NodeSpec, dra
 
 
@@ -23,13 +24,19 @@ def node_plan(node: NodeSpec) -> dict[str, Any]:
             "layout": {str(i): list(layout) for i, layout in enumerate(s.mig_layout) if layout is not None},
             "replicas": s.mig_replicas,
         }
+    install: dict[str, Any] = {
+        "packages": node.apt_packages,
+        "repositories": dict(node.repos),
+        "driver_source": node.versions.driver_source,
+    }
+    if node.diag_tools:  # diag_tools: DCGM (packages["diag"]) with its host engine, nvbandwidth where served
+        install["diag_tools"] = {
+            "services": [diag_packages.DCGM_SERVICE],
+            "where_a_repository_has_it": [diag_packages.NVBANDWIDTH],
+        }
     return {
         "gpus": {"model": node.gpu_model, "count": node.gpu_count, "nvswitch": node.nvswitch},
-        "install": {
-            "packages": node.apt_packages,
-            "repositories": dict(node.repos),
-            "driver_source": node.versions.driver_source,
-        },
+        "install": install,
         "sharing": sharing,
         "join": {
             "enabled": node.join.enabled,

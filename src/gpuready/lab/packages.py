@@ -280,14 +280,18 @@ def toolkit_debs(toolkit: str, binaries: dict[str, Path]) -> list[Deb]:
 
 DCGM_VERSION = "1:4.5.2-1"  # the emulated dcgmi reports DCGM 4.5.2 (gpuready/lab/emulator/dcgmi.py)
 NVBANDWIDTH_VERSION = "0.8-1"
+DCGM_CUDA_MAJORS = (12, 13)  # the lab's drivers: R570 (CUDA 12.8), R580 and R595 (CUDA 13)
+DCGM_SERVICE = "nvidia-dcgm"
 
 
 def diag_debs() -> list[Deb]:
     """What the diag layer runs on a node: DCGM's ``dcgmi`` and ``nvbandwidth``, for lab hosts that install them.
 
-    ``datacenter-gpu-manager-4-core`` is the real name of DCGM 4's package in NVIDIA's CUDA repository.
-    nvbandwidth has no NVIDIA package (users build it from github.com/NVIDIA/nvbandwidth); the lab packages its
-    emulation under the tool's name so a test host gets it with apt like the rest.
+    ``datacenter-gpu-manager-4-core`` is the real name of DCGM 4's package in NVIDIA's CUDA repository, with
+    ``dcgmi``, ``nv-hostengine`` and the ``nvidia-dcgm`` unit (not enabled by the package), and
+    ``datacenter-gpu-manager-4-cuda12``/``-cuda13`` its per-CUDA diagnostics. nvbandwidth has no NVIDIA package
+    (Debian and Ubuntu package it as ``nvbandwidth``); the lab serves its emulation under that name from the CUDA
+    repository, so a node deploy with ``diag_tools`` finds it there.
     """
     drv_path = [DRIVER_LIB]
     dcgm = Deb(
@@ -300,6 +304,27 @@ def diag_debs() -> list[Deb]:
     )
     dcgm.add_module(DRIVER_LIB, "dcgmi.py")
     dcgm.add_wrapper("dcgmi", drv_path, "dcgmi", "main")
+    dcgm.add_module(DRIVER_LIB, "nv_hostengine.py")
+    dcgm.add_wrapper("nv-hostengine", drv_path, "nv_hostengine", "main")
+    dcgm.add(f"/lib/systemd/system/{DCGM_SERVICE}.service", pf.DCGM_UNIT)
+    dcgm.scripts = {
+        "postinst": pf.DAEMON_RELOAD_POSTINST,
+        "prerm": pf.prerm_stop(f"{DCGM_SERVICE}.service"),
+        "postrm": pf.postrm_disable(f"{DCGM_SERVICE}.service"),
+    }
+    # DCGM 4's diagnostics per CUDA major (gpuready.nvidia.diag_packages): the node deploy installs the one of
+    # its driver's CUDA major; here they only carry the dependency, the emulated dcgmi runs every level
+    cuda = [
+        Deb(
+            f"datacenter-gpu-manager-4-cuda{major}",
+            DCGM_VERSION,
+            CUDA_MAINTAINER,
+            "utils",
+            f"NVIDIA Data Center GPU Manager (DCGM) 4: diagnostics for CUDA {major}",
+            [f"datacenter-gpu-manager-4-core (= {DCGM_VERSION})"],
+        )
+        for major in DCGM_CUDA_MAJORS
+    ]
     nvbw = Deb(
         "nvbandwidth",
         NVBANDWIDTH_VERSION,
@@ -310,7 +335,7 @@ def diag_debs() -> list[Deb]:
     )
     nvbw.add_module(DRIVER_LIB, "nvbandwidth.py")
     nvbw.add_wrapper("nvbandwidth", drv_path, "nvbandwidth", "main")
-    return [dcgm, nvbw]
+    return [dcgm, *cuda, nvbw]
 
 
 def _fingerprint(

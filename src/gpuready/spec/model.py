@@ -15,7 +15,7 @@ from typing import Any
 
 import yaml
 
-from gpuready.nvidia import catalogue
+from gpuready.nvidia import catalogue, diag_packages
 from gpuready.spec import knobs, kubesyntax
 from gpuready.spec.secrets import mask
 
@@ -369,7 +369,18 @@ class NodeSpec:
             ],
             "containerd": [v.containerd_package],
             "kubernetes": [f"{p}={v.kubernetes_package}" for p in ("kubelet", "kubeadm", "kubectl")],
+            **({"diag": self.diag_packages} if self.diag_tools else {}),
         }
+
+    @property
+    def diag_tools(self) -> bool:
+        """``diag_tools``: the node deploy installs DCGM (and nvbandwidth where a repository has it)."""
+        return bool(self.knobs["diag_tools"])
+
+    @property
+    def diag_packages(self) -> list[str]:
+        """DCGM 4's packages for the pinned driver's CUDA major (names: DCGM is not held at a version)."""
+        return diag_packages.dcgm_packages(self.versions.driver)
 
 
 @dataclass(frozen=True)

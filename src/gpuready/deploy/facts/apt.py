@@ -26,3 +26,25 @@ class HeldPackages(FactBase[set[str]]):
     @staticmethod
     def process(output: list[str]) -> set[str]:
         return {line.strip().split(":")[0] for line in output if line.strip()}
+
+
+class AptCandidate(FactBase[str | None]):
+    """
+    Returns the version apt would install of a package from the node's current lists, or None where no
+    repository has it (``apt-cache policy``'s ``Candidate: (none)``, or no such package at all).
+
+    .. code:: python
+
+        "0.9+ds-2"
+    """
+
+    def requires_command(self, *args: object, **kwargs: object) -> str:
+        return "apt-cache"
+
+    def command(self, package: str) -> str:
+        return f"apt-cache policy {package} | sed -n 's/^ *Candidate: *//p'"
+
+    @staticmethod
+    def process(output: list[str]) -> str | None:
+        text = " ".join(output).strip()
+        return None if not text or text == "(none)" else text

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from pyinfra import host
+from pyinfra import host, logger
 from pyinfra.api import StringCommand, operation
 from pyinfra.facts.deb import DebPackages
 from pyinfra.operations import apt as pyinfra_apt
 
-from gpuready.deploy.facts.apt import HeldPackages
+from gpuready.deploy.facts.apt import AptCandidate, HeldPackages
 from gpuready.deploy.facts.host import FileDigest, FileText
 from gpuready.deploy.node_facts import node_fact
 
@@ -109,6 +109,46 @@ def pinned(packages: list[str], **install_args: Any):
     if install:
         yield from pyinfra_apt.packages._inner(packages=packages, **install_args)
     yield StringCommand("apt-mark", "hold", *todo)
+
+
+@operation()
+def where_available(package: str, lists_change: bool = False, **install_args: Any):
+    """
+    ``package`` installed where one of the node's apt repositories has it, and left out (with a warning)
+    where none does.
+
+    Decided from the installed packages and ``AptCandidate``, both batched before the run. When the apt lists
+    change in this run (a repository added, or refreshed for a missing pin: ``lists_change``) that candidate is
+    older than the lists, so the node decides itself, once: ``apt-cache show`` and an install when it answers.
+    A converged node (installed, or lists unchanged and no candidate) reports no change.
+
+    + package: the bare package name
+    + lists_change: an earlier operation of this run adds or refreshes apt lists
+
+    **Example:**
+
+    .. code:: python
+
+        apt.where_available(name="nvbandwidth where a repository has it", package="nvbandwidth")
+    """
+    if node_fact(DebPackages).get(package):
+        host.noop(f"{package} installed")
+        return
+    if lists_change:
+        install = pyinfra_apt.packages._inner(packages=[package], **install_args)
+        commands = [c.get_raw_value() if isinstance(c, StringCommand) else str(c) for c in install]
+        yield StringCommand(
+            f"if apt-cache show {package} >/dev/null 2>&1; then {' && '.join(commands)}; "
+            f"else echo '{package}: no apt repository of this node has it'; fi"
+        )
+        return
+    if node_fact(AptCandidate, package=package) is None:
+        logger.warning(
+            f"{host.name}: {package}: no apt repository of this node has it, so it is not installed"
+        )
+        host.noop(f"{package}: no apt repository of this node has it")
+        return
+    yield from pyinfra_apt.packages._inner(packages=[package], **install_args)
 
 
 def missing(packages: list[str]) -> list[str]:

@@ -81,6 +81,33 @@ TOPOLOGY_FILE_PATH=/usr/share/nvidia/nvswitch
 """
 
 
+# datacenter-gpu-manager-4-core's unit (as DCGM 3.x/4.x packages install it, from memory of the package: not
+# checked against a 4.5 .deb). The package does not enable it: NVIDIA's install steps end with
+# `systemctl --now enable nvidia-dcgm` (gpuready.nvidia.diag_packages), which the node deploy does.
+DCGM_UNIT = """\
+[Unit]
+Description=NVIDIA DCGM service
+Conflicts=dcgm.service
+
+[Service]
+User=root
+PrivateTmp=false
+Environment="DCGM_HOME_DIR=/var/log/nvidia-dcgm"
+ExecStart=/usr/bin/nv-hostengine -n --service-account nvidia-dcgm
+Restart=on-abort
+
+[Install]
+WantedBy=multi-user.target
+"""
+
+DAEMON_RELOAD_POSTINST = (
+    "#!/bin/sh\nset -e\n"
+    'if [ "$1" = "configure" ] && [ -d /run/systemd/system ]; then\n'
+    "    systemctl daemon-reload >/dev/null 2>&1 || true\n"
+    "fi\nexit 0\n"
+)
+
+
 def postinst_enable(unit: str, start: bool) -> str:
     """Enable (and optionally start) a unit the way deb-systemd-helper/invoke-rc.d scripts do, guarded."""
     start_cmd = f"        systemctl restart {unit} >/dev/null 2>&1 || true\n" if start else ""

@@ -1,0 +1,135 @@
+"""``diag_tools``: the node deploy installs DCGM 4 for the driver's CUDA major with its nvidia-dcgm service, and
+nvbandwidth where a repository has it; ``gpuready plan`` shows it; the lab's CUDA repository serves the packages
+under those names (the operation fixtures are tests/operations/apt.where_available; the lab run is
+tests/lab/test_lab_diag_tools.py)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from test_spec import write_inventory
+
+from gpuready.cli import main
+from gpuready.deploy.facts.apt import AptCandidate
+from gpuready.lab import packages
+from gpuready.nvidia import diag_packages
+from gpuready.spec import load_fleet
+
+EMULATOR = Path(packages.__file__).parent / "emulator"
+
+
+@pytest.mark.parametrize(
+    ("driver", "cuda_package"),
+    [
+        ("580.178.04", "datacenter-gpu-manager-4-cuda13"),
+        ("595.91.07", "datacenter-gpu-manager-4-cuda13"),
+        ("570.195.03", "datacenter-gpu-manager-4-cuda12"),
+        ("535.288.01", "datacenter-gpu-manager-4-cuda12"),
+        ("470.256.02", "datacenter-gpu-manager-4-cuda11"),
+    ],
+)
+def test_the_dcgm_package_follows_the_drivers_cuda_major(driver, cuda_package):
+    assert diag_packages.dcgm_packages(driver) == ["datacenter-gpu-manager-4-core", cuda_package]
+
+
+def inventory(tmp_path: Path, name: str, **data: object) -> Path:
+    """One inventory per directory: a path loaded once is not read again."""
+    (tmp_path / name).mkdir()
+    return write_inventory(tmp_path / name, **data)
+
+
+def test_off_by_default_and_on_where_the_inventory_asks(tmp_path):
+    (node,) = load_fleet(inventory(tmp_path, "off")).nodes.values()
+    assert not node.diag_tools
+    assert "diag" not in node.apt_packages
+    (node,) = load_fleet(inventory(tmp_path, "on", diag_tools=True)).nodes.values()
+    assert node.diag_tools
+    assert node.apt_packages["diag"] == ["datacenter-gpu-manager-4-core", "datacenter-gpu-manager-4-cuda13"]
+    older = inventory(
+        tmp_path, "r570", diag_tools=True, nvidia_driver_branch="570", nvidia_driver_version="570.195.03"
+    )
+    (node,) = load_fleet(older).nodes.values()
+    assert node.apt_packages["diag"][1] == "datacenter-gpu-manager-4-cuda12"
+
+
+def test_plan_shows_the_diag_tools(tmp_path, capsys):
+    on = str(inventory(tmp_path, "on", diag_tools=True))
+    assert main(["plan", on, "--json"]) == 0
+    install = json.loads(capsys.readouterr().out)["nodes"]["node-1"]["install"]
+    assert install["packages"]["diag"] == ["datacenter-gpu-manager-4-core", "datacenter-gpu-manager-4-cuda13"]
+    assert install["diag_tools"] == {
+        "services": ["nvidia-dcgm"],
+        "where_a_repository_has_it": ["nvbandwidth"],
+    }
+    assert main(["plan", on]) == 0
+    assert "datacenter-gpu-manager-4-cuda13" in capsys.readouterr().out
+    assert main(["plan", str(inventory(tmp_path, "off")), "--json"]) == 0
+    assert "diag_tools" not in json.loads(capsys.readouterr().out)["nodes"]["node-1"]["install"]
+
+
+@pytest.mark.parametrize(
+    ("output", "candidate"),
+    [(["0.9+ds-2"], "0.9+ds-2"), (["(none)"], None), ([], None), (["1:4.5.2-1"], "1:4.5.2-1")],
+)
+def test_apt_candidate(output, candidate):
+    assert AptCandidate.process(output) == candidate
+    assert AptCandidate().command("nvbandwidth") == (
+        "apt-cache policy nvbandwidth | sed -n 's/^ *Candidate: *//p'"
+    )
+
+
+def test_the_lab_serves_dcgm_under_the_real_names_with_its_unit():
+    debs = {deb.name: deb for deb in packages.diag_debs()}
+    assert sorted(debs) == [
+        "datacenter-gpu-manager-4-core",
+        "datacenter-gpu-manager-4-cuda12",
+        "datacenter-gpu-manager-4-cuda13",
+        "nvbandwidth",
+    ]
+    core = debs["datacenter-gpu-manager-4-core"]
+    assert {"/usr/bin/dcgmi", "/usr/bin/nv-hostengine", "/lib/systemd/system/nvidia-dcgm.service"} <= set(
+        core.files
+    )
+    unit = core.files["/lib/systemd/system/nvidia-dcgm.service"][0].decode()
+    assert "ExecStart=/usr/bin/nv-hostengine -n" in unit
+    assert "enable" not in core.scripts["postinst"]  # the deploy enables it, as NVIDIA's steps do
+    for major in (12, 13):
+        deb = debs[f"datacenter-gpu-manager-4-cuda{major}"]
+        assert deb.depends == [f"datacenter-gpu-manager-4-core (= {packages.DCGM_VERSION})"]
+    # every package the deploy asks for on the lab's drivers is served
+    for driver in packages.DRIVER_VERSIONS:
+        assert set(diag_packages.dcgm_packages(driver)) <= set(debs)
+
+
+def hostengine(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    code = (
+        f"import sys; sys.path.insert(0, {str(EMULATOR)!r}); import nv_hostengine; "
+        "sys.exit(nv_hostengine.main(sys.argv[1:]))"
+    )
+    return subprocess.run(
+        [sys.executable, "-c", code, *args], capture_output=True, text=True, env=env, timeout=30
+    )
+
+
+def test_emulated_hostengine_version_and_options():
+    assert hostengine("--version").stdout == "version : 4.5.2\n"
+    bad = hostengine("--frobnicate")
+    assert bad.returncode == 1 and "unknown option --frobnicate" in bad.stderr
+
+
+def test_emulated_hostengine_terminates_the_running_one(tmp_path):
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        pid_file = tmp_path / "hostengine.pid"
+        pid_file.write_text(f"{sleeper.pid}\n")
+        done = hostengine("-t", "--pid", str(pid_file))
+        assert done.returncode == 0 and "terminated" in done.stdout
+        assert sleeper.wait(timeout=10) != 0
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+    assert hostengine("-t", "--pid", str(tmp_path / "none.pid")).returncode == 1
