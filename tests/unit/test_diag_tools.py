@@ -66,7 +66,12 @@ def test_plan_shows_the_diag_tools(tmp_path, capsys):
         "where_a_repository_has_it": ["nvbandwidth"],
     }
     assert main(["plan", on]) == 0
-    assert "datacenter-gpu-manager-4-cuda13" in capsys.readouterr().out
+    text = capsys.readouterr().out
+    assert "install      diag        datacenter-gpu-manager-4-core datacenter-gpu-manager-4-cuda13\n" in text
+    assert (
+        "install      diag        nvbandwidth where a repository has it; service nvidia-dcgm enabled and running"
+        in text
+    )
     assert main(["plan", str(inventory(tmp_path, "off")), "--json"]) == 0
     assert "diag_tools" not in json.loads(capsys.readouterr().out)["nodes"]["node-1"]["install"]
 

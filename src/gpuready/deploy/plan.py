@@ -118,6 +118,11 @@ def render_text(fleet: Fleet) -> str:
         lines.append(f"  GPUs         {gpus['count']}x {gpus['model']}{nvswitch}")
         for step, pins in p["install"]["packages"].items():
             lines.append(f"  install      {step:<11} {' '.join(pins)}")
+        if tools := p["install"].get("diag_tools"):
+            lines.append(
+                f"  install      {'diag':<11} {' '.join(tools['where_a_repository_has_it'])} where a repository "
+                f"has it; service {' '.join(tools['services'])} enabled and running"
+            )
         for key, url in p["install"]["repositories"].items():
             if not key.endswith("keyring_url"):
                 lines.append(f"  repository   {key.removesuffix('_repo_url'):<11} {url}")
