@@ -27,7 +27,7 @@ from gpuready.deploy.operations import apt as gpu_apt
 from gpuready.deploy.tasks import containerd, driver, repos, toolkit
 from gpuready.deploy.tasks import host as host_task
 from gpuready.deploy.tasks import kubernetes as kube_task
-from gpuready.nvidia import cdi
+from gpuready.nvidia import cdi, mig_layout
 from gpuready.spec import NodeSpec, load_fleet
 
 REPO = Path(__file__).resolve().parents[2]
@@ -63,6 +63,9 @@ def listed_before(node: NodeSpec) -> list[FactSpec]:
         specs += [(NvidiaSmi, {}), (MigInstances, {})]
     if node.diag_tools:  # tasks.diag: only where the knob asks for the diag layer's tools
         specs += [(AptCandidate, {"package": "nvbandwidth"}), (UnitState, {"unit": "nvidia-dcgm"})]
+    # the MIG boot unit (#29): installed on MIG nodes, removed from the others, so read on every node
+    specs.append((UnitState, {"unit": mig_layout.UNIT}))
+    specs += [(FileDigest, {"path": path}) for path in (mig_layout.UNIT_PATH, mig_layout.SCRIPT_PATH)]
     return specs
 
 

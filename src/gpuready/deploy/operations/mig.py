@@ -5,9 +5,10 @@ from __future__ import annotations
 from pyinfra import host
 from pyinfra.api import OperationError, operation
 
+from gpuready.deploy.facts.host import FileDigest, UnitState
 from gpuready.deploy.facts.nvidia import MigInstances, NvidiaSmi
 from gpuready.deploy.node_facts import node_fact
-from gpuready.nvidia import catalogue
+from gpuready.nvidia import mig_layout
 
 
 @operation()
@@ -54,9 +55,27 @@ def layout(per_gpu: tuple[tuple[str, ...] | None, ...], destroy_existing: bool =
                 )
             yield f"nvidia-smi mig -i {index} -dci"
             yield f"nvidia-smi mig -i {index} -dgi"
-        # the driver places instances greedily in the order asked: ask in an order known to fit
-        placed = catalogue.fit_layout(gpu.name or "", list(wanted)) if gpu.name else None
-        order = [profile for profile, _ in placed] if placed else list(wanted)
-        yield f"nvidia-smi mig -i {index} -cgi {','.join(order)} -C"
+        # in an order known to fit; the same command the boot unit runs (nvidia.mig_layout)
+        yield mig_layout.create_command(index, gpu.name, wanted)
     if done and len(done) == sum(1 for w in per_gpu if w is not None):
         host.noop(f"MIG layout matches the spec on GPUs {done}")
+
+
+@operation()
+def boot_unit_absent():
+    """
+    No MIG boot unit (``nvidia.mig_layout.UNIT``): on a node whose spec no longer asks for MIG, the unit a
+    former MIG deploy installed must not create instances at the next boot.
+    """
+    unit = node_fact(UnitState, unit=mig_layout.UNIT)
+    present = [
+        path for path in (mig_layout.UNIT_PATH, mig_layout.SCRIPT_PATH) if node_fact(FileDigest, path=path)
+    ]
+    if unit["enabled"] == "not-found" and not present:
+        host.noop(f"no {mig_layout.UNIT}")
+        return
+    if unit["enabled"] != "not-found":
+        yield f"systemctl disable --now {mig_layout.UNIT}"
+    if present:
+        yield f"rm -f {' '.join(present)}"
+        yield "systemctl daemon-reload"
