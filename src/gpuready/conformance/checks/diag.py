@@ -84,8 +84,9 @@ def bandwidth_report(node: NodeSpec, out: Output) -> nvbandwidth.BandwidthReport
     tool = _not_installed(out)
     if tool:
         raise CannotCheck(
-            f"{tool} is not installed on the node (build it from github.com/NVIDIA/nvbandwidth, or run this layer "
-            "on the node with --connection local)"
+            f"{tool} is not installed on the node (Debian and Ubuntu package it, deploys/gpu_node.py installs it "
+            "with diag_tools = True where a repository has it; or build it from github.com/NVIDIA/nvbandwidth, or "
+            "run this layer on the node with --connection local)"
         )
     if out.rc == NO_LIBCUDA and "libcuda" in out.text:
         raise CannotCheck(f"cannot measure bandwidth here: {out.first_line()}")
@@ -196,7 +197,10 @@ def dcgm(node: NodeSpec, out: Output) -> list[str]:
     """``dcgmi diag`` passed every test it ran; each failed test is named with its GPU and DCGM's message."""
     tool = _not_installed(out)
     if tool:
-        raise CannotCheck("DCGM (dcgmi) is not installed on the node: its diagnostics were not run")
+        raise CannotCheck(
+            "DCGM (dcgmi) is not installed on the node: its diagnostics were not run (deploys/gpu_node.py installs "
+            "DCGM with diag_tools = True)"
+        )
     command = f"dcgmi diag -r {node.diag.dcgm_level}"
     # dcgmi exits 0 when nothing failed (warnings included) and 226 (DCGM_ST_NVVS_ERROR) when a test failed;
     # anything else (a timeout, no host engine, a lost GPU) means the document is not the run's verdict
