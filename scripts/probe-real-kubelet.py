@@ -19,6 +19,8 @@ step, reporting each step's exact output when it fails:
     ``--down`` only takes an earlier run down).
 
 Run as root from the repository: ``.venv/bin/python scripts/probe-real-kubelet.py [--os trixie] [--keep]``.
+``PROBE_RUNC=plain`` (runc unchanged) or ``=path-only`` (the wrapper keeps the resources) show what the runc wrapper
+is for; ``PROBE_IGNORE_PREFLIGHT`` lists kubeadm's ignored preflight errors (default SystemVerification).
 The report goes to stdout and ``<state>/probe-report.txt``. Findings: docs/lab-real-kubelet.md.
 """
 
@@ -50,6 +52,11 @@ CRICTL_VERSION = k8s_packages.CRI_TOOLS_VERSION
 BUSYBOX_IMAGE = "docker.io/library/busybox:1.36-lab"
 
 REPORT: list[str] = []
+PASSTHROUGH = """#!/usr/bin/python3
+import os, sys
+real = next(p for p in ("/usr/sbin/runc", "/usr/bin/runc") if os.path.exists(p) and not os.path.islink(p))
+os.execv(real, [real, *sys.argv[1:]])
+"""
 
 
 def say(line: str) -> None:
@@ -247,10 +254,21 @@ def probe(paths: LabPaths, release: str) -> bool:
         return False
 
     (merged / "etc/containerd").mkdir(parents=True, exist_ok=True)
-    (merged / "etc/containerd/config.toml").write_text(realnode.containerd_config())
+    version = on_host(paths, "containerd --version").stdout.split()
+    major = int(version[2].lstrip("v").split(".")[0]) if len(version) > 2 else 1
+    (merged / "etc/containerd/config.toml").write_text(realnode.containerd_config(containerd_major=major))
     wrapper = merged / realnode.RUNC_WRAPPER_PATH.lstrip("/")
     wrapper.parent.mkdir(parents=True, exist_ok=True)
-    wrapper.write_text(realnode.RUNC_WRAPPER)
+    # PROBE_RUNC=plain: the same path, but runc runs unchanged; =path-only: the wrapper keeps the resources (to see
+    # what a release needs the wrapper for)
+    wrapper.write_text(
+        {
+            "plain": PASSTHROUGH,
+            "path-only": realnode.RUNC_WRAPPER.replace(
+                "def strip(resources, have):\n", "def strip(resources, have):\n    return resources\n"
+            ),
+        }.get(os.environ.get("PROBE_RUNC", ""), realnode.RUNC_WRAPPER)
+    )
     wrapper.chmod(0o755)
     (merged / "etc/crictl.yaml").write_text("runtime-endpoint: unix:///run/containerd/containerd.sock\n"
                                            "image-endpoint: unix:///run/containerd/containerd.sock\n")  # fmt: skip

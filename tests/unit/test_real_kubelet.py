@@ -158,6 +158,17 @@ def test_containerd_config_is_valid_toml_with_the_lab_settings() -> None:
     assert options == {"BinaryName": realnode.RUNC_WRAPPER_PATH, "SystemdCgroup": True}
 
 
+def test_containerd_2_config_is_version_3() -> None:
+    config = tomllib.loads(realnode.containerd_config(containerd_major=2))
+    assert config["version"] == 3
+    runtime = config["plugins"]["io.containerd.cri.v1.runtime"]
+    assert runtime["restrict_oom_score_adj"] is True
+    assert runtime["containerd"]["runtimes"]["runc"]["options"]["BinaryName"] == realnode.RUNC_WRAPPER_PATH
+    assert runtime["cni"]["bin_dirs"] == ["/usr/lib/cni"]
+    images = config["plugins"]["io.containerd.cri.v1.images"]
+    assert images["pinned_images"]["sandbox"] == realnode.PAUSE_IMAGE
+
+
 def test_join_configuration_is_real_kubeadm_v1beta4() -> None:
     config = json.loads(
         realnode.join_configuration(

@@ -153,12 +153,39 @@ if __name__ == "__main__":
 '''
 
 
-def containerd_config(cni_bin_dir: str = "/usr/lib/cni", pause_image: str = PAUSE_IMAGE) -> str:
-    """containerd 1.6/1.7's config (version 2) for the lab's real kubelet; 2.x (sid) takes version 3's names."""
+def containerd_config(
+    cni_bin_dir: str = "/usr/lib/cni", pause_image: str = PAUSE_IMAGE, containerd_major: int = 1
+) -> str:
+    """containerd's config for the lab's real kubelet: version 2 for 1.6/1.7 (bookworm, trixie), version 3 for
+    2.x (sid), whose CRI is split into the ``io.containerd.cri.v1.images`` and ``...runtime`` plugins."""
+    head = "# Written by gpuready's real-kubelet probe. restrict_oom_score_adj and the runc wrapper are lab-only.\n"
+    runc = (
+        '  runtime_type = "io.containerd.runc.v2"\n'
+        "[{runtime}.containerd.runtimes.runc.options]\n"
+        f'  BinaryName = "{RUNC_WRAPPER_PATH}"\n'
+        "  SystemdCgroup = true\n"
+    )
+    if containerd_major >= 2:
+        runtime = 'plugins."io.containerd.cri.v1.runtime"'
+        images = 'plugins."io.containerd.cri.v1.images"'
+        return (
+            head + "version = 3\n\n"
+            f"[{images}]\n"
+            '  snapshotter = "overlayfs"\n'
+            f"[{images}.pinned_images]\n"
+            f'  sandbox = "{pause_image}"\n'
+            f"[{runtime}]\n"
+            "  restrict_oom_score_adj = true\n"
+            "  tolerate_missing_hugepages_controller = true\n"
+            f"[{runtime}.containerd]\n"
+            '  default_runtime_name = "runc"\n'
+            f"[{runtime}.containerd.runtimes.runc]\n" + runc.format(runtime=runtime) + f"[{runtime}.cni]\n"
+            f'  bin_dirs = ["{cni_bin_dir}"]\n'
+            '  conf_dir = "/etc/cni/net.d"\n'
+        )
     cri = 'plugins."io.containerd.grpc.v1.cri"'
     return (
-        "# Written by gpuready's real-kubelet probe. restrict_oom_score_adj and the runc wrapper are lab-only.\n"
-        "version = 2\n\n"
+        head + "version = 2\n\n"
         f"[{cri}]\n"
         f'  sandbox_image = "{pause_image}"\n'
         "  restrict_oom_score_adj = true\n"
@@ -166,12 +193,7 @@ def containerd_config(cni_bin_dir: str = "/usr/lib/cni", pause_image: str = PAUS
         f"[{cri}.containerd]\n"
         '  default_runtime_name = "runc"\n'
         '  snapshotter = "overlayfs"\n'
-        f"[{cri}.containerd.runtimes.runc]\n"
-        '  runtime_type = "io.containerd.runc.v2"\n'
-        f"[{cri}.containerd.runtimes.runc.options]\n"
-        f'  BinaryName = "{RUNC_WRAPPER_PATH}"\n'
-        "  SystemdCgroup = true\n"
-        f"[{cri}.cni]\n"
+        f"[{cri}.containerd.runtimes.runc]\n" + runc.format(runtime=cri) + f"[{cri}.cni]\n"
         f'  bin_dir = "{cni_bin_dir}"\n'
         '  conf_dir = "/etc/cni/net.d"\n'
     )
