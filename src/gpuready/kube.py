@@ -120,12 +120,22 @@ def _cause(exc: BaseException) -> str:
 
 
 def contains(live: Any, desired: Any) -> bool:
-    """Whether ``live`` already says everything ``desired`` says (the server may add defaults, never differ)."""
+    """Whether ``live`` already says everything ``desired`` says (the server may add defaults, never differ).
+
+    An empty value (``""``, ``[]``, ``{}``, ``false``, ``0``, ``null``) matches a field the live object lacks: the API
+    server leaves such fields out of what it returns (``omitempty``), e.g. an env var ``KUBECONFIG=""`` comes back
+    with no ``value``; comparing them by key re-applied the device plugin's DaemonSet on every run."""
     if isinstance(desired, dict):
-        return isinstance(live, dict) and all(k in live and contains(live[k], v) for k, v in desired.items())
+        return isinstance(live, dict) and all(
+            contains(live[k], v) if k in live else _empty(v) for k, v in desired.items()
+        )
     if isinstance(desired, list):
         return isinstance(live, list) and len(live) == len(desired) and all(map(contains, live, desired))
     return live == desired
+
+
+def _empty(value: Any) -> bool:
+    return value in (None, "", False, 0) or (isinstance(value, list | dict) and not value)
 
 
 def _resource(cluster: Cluster, manifest: dict[str, Any]):

@@ -12,8 +12,17 @@ def test_contains_ignores_server_defaults_but_not_differences():
     assert contains(live, {"spec": {"containers": [{"name": "a", "image": "x"}]}})
     assert not contains(live, {"spec": {"containers": [{"name": "a", "image": "y"}]}})
     assert not contains(live, {"spec": {"containers": [{"name": "a"}, {"name": "b"}]}})
-    assert not contains(live, {"spec": {"missing": None}})
+    assert not contains(live, {"spec": {"missing": "set"}})
     assert not contains({"data": {"k": "v"}}, {"data": {"k": "v", "k2": "v2"}})
+
+
+@pytest.mark.parametrize("empty", [None, "", False, 0, [], {}])
+def test_contains_takes_an_empty_value_for_a_field_the_server_left_out(empty):
+    """The API server leaves empty fields out (omitempty): env KUBECONFIG="" comes back without a value."""
+    live = {"env": [{"name": "KUBECONFIG"}]}
+    assert contains(live, {"env": [{"name": "KUBECONFIG", "value": empty}]})
+    assert not contains(live, {"env": [{"name": "KUBECONFIG", "value": "/etc/kubeconfig"}]})
+    assert contains({"env": [{"name": "K", "value": empty}]}, {"env": [{"name": "K", "value": empty}]})
 
 
 def test_unreachable_api_server_fails_fast_with_the_url(tmp_path):
