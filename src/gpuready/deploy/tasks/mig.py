@@ -9,6 +9,7 @@ from gpuready.deploy.context import current_node
 from gpuready.deploy.facts.host import FileDigest, UnitState
 from gpuready.deploy.facts.nvidia import MigInstances, NvidiaSmi
 from gpuready.deploy.node_facts import FactSpec, reads
+from gpuready.deploy.operations import cdi as cdi_ops
 from gpuready.deploy.operations import host as host_ops
 from gpuready.deploy.operations import mig
 from gpuready.nvidia import cdi
@@ -49,6 +50,8 @@ def mig_layout() -> None:
             restarted=True,
             _if=layout.did_change,
         )
+        # written here, not in the toolkit step: after a reboot that lost the instances it could not be
+        cdi_ops.spec(name=f"The CDI spec ({cdi.SPEC_PATH})", _if=layout.did_not_change)
     # GPU and compute instances are gone after a reboot (the rolling upgrade's own): a oneshot unit creates them
     # again before the kubelet starts, with the same commands (nvidia.mig_layout)
     host_ops.file_content(

@@ -51,4 +51,7 @@ def container_toolkit() -> None:
         enabled=True,
     )
     host_ops.service(name="Refresh the CDI spec at boot", unit=cdi.REFRESH_SERVICE, enabled=True)
-    cdi_ops.spec(name=f"The CDI spec ({cdi.SPEC_PATH})")
+    if node.sharing.mode != "mig":
+        # a MIG node's spec is written after its layout (tasks.mig): nvidia-ctk writes no spec while every GPU is
+        # MIG-enabled without a MIG device (a reboot that lost the instances), "failed add device \"all\""
+        cdi_ops.spec(name=f"The CDI spec ({cdi.SPEC_PATH})")
