@@ -108,6 +108,13 @@ kube_join_token_file = None
 kube_join_token_env = "GPUREADY_JOIN_TOKEN"
 # the CRI socket kubeadm joins with
 kube_cri_socket = "unix:///run/containerd/containerd.sock"
+# kubeadm preflight checks whose errors the join ignores (JoinConfiguration
+# nodeRegistration.ignorePreflightErrors), e.g. ["SystemVerification"]; keep it empty on real nodes (the lab
+# sets it only for hosts running the real kubelet, whose cgroups lack controllers)
+kube_join_ignore_preflight_errors = []
+# a directory on the node of kubeadm patches the join applies (JoinConfiguration patches.directory, e.g.
+# "/etc/kubernetes/patches" with kubeletconfiguration+merge.json); None: none
+kube_join_patches_dir = None
 # extra labels applied at join, e.g. {"node-role.kubernetes.io/gpu": "", "pool": "training"}
 node_labels = {}
 # "key[=value]:Effect", Effect in NoSchedule|PreferNoSchedule|NoExecute

@@ -52,6 +52,8 @@ BAD: dict[str, tuple[object, str]] = {
     "kube_join_token_file": ("", "a file path"),
     "kube_join_token_env": ("MY-TOKEN", "an environment variable name"),
     "kube_cri_socket": ("/run/containerd/containerd.sock", "a unix:/// socket URL"),
+    "kube_join_ignore_preflight_errors": ("SystemVerification", "must be a list of check names"),
+    "kube_join_patches_dir": ("patches", "an absolute path"),
     "node_labels": (["pool=a"], "must be a dict of label key -> value"),
     "node_taints": ("nvidia.com/gpu:NoSchedule", "must be a list of 'key[=value]:Effect'"),
     "containerd_nvidia_default_runtime": ("True", "must be True or False"),

@@ -153,6 +153,16 @@ def _priorities(value: Any) -> str | None:
     return None
 
 
+def _names(value: Any) -> str | None:
+    allowed = "must be a list of check names, e.g. ['SystemVerification']"
+    if not isinstance(value, list | tuple) or len(value) > 100:
+        return allowed
+    for name in value:
+        if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z][A-Za-z0-9._-]{0,99}", name):
+            return f"{allowed}; {name!r} is not one"
+    return None
+
+
 def _data_keys(value: Any) -> str | None:
     allowed = "must be a list of data keys (Python identifiers), e.g. ['rack', 'asset_tag']"
     if not isinstance(value, list | tuple) or len(value) > 1000:
@@ -300,6 +310,14 @@ KNOBS: dict[str, Knob] = {k.name: k for k in (
        "deploy", _optional(_text(r"[A-Za-z_][A-Za-z0-9_]*", "an environment variable name"))),
     _K("kube_cri_socket", "unix:///run/containerd/containerd.sock", "the CRI socket kubeadm joins with", "join",
        "deploy", _text(r"unix:///\S+", "a unix:/// socket URL")),
+    _K("kube_join_ignore_preflight_errors", [], "kubeadm preflight checks whose errors the join ignores "
+       "(JoinConfiguration nodeRegistration.ignorePreflightErrors), e.g. [\"SystemVerification\"]; keep it empty "
+       "on real nodes (the lab sets it only for hosts running the real kubelet, whose cgroups lack controllers)",
+       "join", "deploy", _names),
+    _K("kube_join_patches_dir", None, "a directory on the node of kubeadm patches the join applies "
+       "(JoinConfiguration patches.directory, e.g. \"/etc/kubernetes/patches\" with "
+       "kubeletconfiguration+merge.json); None: none", "join", "deploy",
+       _optional(_text(r"/\S*", "an absolute path"))),
     _K("node_labels", {}, "extra labels applied at join, e.g. {\"node-role.kubernetes.io/gpu\": \"\", \"pool\": "
        "\"training\"}", "join", "both"),
     _K("node_taints", ["nvidia.com/gpu=present:NoSchedule"], "\"key[=value]:Effect\", Effect in "
