@@ -717,6 +717,8 @@ class _HostReader:
             token_file=self.settings["kube_join_token_file"],
             token_env=self.settings["kube_join_token_env"],
             cri_socket=self.settings["kube_cri_socket"],
+            ignore_preflight_errors=tuple(self.settings["kube_join_ignore_preflight_errors"]),
+            patches_dir=self.settings["kube_join_patches_dir"],
         )
         if not enabled:
             return join

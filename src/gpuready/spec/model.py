@@ -128,6 +128,8 @@ class Join:
     token_file: str | None
     token_env: str | None
     cri_socket: str
+    ignore_preflight_errors: tuple[str, ...] = ()
+    patches_dir: str | None = None
 
     def read_token(self) -> str:
         """The bootstrap token from the file or environment named in the inventory (never from a command line)."""

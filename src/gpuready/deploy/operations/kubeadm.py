@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shlex
+from typing import Any
 
 import yaml
 from pyinfra import host
@@ -39,6 +40,12 @@ def join_configuration(node: NodeSpec, token: str) -> str:
             "kubeletExtraArgs": [{"name": "node-labels", "value": labels}],
         },
     }
+    # lab hosts on the real kubelet only (knobs kube_join_ignore_preflight_errors, kube_join_patches_dir)
+    if node.join.ignore_preflight_errors:
+        registration: dict[str, Any] = doc["nodeRegistration"]  # type: ignore[assignment]
+        registration["ignorePreflightErrors"] = list(node.join.ignore_preflight_errors)
+    if node.join.patches_dir:
+        doc["patches"] = {"directory": node.join.patches_dir}
     return yaml.safe_dump(doc, sort_keys=False)
 
 
