@@ -8,6 +8,7 @@ NVIDIA's and Kubernetes' real ones (``group_data/all.py``), so the deploy runs t
 """
 
 import os
+from typing import Any
 
 from gpuready.lab.state import LabPaths, lab_dir, require_state
 
@@ -17,7 +18,7 @@ _repo = _state["repo"]
 # The cluster the hosts join: the lab's real control plane once it records itself in the state ("apiserver":
 # endpoint, CA hash, token file). Until then the hosts are only prepared, not joined.
 _api = _state.get("apiserver")
-_cluster = (
+_cluster: dict[str, Any] = (
     {
         "kube_api_endpoint": _api["endpoint"],
         "kube_ca_cert_hash": _api["ca_cert_hash"],
@@ -27,6 +28,14 @@ _cluster = (
     if _api
     else {"kube_join": False}
 )
+# `lab up --kubelet real` (opt-in): the real kubeadm join needs the lab's kubelet patch (no QoS cgroups: the hosts'
+# cgroup2 has no cpu/memory/pids controllers) and to ignore its SystemVerification check for the same reason.
+# Lab-only: a real node leaves both knobs unset.
+if _api and _state.get("kubelet") == "real":
+    from gpuready.lab import realhost
+
+    _cluster["kube_join_patches_dir"] = realhost.PATCHES_DIR
+    _cluster["kube_join_ignore_preflight_errors"] = realhost.IGNORE_PREFLIGHT
 
 # How each hardware profile's GPUs are shared in the lab: one pool per sharing mode, like example.py. Edit this
 # to try a sharing change before it touches real hosts.

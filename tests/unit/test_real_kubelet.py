@@ -208,3 +208,62 @@ def test_oci_archive_is_a_consistent_image_layout() -> None:
     config = json.loads(blobs["blobs/sha256/" + manifest["config"]["digest"].split(":")[1]])
     assert config["rootfs"]["diff_ids"] == ["sha256:" + hashlib.sha256(layer).hexdigest()]
     assert config["config"] == {"Entrypoint": ["/pause"]}
+
+
+# --- stage 2: the lab's opt-in real-kubelet mode (gpuready.lab.realhost) -----------------------------------------
+
+
+def _wrapper_namespace() -> dict[str, Any]:
+    from gpuready.lab import realhost
+
+    namespace: dict[str, Any] = {"__name__": "runc_wrapper"}
+    exec(compile(realhost.runc_wrapper(), "runc-lab", "exec"), namespace)
+    return namespace
+
+
+def test_the_wrapper_raises_an_oom_score_below_its_own(tmp_path: Path) -> None:
+    clamp = _wrapper_namespace()["clamp_oom"]
+    own = int(Path("/proc/self/oom_score_adj").read_text())
+    spec: dict[str, Any] = {"process": {"oomScoreAdj": own - 1 if own > -1000 else -1000}}
+    clamp(spec)
+    assert spec["process"]["oomScoreAdj"] == own
+    high = {"process": {"oomScoreAdj": 1000}}
+    clamp(high)
+    assert high["process"]["oomScoreAdj"] == 1000  # raising is allowed: kept
+
+
+def test_real_mode_host_files_are_lab_owned_and_per_host() -> None:
+    from gpuready.lab import realhost
+
+    files = realhost.host_files(7)
+    assert files["/usr/local/sbin/runc"][1] == 0o755
+    assert (
+        json.loads(files[f"{realhost.PATCHES_DIR}/kubeletconfiguration+merge.json"][0])
+        == realnode.KUBELET_CONFIG_PATCH
+    )
+    conflist = json.loads(files["/etc/cni/net.d/10-gpuready-lab-bridge.conflist"][0])
+    assert conflist["plugins"][0]["bridge"] == "labbr7"
+    assert conflist["plugins"][0]["ipam"]["ranges"] == [[{"subnet": "10.246.7.0/24"}]]
+    assert (
+        realhost.IMPORT_SCRIPT
+        in files["/etc/systemd/system/containerd.service.d/gpuready-lab-images.conf"][0]
+    )
+    assert realnode.PAUSE_IMAGE in realhost.PAUSE_NAMES
+
+
+def test_real_mode_packages_carry_the_binaries(tmp_path: Path) -> None:
+    from gpuready.lab import k8s_packages
+
+    kubelet, kubeadm = tmp_path / "kubelet", tmp_path / "kubeadm"
+    kubelet.write_bytes(b"\x7fELFkubelet")
+    kubeadm.write_bytes(b"\x7fELFkubeadm")
+    real = k8s_packages.RealBinaries(kubelet=kubelet, kubeadm=kubeadm)
+    debs = {d.name: d for d in k8s_packages.kubernetes_debs("1.36.3", b"kubectl", real)}
+    assert debs["kubelet"].files["/usr/bin/kubelet"][0] == b"\x7fELFkubelet"
+    assert debs["kubeadm"].files["/usr/bin/kubeadm"][0] == b"\x7fELFkubeadm"
+    assert not any(path.startswith(k8s_packages.EMU_LIB) for d in debs.values() for path in d.files)
+    assert "/usr/lib/systemd/system/kubelet.service.d/10-kubeadm.conf" in debs["kubeadm"].files
+    tools = {d.name: d for d in k8s_packages.tool_debs(real)}
+    assert tools["kubernetes-cni"].depends == ["containernetworking-plugins"]
+    emulated = {d.name: d for d in k8s_packages.kubernetes_debs("1.36.3", b"kubectl")}
+    assert b"emulated" in emulated["kubelet"].files["/usr/bin/kubelet"][0]

@@ -13,7 +13,7 @@ import textwrap
 from collections.abc import Callable
 from typing import Any
 
-from gpuready.lab import faults, hosts, ssh
+from gpuready.lab import faults, hosts, realhost, ssh
 from gpuready.lab.cluster import cluster
 from gpuready.lab.state import LabNotUp, LabPaths, lab_dir, require_state
 
@@ -31,6 +31,7 @@ def _up(args: argparse.Namespace) -> int:
         control_plane=args.control_plane,
         virtual_nodes=args.virtual_nodes,
         kubernetes_version=args.kubernetes_version,
+        kubelet=args.kubelet,
     )
     _print_hosts(state)
     return 0
@@ -164,6 +165,14 @@ def _add_lab_commands(sub: Any) -> None:
         metavar="X.Y.Z",
         help="control plane version, built from k8s.io/kubernetes once and cached (default "
         f"{cluster.DEFAULT_VERSION}, the kubernetes_version default in inventory/group_data/all.py)",
+    )
+    p.add_argument(
+        "--kubelet",
+        choices=realhost.KUBELET_MODES,
+        default=realhost.DEFAULT_KUBELET,
+        help="the hosts' kubelet and kubeadm: 'emulated' (default: the lab's emulations and node agent) or 'real' "
+        "(opt-in, issue #28: the real binaries in the lab's packages, Debian's containerd and runc run real "
+        "containers; lab-only settings of gpuready.lab.realhost, see docs/lab-real-kubelet.md; no virtual nodes)",
     )
     p.add_argument(
         "--virtual-nodes",

@@ -52,8 +52,10 @@ from gpuready.lab import (
     hardware,
     k8s_packages,
     kernel_files,
+    kubelet_build,
     network,
     packages,
+    realhost,
     ssh,
     supervisor,
 )
@@ -529,6 +531,7 @@ def up(
     subnet: str | None = None,
     releases: list[str] | None = None,
     nspawn_args: Callable[[HostSpec], list[str]] | None = None,
+    kubelet: str = realhost.DEFAULT_KUBELET,
 ) -> dict[str, Any]:
     """Bring up a fresh lab (cleaning up whatever an earlier lab in this state dir left) and record its state.
 
@@ -536,8 +539,18 @@ def up(
     (default: the first of network.SUBNETS that nothing on this machine uses, 10.213.0.0/16 for a lab alone);
     releases are the Debian releases cycled over the hosts (default: DEFAULT_RELEASE for every host);
     nspawn_args, called once per host after its directory exists and before it boots, gives extra nspawn options
-    (nothing by default; whatever it creates under the host's directory goes with it at `down`).
+    (nothing by default; whatever it creates under the host's directory goes with it at `down`);
+    kubelet "real" (opt-in, issue #28) gives the hosts the real kubelet and kubeadm in the lab's packages and the
+    lab-only settings of gpuready.lab.realhost, and stops the node agent once the control plane is up (it would
+    play kubelet for the hosts); "emulated" (the default) keeps the emulations and the agent.
     """
+    if kubelet not in realhost.KUBELET_MODES:
+        raise LabError(f"kubelet {kubelet!r}: one of {', '.join(realhost.KUBELET_MODES)}")
+    real = kubelet == "real"
+    if real and (virtual_nodes or not control_plane):
+        raise LabError(
+            "--kubelet real needs the control plane and no virtual nodes (the node agent is stopped)"
+        )
     # refuse a bad plan before anything else
     specs = plan_hosts(nodes, profiles, first_index, releases=releases)
     unknown = sorted({s.profile for s in specs} - set(hardware.PROFILES))
@@ -549,6 +562,17 @@ def up(
         raise LabError("the lab cannot start here:\n" + "\n".join(f"- {line}" for line in missing))
     down(paths, quiet=True)
     bases = {suite: ensure_base(suite, cache)[0] for suite in suites}
+    real_binaries: k8s_packages.RealBinaries | None = None
+    lab_images: dict[str, bytes] = {}
+    if real:
+        progress(f"real-kubelet mode: kubelet, kubeadm and images of v{kubernetes_version}")
+        crictl = (cache or cache_dir()) / f"crictl-v{k8s_packages.CRI_TOOLS_VERSION}/bin/crictl"
+        real_binaries = k8s_packages.RealBinaries(
+            kubelet=kubelet_build.ensure_kubelet(kubernetes_version, progress, cache)[0],
+            kubeadm=binaries.build_kube(kubernetes_version, progress, cache)[0].path("kubeadm"),
+            crictl=crictl if crictl.is_file() else None,
+        )
+        lab_images = realhost.images(kubernetes_version, progress)
     paths.root.mkdir(parents=True, exist_ok=True)
     client_pubkey = ssh.ensure_client_key(paths).with_suffix(".pub").read_text().strip()
     port = SSH_PORT
@@ -577,7 +601,8 @@ def up(
         progress(f"network namespace {net.netns}: {net.subnet}, reached from here via {net.root_veth}")
         state["egress"] = _start_egress(paths, net, list(bases.values()))
         save_state(paths, state)
-        state["repo"] = _start_repo(paths, net)
+        state["repo"] = _start_repo(paths, net, real_binaries, kubernetes_version)
+        state["kubelet"] = kubelet
         state["sysctls"] = _set_machine_sysctls()
         save_state(paths, state)
         for spec in specs:
@@ -587,6 +612,11 @@ def up(
             # the host's kernel files: the sysfs view must exist before nspawn binds it
             kernel_files.refresh(paths.machine_dir(spec.name), merged)
             extra = nspawn_args(spec) if nspawn_args else []
+            if real:
+                own_crictl = real_binaries.crictl if real_binaries else None
+                extra += realhost.prepare_host(
+                    paths.host_dir(spec.name), merged, spec.index, lab_images, own_crictl
+                )
             procs[spec.name] = proc = _boot(paths, spec, merged, net.netns, extra)
             state["hosts"][spec.name] = {
                 "index": spec.index,
@@ -617,6 +647,8 @@ def up(
             )
             state["apiserver"]["pid_start"] = _proc_start(state["apiserver"]["pid"])
             save_state(paths, state)
+            if real:  # the hosts' kubelets are real: the agent must not play kubelet for them
+                cluster.stop_agent(state["apiserver"].get("agent") or {})
     except network.NetworkError as exc:
         down(paths, quiet=True)
         raise LabError(str(exc)) from exc
@@ -683,13 +715,23 @@ def _wait_for_hosts(
             time.sleep(0.1)
 
 
-def _start_repo(paths: LabPaths, net: network.LabNetwork) -> dict[str, Any]:
+def _start_repo(
+    paths: LabPaths,
+    net: network.LabNetwork,
+    real: k8s_packages.RealBinaries | None = None,
+    kubernetes_version: str = cluster.DEFAULT_VERSION,
+) -> dict[str, Any]:
     """Build the emulated packages into signed repositories and serve them in the lab's network namespace on its
-    repository address; returns the state's "repo" entry."""
+    repository address; returns the state's "repo" entry. `real`: the Kubernetes packages carry the real kubelet
+    and kubeadm of kubernetes_version (the lab's real-kubelet mode)."""
     signer = aptrepo.ensure_signing_key(paths.gnupg_home)
     progress("building the emulated NVIDIA packages and the signed repositories")
     debs = packages.build_packages(paths.packages_dir)
-    debs["kubernetes"] = k8s_packages.build_kubernetes_packages(paths.packages_dir / "kubernetes")
+    debs["kubernetes"] = (
+        k8s_packages.build_kubernetes_packages(paths.packages_dir / "kubernetes", (kubernetes_version,), real)
+        if real
+        else k8s_packages.build_kubernetes_packages(paths.packages_dir / "kubernetes")
+    )
     aptrepo.build_repos(paths.repo_root, debs, signer)
     keyring, armored = aptrepo.export_keyring(signer, paths.keyring)
     pid, port = aptrepo.start_server(

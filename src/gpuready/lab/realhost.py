@@ -1,0 +1,191 @@
+"""The lab's opt-in real-kubelet mode (``gpuready lab up --kubelet real``, issue #28 stage 2): what the LAB puts on
+a host so that gpuready's own node deploy (``deploys/gpu_node.py``, unchanged) gives it the real kubelet.
+
+The deploy installs the lab's ``kubelet``/``kubeadm`` packages (real binaries in this mode, see
+:func:`gpuready.lab.k8s_packages.build_kubernetes_packages`), Debian's containerd and runc, and runs the real
+``kubeadm join``. Everything this machine forces on top (docs/lab-real-kubelet.md, "Workarounds") is lab-owned,
+written into the host's root before it boots, never by the deploy:
+
+* the nspawn options of :func:`gpuready.lab.realnode.nspawn_args` (``/dev/kmsg``, the kubelet's sysctl files, own
+  ``/var/lib/containerd`` and ``/var/lib/kubelet`` directories, capabilities, system calls);
+* the runc wrapper as ``/usr/local/sbin/runc``, ahead of Debian's ``/usr/sbin/runc`` on containerd's PATH (so the
+  deploy's containerd config keeps runc's default binary); it also raises an OCI spec's ``oomScoreAdj`` to the
+  caller's own, which is what containerd's ``restrict_oom_score_adj`` would do (no CAP_SYS_RESOURCE here);
+* a ``containerd.service`` drop-in whose ``ExecStartPost`` imports the lab's images (pause under the sandbox names
+  containerd 1.6, 1.7 and 2.x default to, and a busybox image) whenever the deploy starts containerd;
+* kubeadm's ``kubeletconfiguration`` patch in :data:`PATCHES_DIR`, which the lab inventory gives the deploy as the
+  knob ``kube_join_patches_dir`` (with ``kube_join_ignore_preflight_errors = ["SystemVerification"]``);
+* a CNI bridge conflist of the host's own (bridge ``labbr<N>``, subnet 10.246.<N>.0/24: the hosts share one network
+  namespace) for Debian's ``containernetworking-plugins`` (the lab's ``kubernetes-cni`` package depends on it in
+  this mode), ``/etc/crictl.yaml`` and the cached real crictl as ``/usr/local/bin/crictl`` (the deploy installs no
+  cri-tools).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+from gpuready.lab import realnode
+from gpuready.lab.gobuild import Progress
+from gpuready.lab.state import cache_dir, locked
+
+KUBELET_MODES = ("emulated", "real")
+DEFAULT_KUBELET = "emulated"
+PATCHES_DIR = "/etc/gpuready-lab/kubeadm-patches"
+IGNORE_PREFLIGHT = ["SystemVerification"]  # kubeadm's cgroup check: the hosts' cgroup2 has no cpu/memory/pids
+IMAGES_DIR = "/var/lib/gpuready-lab/images"
+IMPORT_SCRIPT = "/usr/local/sbin/gpuready-lab-import-images"
+BUSYBOX_IMAGE = "docker.io/library/busybox:1.36-lab"
+# containerd's default sandbox image per release (1.6: 3.6, 1.7: 3.8, 2.x: 3.10) and kubeadm 1.36's
+PAUSE_NAMES = [f"registry.k8s.io/pause:{tag}" for tag in ("3.6", "3.8", "3.9", "3.10", "3.10.1", "3.10.2")]
+
+IMPORT = f"""#!/bin/sh
+# gpuready lab only (real-kubelet mode): import the lab's OCI images into containerd's k8s.io namespace, so that
+# IfNotPresent never pulls. Run by containerd.service's ExecStartPost (drop-in gpuready-lab-images.conf).
+for f in {IMAGES_DIR}/*.oci.tar; do
+  [ -e "$f" ] || continue
+  ctr -n k8s.io images import --all-platforms --digests "$f" >/dev/null || echo "import failed: $f" >&2
+done
+exit 0
+"""
+CONTAINERD_DROPIN = f"""# gpuready lab only (real-kubelet mode): the lab's images, imported whenever containerd starts
+[Service]
+ExecStartPost=-{IMPORT_SCRIPT}
+"""
+CRICTL_YAML = (
+    "runtime-endpoint: unix:///run/containerd/containerd.sock\n"
+    "image-endpoint: unix:///run/containerd/containerd.sock\n"
+)
+OOM_CLAMP = '''
+def clamp_oom(spec):
+    """containerd's restrict_oom_score_adj, here: no CAP_SYS_RESOURCE, so a score below our own cannot be set."""
+    process = spec.get("process") or {}
+    if "oomScoreAdj" in process:
+        try:
+            with open("/proc/self/oom_score_adj") as f:
+                own = int(f.read())
+        except (OSError, ValueError):
+            return
+        if process["oomScoreAdj"] < own:
+            process["oomScoreAdj"] = own
+
+'''
+
+
+def runc_wrapper() -> str:
+    """realnode's wrapper, plus the oomScoreAdj clamp (containerd keeps Debian's defaults in this mode)."""
+    text = realnode.RUNC_WRAPPER.replace("\ndef main(argv):", OOM_CLAMP + "\ndef main(argv):", 1)
+    text = text.replace(
+        '        if "resources" in linux:', '        clamp_oom(spec)\n        if "resources" in linux:', 1
+    )
+    # the wrapper is /usr/local/sbin/runc itself: never exec a link back to it
+    return text
+
+
+def cni_subnet(index: int) -> str:
+    return f"10.246.{index}.0/24"
+
+
+def host_files(index: int) -> dict[str, tuple[str, int]]:
+    """The lab-owned files of one host (path in the host -> (text, mode))."""
+    return {
+        "/usr/local/sbin/runc": (runc_wrapper(), 0o755),
+        IMPORT_SCRIPT: (IMPORT, 0o755),
+        "/etc/systemd/system/containerd.service.d/gpuready-lab-images.conf": (CONTAINERD_DROPIN, 0o644),
+        f"{PATCHES_DIR}/kubeletconfiguration+merge.json": (
+            json.dumps(realnode.KUBELET_CONFIG_PATCH) + "\n",
+            0o644,
+        ),
+        "/etc/cni/net.d/10-gpuready-lab-bridge.conflist": (
+            realnode.cni_conflist(f"labbr{index}", cni_subnet(index)),
+            0o644,
+        ),
+        "/etc/crictl.yaml": (CRICTL_YAML, 0o644),
+    }
+
+
+def prepare_host(
+    host_dir: Path, root: Path, index: int, images: dict[str, bytes], crictl: Path | None = None
+) -> list[str]:
+    """Write the lab-owned files into the host's root (its overlay, before boot) and make its own directories
+    under host_dir (so ``lab down`` removes them); returns its extra nspawn options."""
+    for path, (text, mode) in host_files(index).items():
+        target = root / path.lstrip("/")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(text)
+        target.chmod(mode)
+    image_dir = root / IMAGES_DIR.lstrip("/")
+    image_dir.mkdir(parents=True, exist_ok=True)
+    for name, data in images.items():
+        (image_dir / name).write_bytes(data)
+    realnode.write_sysctl_files(root)
+    if crictl:  # the node deploy installs no cri-tools; the lab's crictl, to look at the host's containers
+        target = root / "usr/local/bin/crictl"
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(crictl, target)
+        target.chmod(0o755)
+    own = {
+        target: host_dir / "realnode" / target.strip("/").replace("/", "-") for target in realnode.OWN_DIRS
+    }
+    for directory in own.values():
+        directory.mkdir(parents=True, exist_ok=True)
+    return realnode.nspawn_args(own)
+
+
+# --- images (built once into the lab cache) ----------------------------------------------------------------------
+
+
+def _pause_binary(version: str, out: Path) -> Path:
+    """Kubernetes' own pause (build/pause/linux/pause.c of the k8s.io/kubernetes module the kubelet build put in
+    the Go module cache), compiled statically with this machine's gcc."""
+    modcache = subprocess.run(
+        ["go", "env", "GOMODCACHE"], capture_output=True, text=True, check=True
+    ).stdout.strip()
+    source = Path(modcache) / f"k8s.io/kubernetes@v{version}/build/pause/linux/pause.c"
+    tag = realnode.PAUSE_IMAGE.rsplit(":", 1)[1]
+    subprocess.run(["gcc", "-Os", "-static", f"-DVERSION=v{tag}", "-o", str(out), str(source)], check=True)
+    return out
+
+
+def _busybox_binary(progress: Progress) -> Path:
+    from gpuready.lab import hosts
+    from gpuready.lab.cluster import binaries
+
+    base = cache_dir() / "busybox-static"
+    base.mkdir(parents=True, exist_ok=True)
+    with binaries.locked(base / ".lock"):
+        found = sorted(base.glob("busybox-static_*/busybox"))
+        if found:
+            return found[-1]
+        mirror = hosts.debian_mirror("bookworm")
+        return (
+            binaries._fetch_deb(mirror, "bookworm", "busybox-static", base, progress, only="bin/busybox")
+            / "busybox"
+        )
+
+
+def images(version: str, progress: Progress) -> dict[str, bytes]:
+    """The lab's OCI image archives (file name -> bytes): pause under every sandbox name, and busybox."""
+    target = cache_dir() / f"realnode-images-v{version}"
+    with locked(cache_dir() / f".realnode-images-v{version}.lock"):
+        if not (target / ".done").exists():
+            target.mkdir(parents=True, exist_ok=True)
+            pause = _pause_binary(version, target / "pause").read_bytes()
+            busybox = _busybox_binary(progress).read_bytes()
+            layer = realnode.layer_tar({"pause": (pause, 0o755)})
+            for name in PAUSE_NAMES:
+                archive = realnode.oci_archive(
+                    name, [layer], {"Entrypoint": ["/pause"], "User": "65535:65535"}
+                )
+                (target / f"pause_{name.rsplit(':', 1)[1]}.oci.tar").write_bytes(archive)
+            bb = realnode.oci_archive(
+                BUSYBOX_IMAGE,
+                [realnode.layer_tar({"bin/busybox": (busybox, 0o755)}, {"bin/sh": "busybox"})],
+                {"Cmd": ["/bin/sh"], "Env": ["PATH=/bin"]},
+            )
+            (target / "busybox_1.36-lab.oci.tar").write_bytes(bb)
+            (target / ".done").write_text("")
+    return {p.name: p.read_bytes() for p in sorted(target.glob("*.oci.tar"))}
