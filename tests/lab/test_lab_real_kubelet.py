@@ -1,0 +1,169 @@
+"""The lab's opt-in real-kubelet mode (`gpuready lab up --kubelet real`, issue #28 stage 2): gpuready's own node
+deploy, unchanged, gives a lab host the REAL kubelet and kubeadm v1.36.3 (the lab's packages carry them), joins it
+with the real `kubeadm join`, and a pod runs as a real runc container of the host's Debian containerd.
+
+Its own one-host lab (trixie, the L4 profile; subnet 10.222.0.0/16, host number 222), beside the session lab.
+With the caches warm (kubelet, control plane, base roots, images) the module takes about 105 s on a 2-core machine
+(lab up and both deploys 76 s, teardown 23 s), so the default `make test` runs it (marked lab only).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import Lab, lab_skip_reason
+from pyinfra_runs import PyinfraRun, run_pyinfra
+
+from gpuready.lab import hosts, k8s_packages, realhost
+from gpuready.lab.cluster import cluster
+from gpuready.lab.state import LabPaths
+
+pytestmark = pytest.mark.lab
+
+INDEX = 222
+NODE = f"gpu-node-{INDEX}"
+VERSION = cluster.DEFAULT_VERSION
+
+
+def _kubectl(state: dict[str, Any], *args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+    exe = str(k8s_packages.kubectl_binary())
+    return subprocess.run(
+        [exe, f"--kubeconfig={state['apiserver']['kubeconfig']}", *args],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def _wait(probe: Any, timeout: float) -> tuple[bool, str]:
+    deadline, last = time.monotonic() + timeout, ""
+    while time.monotonic() < deadline:
+        ok, last = probe()
+        if ok:
+            return True, last
+        time.sleep(2)
+    return False, last
+
+
+@pytest.fixture(scope="module")
+def real_lab(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    if reason := lab_skip_reason():
+        pytest.skip(reason)
+    paths = LabPaths(tmp_path_factory.mktemp("lab-real-kubelet"))
+    try:
+        state = hosts.up(
+            paths,
+            nodes=1,
+            profiles=["l4-1"],
+            releases=["trixie"],
+            first_index=INDEX,
+            subnet="10.222.0.0/16",
+            kubelet="real",
+        )
+        yield Lab(paths, state)
+    finally:
+        with contextlib.suppress(Exception):
+            hosts.down(paths, quiet=True)
+
+
+@pytest.fixture(scope="module")
+def deployed(real_lab: Lab) -> tuple[Lab, PyinfraRun, PyinfraRun]:
+    first = run_pyinfra(real_lab)
+    assert first.returncode == 0, first.output[-6000:]
+    second = run_pyinfra(real_lab)
+    return real_lab, first, second
+
+
+def test_real_kubelet_and_kubeadm_binaries(deployed: tuple[Lab, PyinfraRun, PyinfraRun]) -> None:
+    lab, _, _ = deployed
+    for tool, version in (("kubelet", "kubelet --version"), ("kubeadm", "kubeadm version -o short")):
+        magic = lab.ssh(NODE, f"head -c 4 /usr/bin/{tool} | od -An -c").stdout.split()
+        assert magic[1:4] == ["E", "L", "F"], f"{tool} is not an ELF binary: {magic}"
+        out = lab.ssh(NODE, version).stdout
+        assert f"v{VERSION}" in out, out
+    owner = lab.ssh(NODE, "dpkg -S /usr/bin/kubelet /usr/bin/kubeadm").stdout
+    assert "kubelet:" in owner and "kubeadm:" in owner, owner
+
+
+def test_node_joined_by_the_real_kubelet_is_ready(deployed: tuple[Lab, PyinfraRun, PyinfraRun]) -> None:
+    lab, _, _ = deployed
+
+    def ready() -> tuple[bool, str]:
+        r = _kubectl(lab.state, "get", "node", NODE, "-o", "json")
+        if r.returncode:
+            return False, r.stderr
+        node = json.loads(r.stdout)
+        conds = {c["type"]: c["status"] for c in node["status"]["conditions"]}
+        info = node["status"]["nodeInfo"]
+        return conds.get(
+            "Ready"
+        ) == "True", f"{conds} {info['kubeletVersion']} {info['containerRuntimeVersion']}"
+
+    ok, detail = _wait(ready, 180)
+    assert ok, detail
+    assert f"v{VERSION}" in detail and "containerd://" in detail, detail
+
+
+def test_busybox_pod_is_a_real_container(deployed: tuple[Lab, PyinfraRun, PyinfraRun]) -> None:
+    lab, _, _ = deployed
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "real-busybox", "namespace": "default"},
+        "spec": {
+            "nodeName": NODE,
+            "restartPolicy": "Never",
+            "tolerations": [{"operator": "Exists"}],
+            "containers": [
+                {
+                    "name": "busybox",
+                    "image": realhost.BUSYBOX_IMAGE,
+                    "imagePullPolicy": "IfNotPresent",
+                    "command": ["/bin/busybox", "sh", "-c", "echo real; /bin/busybox sleep 3600"],
+                }
+            ],
+        },
+    }
+    created = _kubectl(lab.state, "apply", "-f", "-", stdin=json.dumps(pod))
+    assert created.returncode == 0, created.stderr
+
+    def running() -> tuple[bool, str]:
+        r = _kubectl(lab.state, "get", "pod", "real-busybox", "-o", "json")
+        status = json.loads(r.stdout).get("status", {}) if r.returncode == 0 else {}
+        return status.get("phase") == "Running", json.dumps(status)[-1500:] or r.stderr
+
+    ok, detail = _wait(running, 150)
+    if not ok:
+        events = _kubectl(
+            lab.state, "get", "events", "-A", "--field-selector", "involvedObject.name=real-busybox"
+        )
+        journal = lab.ssh(
+            NODE, "journalctl -u kubelet -u containerd --no-pager -o cat | tail -40", check=False
+        )
+        pytest.fail(f"pod not Running: {detail}\n{events.stdout}\n{journal.stdout}")
+    ps = lab.ssh(NODE, "crictl ps --name busybox -o json").stdout
+    containers = json.loads(ps)["containers"]
+    assert [c["metadata"]["name"] for c in containers] == ["busybox"], ps
+    assert containers[0]["state"] == "CONTAINER_RUNNING", ps
+
+
+def test_second_deploy_changes_nothing(deployed: tuple[Lab, PyinfraRun, PyinfraRun]) -> None:
+    _, _, second = deployed
+    assert second.returncode == 0, second.output[-4000:]
+    assert second.changed_operations() == set(), second.output[-4000:]
+
+
+def test_lab_owned_files_only_in_real_mode() -> None:
+    files = realhost.host_files(INDEX)
+    assert (
+        "/usr/local/sbin/runc" in files and f"{realhost.PATCHES_DIR}/kubeletconfiguration+merge.json" in files
+    )
+    assert "clamp_oom(spec)" in realhost.runc_wrapper()
+    assert Path(realhost.__file__).exists()
