@@ -167,3 +167,16 @@ def test_lab_owned_files_only_in_real_mode() -> None:
     )
     assert "clamp_oom(spec)" in realhost.runc_wrapper()
     assert Path(realhost.__file__).exists()
+
+
+def test_logs_and_exec_go_through_the_real_kubelet(deployed: tuple[Lab, PyinfraRun, PyinfraRun]) -> None:
+    """The API server reaches the real kubelet's API (logs, exec), and the container has its own PID namespace."""
+    lab, _, _ = deployed
+    ok, detail = _wait(lambda: (lambda r: ("real" in r.stdout, r.stdout + r.stderr))(
+        _kubectl(lab.state, "logs", "real-busybox")), 60)  # fmt: skip
+    assert ok, detail
+    execd = _kubectl(lab.state, "exec", "real-busybox", "--", "/bin/busybox", "ps")
+    assert execd.returncode == 0, execd.stderr
+    assert "systemd" not in execd.stdout and "sleep 3600" in execd.stdout, execd.stdout
+    listed = lab.ssh(NODE, "ctr -n k8s.io containers ls -q | wc -l").stdout
+    assert int(listed) >= 2, listed  # the pod's sandbox (pause) and its busybox container
