@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import subprocess
 import time
 from pathlib import Path
@@ -29,6 +30,8 @@ pytestmark = pytest.mark.lab
 INDEX = 222
 NODE = f"gpu-node-{INDEX}"
 VERSION = cluster.DEFAULT_VERSION
+# the host's Debian release; GPUREADY_LAB_REAL_OS=bookworm|sid to try another (trixie: containerd 1.7)
+RELEASE = os.environ.get("GPUREADY_LAB_REAL_OS", "trixie")
 
 
 def _kubectl(state: dict[str, Any], *args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
@@ -62,7 +65,7 @@ def real_lab(tmp_path_factory: pytest.TempPathFactory) -> Any:
             paths,
             nodes=1,
             profiles=["l4-1"],
-            releases=["trixie"],
+            releases=[RELEASE],
             first_index=INDEX,
             subnet="10.222.0.0/16",
             kubelet="real",
