@@ -20,12 +20,10 @@ step "gpuready lab up: 3 hosts, one per Debian release"
   --os bookworm --os trixie --os sid
 step "gpuready plan inventory/lab.py: what the deploy installs and the suite expects"
 "$BIN/gpuready" plan inventory/lab.py
-step "pyinfra inventory/lab.py deploys/gpu_node.py"
-"$BIN/pyinfra" -y inventory/lab.py deploys/gpu_node.py
+step "pyinfra inventory/lab.py deploys/gpu_node.py --data diag_tools=true (DCGM and nvbandwidth for the diag layer)"
+"$BIN/pyinfra" -y inventory/lab.py deploys/gpu_node.py --data diag_tools=true
 step "pyinfra inventory/lab.py deploys/cluster_addons.py"
 "$BIN/pyinfra" -y inventory/lab.py deploys/cluster_addons.py
-step "pyinfra inventory/lab.py apt.packages: DCGM and nvbandwidth for the diag layer (lab CUDA repository)"
-"$BIN/pyinfra" -y inventory/lab.py apt.packages 'packages=["datacenter-gpu-manager-4-core", "nvbandwidth"]'
 step "gpuready check: the conformance suite (reports in $REPORTS)"
 KUBECONFIG_PATH="$("$BIN/gpuready" lab status --json | "$BIN/python" -c 'import json, sys; print(json.load(sys.stdin)["apiserver"]["kubeconfig"])')"
 "$BIN/gpuready" check --inventory inventory/lab.py \
