@@ -37,10 +37,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from gpuready.lab import hosts, k8s_packages, realnode
+from gpuready.lab import hosts, k8s_packages, kubelet_build, realnode
 from gpuready.lab.cluster import binaries, cluster
-from gpuready.lab.gobuild import ensure_built, go_build
-from gpuready.lab.kubelet_build import build_env, ensure_kubelet
+from gpuready.lab.kubelet_build import ensure_kubelet
 from gpuready.lab.state import LabPaths, cache_dir
 
 STATE = Path(os.environ.get("PROBE_STATE", "/var/lib/gpuready-lab-probe28"))
@@ -75,29 +74,7 @@ def step(name: str, ok: bool, detail: str = "") -> bool:
 
 
 def ensure_crictl(progress: Any) -> Path:
-    target = cache_dir() / f"crictl-v{CRICTL_VERSION}"
-
-    def build(tmp: Path) -> None:
-        env = {**build_env(), "GOBIN": str(tmp / "bin")}
-        stamp = f"-X sigs.k8s.io/cri-tools/pkg/version.Version={CRICTL_VERSION}"
-        go_build(
-            [f"sigs.k8s.io/cri-tools/cmd/crictl@v{CRICTL_VERSION}"],
-            tmp,
-            "go install crictl",
-            env,
-            ldflags=stamp,
-            verb="install",
-        )
-
-    found, _ = ensure_built(
-        target,
-        target.parent / f".crictl-v{CRICTL_VERSION}.lock",
-        lambda: (target / "bin/crictl") if (target / "bin/crictl").is_file() else None,
-        build,
-        f"crictl v{CRICTL_VERSION}",
-        progress,
-    )
-    return found
+    return kubelet_build.ensure_crictl(CRICTL_VERSION, progress)
 
 
 def pause_binary(work: Path) -> Path:

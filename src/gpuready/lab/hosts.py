@@ -566,11 +566,10 @@ def up(
     lab_images: dict[str, bytes] = {}
     if real:
         progress(f"real-kubelet mode: kubelet, kubeadm and images of v{kubernetes_version}")
-        crictl = (cache or cache_dir()) / f"crictl-v{k8s_packages.CRI_TOOLS_VERSION}/bin/crictl"
         real_binaries = k8s_packages.RealBinaries(
             kubelet=kubelet_build.ensure_kubelet(kubernetes_version, progress, cache)[0],
             kubeadm=binaries.build_kube(kubernetes_version, progress, cache)[0].path("kubeadm"),
-            crictl=crictl if crictl.is_file() else None,
+            crictl=kubelet_build.ensure_crictl(k8s_packages.CRI_TOOLS_VERSION, progress, cache),
         )
         lab_images = realhost.images(kubernetes_version, progress)
     paths.root.mkdir(parents=True, exist_ok=True)

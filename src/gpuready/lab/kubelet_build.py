@@ -87,6 +87,32 @@ def ensure_kubelet(version: str, progress: Progress, cache: Path | None = None) 
     )
 
 
+def ensure_crictl(version: str, progress: Progress, cache: Path | None = None) -> Path:
+    """The real crictl (``sigs.k8s.io/cri-tools``) of ``version``, built once into ``<cache>/crictl-v<version>``: the
+    node deploy installs no cri-tools, and a real-kubelet lab host gets it to show its containers (``crictl ps``)."""
+    target = (cache or cache_dir()) / f"crictl-v{version}"
+
+    def build(tmp: Path) -> None:
+        go_build(
+            [f"sigs.k8s.io/cri-tools/cmd/crictl@v{version}"],
+            tmp,
+            "go install crictl",
+            {**build_env(), "GOBIN": str(tmp / "bin")},
+            ldflags=f"-X sigs.k8s.io/cri-tools/pkg/version.Version={version}",
+            verb="install",
+        )
+
+    found, _ = ensure_built(
+        target,
+        target.parent / f".crictl-v{version}.lock",
+        lambda: (target / "bin/crictl") if (target / "bin/crictl").is_file() else None,
+        build,
+        f"crictl v{version}",
+        progress,
+    )
+    return found
+
+
 def main(argv: list[str] | None = None) -> int:
     from gpuready.lab.cluster.cluster import DEFAULT_VERSION
 
