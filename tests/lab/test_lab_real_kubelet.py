@@ -14,7 +14,6 @@ import json
 import os
 import subprocess
 import time
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -163,13 +162,70 @@ def test_second_deploy_changes_nothing(deployed: tuple[Lab, PyinfraRun, PyinfraR
     assert second.changed_operations() == set(), second.output[-4000:]
 
 
-def test_lab_owned_files_only_in_real_mode() -> None:
-    files = realhost.host_files(INDEX)
-    assert (
-        "/usr/local/sbin/runc" in files and f"{realhost.PATCHES_DIR}/kubeletconfiguration+merge.json" in files
+def _run_pod(lab: Lab, name: str, script: str, volumes: dict[str, str] | None = None) -> str:
+    """Run busybox ``sh -c script`` in a pod on the real node to its end; its log (hostPath ``volumes``: host -> pod)."""
+    mounts = [{"name": f"v{i}", "mountPath": inside} for i, inside in enumerate((volumes or {}).values())]
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {
+            "nodeName": NODE,
+            "restartPolicy": "Never",
+            "tolerations": [{"operator": "Exists"}],
+            "containers": [{"name": "c", "image": realhost.BUSYBOX_IMAGE, "imagePullPolicy": "IfNotPresent",
+                            "command": ["/bin/busybox", "sh", "-c", script], "volumeMounts": mounts}],
+            "volumes": [{"name": f"v{i}", "hostPath": {"path": host}} for i, host in enumerate(volumes or {})],
+        },
+    }  # fmt: skip
+    created = _kubectl(lab.state, "apply", "-f", "-", stdin=json.dumps(pod))
+    assert created.returncode == 0, created.stderr
+
+    def done() -> tuple[bool, str]:
+        r = _kubectl(lab.state, "get", "pod", name, "-o", "jsonpath={.status.phase}")
+        return r.stdout in ("Succeeded", "Failed"), r.stdout + r.stderr
+
+    ok, detail = _wait(done, 120)
+    assert ok, f"pod {name} did not finish: {detail}"
+    return _kubectl(lab.state, "logs", name).stdout
+
+
+def test_a_container_sees_only_the_host_files_its_spec_mounts(
+    deployed: tuple[Lab, PyinfraRun, PyinfraRun],
+) -> None:
+    """The host's kubelet.conf (its credentials) is not in a pod that does not mount it, and is in one that does."""
+    lab, _, _ = deployed
+    assert lab.ssh(NODE, "test -f /etc/kubernetes/kubelet.conf && echo there").stdout.strip() == "there"
+    look = "test -e {path} && echo visible || echo absent"
+    alone = _run_pod(lab, "real-no-mount", look.format(path="/etc/kubernetes/kubelet.conf"))
+    assert alone.strip() == "absent", alone
+    mounted = _run_pod(
+        lab, "real-mount", look.format(path="/host-etc/kubelet.conf"), {"/etc/kubernetes": "/host-etc"}
     )
-    assert "clamp_oom(spec)" in realhost.runc_wrapper()
-    assert Path(realhost.__file__).exists()
+    assert mounted.strip() == "visible", mounted
+
+
+def test_a_pod_whose_image_the_lab_lacks_gets_err_image_pull(
+    deployed: tuple[Lab, PyinfraRun, PyinfraRun],
+) -> None:
+    lab, _, _ = deployed
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "real-missing-image", "namespace": "default"},
+           "spec": {"nodeName": NODE, "restartPolicy": "Never", "tolerations": [{"operator": "Exists"}],
+                    "containers": [{"name": "c", "image": "registry.example.com/gpuready/not-in-the-lab:1.0"}]}}  # fmt: skip
+    created = _kubectl(lab.state, "apply", "-f", "-", stdin=json.dumps(pod))
+    assert created.returncode == 0, created.stderr
+
+    def waiting() -> tuple[bool, str]:
+        r = _kubectl(lab.state, "get", "pod", "real-missing-image", "-o",
+                     "jsonpath={.status.containerStatuses[0].state.waiting.reason}")  # fmt: skip
+        return r.stdout in ("ErrImagePull", "ImagePullBackOff"), r.stdout + r.stderr
+
+    ok, detail = _wait(waiting, 120)
+    assert ok, f"no ErrImagePull: {detail}"
+    events = _kubectl(
+        lab.state, "get", "events", "--field-selector", "involvedObject.name=real-missing-image"
+    )
+    assert "not-in-the-lab" in events.stdout and "Failed" in events.stdout, events.stdout
 
 
 def test_logs_and_exec_go_through_the_real_kubelet(deployed: tuple[Lab, PyinfraRun, PyinfraRun]) -> None:
