@@ -12,8 +12,10 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import socket
 import subprocess
 import time
+import urllib.request
 from typing import Any
 
 import pytest
@@ -239,3 +241,42 @@ def test_logs_and_exec_go_through_the_real_kubelet(deployed: tuple[Lab, PyinfraR
     assert "systemd" not in execd.stdout and "sleep 3600" in execd.stdout, execd.stdout
     listed = lab.ssh(NODE, "ctr -n k8s.io containers ls -q | wc -l").stdout
     assert int(listed) >= 2, listed  # the pod's sandbox (pause) and its busybox container
+
+
+def test_the_api_servers_pod_proxy_and_port_forward_reach_a_pod(
+    deployed: tuple[Lab, PyinfraRun, PyinfraRun],
+) -> None:
+    """A pod on the host's CNI bridge serves HTTP: the API server's pod proxy and `kubectl port-forward` (the real
+    kubelet's streaming server, containerd's port forwarding) both reach it."""
+    lab, _, _ = deployed
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "real-httpd", "namespace": "default"},
+           "spec": {"nodeName": NODE, "tolerations": [{"operator": "Exists"}], "containers": [{
+               "name": "httpd", "image": realhost.BUSYBOX_IMAGE, "imagePullPolicy": "IfNotPresent",
+               "command": ["/bin/busybox", "sh", "-c", "/bin/busybox mkdir -p /www && echo served-by-real-httpd > "
+                           "/www/index.html && exec /bin/busybox httpd -f -p 8080 -h /www"]}]}}  # fmt: skip
+    created = _kubectl(lab.state, "apply", "-f", "-", stdin=json.dumps(pod))
+    assert created.returncode == 0, created.stderr
+
+    def proxied() -> tuple[bool, str]:
+        r = _kubectl(lab.state, "get", "--raw", "/api/v1/namespaces/default/pods/real-httpd:8080/proxy/")
+        return "served-by-real-httpd" in r.stdout, r.stdout + r.stderr
+
+    ok, detail = _wait(proxied, 120)
+    assert ok, f"the API server's pod proxy did not reach the pod: {detail}"
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    forward = subprocess.Popen(
+        [str(k8s_packages.kubectl_binary()), f"--kubeconfig={lab.state['apiserver']['kubeconfig']}",
+         "port-forward", "pod/real-httpd", f"{port}:8080"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    try:
+        assert forward.stdout is not None
+        first = forward.stdout.readline()  # "Forwarding from 127.0.0.1:PORT -> 8080" once it listens
+        assert "Forwarding from" in first, first
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=30) as answer:
+            assert "served-by-real-httpd" in answer.read().decode()
+    finally:
+        forward.terminate()
+        forward.wait(timeout=30)
