@@ -169,16 +169,7 @@ def test_containerd_2_config_is_version_3() -> None:
     assert images["pinned_images"]["sandbox"] == realnode.PAUSE_IMAGE
 
 
-def test_join_configuration_is_real_kubeadm_v1beta4() -> None:
-    config = json.loads(
-        realnode.join_configuration(
-            "10.221.0.1:6443", "abcdef.0123456789abcdef", "sha256:" + "0" * 64, "n1", "10.221.1.1", ["X"]
-        )
-    )
-    assert config["apiVersion"] == "kubeadm.k8s.io/v1beta4"
-    assert config["discovery"]["bootstrapToken"]["apiServerEndpoint"] == "10.221.0.1:6443"
-    assert config["nodeRegistration"]["kubeletExtraArgs"] == [{"name": "node-ip", "value": "10.221.1.1"}]
-    assert config["patches"] == {"directory": "/etc/kubernetes/patches"}
+def test_the_kubelet_patch_turns_off_what_needs_cgroup_controllers() -> None:
     assert realnode.KUBELET_CONFIG_PATCH["cgroupsPerQOS"] is False
     assert realnode.KUBELET_CONFIG_PATCH["enforceNodeAllocatable"] == []
 

@@ -1,7 +1,7 @@
 """What a lab host needs to run the REAL kubelet, containerd and runc under systemd-nspawn (issue #28, first stage).
 
-The lab still runs the emulated kubelet and node agent; this module holds the pieces the probe
-(``scripts/probe-real-kubelet.py``) proved, so that the full switch can reuse them. Each is a lab-only setting for
+The lab's default is still the emulated kubelet and node agent; this module holds the pieces a probe proved and the
+opt-in mode ``gpuready lab up --kubelet real`` (:mod:`gpuready.lab.realhost`) uses. Each is a lab-only setting for
 what this machine (a VM with hybrid cgroups and no CAP_SYS_RESOURCE) cannot give a container, and each must never
 be copied to a real node:
 
@@ -219,56 +219,6 @@ KUBELET_CONFIG_PATCH = {
     "enforceNodeAllocatable": [],
     "failSwapOn": False,
 }
-
-# kubelet.service and kubeadm's drop-in, as the Kubernetes project's kubelet and kubeadm packages ship them
-KUBELET_SERVICE = """[Unit]
-Description=kubelet: The Kubernetes Node Agent
-Documentation=https://kubernetes.io/docs/
-Wants=network-online.target
-After=network-online.target
-
-[Service]
-ExecStart=/usr/bin/kubelet
-Restart=always
-StartLimitInterval=0
-RestartSec=10
-
-[Install]
-WantedBy=multi-user.target
-"""
-KUBEADM_DROPIN = """[Service]
-Environment="KUBELET_KUBECONFIG_ARGS=--bootstrap-kubeconfig=/etc/kubernetes/bootstrap-kubelet.conf --kubeconfig=/etc/kubernetes/kubelet.conf"
-Environment="KUBELET_CONFIG_ARGS=--config=/var/lib/kubelet/config.yaml"
-EnvironmentFile=-/var/lib/kubelet/kubeadm-flags.env
-EnvironmentFile=-/etc/default/kubelet
-ExecStart=
-ExecStart=/usr/bin/kubelet $KUBELET_KUBECONFIG_ARGS $KUBELET_CONFIG_ARGS $KUBELET_KUBEADM_ARGS $KUBELET_EXTRA_ARGS
-"""
-
-
-def join_configuration(
-    endpoint: str, token: str, ca_hash: str, node: str, node_ip: str, ignore: list[str]
-) -> str:
-    """kubeadm's v1beta4 JoinConfiguration for the real `kubeadm join` (JSON is YAML)."""
-    config = {
-        "apiVersion": "kubeadm.k8s.io/v1beta4",
-        "kind": "JoinConfiguration",
-        "discovery": {
-            "bootstrapToken": {"apiServerEndpoint": endpoint, "token": token, "caCertHashes": [ca_hash]}
-        },
-        "nodeRegistration": {
-            "name": node,
-            "criSocket": "unix:///run/containerd/containerd.sock",
-            "kubeletExtraArgs": [{"name": "node-ip", "value": node_ip}],
-            "ignorePreflightErrors": ignore,
-        },
-        "patches": {"directory": "/etc/kubernetes/patches"},
-        "timeouts": {"tlsBootstrap": "3m0s", "kubeletHealthCheck": "3m0s"},
-    }
-    return json.dumps(config, indent=2) + "\n"
-
-
-# --- OCI image archives -----------------------------------------------------------------------------------------
 
 
 def _sha(data: bytes) -> str:
