@@ -146,7 +146,7 @@ def test_a_failed_boot_names_the_host_and_cleans_up(lab, tmp_path, monkeypatch):
 
     paths = LabPaths(tmp_path / "failing-lab")
 
-    def boot_that_dies(paths_, spec, merged, netns):
+    def boot_that_dies(paths_, spec, merged, netns, extra_args=()):
         paths_.console_log(spec.name).write_text("Failed to frobnicate the container\n")
         return subprocess.Popen(["sh", "-c", "exit 7"])
 

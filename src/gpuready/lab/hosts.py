@@ -405,8 +405,8 @@ def _boot(
     """Start the host's supervisor (which runs nspawn, and runs it again after each reboot) in the host's cgroups.
 
     nspawn joins the lab's network namespace (every boot does, by its path) instead of this machine's.
-    `extra_args` go to nspawn after the lab's own (the real-kubelet probe's binds and capabilities, see
-    gpuready.lab.realnode); the lab itself passes none.
+    `extra_args` go to nspawn after the lab's own: the real-kubelet mode's binds and capabilities
+    (gpuready.lab.realnode.nspawn_args); none in the default mode.
     """
     cgroups = [lab / spec.name for lab in lab_cgroups(paths)]
     for cgroup in cgroups:
