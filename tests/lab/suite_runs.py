@@ -48,3 +48,35 @@ def failed(verdict: dict) -> dict[str, dict[str, str]]:
 def node_of(deployed_lab: Any, profile: str) -> str:
     state = load_state(deployed_lab.lab.paths) or {}
     return next(name for name, host in state["hosts"].items() if host["profile"] == profile)
+
+
+def wait_until_settled(deployed_lab: Any, timeout: float = 300.0) -> None:
+    """Every Node Ready and every add-on pod (gpu-system) Running and Ready: the healthy lab a test compares with.
+    A test before may have restarted a node's add-ons (a pool change, a reboot); the suite reports a pod that is
+    Running but not yet Ready as a failure, rightly, so a test that expects a pass waits for this first."""
+    from polling import wait_for
+
+    from gpuready import kube
+
+    state = load_state(deployed_lab.lab.paths) or {}
+    core = kube.connect(state["apiserver"]["kubeconfig"]).core
+
+    def unsettled() -> list[str]:
+        waiting = [f"node {n.metadata.name}" for n in core.list_node().items
+                   if not any(c.type == "Ready" and c.status == "True" for c in n.status.conditions or [])]  # fmt: skip
+        for pod in core.list_namespaced_pod("gpu-system").items:
+            ready = any(c.type == "Ready" and c.status == "True" for c in pod.status.conditions or [])
+            if pod.status.phase != "Running" or not ready:
+                waiting.append(f"pod {pod.metadata.name} ({pod.status.phase})")
+        return waiting
+
+    last: list[str] = []
+
+    def settled() -> bool:
+        last[:] = unsettled()
+        return not last
+
+    try:
+        wait_for(settled, timeout=timeout, what="the lab to settle (nodes and add-on pods Ready)")
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}; still waiting for: {', '.join(last)}") from None

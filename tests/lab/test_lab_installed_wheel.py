@@ -25,7 +25,7 @@ import jsonschema
 import pytest
 from chromium_report import chromium, colour_bands, dump_dom, matrix_rows, read_png, screenshot
 from installed_wheel import fresh_venv_with_wheel, where_gpuready
-from suite_runs import failed, node_of
+from suite_runs import failed, node_of, wait_until_settled
 
 from gpuready.lab import hosts
 from gpuready.lab.state import load_state
@@ -74,6 +74,7 @@ def valid_verdict(installed: Path, report_dir: Path) -> dict[str, Any]:
 def test_the_wheel_alone_passes_the_healthy_lab_with_discover(deployed_lab, installed, tmp_path):
     empty, reports = tmp_path / "empty", tmp_path / "R"
     empty.mkdir()
+    wait_until_settled(deployed_lab)
     done, _ = user_check(installed, empty, "--discover", "--kubeconfig", kubeconfig(deployed_lab),
                          "--report-dir", str(reports))  # fmt: skip
     out = done.stdout[-4000:] + done.stderr[-2000:]

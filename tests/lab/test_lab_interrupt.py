@@ -220,13 +220,17 @@ def test_a_node_deploy_killed_while_it_joins_leaves_no_secret_and_the_rerun_conv
             os.killpg(proc.pid, signal.SIGKILL)
     rerun = run_pyinfra(lab, "--limit", node)
     assert rerun.returncode == 0, rerun.output[-3000:]
-    wait_for(
-        lambda: any(
-            c.type == "Ready" and c.status == "True" for c in (core.read_node(node).status.conditions or [])
-        ),
-        timeout=180,
-        what=f"{node} Ready after the rerun",
-    )
+
+    def ready() -> bool:  # the Node registers a moment after kubeadm join returns: not found yet is "not yet"
+        try:
+            conditions = core.read_node(node).status.conditions or []
+        except kube.client.exceptions.ApiException as exc:
+            if exc.status == 404:
+                return False
+            raise
+        return any(c.type == "Ready" and c.status == "True" for c in conditions)
+
+    wait_for(ready, timeout=180, what=f"{node} registered and Ready after the rerun")
     again = run_pyinfra(lab, "--limit", node)
     assert again.returncode == 0 and again.total[0] == 0, again.output[-3000:]  # converged: no change
     assert lab.ssh(node, "dpkg --audit").stdout.strip() == ""  # no half-configured package
