@@ -51,14 +51,8 @@ def main(argv: list[str]) -> int:
             return 1
         print("Host engine successfully terminated.")
         return 0
-    syslog.openlog("nv-hostengine", syslog.LOG_PID, syslog.LOG_DAEMON)
-    try:
-        drv = nvemu.Driver()
-        drv.check_loaded()
-        drv.close()
-    except (nvemu.NvmlError, OSError) as exc:
-        syslog.syslog(syslog.LOG_ERR, f"Failed to initialize NVML: {exc}")
-        print("Error: DCGM initialization error", file=sys.stderr)
+    drv = nvemu.start_daemon("nv-hostengine", "Error: DCGM initialization error")
+    if drv is None:
         return 1
     if "-n" in argv or "--no-daemon" in argv:
         os.makedirs(os.path.dirname(pid_file) or "/", exist_ok=True)

@@ -14,6 +14,7 @@ import fcntl
 import hashlib
 import json
 import os
+import sys
 import tempfile
 import typing
 import uuid as uuidlib
@@ -303,6 +304,24 @@ def select(drv: Driver, ids: str | None) -> list[dict]:
             raise LookupError(token)
         chosen.append(match)
     return chosen
+
+
+def start_daemon(name: str, failure: str) -> Driver | None:
+    """The start of one of the driver's daemons (nvidia-persistenced, nv-hostengine): NVML must initialise (the
+    driver loaded, its library matching), or the daemon logs why to syslog, prints ``failure`` and the caller exits
+    1, as NVIDIA's do. Returns the (closed) driver to read the GPUs from, or None."""
+    import syslog
+
+    syslog.openlog(name, syslog.LOG_PID, syslog.LOG_DAEMON)
+    try:
+        drv = Driver()
+        drv.check_loaded()
+        drv.close()
+    except (NvmlError, OSError) as exc:
+        syslog.syslog(syslog.LOG_ERR, f"Failed to initialize NVML: {exc}")
+        print(failure, file=sys.stderr)
+        return None
+    return drv
 
 
 def daemonize(pid_file: str) -> None:

@@ -41,14 +41,10 @@ def main(argv: list[str]) -> int:
             print(f"{USAGE} -- '{argv[i]}'", file=sys.stderr)
             return 1
         i += 1
-    syslog.openlog("nvidia-persistenced", syslog.LOG_PID, syslog.LOG_DAEMON)
-    try:
-        drv = nvemu.Driver()
-        drv.check_loaded()
-        drv.close()
-    except (nvemu.NvmlError, OSError) as exc:
-        syslog.syslog(syslog.LOG_ERR, f"Failed to initialize NVML: {exc}")
-        print("nvidia-persistenced failed to initialize. Check syslog for more details.", file=sys.stderr)
+    drv = nvemu.start_daemon(
+        "nvidia-persistenced", "nvidia-persistenced failed to initialize. Check syslog for more details."
+    )
+    if drv is None:
         return 1
     if "--foreground" not in argv and "-f" not in argv:
         nvemu.daemonize(PID_FILE)
