@@ -2,7 +2,8 @@
 
 Applied from the machine running pyinfra with the official Kubernetes client and server-side apply, to the
 cluster named by ``kubeconfig`` in group data: RuntimeClass ``nvidia``, the device plugin with one config per node
-configuration, GPU feature discovery, dcgm-exporter, optional quotas and priority classes. Each node is labelled
+configuration, GPU feature discovery, node-feature-discovery (``addons_nfd``: what turns GFD's features into Node
+labels), dcgm-exporter, optional quotas and priority classes. Each node is labelled
 with the device-plugin config it must run. Objects gpuready applied earlier that the spec no longer renders are
 named, and deleted only with ``addons_prune = True``. A field someone else changed on an add-on object (another
 field manager: ``kubectl edit``, a controller) stops the deploy with the object, field and manager named, unless
@@ -10,12 +11,20 @@ field manager: ``kubectl edit``, a controller) stops the deploy with the object,
 ``reports/gpu-alerts.yaml`` for your Prometheus, by an operation: ``--dry`` writes nothing.
 """
 
-from pyinfra import host
+from pyinfra import host, logger
 from pyinfra.api import OperationError
 
-from gpuready.deploy.addons import ALERTS, AddonSettings, alert_rules_text, prometheus_rules, render_all
+from gpuready.deploy.addons import (
+    ALERTS,
+    PRUNED_KINDS,
+    AddonSettings,
+    alert_rules_text,
+    prometheus_rules,
+    render_all,
+)
 from gpuready.deploy.context import current_node, fleet_for
 from gpuready.deploy.operations import cluster_objects
+from gpuready.deploy.plan import nfd_note
 from gpuready.kube import describe
 
 node = current_node()
@@ -28,7 +37,10 @@ except OperationError as exc:
         f"gpuready: {exc} (kubeconfig: {kubeconfig or '$KUBECONFIG or ~/.kube/config'})"
     ) from None
 
-manifests = render_all(fleet_for(host.inventory), settings)
+fleet = fleet_for(host.inventory)
+if (note := nfd_note(fleet)) and node.name == next(iter(fleet.nodes)):  # said once, not once per host
+    logger.warning(f"--> gpuready: {note}")
+manifests = render_all(fleet, settings)
 take_ownership = node.knobs["addons_take_ownership"]
 for manifest in manifests:
     cluster_objects.applied(
@@ -43,6 +55,7 @@ cluster_objects.pruned(
     rendered=manifests,
     prune=node.knobs["addons_prune"],
     kubeconfig=kubeconfig,
+    also_kinds=PRUNED_KINDS,
     _run_once=True,
 )
 

@@ -158,6 +158,12 @@ priority_classes = {}
 # delete gpuready's objects the spec no longer renders (a removed pool's config, quota); off: they are only
 # named [fleet-wide]
 addons_prune = False
+# deploy node-feature-discovery (v0.17.3: nfd-master, nfd-worker on the GPU nodes, its CRDs and RBAC): only
+# NFD turns the features file GFD writes into Node labels (nvidia.com/gpu.product, ...). False for a cluster
+# that already runs NFD (the GPU Operator installs one): two masters would both label the nodes. Turning it
+# off leaves gpuready's NFD objects in place unless addons_prune = True (its CRDs always stay: another NFD may
+# use them) [fleet-wide]
+addons_nfd = True
 # a field of an add-on object that another field manager changed (kubectl edit, a controller) stops the deploy
 # with the object, field and manager named; True takes such fields over (server-side apply with force)
 # [fleet-wide]
@@ -168,7 +174,8 @@ addons_take_ownership = False
 # dcgm-exporter 4.5.3-4.8.2 (DCGM 4.5.3, exporter 4.8.2; 2026-05; the metrics layer reads its Hostname label
 # and the later hostname); the DRA driver for GPUs v0.4.1 (2026-06, kubernetes-sigs/dra-driver-nvidia-gpu,
 # formerly NVIDIA/k8s-dra-driver-gpu whose images were nvcr.io/nvidia/k8s-dra-driver-gpu; the registry.k8s.io
-# path follows the project's move and is unverified: check it before pinning). Each must be an image reference
+# path follows the project's move and is unverified: check it before pinning); node-feature-discovery v0.17.3
+# (kubernetes-sigs/node-feature-discovery, served by the Go module proxy). Each must be an image reference
 # [registry[:port]/]repository[:tag][@sha256:<64 hex>] (lower-case repository); point them at a mirror for an
 # air-gapped fleet (README, "Air-gapped or mirrored registries").
 # the NVIDIA device plugin DaemonSet [fleet-wide]
@@ -179,6 +186,8 @@ gfd_image = None
 # gpu_allocation = "dra" nodes (ComputeDomains off: no controller); deployed only when a pool uses DRA
 # [fleet-wide]
 dra_driver_image = "registry.k8s.io/dra-driver-nvidia/dra-driver-nvidia-gpu:v0.4.1"
+# node-feature-discovery's master and worker (with addons_nfd) [fleet-wide]
+nfd_image = "registry.k8s.io/nfd/node-feature-discovery:v0.17.3"
 # the DCGM exporter DaemonSet [fleet-wide]
 dcgm_exporter_image = "nvcr.io/nvidia/k8s/dcgm-exporter:4.5.3-4.8.2-ubuntu22.04"
 # conformance: the CUDA vectorAdd sample, run once per node (workloads layer)

@@ -135,7 +135,7 @@ def test_addons_of_a_mixed_fleet(mixed):
     role = by[("ClusterRole", dra_addons.NAME)]
     assert any("resourceslices" in r["resources"] and "create" in r["verbs"] for r in role["rules"])
     # ComputeDomains are off: no controller (it would need the ComputeDomain CRDs and their RBAC)
-    assert not [m for m in manifests if m["kind"] == "Deployment"]
+    assert [m["metadata"]["name"] for m in manifests if m["kind"] == "Deployment"] == ["nfd-master"]
     assert not any("resource.nvidia.com" in r["apiGroups"] for r in role["rules"])
     # the device plugin stays off dra nodes; GFD and dcgm-exporter run on every GPU node
     affinity = by[("DaemonSet", "nvidia-device-plugin")]["spec"]["template"]["spec"]["affinity"]

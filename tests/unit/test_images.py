@@ -125,6 +125,7 @@ MIRRORED = {
     "dcgm_exporter_image": "registry.example.com:5000/nvidia/k8s/dcgm-exporter:4.4.1-4.6.0-ubuntu22.04",
     "vectoradd_image": MIRROR,
     "cuda_base_image": f"registry.example.com:5000/nvidia/cuda@{DIGEST}",
+    "nfd_image": "registry.example.com:5000/nfd/node-feature-discovery:v0.17.3",
 }
 
 
@@ -135,7 +136,11 @@ def mirrored(tmp_path):
 
 
 def _images(manifest) -> dict[str, list[str]]:
-    pod = manifest["spec"]["template"]["spec"] if manifest["kind"] == "DaemonSet" else manifest["spec"]
+    pod = (
+        manifest["spec"]["template"]["spec"]
+        if manifest["kind"] in ("DaemonSet", "Deployment")
+        else manifest["spec"]
+    )
     return {manifest["metadata"]["name"]: [c["image"] for c in pod["containers"]]}
 
 
@@ -143,12 +148,14 @@ def test_mirrored_images_reach_the_addon_manifests(tmp_path, mirrored):
     fleet = load_fleet(write_inventory(tmp_path, **MIRRORED))
     images: dict[str, list[str]] = {}
     for manifest in render_all(fleet, AddonSettings.from_node(mirrored)):
-        if manifest["kind"] == "DaemonSet":
+        if manifest["kind"] in ("DaemonSet", "Deployment"):
             images.update(_images(manifest))
     assert images == {
         "nvidia-device-plugin": [MIRRORED["device_plugin_image"]] * 2,
         "gpu-feature-discovery": [MIRRORED["gfd_image"]] * 2,
         "nvidia-dcgm-exporter": [MIRRORED["dcgm_exporter_image"]],
+        "nfd-master": [MIRRORED["nfd_image"]],
+        "nfd-worker": [MIRRORED["nfd_image"]],
     }
 
 

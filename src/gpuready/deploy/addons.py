@@ -50,6 +50,10 @@ container and sidecar (the sidecar signals ``/usr/bin/mps-control-daemon``, the 
 ``NVIDIA_VISIBLE_DEVICES=all`` and ``NVIDIA_DRIVER_CAPABILITIES=compute,utility``. The device plugin of an MPS node
 waits for the daemon's ``.ready`` file under ``/run/nvidia/mps`` and hands out its pipe and shm: without the
 daemon, MPS pools advertise nothing usable. Fleets without an MPS pool get no such DaemonSet.
+
+GFD's labels reach a Node only through node-feature-discovery (:mod:`gpuready.deploy.nfd_addons`: nfd-master, an
+nfd-worker on every GPU node with the same node selector and tolerations as GFD, their CRDs and RBAC), rendered
+unless ``addons_nfd = False`` (a cluster that runs its own NFD).
 """
 
 from __future__ import annotations
@@ -57,7 +61,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from gpuready.deploy import dra_addons
+from gpuready.deploy import dra_addons, nfd_addons
 from gpuready.kube import MANAGED_BY
 from gpuready.spec import DEVICE_PLUGIN_CONFIG_LABEL, GPU_PRESENT_LABEL, Fleet, Images, NodeSpec, knobs
 from gpuready.spec.model import GPU_TOLERATION, RUNTIME_CLASS
@@ -129,6 +133,8 @@ class AddonSettings:
     gfd_image: str = Images.gfd
     dcgm_exporter_image: str = Images.dcgm_exporter
     dra_driver_image: str = Images.dra_driver
+    nfd: bool = knobs.KNOBS["addons_nfd"].default  # deploy node-feature-discovery
+    nfd_image: str = Images.nfd
     gpu_resource_quotas: tuple[tuple[str, int], ...] = ()
     priority_classes: tuple[tuple[str, int], ...] = ()
 
@@ -142,6 +148,8 @@ class AddonSettings:
             gfd_image=node.images.gfd,
             dcgm_exporter_image=node.images.dcgm_exporter,
             dra_driver_image=node.images.dra_driver,
+            nfd=k["addons_nfd"],
+            nfd_image=node.images.nfd,
             gpu_resource_quotas=tuple(sorted(k["gpu_resource_quotas"].items())),
             priority_classes=tuple(sorted(k["priority_classes"].items())),
         )
@@ -494,6 +502,30 @@ def quotas_and_priorities(settings: AddonSettings) -> list[Manifest]:
     return out
 
 
+# Kinds the prune looks at even when the spec renders none of them: nfd-master's Deployment and nfd-worker's
+# Role/RoleBinding once addons_nfd is off (the other NFD kinds are rendered anyway). CustomResourceDefinitions are
+# never pruned: deleting one deletes every object of it, and the NFD that replaces gpuready's may use them.
+PRUNED_KINDS = (
+    ("apps/v1", "Deployment"),
+    ("rbac.authorization.k8s.io/v1", "Role"),
+    ("rbac.authorization.k8s.io/v1", "RoleBinding"),
+)
+
+
+def nfd(settings: AddonSettings, tolerations: list[dict[str, str]] | None = None) -> list[Manifest]:
+    """node-feature-discovery (what turns GFD's features file into Node labels), or nothing with
+    ``addons_nfd = False``; its worker goes where GFD goes."""
+    if not settings.nfd:
+        return []
+    return nfd_addons.render(
+        _meta,
+        settings.namespace,
+        settings.nfd_image,
+        GPU_NODE_SELECTOR,
+        tolerations if tolerations is not None else GPU_TOLERATIONS,
+    )
+
+
 def render_all(fleet: Fleet, settings: AddonSettings) -> list[Manifest]:
     """Every object the add-ons deploy applies, in apply order (namespace and RBAC before workloads)."""
     tolerations = gpu_tolerations(fleet)
@@ -510,6 +542,7 @@ def render_all(fleet: Fleet, settings: AddonSettings) -> list[Manifest]:
         device_plugin(settings, tolerations, mig),
         *([mps_control_daemon(settings, tolerations, mig)] if uses_mps(fleet) else []),
         gpu_feature_discovery(settings, tolerations, mig),
+        *nfd(settings, tolerations),
         *dcgm_exporter(settings, dra=dra_addons.uses_dra(fleet), tolerations=tolerations),
         *dra_addons.render(fleet, _meta, daemonset, settings.namespace, settings.dra_driver_image),
         *quotas_and_priorities(settings),

@@ -90,11 +90,23 @@ def addon_warnings(fleet: Fleet) -> list[str]:
     return out
 
 
+def nfd_note(fleet: Fleet) -> str | None:
+    """What ``gpuready plan`` and the add-ons deploy say when ``addons_nfd`` is off (None when it is on)."""
+    first = next(iter(fleet.nodes.values()), None)
+    if first is None or first.knobs["addons_nfd"]:
+        return None
+    return (
+        "addons_nfd = False: gpuready deploys no node-feature-discovery; GFD's labels (nvidia.com/gpu.product, ...) "
+        "reach the Nodes only through the NFD the cluster runs itself (the GPU Operator's, for one)"
+    )
+
+
 def render_json(fleet: Fleet) -> str:
     warnings = {
         "security_warnings": fleet.security_warnings(),
         "cuda_warnings": fleet.cuda_warnings(),
         "addon_warnings": addon_warnings(fleet),
+        "addon_notes": [note] if (note := nfd_note(fleet)) else [],
     }
     return json.dumps({**fleet_plan(fleet), **warnings}, indent=2)
 
@@ -156,6 +168,8 @@ def render_text(fleet: Fleet) -> str:
         for key, value in node.expected_labels.items():
             lines.append(f"  label        {key}={value}")
         lines.append("")
+    if note := nfd_note(fleet):
+        lines.append(f"note: {note}")
     for warning in addon_warnings(fleet):
         lines.append(f"warning: {warning}")
     return "\n".join(lines)

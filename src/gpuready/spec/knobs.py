@@ -225,7 +225,8 @@ SECTION_NOTES = {
     "dcgm-exporter 4.5.3-4.8.2 (DCGM 4.5.3, exporter 4.8.2; 2026-05; the metrics layer reads its Hostname label "
     "and the later hostname); the DRA driver for GPUs v0.4.1 (2026-06, kubernetes-sigs/dra-driver-nvidia-gpu, formerly "
     "NVIDIA/k8s-dra-driver-gpu whose images were nvcr.io/nvidia/k8s-dra-driver-gpu; the registry.k8s.io path "
-    "follows the project's move and is unverified: check it before pinning). Each must be an image reference [registry[:port]/]repository[:tag][@sha256:<64 hex>] (lower-case "
+    "follows the project's move and is unverified: check it before pinning); node-feature-discovery v0.17.3 "
+    "(kubernetes-sigs/node-feature-discovery, served by the Go module proxy). Each must be an image reference [registry[:port]/]repository[:tag][@sha256:<64 hex>] (lower-case "
     'repository); point them at a mirror for an air-gapped fleet (README, "Air-gapped or mirrored registries").',
     "join": "The bootstrap token is a secret: it is read on the machine running pyinfra from kube_join_token_file "
     "or the environment variable kube_join_token_env, uploaded to the host as a root-only file, and never put on "
@@ -350,6 +351,11 @@ KNOBS: dict[str, Knob] = {k.name: k for k in (
        "gpuready's class (value is immutable)", "addons", "both", _priorities, fleet_wide=True),
     _K("addons_prune", False, "delete gpuready's objects the spec no longer renders (a removed pool's config, "
        "quota); off: they are only named", "addons", "deploy", _boolean, fleet_wide=True),
+    _K("addons_nfd", True, "deploy node-feature-discovery (v0.17.3: nfd-master, nfd-worker on the GPU nodes, its "
+       "CRDs and RBAC): only NFD turns the features file GFD writes into Node labels (nvidia.com/gpu.product, "
+       "...). False for a cluster that already runs NFD (the GPU Operator installs one): two masters would both "
+       "label the nodes. Turning it off leaves gpuready's NFD objects in place unless addons_prune = True (its "
+       "CRDs always stay: another NFD may use them)", "addons", "deploy", _boolean, fleet_wide=True),
     _K("addons_take_ownership", False, "a field of an add-on object that another field manager changed (kubectl "
        "edit, a controller) stops the deploy with the object, field and manager named; True takes such fields "
        "over (server-side apply with force)", "addons", "deploy", _boolean, fleet_wide=True),
@@ -362,6 +368,8 @@ KNOBS: dict[str, Knob] = {k.name: k for k in (
        "driver for GPUs (kubernetes-sigs/dra-driver-nvidia-gpu): its kubelet plugin DaemonSet on gpu_allocation = "
        "\"dra\" nodes (ComputeDomains off: no controller); deployed only when a pool uses DRA", "images", "deploy", _image,
        fleet_wide=True),
+    _K("nfd_image", "registry.k8s.io/nfd/node-feature-discovery:v0.17.3", "node-feature-discovery's master and "
+       "worker (with addons_nfd)", "images", "deploy", _image, fleet_wide=True),
     _K("dcgm_exporter_image", "nvcr.io/nvidia/k8s/dcgm-exporter:4.5.3-4.8.2-ubuntu22.04", "the DCGM exporter "
        "DaemonSet", "images", "deploy", _image, fleet_wide=True),
     _K("vectoradd_image", "nvcr.io/nvidia/k8s/cuda-sample:vectoradd-cuda12.5.0-ubuntu22.04", "conformance: the "

@@ -107,12 +107,14 @@ class Images:
     cuda_base: str = knobs.KNOBS["cuda_base_image"].default
     probe: str = knobs.KNOBS["probe_image"].default  # --connection pod
     dra_driver: str = knobs.KNOBS["dra_driver_image"].default
+    nfd: str = knobs.KNOBS["nfd_image"].default  # node-feature-discovery (addons_nfd)
 
 
 IMAGE_KNOBS = {
     "device_plugin_image": "device_plugin",
     "gfd_image": "gfd",
     "dra_driver_image": "dra_driver",
+    "nfd_image": "nfd",
     "dcgm_exporter_image": "dcgm_exporter",
     "vectoradd_image": "vectoradd",
     "cuda_base_image": "cuda_base",

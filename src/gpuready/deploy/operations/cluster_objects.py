@@ -93,12 +93,15 @@ def node_labels(node: str, labels: dict[str, str], kubeconfig: str | None = None
     yield FunctionCommand(_patch_labels, (c, node, changes), {})
 
 
-def _stale(c: kube.Cluster, rendered: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Objects labelled as gpuready's, of the kinds it renders, that the spec no longer renders."""
+def _stale(
+    c: kube.Cluster, rendered: list[dict[str, Any]], also_kinds: tuple[tuple[str, str], ...] = ()
+) -> list[dict[str, Any]]:
+    """Objects labelled as gpuready's, of the kinds it renders (and ``also_kinds``), that the spec no longer
+    renders."""
     wanted = {
         (m["apiVersion"], m["kind"], m["metadata"].get("namespace"), m["metadata"]["name"]) for m in rendered
     }
-    kinds = sorted({(m["apiVersion"], m["kind"]) for m in rendered})
+    kinds = sorted({(m["apiVersion"], m["kind"]) for m in rendered} | set(also_kinds))
     stale = []
     for api_version, kind in kinds:
         resource = c.dynamic.resources.get(api_version=api_version, kind=kind)
@@ -116,15 +119,17 @@ def pruned(
     prune: bool = False,
     kubeconfig: str | None = None,
     context: str | None = None,
+    also_kinds: tuple[tuple[str, str], ...] = (),
 ):
     """
     Delete gpuready's objects the spec no longer renders (a removed pool's config, quota, priority class).
 
     + rendered: every object the add-ons deploy renders now
     + prune: really delete; without it the stale objects are only named, since deleting is not undoable
+    + also_kinds: (apiVersion, kind) looked at even when nothing rendered is of that kind (an add-on turned off)
     """
     c = cluster(kubeconfig, context)
-    stale = _stale(c, rendered)
+    stale = _stale(c, rendered, also_kinds)
     if not stale:
         host.noop("no stale gpuready objects")
         return
