@@ -91,6 +91,7 @@ def fleets(tmp_path):
                 "dcgm_exporter_image": "registry.example.com:5000/dcgm-exporter:4.5.3-4.8.2-ubuntu22.04",
                 "gpu_resource_quotas": {"ml": 4},
                 "priority_classes": {"gpu-high": 1000},
+                "addons_nfd": False,
             },
         )
     )
@@ -285,6 +286,19 @@ def test_nfd_is_installed_once_and_tolerates_every_pool(rendered):
         v = rendered.get("nvidia-device-plugin", pool)
         assert v.values["nfd"] == {"enabled": False}
         assert any("installed once, by pool whole" in w for w in v.warnings)
+
+
+def test_nfd_follows_addons_nfd(tmp_path):
+    # a cluster that runs its own NFD: no release installs another, the operator's nfd.enabled is false
+    off = helm_values.render(load_fleet(write_fleet(tmp_path, POOLS, {"addons_nfd": False})))
+    for pool in POOLS:
+        v = off.get("nvidia-device-plugin", pool)
+        assert v.values["nfd"] == {"enabled": False}
+        assert helm_values.NFD_OFF in v.warnings
+    op = off.get("gpu-operator")
+    assert op.values["nfd"] == {"enabled": False} and "node-feature-discovery" not in op.values
+    assert helm_values.NFD_OFF in op.warnings
+    assert not [u for v in off.values if (u := helm_values.unknown_keys(v))]
 
 
 def test_a_dra_pool_runs_gfd_only_and_dcgm_maps_pods_through_dra(rendered):

@@ -255,6 +255,17 @@ def _mig_layout_warning(node: NodeSpec) -> str:
     )
 
 
+NFD_OFF = (
+    "addons_nfd = False: nfd.enabled is false; GFD's labels reach the Nodes only through the node-feature-discovery "
+    "the cluster already runs"
+)
+
+
+def _nfd_on(node: NodeSpec) -> bool:
+    """``addons_nfd`` (fleet-wide): whether gpuready's side installs node-feature-discovery, here through a chart."""
+    return bool(node.knobs["addons_nfd"])
+
+
 def _runtime_class(node: NodeSpec) -> dict[str, Any]:
     """The add-on pods need the nvidia runtime handler to see the driver (they request no GPU): RuntimeClass
     ``nvidia`` unless it is containerd's default runtime."""
@@ -268,7 +279,8 @@ def device_plugin_values(pool: Pool, fleet_pools: list[Pool]) -> Values:
     """nvidia-device-plugin for one pool: the pool's config (as the chart's integrated ConfigMap, its config
     manager following the node's ``nvidia.com/device-plugin.config`` label), GFD on, the pool's selector and
     taints. NFD (the chart's dependency, which turns GFD's features into Node labels) is installed once: by the
-    first pool's release, its worker tolerating every pool's taints."""
+    first pool's release, its worker tolerating every pool's taints; by none with ``addons_nfd = False`` (the
+    cluster runs its own)."""
     node = pool.node
     warnings: list[str] = []
     values: dict[str, Any] = {}
@@ -284,8 +296,10 @@ def device_plugin_values(pool: Pool, fleet_pools: list[Pool]) -> Values:
         values["config"] = {"map": {key: render_yaml(node.device_plugin_config)}, "default": key}
     values["gfd"] = {"enabled": True}
     first = pool is fleet_pools[0]
-    nfd: dict[str, Any] = {"enabled": first}
-    if first:
+    nfd: dict[str, Any] = {"enabled": first and _nfd_on(node)}
+    if not _nfd_on(node):
+        warnings.append(NFD_OFF)
+    elif first:
         fleet_taints = [t for p in fleet_pools for t in p.node.taints]
         nfd["worker"] = {"tolerations": [CONTROL_PLANE_TOLERATION, *tolerations(fleet_taints)]}
     else:
@@ -386,7 +400,13 @@ def gpu_operator_values(fleet_pools: list[Pool]) -> Values:
 
     fleet_taints = tolerations(t for p in fleet_pools for t in p.node.taints)
     values["daemonsets"] = {"tolerations": fleet_taints}
-    values["node-feature-discovery"] = {"worker": {"tolerations": [CONTROL_PLANE_TOLERATION, *fleet_taints]}}
+    if _nfd_on(first):
+        values["node-feature-discovery"] = {
+            "worker": {"tolerations": [CONTROL_PLANE_TOLERATION, *fleet_taints]}
+        }
+    else:
+        values["nfd"] = {"enabled": False}
+        warnings.append(NFD_OFF)
 
     dra_pools = [p for p in fleet_pools if p.node.dra]
     if dra_pools:
