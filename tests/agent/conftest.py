@@ -152,6 +152,17 @@ class Gpus:
                 ds["spec"]["template"]["spec"].pop("runtimeClassName", None)
             apps.create_namespaced_daemon_set(self.ns, ds)
         self.core.create_namespaced_service(self.ns, service)
+        self.deploy_nfd(settings)
+
+    def deploy_nfd(self, settings: addons.AddonSettings) -> None:
+        """node-feature-discovery's namespaced objects (what carries GFD's labels to the Node); its master kept on
+        GPU nodes, the only ones whose runtime knows its image here (CPU-only virtual nodes run a small catalogue)."""
+        cluster = kube.Cluster(api=self.api, url="")
+        for manifest in addons.nfd(settings):
+            if manifest["kind"] in ("ServiceAccount", "ConfigMap", "DaemonSet", "Deployment"):
+                if manifest["kind"] == "Deployment":
+                    manifest["spec"]["template"]["spec"]["nodeSelector"] = addons.GPU_NODE_SELECTOR
+                kube.apply(cluster, manifest)
 
     def barrier(self, node: str) -> None:
         """Two pods started one after the other on `node`: the agent runs a node's pods in order and re-syncs

@@ -12,8 +12,10 @@ One `LabGpuBackend` per node (``Agent.set_backend``), reading a `HostView` (a la
   the kubelet's device manager), then 0 (the key stays, as the kubelet keeps removed device-plugin resources).
   A resource no plugin on this node ever advertised is left as the node registered it.
 * GFD's labels are replaced as a set whenever they change; when GFD stops they stay, as NFD keeps publishing
-  the features file GFD left on the host. (A real cluster needs node-feature-discovery for GFD labels to reach
-  the Node at all; the lab applies them as if NFD ran.)
+  the features file GFD left on the host. GFD writes a file, not labels: node-feature-discovery carries them to
+  the Node. The agent emulates NFD's effect, gated on NFD's own pods (``gpu_nfd``): the labels are applied only
+  while an nfd-worker pod runs on this node and an nfd-master pod runs in the cluster; without them no GFD label
+  appears, and labels already there stay unchanged (nfd-master's garbage collection is not emulated).
 * Allocation: kubelet picks devices at admission (a resource no plugin here ever advertised gets no devices); time-sliced replicas spread over GPUs (``distributed``) and
   share their GPU's UUID; allocations are released when the pod finishes or goes away.
 """
@@ -37,6 +39,7 @@ from .gpu_dra import DraNode
 from .gpu_host import GpuView, HostState, HostView, VirtualGpuView
 from .gpu_images import DRA_REPOS, GpuRuntime, klog, nvidia_image, plugin_start_logs
 from .gpu_metrics import Owner, dcgm_scrape, dra_mapping
+from .gpu_nfd import NfdPods
 from .gpu_plugin import (
     CONFIG_LABEL,
     GFD_LABEL,
@@ -122,6 +125,9 @@ class LabGpuBackend(NodeBackend):
         self._started = time.monotonic()
         self.dra = DraNode(self)  # the DRA driver's kubelet plugin and the kubelet's claim preparation
         self.stand_in: dict[str, str] | None = None  # attach_host's env: the tests' stand-in host (host_exec)
+        self.nfd: NfdPods | None = (
+            None  # the GPU loop's view of NFD's pods (attach); None: read from the store
+        )
 
     # reads -------------------------------------------------------------------------------------------------------
 
@@ -497,8 +503,15 @@ class LabGpuBackend(NodeBackend):
                 wanted[resource] = (str(entry[0]), "0")
             gfd = next(iter(gfds.values()), None)
             labels = gfd_labels(gfd.config, host, gfd.timestamp) if gfd else None
+        if labels is not None and not self.nfd_publishes(store, node_name):
+            labels = None  # GFD's file is on the host, but no NFD carries it to the Node
         self._write_node(store, node_name, wanted, labels)
         self.dra.sync(store, node, host)
+
+    def nfd_publishes(self, store: Any, node_name: str) -> bool:
+        """Whether node-feature-discovery would turn GFD's features file into this node's labels now."""
+        nfd = self.nfd if self.nfd is not None else NfdPods.from_pods(store.list("pods")[0])
+        return nfd.publishes(node_name)
 
     @staticmethod
     def _write_node(store: Any, name: str, wanted: dict[str, tuple[str, str]], labels: Obj | None) -> None:
@@ -550,7 +563,8 @@ class LabGpuBackend(NodeBackend):
 
 class GpuSync(Loop):
     """Re-syncs GPU nodes on events the kubelet loop does not report (plugin/GFD container crashes and restarts,
-    node label and status edits) and polls lab hosts, whose files change outside the API (faults, MIG, deploys)."""
+    NFD's pods starting and stopping, node label and status edits) and polls lab hosts, whose files change outside
+    the API (faults, MIG, deploys)."""
 
     keys = ("nodes", "pods")
     poll_s = 1.0  # the shortest time between two polls of the lab hosts
@@ -563,6 +577,7 @@ class GpuSync(Loop):
         self._dirty: set[str] = set()
         self._last_poll = 0.0
         self._poll_every = self.poll_s
+        self.nfd = NfdPods()  # every pod event passes here: NFD's pods are known without listing them
 
     def observe(self, ev: Event) -> None:
         if ev.key == "nodes":
@@ -574,6 +589,11 @@ class GpuSync(Loop):
             ):
                 self._dirty.add(name)
             return
+        master, worker_node = self.nfd.observe(ev.obj, deleted=ev.type == "DELETED")
+        if master:  # GFD's labels reach every GPU node, or none, through the one master
+            self._dirty.update(self.backends)
+        if worker_node in self.backends:
+            self._dirty.add(worker_node)
         node = (ev.obj.get("spec") or {}).get("nodeName")
         if node in self.backends and any(
             normalize_image(c.get("image", ""))[0] in (PLUGIN_REPO, *DRA_REPOS)
@@ -609,6 +629,7 @@ def attach(
     the environment of a stand-in host on this machine that containers looking at their host run in (host_exec)."""
     backend = LabGpuBackend(view, server, grace_s)
     backend.stand_in = stand_in
+    backend.nfd = sync.nfd
     server.set_backend(node_name, backend)
     sync.backends[node_name] = backend
     if server.store.get("nodes", "", node_name) is not None:

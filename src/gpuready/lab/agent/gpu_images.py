@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from .gpu_host import Gpu, HostState, MigDevice
+from .gpu_nfd import NFD_REPO, nfd_plan
 from .gpu_plugin import PluginError, env_of
 from .host_exec import host_root_mount, run_host_container
 from .runtime import CatalogueRuntime, ContainerPlan, container_argv, normalize_image, pull_failure, run_argv
@@ -58,6 +59,8 @@ IMAGES: dict[str, tuple[re.Pattern[str], list[str], list[str]]] = {
 DRA_REPOS = ("registry.k8s.io/dra-driver-nvidia/dra-driver-nvidia-gpu", "nvcr.io/nvidia/k8s-dra-driver-gpu")
 for _repo in DRA_REPOS:
     IMAGES[_repo] = (re.compile(r"^v\d+\.\d+\.\d+(-[a-z0-9.]+)?$"), [], ["gpu-kubelet-plugin"])
+# node-feature-discovery (gpu_nfd): nfd-master and nfd-worker run; GFD's labels reach a Node only while they do
+IMAGES[NFD_REPO] = (re.compile(r"^v\d+\.\d+\.\d+(-minimal|-full)?$"), [], ["nfd-worker"])
 VECTOR_ADD_OK = (
     "[Vector addition of 50000 elements]\n"
     "Copy input data from the host memory to the CUDA device\n"
@@ -310,6 +313,8 @@ class GpuRuntime:
         exp: Exposure,
     ) -> ContainerPlan:
         prog = argv[0].rsplit("/", 1)[-1] if argv else ""
+        if repo == NFD_REPO:  # needs no driver: it reads files and talks to the API
+            return nfd_plan(prog, pod, normalize_image(container.get("image", ""))[1])
         if repo == "nvcr.io/nvidia/k8s/cuda-sample" and prog == "vectorAdd":
             return vector_add(exp, host)
         if repo == "nvcr.io/nvidia/k8s-device-plugin":

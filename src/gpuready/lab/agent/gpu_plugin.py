@@ -22,7 +22,8 @@ from .gpu_host import Gpu, HostState, MigDevice
 Obj = dict[str, Any]
 CONFIG_LABEL = "nvidia.com/device-plugin.config"
 GPU = "nvidia.com/gpu"
-# Label keys GFD owns: replaced as a set whenever GFD relabels the node (what NFD does with GFD's features file).
+# Label keys GFD owns: replaced as a set whenever GFD relabels the node (what NFD does with GFD's features file; the
+# agent applies them only while NFD's pods run, see gpu_nfd).
 GFD_LABEL = re.compile(
     r"^nvidia\.com/(gfd\.timestamp|cuda\..+|gpu\.(product|count|replicas|sharing-strategy|memory|family|compute\..+"
     r"|machine|mode|multiprocessors|slices\..+|engines\..+)|mig\.(capable|strategy)|mps\.capable|vgpu\.present"
