@@ -80,7 +80,7 @@ def converge(api: client.ApiClient, fleet: Fleet, timeout: float = 1800.0) -> No
     cluster = kube.Cluster(api=api, url="")
     for manifest in addons.render_all(fleet, replace(addons.AddonSettings(), namespace=ADDONS_NS)):
         kube.apply(cluster, manifest)
-    want = 3 * len(fleet.nodes)
+    want = 4 * len(fleet.nodes) + 1  # device plugin, GFD, dcgm-exporter, nfd-worker per node; one nfd-master
     start = time.monotonic()
     shown = 0.0
     while True:

@@ -117,3 +117,15 @@ def test_gfd_labels_reach_the_node_only_through_nfd():
     # NFD gone: the labels it set stay as they are (nfd-master's garbage collection is not emulated)
     stale = {"nvidia.com/gpu.product": "NVIDIA-OLD", "nvidia.com/gpu.count": "1"}
     assert _gfd_synced([], stale) == stale
+
+
+def test_nfd_master_runs_on_a_node_without_gpus():
+    # nfd-master prefers control-plane nodes and may land on any node: the plain catalogue runtime runs it too
+    from gpuready.lab.agent.runtime import CatalogueRuntime
+
+    pod = {"metadata": {"name": "m", "namespace": "gpu-system", "uid": "u"}, "spec": {"nodeName": "cpu-1"}}
+    plan = CatalogueRuntime().plan(
+        pod, {"name": "nfd-master", "image": IMAGE, "command": ["nfd-master"]}, None
+    )
+    assert plan.exit_code is None and '"Node Feature Discovery Master" version="v0.17.3"' in plan.logs
+    assert plan.image_id.startswith(f"{NFD_REPO}@sha256:")

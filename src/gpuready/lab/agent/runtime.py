@@ -150,6 +150,14 @@ class CatalogueRuntime:
     def plan(self, pod: Obj, container: Obj, node: Obj | None) -> ContainerPlan:
         image = container.get("image", "")
         repo, _tag = normalize_image(image)
+        from .gpu_nfd import NFD_REPO, nfd_plan
+
+        if repo == NFD_REPO:  # node-feature-discovery's master may land on any node, GPU or not
+            from .gpu_images import image_digest
+
+            plan = nfd_plan(container_argv(container, [], ["nfd-worker"])[0].rsplit("/", 1)[-1], pod, _tag)
+            plan.image_id = image_digest(repo, _tag)
+            return plan
         if repo not in CATALOGUE:
             return ContainerPlan(exit_code=None, waiting=pull_failure(image))
         from .host_exec import host_root_mount, run_host_container
