@@ -239,3 +239,64 @@ def test_nfd_image_follows_its_knob(tmp_path):
     for kind, name in (("Deployment", "nfd-master"), ("DaemonSet", "nfd-worker")):
         (container,) = _by(manifests, kind, name)["spec"]["template"]["spec"]["containers"]
         assert container["image"] == image
+
+
+# --- the suite: why GFD's labels are all missing ------------------------------------------------------------------
+
+
+def _nfd_pod(
+    name: str,
+    program: str,
+    ready: bool = True,
+    image: str = "registry.k8s.io/nfd/node-feature-discovery:v0.17.3",
+):
+    return {
+        "metadata": {"name": name, "namespace": "gpu-system"},
+        "spec": {"containers": [{"name": program, "image": image, "command": [program]}]},
+        "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": str(ready)}]},
+    }
+
+
+def test_all_gfd_labels_missing_says_whether_nfd_runs(tmp_path):
+    from gpuready.conformance.checks import node as node_checks
+
+    (node,) = load_fleet(write_inventory(tmp_path)).nodes.values()
+    bare = {"metadata": {"name": "node-1", "labels": {}}}
+    worker, master = _nfd_pod("nfd-worker-x", "nfd-worker"), _nfd_pod("nfd-master-y", "nfd-master")
+    missing = node_checks._diff_labels({}, node.expected_labels, "GFD label")
+
+    def said(pods, masters):
+        problems = node_checks.gfd_labels(node, bare, pods, masters)
+        assert problems[:-1] == missing
+        return problems[-1]
+
+    assert said([], [master]).startswith(
+        "no nfd-worker pod on this node: GFD's labels reach the Node only through node-feature-discovery"
+    )
+    assert "nfd-worker pod gpu-system/nfd-worker-x (Running) not Ready" in said(
+        [_nfd_pod("nfd-worker-x", "nfd-worker", False)], [master]
+    )
+    assert said([worker], []).startswith("no Ready nfd-master pod in the cluster:")
+    assert "(gpu-system/nfd-master-y (Running))" in said(
+        [worker], [_nfd_pod("nfd-master-y", "nfd-master", False)]
+    )
+    assert said([worker], [master]).startswith(
+        "node-feature-discovery runs (nfd-worker gpu-system/nfd-worker-x"
+    )
+    # a pod of another image, or another program of NFD's, is not a worker
+    assert said(
+        [_nfd_pod("w", "nfd-worker", image="docker.io/library/busybox"), _nfd_pod("g", "nfd-gc")], [master]
+    ).startswith("no nfd-worker")
+    # some labels there: the usual differences only; without the pods (older callers): the same
+    partial = {"metadata": {"name": "node-1", "labels": {"nvidia.com/gpu.product": "NVIDIA-L4"}}}
+    assert not any("nfd" in p for p in node_checks.gfd_labels(node, partial, [], []))
+    assert node_checks.gfd_labels(node, bare) == missing
+
+
+def test_a_mirrored_nfd_image_is_recognised(tmp_path):
+    from gpuready.conformance.checks import node as node_checks
+
+    image = "registry.example.com:5000/mirror/nfd:v0.17.3"
+    (node,) = load_fleet(write_inventory(tmp_path, nfd_image=image)).nodes.values()
+    assert node_checks.is_nfd(_nfd_pod("w", "nfd-worker", image=image), "nfd-worker", node)
+    assert not node_checks.is_nfd(_nfd_pod("w", "nfd-worker", image=image), "nfd-worker")

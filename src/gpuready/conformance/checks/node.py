@@ -111,10 +111,59 @@ def _diff_labels(have: dict[str, str], want: dict[str, str], what: str) -> list[
     return problems
 
 
-def gfd_labels(node: NodeSpec, obj: Obj | None) -> list[str]:
-    """GPU feature discovery's labels (product, count, replicas, sharing strategy, memory, MIG) = spec."""
+def gfd_labels(
+    node: NodeSpec, obj: Obj | None, pods: list[Obj] | None = None, nfd_masters: list[Obj] | None = None
+) -> list[str]:
+    """GPU feature discovery's labels (product, count, replicas, sharing strategy, memory, MIG) = spec. When every
+    one is missing, says whether node-feature-discovery (``pods``: the node's; ``nfd_masters``: the cluster's
+    nfd-master pods) is there to carry them: GFD writes a features file, only NFD makes Node labels of it."""
     labels = (_need(node, obj).get("metadata") or {}).get("labels") or {}
-    return _diff_labels(labels, node.expected_labels, "GFD label")
+    problems = _diff_labels(labels, node.expected_labels, "GFD label")
+    if pods is None or nfd_masters is None or not node.expected_labels:
+        return problems
+    if any(key in labels for key in node.expected_labels):
+        return problems
+    return [*problems, nfd_state(node, pods, nfd_masters)]
+
+
+NFD_IMAGE = (
+    "node-feature-discovery"  # registry.k8s.io/nfd/node-feature-discovery: gpuready's and the GPU Operator's
+)
+
+
+def is_nfd(pod: Obj, program: str, node: NodeSpec | None = None) -> bool:
+    """Whether ``pod`` runs ``program`` (nfd-master, nfd-worker) from NFD's image (upstream's repository name, or
+    the repository of the configured ``nfd_image``: a mirror may rename it)."""
+    repos = (NFD_IMAGE, *((image_repository(node.images.nfd),) if node else ()))
+    for c in (pod.get("spec") or {}).get("containers") or []:
+        words = " ".join([*(c.get("command") or []), *(c.get("args") or [])])
+        if program in words and any(r in (c.get("image") or "") for r in repos):
+            return True
+    return False
+
+
+def nfd_state(node: NodeSpec, pods: list[Obj], nfd_masters: list[Obj]) -> str:
+    """Why GFD's labels cannot reach this node through node-feature-discovery, or that NFD looks in place."""
+    through = "GFD's labels reach the Node only through node-feature-discovery"
+    workers = [p for p in pods if is_nfd(p, "nfd-worker", node)]
+    if not workers:
+        return f"no nfd-worker pod on this node: {through} (addons_nfd, or the cluster's own NFD)"
+    ready = [p for p in workers if pod_ready(p)]
+    if not ready:
+        shown = ", ".join(
+            f"{p['metadata'].get('namespace')}/{p['metadata']['name']} ({_pod_state(p)})" for p in workers
+        )
+        return f"nfd-worker pod {shown} not Ready: {through}"
+    if not any(pod_ready(p) for p in nfd_masters):
+        shown = ", ".join(
+            f"{p['metadata'].get('namespace')}/{p['metadata']['name']} ({_pod_state(p)})" for p in nfd_masters
+        )
+        return f"no Ready nfd-master pod in the cluster{f' ({shown})' if shown else ''}: {through}"
+    return (
+        f"node-feature-discovery runs (nfd-worker {ready[0]['metadata'].get('namespace')}/"
+        f"{ready[0]['metadata']['name']} on this node and a Ready nfd-master): GFD has written no labels for it "
+        "(is the gpu-feature-discovery pod on this node Ready?)"
+    )
 
 
 def inventory_labels(node: NodeSpec, obj: Obj | None) -> list[str]:

@@ -1,6 +1,7 @@
 """Node layer: the Kubernetes Node object of every GPU node says what the inventory says.
 
-One list of nodes, one list of pods and one GET of the RuntimeClass for the whole fleet per run (not one request
+One list of nodes, one list of pods (which also says where node-feature-discovery runs, when a node's GFD labels are
+all missing) and one GET of the RuntimeClass for the whole fleet per run (not one request
 per node per check): on a 1000-node fleet this layer costs three requests. The judging is in
 :mod:`gpuready.conformance.checks.node`.
 """
@@ -55,8 +56,15 @@ def test_capacity(node, node_object):
     judge(node, checks.gpu_resources, node, node_object, "capacity")
 
 
-def test_gfd_labels(node, node_object):
-    judge(node, checks.gfd_labels, node, node_object)
+@pytest.fixture(scope="module")
+def nfd_masters(fleet, gpuready_suite):
+    """The cluster's nfd-master pods, from the pods listed once (to say why GFD labels are all missing)."""
+    first = next(iter(gpuready_suite.nodes), None)  # nfd_image is fleet-wide
+    return [p for pods in fleet[1].values() for p in pods if checks.is_nfd(p, "nfd-master", first)]
+
+
+def test_gfd_labels(node, node_object, fleet, nfd_masters):
+    judge(node, checks.gfd_labels, node, node_object, fleet[1].get(node.name, []), nfd_masters)
 
 
 def test_inventory_labels(node, node_object, gpuready_suite):
