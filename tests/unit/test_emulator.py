@@ -19,7 +19,8 @@ from pathlib import Path
 import pytest
 from emulated import EMULATOR, PYTHON, Machine
 
-from gpuready.lab import hardware
+from gpuready.lab import faults, hardware
+from gpuready.lab.emulator import nvemu
 from gpuready.nvidia import catalogue, smi
 
 FIXTURES = Path(__file__).parents[1] / "fixtures"
@@ -351,6 +352,35 @@ def test_mig_layout_created_with_cgi_is_listed_by_lgi_lci_and_L(a100_mig: Host) 
     # A reboot destroys the instances (they are not persistent), MIG mode stays.
     host.reboot("boot-3")
     assert host.smi("mig", "-lgi").stdout == "No GPU instances found: Not Found\n"
+
+
+def test_in_a_container_the_tools_see_only_its_device_nodes(a100_mig: Host) -> None:
+    """GPUREADY_LAB_CONTAINER_DEVICES stands in for the device nodes a container was given: NVML finds those GPUs,
+    numbered from 0, and the MIG devices whose GPU and compute instance capabilities it has; nothing is saved."""
+    host = a100_mig
+    host.ok("mig", "-i", "0", "-cgi", "9,14", "-C", "-i", "0")
+    full = smi.parse_list(host.ok("-L"))
+    gis = sorted(g.instance_id for g in smi.parse_mig_lgi(host.ok("mig", "-lgi")))
+    second = [
+        f"/dev/nvidia-caps/nvidia-cap{m}" for m in (nvemu.gi_minor(0, gis[1]), nvemu.ci_minor(0, gis[1], 0))
+    ]
+    # the second MIG device of GPU 0 and the whole GPU 2; GPU 2's XID fault follows it to its new index
+    container = {nvemu.CONTAINER_DEVICES: ",".join(["/dev/nvidia0", *second, "/dev/nvidia2"])}
+    host.hw = faults.apply_fault(host.hw, "xid-48", 2)
+    hardware.write_hardware(host.hw_path, host.hw)
+    seen = host.ok("-L", **container)
+    assert seen == (
+        f"GPU 0: {full[0].name} (UUID: {full[0].uuid})\n"
+        f"  MIG {full[0].mig_devices[1].profile:<11} Device  0: (UUID: {full[0].mig_devices[1].uuid})\n"
+        f"GPU 1: {full[2].name} (UUID: {full[2].uuid})\n"
+    )
+    query = ["--query-gpu=index,uuid,ecc.errors.uncorrected.volatile.total", "--format=csv,noheader"]
+    assert host.ok(*query, **container) == f"0, {full[0].uuid}, 0\n1, {full[2].uuid}, 1\n"
+    assert host.smi("-L", **{nvemu.CONTAINER_DEVICES: ""}).stdout == "No devices were found\n"
+    assert (
+        host.ok("mig", "-dci", "-i", "0", **container)
+        and len(smi.parse_list(host.ok("-L"))[0].mig_devices) == 2
+    )
 
 
 def test_mig_no_room_and_destroy(a100_mig: Host) -> None:

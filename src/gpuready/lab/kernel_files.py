@@ -45,6 +45,7 @@ from pathlib import Path
 from typing import Any
 
 from gpuready.lab import hardware
+from gpuready.lab.emulator.nvemu import CIS_PER_GI, GIS_PER_GPU, ci_minor, gi_minor
 from gpuready.lab.state import locked
 
 EMULATOR_DIR = Path(__file__).parent / "emulator"
@@ -64,13 +65,7 @@ DYNAMIC_MAJORS = {
     "nvidia-caps-imex-channels": 508,
     "nvidia-nvswitch": 507,
 }
-# /proc/driver/nvidia-caps/mig-minors: config 1, monitor 2, then per GPU (32 at most) 15 GPU instances, each with
-# its access minor followed by 8 compute instances' (gpu0/gi1/access is 12, gpu0/gi1/ci0/access 13).
-MAX_GPUS = 32
-GIS_PER_GPU = 15
-CIS_PER_GI = 8
-MINORS_PER_GI = 1 + CIS_PER_GI
-MINORS_PER_GPU = GIS_PER_GPU * MINORS_PER_GI
+MAX_GPUS = 32  # /proc/driver/nvidia-caps/mig-minors lists the minors of 32 GPUs (nvemu.gi_minor numbers them)
 MODE_ALL_READ = 0o444  # DeviceFileMode 292
 MODE_OWNER_READ = 0o400  # DeviceFileMode 256 (the config capability: root only)
 
@@ -132,14 +127,6 @@ def bdf(pci_bus_id: str) -> str:
     domain, bus, rest = pci_bus_id.split(":")
     slot, function = rest.split(".")
     return f"{int(domain, 16):04x}:{int(bus, 16):02x}:{int(slot, 16):02x}.{int(function, 16):x}"
-
-
-def gi_minor(gpu_minor: int, gi: int) -> int:
-    return 3 + gpu_minor * MINORS_PER_GPU + gi * MINORS_PER_GI
-
-
-def ci_minor(gpu_minor: int, gi: int, ci: int) -> int:
-    return gi_minor(gpu_minor, gi) + 1 + ci
 
 
 def _access(minor: int, mode: int) -> Entry:

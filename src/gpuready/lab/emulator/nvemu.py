@@ -5,6 +5,13 @@ NVML, the library every NVIDIA tool links against). The machine (GPUs, faults) i
 hardware file the lab writes; what a real driver keeps in the kernel (MIG mode, GPU/compute
 instances, persistence mode, the loaded module version) lives in a state file that is reset when the
 boot id changes, as a reboot resets a real GPU.
+
+In a container the tools see only what the container runtime gave it. On a real node the nvidia runtime (or CDI)
+mounts the host's nvidia-smi and libraries and only the container's device nodes, and NVML finds the GPUs whose
+``/dev/nvidiaN`` it can open, numbered from 0, and on them the MIG devices whose GPU and compute instance
+capabilities (``/dev/nvidia-caps/nvidia-capM``) it was given. ``GPUREADY_LAB_CONTAINER_DEVICES`` (lab-internal;
+the node agent sets it when a pod runs the host's nvidia-smi) stands in for those device nodes: their paths,
+comma separated (empty: none). With it set the tools change nothing in the driver's state.
 """
 
 from __future__ import annotations
@@ -34,6 +41,20 @@ EXIT_NO_DRIVER = 9
 EXIT_GPU_LOST = 15
 EXIT_MISMATCH = 18
 EXIT_OTHER = 255
+
+CONTAINER_DEVICES = "GPUREADY_LAB_CONTAINER_DEVICES"
+# /proc/driver/nvidia-caps/mig-minors: config 1, monitor 2, then per GPU 15 GPU instances, each with its access
+# minor followed by 8 compute instances' (gpu0/gi1/access is 12, gpu0/gi1/ci0/access 13).
+GIS_PER_GPU = 15
+CIS_PER_GI = 8
+
+
+def gi_minor(gpu_minor: int, gi: int) -> int:
+    return 3 + (gpu_minor * GIS_PER_GPU + gi) * (1 + CIS_PER_GI)
+
+
+def ci_minor(gpu_minor: int, gi: int, ci: int) -> int:
+    return gi_minor(gpu_minor, gi) + 1 + ci
 
 
 class Effects:
@@ -152,16 +173,40 @@ class Driver:
                 EXIT_NO_DRIVER,
             ) from None
         self.path = state_path()
-        with contextlib.suppress(OSError):
-            os.makedirs(os.path.dirname(self.path) or ".", exist_ok=True)
-        self._lock: typing.TextIO | None
-        try:
-            self._lock = open(self.path + ".lock", "a+")  # noqa: SIM115 - held for the command's lifetime
-            fcntl.flock(self._lock, fcntl.LOCK_EX)
-        except OSError:  # an unprivileged user may look at the GPUs but changes nothing
-            self._lock = None
+        nodes = os.environ.get(CONTAINER_DEVICES)
+        self._lock: typing.TextIO | None = None
+        if nodes is None:
+            with contextlib.suppress(OSError):
+                os.makedirs(os.path.dirname(self.path) or ".", exist_ok=True)
+            try:
+                self._lock = open(self.path + ".lock", "a+")  # noqa: SIM115 - held for the command's lifetime
+                fcntl.flock(self._lock, fcntl.LOCK_EX)
+            except OSError:  # an unprivileged user may look at the GPUs but changes nothing
+                self._lock = None
         self.state = self._load_state()
         self.version = library_version()
+        if nodes is not None:
+            self._contain({n.strip() for n in nodes.split(",") if n.strip()})
+
+    def _contain(self, nodes: set[str]) -> None:
+        """What NVML in a container with these device nodes finds (the module docstring); never saved."""
+        gpus: list[dict] = []
+        faults = [f for f in self.hw.get("faults", []) if f.get("gpu") is None]
+        for gpu in self.hw["gpus"]:
+            minor = gpu.get("minor_number", gpu["index"])
+            if f"/dev/nvidia{minor}" not in nodes:
+                continue
+            faults += [
+                {**f, "gpu": len(gpus)} for f in self.hw.get("faults", []) if f.get("gpu") == gpu["index"]
+            ]
+            st = self.gpu_state(gpu)
+            st["gis"] = [
+                {**gi, "cis": [ci for ci in gi["cis"] if _cap(ci_minor(minor, gi["id"], ci["id"])) in nodes]}
+                for gi in st["gis"]
+                if _cap(gi_minor(minor, gi["id"])) in nodes
+            ]
+            gpus.append({**gpu, "index": len(gpus), "minor_number": minor})
+        self.hw = {**self.hw, "gpus": gpus, "faults": faults}
 
     @classmethod
     def snapshot(cls, hw: dict, state_text: str | None, current_boot: str | None) -> Driver:
@@ -259,6 +304,10 @@ class Driver:
 
     def persistence(self, gpu: dict) -> bool:
         return bool(self.gpu_state(gpu)["persistence"]) or persistenced_running()
+
+
+def _cap(minor: int) -> str:
+    return f"/dev/nvidia-caps/nvidia-cap{minor}"
 
 
 def _alive(pid_file: str) -> bool:
