@@ -31,6 +31,10 @@ if TYPE_CHECKING:
 Obj = dict[str, Any]
 COMPONENT = "kubelet"
 PENDING_POLL_S = 0.1  # how often the loop looks at a container whose command runs in a worker thread
+# The kubelet's crash-loop back-off (pkg/kubelet: flowcontrol.NewBackOff(10s, 300s)): it doubles with each restart up
+# to 5 minutes, and starts again at 10 s once the last back-off is older than twice the maximum, so a container that
+# crashed long ago and ran well since is not held 5 minutes for its next crash. restartCount itself never resets.
+BACKOFF_INITIAL_S, BACKOFF_MAX_S = 10.0, 300.0
 log = logging.getLogger(__name__)
 
 
@@ -40,6 +44,8 @@ class _Container:
     plan: ContainerPlan
     started: float = 0.0
     restarts: int = 0
+    backoff: float = 0.0  # the last crash-loop back-off, and when it was set (time.monotonic())
+    backoff_at: float = 0.0
     logs: str = ""
     previous_logs: str = ""
     state: Obj = field(default_factory=dict)
@@ -55,6 +61,13 @@ class _Pod:
     node: str
     containers: dict[str, _Container] = field(default_factory=dict)
     done: bool = False
+
+
+def next_backoff(last: float, last_at: float, now: float) -> float:
+    """The back-off before a crashed container's next start, given the previous one and when it was set."""
+    if not last or now - last_at > 2 * BACKOFF_MAX_S:
+        return BACKOFF_INITIAL_S
+    return min(BACKOFF_MAX_S, 2 * last)
 
 
 def node_ready(node: Obj | None) -> bool:
@@ -102,6 +115,10 @@ class Kubelet:
             if state is None or container not in state.containers:
                 return None
             c = state.containers[container]
+            pending = c.plan.pending if c.plan.pending is not None and c.plan.pending.starting else None
+        if pending is not None and not previous:  # its output is there by the time anyone looks (HostCommand)
+            return pending.wait()
+        with self._lock:
             if previous:
                 # backing off after an exit, the instance that just ended is the previous one (until the restart
                 # moves its output to previous_logs)
@@ -304,7 +321,8 @@ class Kubelet:
                 c.plan.logs, c.plan.exit_code = c.plan.pending.result()
                 c.plan.pending = None
                 c.logs = c.plan.logs
-                self._exit(pod, c)
+                if c.plan.exit_code is not None:  # None: it went on to run for ever (`...; sleep infinity`)
+                    self._exit(pod, c)
             elif kind == "exit":
                 self._exit(pod, c)
             elif kind == "restart":
@@ -342,7 +360,8 @@ class Kubelet:
         if policy == "Always" or (policy == "OnFailure" and code != 0):
             c.restarts += 1
             c.last_state = {"terminated": term}
-            backoff = min(300.0, 10.0 * 2 ** (c.restarts - 1))
+            backoff = next_backoff(c.backoff, c.backoff_at, time.monotonic())
+            c.backoff, c.backoff_at = backoff, time.monotonic()
             uid_name = f"{pod.name}_{pod.namespace}({pod.uid})"
             c.state = {
                 "waiting": {
