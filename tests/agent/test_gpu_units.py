@@ -4,13 +4,14 @@ images, the lab's host views."""
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import pytest
 
 from gpuready.lab.agent.gpu import LabGpuBackend, lab_host_views, virtual_hardware
-from gpuready.lab.agent.gpu_host import VirtualGpuView, containerd_runtimes
-from gpuready.lab.agent.gpu_images import VECTOR_ADD_OK, Exposure, smi_list, vector_add
+from gpuready.lab.agent.gpu_host import HostView, VirtualGpuView, containerd_runtimes
+from gpuready.lab.agent.gpu_images import VECTOR_ADD_OK, Exposure, container_devices, run_with_smi, vector_add
 from gpuready.lab.agent.gpu_metrics import dcgm_scrape, hostname_label
 from gpuready.lab.agent.gpu_plugin import (
     PluginError,
@@ -19,6 +20,7 @@ from gpuready.lab.agent.gpu_plugin import (
     plugin_devices,
     select_config,
 )
+from gpuready.lab.agent.runtime import ContainerPlan
 from gpuready.lab.hardware import make_hardware
 from gpuready.nvidia.dcgm import parse_dcgm_metrics
 
@@ -45,7 +47,8 @@ def mig_state(hw: dict, layout: dict[int, list[str]]) -> dict:
             }
             for i, n in enumerate(layout.get(g["index"], []))
         ]
-        out[g["uuid"]] = {"mig_current": g["index"] in layout, "gis": gis}
+        on = g["index"] in layout
+        out[g["uuid"]] = {"mig_current": on, "mig_pending": on, "persistence": False, "gis": gis}
     return out
 
 
@@ -129,7 +132,16 @@ def test_containerd_drop_in_replaces_cri_table_per_plugin_key(tmp_path) -> None:
     assert default == "nvidia" and runtimes["nvidia"].nvidia and not runtimes["runc"].nvidia
 
 
-def test_vector_add_errors_and_smi_list() -> None:
+def finish(plan: ContainerPlan) -> tuple[str, int | None]:
+    """(log, exit code) of a container whose command runs in a worker thread (host_exec); None: it runs on."""
+    deadline = time.monotonic() + 30
+    while not plan.pending.done():
+        assert time.monotonic() < deadline, "the command did not finish"
+        time.sleep(0.02)
+    return plan.pending.result()
+
+
+def test_vector_add_errors() -> None:
     state = host(faults=[{"fault": "xid-48", "gpu": 1}])
     g0, g1 = state.gpus
     assert vector_add(Exposure(False, []), state).logs.endswith(
@@ -138,8 +150,51 @@ def test_vector_add_errors_and_smi_list() -> None:
     assert vector_add(Exposure(True, []), state).exit_code == 1
     assert "uncorrectable ECC error encountered" in vector_add(Exposure(True, [(g1, None)]), state).logs
     assert vector_add(Exposure(True, [(g0, None)]), state).exit_code == 0
-    out, code = smi_list(Exposure(True, [(g1, None)]))
-    assert (out, code) == (f"GPU 0: NVIDIA L40S (UUID: {g1.uuid})\n", 0)
+
+
+def test_a_pods_nvidia_smi_is_the_hosts_seeing_the_containers_devices(tmp_path: Path) -> None:
+    """The emulated nvidia-smi of the node (here: a virtual node's, run on this machine) with only the container's
+    device nodes: its GPUs numbered from 0, its MIG devices under their parent; none without the driver libraries."""
+    hw = make_hardware("a100-80gb-4", 0)
+    backend = LabGpuBackend(VirtualGpuView("n", hw, mig_state={"gpus": mig_state(hw, {0: ["1g.10gb"] * 3})}))
+    g0, g1, *_ = backend.host().gpus
+    mig = g0.mig_devices[1]
+    exp = Exposure(True, [(g0, mig), (g1, None)])
+    assert container_devices(exp).split(",") == [
+        "/dev/nvidia0",
+        f"/dev/nvidia-caps/nvidia-cap{3 + mig.gi * 9}",
+        f"/dev/nvidia-caps/nvidia-cap{3 + mig.gi * 9 + 1}",
+        "/dev/nvidia1",
+    ]
+    listed = (
+        f"GPU 0: {g0.name} (UUID: {g0.uuid})\n  MIG 1g.10gb     Device  0: (UUID: {mig.uuid})\n"
+        f"GPU 1: {g1.name} (UUID: {g1.uuid})\n"
+    )
+    assert finish(run_with_smi(["nvidia-smi", "-L"], {}, exp, backend)) == (listed, 0)
+    hold = ["sh", "-c", "echo start; nvidia-smi -L; sleep infinity"]
+    assert finish(run_with_smi(hold, {}, exp, backend)) == ("start\n" + listed, None)
+    version = ["sh", "-c", "nvidia-smi --query-gpu=driver_version --format=csv,noheader"]
+    assert finish(run_with_smi(version, {}, exp, backend)) == ("580.178.04\n" * 2, 0)
+    assert finish(run_with_smi(["nvidia-smi", "-L"], {}, Exposure(True, []), backend)) == (
+        "No devices were found\n",
+        6,
+    )
+    # a lab host's root that is not running (the tests' fake roots): its own files, through the emulator here
+    root, hardware = make_host(tmp_path, "h", "a100-80gb-4", mig={1: ["1g.10gb", "1g.10gb"]})
+    fake = LabGpuBackend(HostView("h", root, hardware))
+    h1 = fake.host().gpus[1]
+    seen = finish(run_with_smi(["nvidia-smi", "-L"], {}, Exposure(True, [(h1, h1.mig_devices[1])]), fake))
+    assert seen == (
+        f"GPU 0: {h1.name} (UUID: {h1.uuid})\n  MIG 1g.10gb     Device  0: (UUID: {h1.mig_devices[1].uuid})\n",
+        0,
+    )
+    # no driver libraries injected: no nvidia-smi in the container
+    shell = run_with_smi(["bash", "-c", "nvidia-smi -L; sleep infinity"], {}, Exposure(False, []), backend)
+    assert finish(shell) == ("/bin/bash: line 1: nvidia-smi: command not found\n", 127)
+    direct = run_with_smi(["nvidia-smi", "-L"], {}, Exposure(False, []), backend)
+    assert (direct.exit_code, direct.reason) == (128, "StartError") and "executable file not found" in (
+        direct.message or ""
+    )
 
 
 def test_dcgm_scrape_parses_with_kubernetes_labels() -> None:
@@ -196,6 +251,6 @@ def test_gpu_request_no_plugin_serves_runs_with_the_images_devices() -> None:
     plan = backend.runtime.plan(pod, {"name": "va", "image": VECTOR_ADD, **limits}, None)
     assert (plan.exit_code, plan.logs) == (0, VECTOR_ADD_OK)
     smi = {"name": "smi", "image": CUDA_BASE, "command": ["nvidia-smi", "-L"], **limits}
-    listed = backend.runtime.plan(pod, smi, None).logs.splitlines()
+    listed = finish(backend.runtime.plan(pod, smi, None))[0].splitlines()
     assert listed == [f"GPU {i}: NVIDIA H100 80GB HBM3 (UUID: {g['uuid']})" for i, g in enumerate(hw["gpus"])]
     assert backend.owners() == {}  # nothing allocated: dcgm-exporter maps no GPU to the pod

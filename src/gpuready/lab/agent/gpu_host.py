@@ -16,6 +16,7 @@ from __future__ import annotations
 import glob
 import json
 import os
+import tempfile
 import threading
 import time
 import tomllib
@@ -126,6 +127,11 @@ class HostState:
 
 class GpuView(Protocol):
     def snapshot(self) -> HostState: ...
+
+    def emulator_env(self) -> dict[str, str]:
+        """The environment in which the emulated driver's tools, run on this machine, read this node's machine and
+        driver state: for a node with no running host behind it (nvemu's GPUREADY_LAB_* variables)."""
+        ...
 
 
 # containerd ------------------------------------------------------------------------------------------------------
@@ -399,6 +405,15 @@ class HostView:
             return Path(f"/proc/{found}/root")
         return None
 
+    def emulator_env(self) -> dict[str, str]:
+        state = self._cached_json(self.root / EMU_STATE) or {}
+        return _emulator_env(
+            self.hardware,
+            self.root / EMU_STATE,
+            state.get("boot_id"),
+            self._text(f"{DRIVER_LIB}/driver-version"),
+        )
+
     def snapshot(self) -> HostState:
         hw = self._cached_json(self.hardware) or {"gpus": [], "faults": []}
         emu = self._cached_json(self.root / EMU_STATE) or {}
@@ -445,6 +460,17 @@ class VirtualGpuView:
     hardware: dict[str, Any]
     driver_version: str = "580.178.04"
     mig_state: dict[str, Any] = field(default_factory=dict)  # the emulated driver's state.json shape
+    _files: Path | None = field(default=None, repr=False)
+
+    def emulator_env(self) -> dict[str, str]:
+        if self._files is None:  # written once: a virtual node's hardware and state never change
+            self._files = Path(tempfile.mkdtemp(prefix=f"gpuready-{self.name}-"))
+            (self._files / "hardware.json").write_text(json.dumps(self.hardware))
+            state = {"gpus": {}, **self.mig_state, "boot_id": "virtual", "kmod": self.driver_version}
+            (self._files / "state.json").write_text(json.dumps(state))
+        return _emulator_env(
+            self._files / "hardware.json", self._files / "state.json", "virtual", self.driver_version
+        )
 
     def snapshot(self) -> HostState:
         nvidia = Runtime("nvidia", RUNC_TYPE, NVIDIA_RUNTIME_BINARY)
@@ -464,6 +490,16 @@ class VirtualGpuView:
             cdi_enabled=True,
             cdi_devices=frozenset(f"nvidia.com/gpu={name}" for name in cdi_names(gpus)),
         )
+
+
+def _emulator_env(hardware: Path, state: Path, boot: str | None, driver: str | None) -> dict[str, str]:
+    # the state's own boot id, so that it is not reset as after a reboot
+    env = {
+        "GPUREADY_LAB_HARDWARE": str(hardware),
+        "GPUREADY_LAB_STATE": str(state),
+        "GPUREADY_LAB_BOOT_ID": boot or "-",
+    }
+    return {**env, "GPUREADY_LAB_DRIVER_VERSION": driver} if driver else env
 
 
 def cdi_names(gpus: tuple[Gpu, ...]) -> list[str]:

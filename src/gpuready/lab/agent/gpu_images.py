@@ -4,8 +4,8 @@ A container's fate is decided the way containerd and the NVIDIA runtime decide i
 RuntimeClass handler must be configured in that host's containerd (else the sandbox fails), the handler's binary
 must exist, and only the ``nvidia`` runtime injects the driver libraries and the devices named by
 ``NVIDIA_VISIBLE_DEVICES`` (the device plugin's allocation, else the pod's env, else the image's ``all``). Then
-the image runs: the CUDA vectorAdd sample, ``nvidia-smi -L`` in a CUDA base image, the device plugin, GFD, the
-config manager and dcgm-exporter. Other nvcr.io/nvidia images cannot be pulled, like in an air-gapped cluster.
+the image runs: the CUDA vectorAdd sample, the host's ``nvidia-smi`` in a CUDA base image, the device plugin, GFD,
+the config manager and dcgm-exporter. Other nvcr.io/nvidia images cannot be pulled, like in an air-gapped cluster.
 """
 
 from __future__ import annotations
@@ -14,14 +14,18 @@ import hashlib
 import json
 import re
 import shlex
+import sys
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from gpuready.lab.emulator import nvemu
 
 from .gpu_host import Gpu, HostState, MigDevice
 from .gpu_nfd import NFD_REPO, nfd_plan
 from .gpu_plugin import PluginError, env_of
-from .host_exec import host_root_mount, run_host_container
+from .host_exec import HostCommand, Run, host_argv, host_root_mount, run_host_container
 from .runtime import CatalogueRuntime, ContainerPlan, container_argv, normalize_image, pull_failure, run_argv
 
 if TYPE_CHECKING:
@@ -336,7 +340,7 @@ class GpuRuntime:
             if not exp.libs or host.nvml_error:
                 return ContainerPlan(logs=_dcgm_fail(), exit_code=1, run_seconds=0.5)
             return ContainerPlan(logs=_dcgm_start(), exit_code=None)
-        return run_with_smi(argv, env_of(container), exp, host)
+        return run_with_smi(argv, env_of(container), exp, self.backend)
 
     def _daemon(self, start: Any, exp: Exposure, kind: str) -> ContainerPlan:
         if not exp.libs:
@@ -372,72 +376,69 @@ def vector_add(exp: Exposure, host: HostState) -> ContainerPlan:
     return ContainerPlan(logs=VECTOR_ADD_OK, exit_code=0, run_seconds=0.5)
 
 
-def smi_list(exp: Exposure) -> tuple[str, int]:
-    """`nvidia-smi -L` inside the container: its GPUs renumbered from 0, MIG devices under their parent."""
-    if not exp.devices:
-        return "No devices were found\n", 6
-    by_gpu: dict[int, tuple[Gpu, list[MigDevice]]] = {}
+def container_devices(exp: Exposure) -> str:
+    """The device nodes the runtime gave the container: each GPU's /dev/nvidiaN, each MIG device's GPU and compute
+    instance capabilities (nvemu.CONTAINER_DEVICES)."""
+    nodes: list[str] = []
     for g, m in exp.devices:
-        entry = by_gpu.setdefault(g.index, (g, []))
+        minor = int(g.hw.get("minor_number", g.index))
+        nodes.append(f"/dev/nvidia{minor}")
         if m is not None:
-            entry[1].append(m)
-    lines = []
-    for n, (g, migs) in enumerate(by_gpu[i] for i in sorted(by_gpu)):
-        lines.append(f"GPU {n}: {g.name} (UUID: {g.uuid})\n")
-        for k, m in enumerate(migs):
-            lines.append(f"  MIG {m.name:<11} Device {k:>2}: (UUID: {m.uuid})\n")
-    return "".join(lines), 0
+            caps = (nvemu.gi_minor(minor, m.gi), nvemu.ci_minor(minor, m.gi, m.ci))
+            nodes += [f"/dev/nvidia-caps/nvidia-cap{c}" for c in caps]
+    return ",".join(dict.fromkeys(nodes))
 
 
-def run_with_smi(argv: list[str], env: dict[str, str], exp: Exposure, host: HostState) -> ContainerPlan:
-    """A CUDA base image: the catalogue shell, plus `nvidia-smi -L` when the runtime injected nvidia-smi."""
+def run_with_smi(
+    argv: list[str], env: dict[str, str], exp: Exposure, backend: LabGpuBackend
+) -> ContainerPlan:
+    """A CUDA base image: the catalogue shell, whose ``nvidia-smi`` is the host's, which the nvidia runtime mounts
+    into the container (none without the driver libraries): it runs on the host (host_exec) seeing only the
+    container's devices, or, with no running host behind the node, the emulator here on the node's files."""
     if argv and argv[0].rsplit("/", 1)[-1] == "nvidia_entrypoint.sh":
         argv = argv[1:]
-    if not argv:
-        return ContainerPlan()
-    prog = argv[0].rsplit("/", 1)[-1]
+    prog = argv[0].rsplit("/", 1)[-1] if argv else ""
     if prog in ("sh", "bash") and len(argv) >= 3 and argv[1] == "-c" and "nvidia-smi" in argv[2]:
-        out, code = [], 0
-        for part in re.split(r";|&&|\n", argv[2]):
-            words = shlex.split(part) if part.strip() else []
-            if not words:
-                continue
-            plan = _smi_or_shell(words, env, exp, host, inside_shell=True)
-            out.append(plan.logs)
-            code = plan.exit_code or 0
-            if plan.exit_code is None:
-                return ContainerPlan(logs="".join(out), exit_code=None)
-            if code:
-                break
-        return ContainerPlan(logs="".join(out), exit_code=code)
-    return _smi_or_shell(argv, env, exp, host, inside_shell=False)
-
-
-def _smi_or_shell(
-    argv: list[str], env: dict[str, str], exp: Exposure, host: HostState, inside_shell: bool
-) -> ContainerPlan:
-    if argv[0].rsplit("/", 1)[-1] != "nvidia-smi":
-        return run_argv(argv, env)
-    if not exp.libs:  # nvidia-smi is not in the image; the nvidia runtime mounts the host's
-        if inside_shell:
-            return ContainerPlan(logs="/bin/bash: line 1: nvidia-smi: command not found\n", exit_code=127)
+        parts = [shlex.split(p) for p in re.split(r";|&&|\n", argv[2]) if p.strip()]
+    elif prog == "nvidia-smi" and not exp.libs:
         return _start_error(
             f"{OCI_PREFIX}runc create failed: unable to start container process: error during "
             'container init: exec: "nvidia-smi": executable file not found in $PATH: unknown'
         )
-    if argv[1:] in (["-L"], ["--list-gpus"]):
-        logs, code = smi_list(exp)
-        return ContainerPlan(logs=logs, exit_code=code)
-    if argv[1:2] == ["--query-gpu=uuid"] or argv[1:2] == ["--query-gpu=name"]:
-        field = argv[1].split("=", 1)[1]
-        gpus = {g.index: g for g, _ in exp.devices}
-        return ContainerPlan(logs="".join(f"{getattr(gpus[i], field)}\n" for i in sorted(gpus)), exit_code=0)
-    if argv[1:2] == ["--query-gpu=driver_version"]:  # what the AI conformance KAR-0001 compares with DRA/GFD
-        count = len({g.index for g, _ in exp.devices})
-        return ContainerPlan(logs=f"{host.driver_version}\n" * count, exit_code=0)
-    return ContainerPlan(
-        logs=f"nvidia-smi {' '.join(argv[1:])}: not emulated in the lab's CUDA image\n", exit_code=2
+    elif prog == "nvidia-smi":
+        parts = [argv]
+    else:
+        return run_argv(argv, env)
+    visible = {nvemu.CONTAINER_DEVICES: container_devices(exp)}
+    local = [sys.executable, str(Path(nvemu.__file__).with_name("nvidia_smi.py"))]
+    smi = (
+        host_argv(["nvidia-smi"], visible, backend.host_pid(), backend.stand_in)
+        or (local, {**backend.view.emulator_env(), **visible})
+        if exp.libs
+        else ([], {})
     )
+
+    def script(run: Run) -> tuple[str, int | None]:
+        """The commands in order, each ``nvidia-smi`` the host's, the others the catalogue shell's; to the first
+        that fails or never ends (``sleep infinity``: the container runs on)."""
+        logs = ""
+        code: int | None = 0
+        for words in parts:
+            if words[0].rsplit("/", 1)[-1] != "nvidia-smi":
+                plan = run_argv(words, env)
+                out, code = plan.logs, plan.exit_code
+            elif not exp.libs:  # nvidia-smi is not in the image; the nvidia runtime mounts the host's
+                out, code = "/bin/bash: line 1: nvidia-smi: command not found\n", 127
+            else:
+                out, code = run([*smi[0], *words[1:]], smi[1])
+            logs += out
+            if code != 0:
+                break
+        return logs, code
+
+    # starting: a reader of the log waits for nvidia-smi's answer, which a real container's log has by the time its
+    # Running status is seen (the kubelet's status lags a start by about as long as nvidia-smi takes)
+    return ContainerPlan(run_seconds=0.1, pending=HostCommand(script, starting=True))
 
 
 def _mps_daemon_logs() -> str:

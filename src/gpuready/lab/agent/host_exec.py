@@ -6,7 +6,7 @@ ON THE LAB HOST, in the namespaces of one of the host's processes (``nsenter -t 
 found as ``HostView.live_root`` finds it), so what it prints is the host's real state: its nvidia-smi, its
 containerd, its systemd, its journal. Inside the host's namespaces the host's root is ``/`` itself, so the
 container's environment says ``/`` wherever it named the mount path. Its output is the container's log, its exit
-status the container's.
+status the container's. A pod's ``nvidia-smi`` (gpu_images) is the host's and starts the same way (``host_argv``).
 
 Where no host process exists the container fails with a log line that says so: a virtual node (no host behind
 it), or a fake host root of the tests that is not running. A virtual node given a stand-in (``attach_host`` with
@@ -20,7 +20,7 @@ import contextlib
 import os
 import signal
 import subprocess
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -67,14 +67,8 @@ def run_host_container(
     digest, entrypoint, cmd = CATALOGUE[repo]
     argv = container_argv(container, entrypoint, cmd)
     node = (pod.get("spec") or {}).get("nodeName", "")
-    env = _env(container, mount)
-    if stand_in is not None:
-        full = [*argv]
-        env = {"PATH": HOST_PATH, **env, **stand_in}
-    elif pid is not None:
-        full = ["nsenter", "-t", str(pid), "-m", "-u", "-i", "-n", "-p", "--", *argv]
-        env = {"PATH": HOST_PATH, "LANG": "C.UTF-8", **env}
-    else:
+    command = host_argv(argv, _env(container, mount), pid, stand_in)
+    if command is None:
         return ContainerPlan(
             logs=f"gpuready lab: {node} has no running host behind it (a virtual node): a container that reads "
             f"the host's root ({mount}) has no host to run on\n",
@@ -83,7 +77,22 @@ def run_host_container(
             image_id=f"{repo}@{digest}",
         )
     # in a worker thread: the kubelet loop goes on with the fleet's other pods meanwhile (1000 probes at once)
-    return ContainerPlan(run_seconds=0.1, image_id=f"{repo}@{digest}", pending=HostCommand(full, env))
+    return ContainerPlan(
+        run_seconds=0.1, image_id=f"{repo}@{digest}", pending=HostCommand(lambda run: run(*command))
+    )
+
+
+def host_argv(
+    argv: list[str], env: dict[str, str], pid: int | None, stand_in: Mapping[str, str] | None = None
+) -> tuple[list[str], dict[str, str]] | None:
+    """(argv, env) that start ``argv`` on the host of process ``pid`` (or here with the stand-in's environment);
+    None without either."""
+    if stand_in is not None:
+        return [*argv], {"PATH": HOST_PATH, **env, **stand_in}
+    if pid is not None:
+        full = ["nsenter", "-t", str(pid), "-m", "-u", "-i", "-n", "-p", "--", *argv]
+        return full, {"PATH": HOST_PATH, "LANG": "C.UTF-8", **env}
+    return None
 
 
 _POOL: ThreadPoolExecutor | None = None
@@ -97,20 +106,31 @@ def _workers() -> ThreadPoolExecutor:
     return _POOL
 
 
-class HostCommand:
-    """A container's command running in a worker thread: ``done()``, ``result() -> (log, exit code)``, and
-    ``kill()`` when its pod goes (the process group, as the container's end would)."""
+Run = Callable[[list[str], dict[str, str]], tuple[str, int]]
 
-    def __init__(self, argv: list[str], env: dict[str, str]) -> None:
+
+class HostCommand:
+    """A container's commands running in a worker thread, one after another: ``job(run)`` starts each with
+    ``run(argv, env) -> (output, exit code)`` and returns the container's (log, exit code; None: it runs on).
+    ``done()``, ``result()``, and ``kill()`` when its pod goes (the process group, as the container's end would);
+    ``starting``: a quick job (the host's nvidia-smi in a pod, gpu_images) whose log a reader of the container's log
+    waits for (``wait``), as a real container's output is there by the time its Running status is seen."""
+
+    def __init__(self, job: Callable[[Run], tuple[str, int | None]], starting: bool = False) -> None:
         self.proc: subprocess.Popen[bytes] | None = None
         self.killed = False
-        self.future = _workers().submit(self._run, argv, env)
+        self.starting = starting
+        self.future = _workers().submit(job, self._run)
 
     def done(self) -> bool:
         return self.future.done()
 
-    def result(self) -> tuple[str, int]:
+    def result(self) -> tuple[str, int | None]:
         return self.future.result()
+
+    def wait(self) -> str:
+        """The log once the job is done."""
+        return self.future.result()[0]
 
     def kill(self) -> None:
         self.killed = True

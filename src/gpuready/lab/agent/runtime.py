@@ -33,7 +33,7 @@ class ContainerPlan:
     # (seconds after start, length of `logs` written by then): lets `logs -f` show output as it happens.
     log_times: list[tuple[float, int]] = field(default_factory=list)
     # a command running elsewhere (a worker thread, host_exec): a Future of (logs, exit code); the container runs
-    # until it is done, so the kubelet loop never waits on one
+    # until it is done (and on, with exit code None), so the kubelet loop never waits on one
     pending: Any = None
 
     def logs_at(self, elapsed: float) -> str:
