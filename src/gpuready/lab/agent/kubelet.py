@@ -160,6 +160,7 @@ class Kubelet:
             if ev.type != "DELETED" and node_ready(ev.obj) and not node_ready(ev.old):
                 for pod in self._store.pods_on_node(ev.obj["metadata"]["name"]):
                     self._maybe_start(pod)
+                    self._resync(pod)
             return
         pod = ev.obj
         uid = pod["metadata"].get("uid", "")
@@ -175,6 +176,15 @@ class Kubelet:
             self._terminate(pod)
             return
         self._maybe_start(pod)
+
+    def _resync(self, pod: Obj) -> None:
+        """Write again the status of a pod this kubelet already runs. While the node was NotReady the node
+        lifecycle controller set its Ready condition False (MarkPodsNotReady); the real kubelet's status manager,
+        back, writes the status it computes over that, so a pod whose containers kept running is Ready again."""
+        with self._lock:
+            state = self._pods.get(pod["metadata"].get("uid", ""))
+        if state is not None and not state.done:
+            self._write(state)
 
     def _terminate(self, pod: Obj) -> None:
         """Stop the containers of a pod being deleted and confirm the deletion (grace period 0, this uid only)."""

@@ -1,0 +1,40 @@
+"""A node whose kubelet stops and comes back: the real node lifecycle controller marks its pods not Ready
+(MarkPodsNotReady) while the node is NotReady; the kubelet, back, writes the status it computes over that, so a pod
+whose containers kept running is Ready again. The agent used to leave the controller's Ready=False in place, and a
+device-plugin pod on the lab host whose kubelet a conformance test had stopped stayed Running but not Ready for
+the rest of the CI run."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from polling import wait_for
+
+from .conftest import PAUSE, Gpus, gpu_pod
+
+
+def _ready(pod: dict[str, Any] | None) -> bool | None:
+    if pod is None:
+        return None
+    return any(c["type"] == "Ready" and c["status"] == "True" for c in pod["status"].get("conditions") or [])
+
+
+def test_a_pod_that_kept_running_is_ready_again_once_its_kubelet_is_back(
+    gpus: Gpus, virtual_nodes: Any, lab_cluster: Any
+) -> None:
+    (node,) = virtual_nodes(1)
+    gpus.create_pod(gpu_pod("steady", PAUSE, node, gpus=0, runtime_class=None, restart="Always"))
+    wait_for(lambda: _ready(gpus.pod("steady")), what="steady Ready")
+    lab_cluster.stop_heartbeat(node)
+    try:
+        wait_for(
+            lambda: _ready(gpus.pod("steady")) is False,
+            timeout=120,
+            what="the controller to mark it not Ready",
+        )
+    finally:
+        lab_cluster.resume_heartbeat(node)
+    wait_for(
+        lambda: _ready(gpus.pod("steady")), timeout=60, what="steady Ready again after its kubelet came back"
+    )
+    assert gpus.pod("steady")["status"]["containerStatuses"][0]["restartCount"] == 0
