@@ -123,6 +123,26 @@ def go_build(
     run(cmd, cwd, what, env)
 
 
+def cached_commands(target: Path) -> dict[str, Path] | None:
+    """A cached build of commands: ``<target>/bin/<name>`` by name for each name ``<target>/commands.json``
+    lists (the build writes it last), or None when the list or any binary is missing."""
+    try:
+        names = json.loads((target / "commands.json").read_text())
+    except (OSError, ValueError):
+        return None
+    found = {name: target / "bin" / name for name in names}
+    return found if found and all(p.is_file() for p in found.values()) else None
+
+
+def stamped_ldflags(extldflags: str, info_package: str, version: str, commit: str) -> str:
+    """The `-ldflags` NVIDIA's Makefiles use for their Go commands: stripped, `extldflags` for the C linker,
+    ``<info_package>.version`` and (when known) ``.gitCommit`` stamped."""
+    stamp = f"-X {info_package}.version={version}"
+    if commit:
+        stamp += f" -X {info_package}.gitCommit={commit}"
+    return f"-s -w '-extldflags={extldflags}' {stamp}"
+
+
 def build_into(
     target: Path, build: Callable[[Path], None], label: str, progress: Progress, into: Path | None = None
 ) -> float:

@@ -66,7 +66,15 @@ import json
 import os
 from pathlib import Path
 
-from gpuready.lab.gobuild import Progress, download_module, ensure_built, go_build, main_for_versions
+from gpuready.lab.gobuild import (
+    Progress,
+    cached_commands,
+    download_module,
+    ensure_built,
+    go_build,
+    main_for_versions,
+    stamped_ldflags,
+)
 from gpuready.lab.state import cache_dir
 
 MODULE = "github.com/NVIDIA/nvidia-container-toolkit"
@@ -85,21 +93,12 @@ def toolkit_cache(version: str, cache: Path | None = None) -> Path:
 
 def cached_toolkit(version: str = DEFAULT_VERSION, cache: Path | None = None) -> dict[str, Path] | None:
     """The built binaries of `version` by command name, or None when the cache has no complete build."""
-    target = toolkit_cache(version, cache)
-    try:
-        names = json.loads((target / "commands.json").read_text())
-    except (OSError, ValueError):
-        return None
-    found = {name: target / "bin" / name for name in names}
-    return found if found and all(p.is_file() for p in found.values()) else None
+    return cached_commands(toolkit_cache(version, cache))
 
 
 def ldflags(version: str, commit: str) -> str:
     """The `-ldflags` of upstream's Makefile: stripped, NVML left unresolved, version (and commit) stamped."""
-    stamp = f"-X {INFO_PACKAGE}.version={version}"
-    if commit:
-        stamp += f" -X {INFO_PACKAGE}.gitCommit={commit}"
-    return f"-s -w '-extldflags={EXTLDFLAGS}' {stamp}"
+    return stamped_ldflags(EXTLDFLAGS, INFO_PACKAGE, version, commit)
 
 
 def ensure_toolkit(
