@@ -133,7 +133,7 @@ def test_plan_warns_when_an_addon_would_not_land(tainted, monkeypatch):
         addons, "gpu_tolerations", lambda fleet=None: [dict(t) for t in addons.GPU_TOLERATIONS]
     )
     (warning, _) = plan.addon_warnings(tainted)
-    assert warning.startswith("node-2, node-3: the GPU add-ons (device plugin, GFD, dcgm-exporter")
+    assert warning.startswith("node-2, node-3: the GPU add-ons (device plugin, GFD, NFD worker, dcgm-exporter")
     assert "do not tolerate team=ml:NoSchedule, maintenance:NoExecute and would not run there" in warning
 
 

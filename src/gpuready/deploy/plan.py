@@ -79,7 +79,7 @@ def addon_warnings(fleet: Fleet) -> list[str]:
     out = []
     for nodes, taints in _grouped(addons.untolerated_taints(fleet, addons.gpu_tolerations(fleet))):
         out.append(
-            f"{', '.join(nodes)}: the GPU add-ons (device plugin, GFD, dcgm-exporter, DRA kubelet plugin) do not "
+            f"{', '.join(nodes)}: the GPU add-ons (device plugin, GFD, NFD worker, dcgm-exporter, DRA kubelet plugin) do not "
             f"tolerate {', '.join(taints)} and would not run there"
         )
     for nodes, taints in _grouped(addons.untolerated_taints(fleet, addons.GPU_TOLERATIONS)):
