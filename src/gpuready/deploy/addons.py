@@ -176,6 +176,11 @@ def _daemonset(
         "runtimeClassName": RUNTIME_CLASS,
         **pod_spec,
     }
+    return daemonset_object(name, namespace, labels, spec)
+
+
+def daemonset_object(name: str, namespace: str, labels: dict[str, str], pod: dict[str, Any]) -> Manifest:
+    """The DaemonSet around a pod spec: selected by its labels, rolled one node at a time."""
     return {
         "apiVersion": "apps/v1",
         "kind": "DaemonSet",
@@ -183,7 +188,7 @@ def _daemonset(
         "spec": {
             "selector": {"matchLabels": labels},
             "updateStrategy": {"type": "RollingUpdate"},
-            "template": {"metadata": {"labels": {**MANAGED_BY, **labels}}, "spec": spec},
+            "template": {"metadata": {"labels": {**MANAGED_BY, **labels}}, "spec": pod},
         },
     }
 
@@ -519,6 +524,7 @@ def nfd(settings: AddonSettings, tolerations: list[dict[str, str]] | None = None
         return []
     return nfd_addons.render(
         _meta,
+        daemonset_object,
         settings.namespace,
         settings.nfd_image,
         GPU_NODE_SELECTOR,

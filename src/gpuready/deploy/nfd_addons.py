@@ -201,7 +201,11 @@ WORKER_HOST_MOUNTS = (
 
 
 def worker(
-    meta: Any, namespace: str, image: str, node_selector: dict[str, str], tolerations: list[dict[str, str]]
+    daemonset: Any,
+    namespace: str,
+    image: str,
+    node_selector: dict[str, str],
+    tolerations: list[dict[str, str]],
 ) -> Manifest:
     """nfd-worker on every GPU node: reads GFD's features file (the ``local`` source) and publishes it."""
     labels = {"app.kubernetes.io/name": WORKER}
@@ -234,16 +238,7 @@ def worker(
         "containers": [container],
         "volumes": volumes,
     }
-    return {
-        "apiVersion": "apps/v1",
-        "kind": "DaemonSet",
-        "metadata": meta(WORKER, namespace, labels),
-        "spec": {
-            "selector": {"matchLabels": labels},
-            "updateStrategy": {"type": "RollingUpdate"},
-            "template": {"metadata": {"labels": {**MANAGED_BY, **labels}}, "spec": pod},
-        },
-    }
+    return daemonset(WORKER, namespace, labels, pod)
 
 
 def _rule(groups: list[str], resources: list[str], verbs: list[str], names: list[str] | None = None) -> Any:
@@ -401,7 +396,12 @@ def crds(meta: Any) -> list[Manifest]:
 
 
 def render(
-    meta: Any, namespace: str, image: str, node_selector: dict[str, str], tolerations: list[dict[str, str]]
+    meta: Any,
+    daemonset: Any,
+    namespace: str,
+    image: str,
+    node_selector: dict[str, str],
+    tolerations: list[dict[str, str]],
 ) -> list[Manifest]:
     """Every NFD object in apply order: CRDs and RBAC before the configs and the workloads."""
     return [
@@ -410,5 +410,5 @@ def render(
         _config_map(meta, "nfd-master-conf", namespace, "nfd-master.conf", MASTER_CONFIG),
         _config_map(meta, "nfd-worker-conf", namespace, "nfd-worker.conf", WORKER_CONFIG),
         master(meta, namespace, image, tolerations),
-        worker(meta, namespace, image, node_selector, tolerations),
+        worker(daemonset, namespace, image, node_selector, tolerations),
     ]
