@@ -254,3 +254,15 @@ def test_gpu_request_no_plugin_serves_runs_with_the_images_devices() -> None:
     listed = finish(backend.runtime.plan(pod, smi, None))[0].splitlines()
     assert listed == [f"GPU {i}: NVIDIA H100 80GB HBM3 (UUID: {g['uuid']})" for i, g in enumerate(hw["gpus"])]
     assert backend.owners() == {}  # nothing allocated: dcgm-exporter maps no GPU to the pod
+
+
+def test_a_virtual_nodes_emulator_files_go_with_its_view():
+    """The files a virtual node's nvidia-smi reads (written once, on first use) leave nothing behind in /tmp."""
+    import gc
+
+    view = VirtualGpuView("n", virtual_hardware("dgx-h100", 0))
+    files = Path(view.emulator_env()["GPUREADY_LAB_HARDWARE"]).parent
+    assert (files / "hardware.json").exists() and (files / "state.json").exists()
+    del view
+    gc.collect()
+    assert not files.exists()

@@ -16,10 +16,12 @@ from __future__ import annotations
 import glob
 import json
 import os
+import shutil
 import tempfile
 import threading
 import time
 import tomllib
+import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -465,6 +467,8 @@ class VirtualGpuView:
     def emulator_env(self) -> dict[str, str]:
         if self._files is None:  # written once: a virtual node's hardware and state never change
             self._files = Path(tempfile.mkdtemp(prefix=f"gpuready-{self.name}-"))
+            # removed with the view (a removed virtual node) or when the agent exits: nothing left in /tmp
+            weakref.finalize(self, shutil.rmtree, self._files, True)
             (self._files / "hardware.json").write_text(json.dumps(self.hardware))
             state = {"gpus": {}, **self.mig_state, "boot_id": "virtual", "kmod": self.driver_version}
             (self._files / "state.json").write_text(json.dumps(state))
