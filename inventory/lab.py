@@ -30,12 +30,14 @@ _cluster: dict[str, Any] = (
 )
 # `lab up --kubelet real` (opt-in): the real kubeadm join needs the lab's kubelet patch (no QoS cgroups: the hosts'
 # cgroup2 has no cpu/memory/pids controllers) and to ignore its SystemVerification check for the same reason.
-# Lab-only: a real node leaves both knobs unset.
+# Lab-only: a real node leaves both knobs unset. Its pods are real containers of the lab's images: the device
+# plugin's is the one the lab builds (v0.19.3, the newest the Go module proxy serves; the product default is newer).
 if _api and _state.get("kubelet") == "real":
-    from gpuready.lab import realhost
+    from gpuready.lab import nvidia_addons, realhost
 
     _cluster["kube_join_patches_dir"] = realhost.PATCHES_DIR
     _cluster["kube_join_ignore_preflight_errors"] = realhost.IGNORE_PREFLIGHT
+    _cluster["device_plugin_image"] = nvidia_addons.image_name()
 
 # How each hardware profile's GPUs are shared in the lab: one pool per sharing mode, like example.py. Edit this
 # to try a sharing change before it touches real hosts.

@@ -223,6 +223,23 @@ def test_the_wrapper_raises_an_oom_score_below_its_own(tmp_path: Path) -> None:
     assert high["process"]["oomScoreAdj"] == 1000  # raising is allowed: kept
 
 
+def test_the_wrapper_gives_gpu_containers_the_emulated_machine(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A container the nvidia runtime gave /dev/nvidiactl gets the machine's directories read-only (the mock
+    NVML's "driver"); any other container gets nothing."""
+    namespace = _wrapper_namespace()
+    monkeypatch.setattr(namespace["os"].path, "isdir", lambda _p: True)
+    gpu: dict[str, Any] = {"linux": {"devices": [{"path": "/dev/nvidiactl"}, {"path": "/dev/nvidia0"}]}}
+    namespace["machine_mounts"](gpu)
+    assert [(m["destination"], m["options"]) for m in gpu["mounts"]] == [
+        ("/opt/gpuready-lab/machine", ["rbind", "ro"]),
+        ("/var/lib/nvidia-emu", ["rbind", "ro"]),
+        ("/usr/lib/nvidia-emu", ["rbind", "ro"]),
+    ]
+    plain: dict[str, Any] = {"linux": {"devices": []}, "mounts": []}
+    namespace["machine_mounts"](plain)
+    assert plain["mounts"] == []
+
+
 def test_real_mode_host_files_are_lab_owned_and_per_host() -> None:
     from gpuready.lab import realhost
 

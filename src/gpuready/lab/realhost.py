@@ -75,11 +75,37 @@ def clamp_oom(spec):
 '''
 
 
+# The emulated silicon's "kernel side": the files the mock libnvidia-ml.so.1 reads where a real NVML talks to the
+# driver through /dev/nvidiactl (hardware.HOST_MACHINE_DIR, the driver state, the driver's version files).
+MACHINE_DIRS = {"/opt/gpuready-lab/machine": "ro", "/var/lib/nvidia-emu": "ro", "/usr/lib/nvidia-emu": "ro"}
+MACHINE_MOUNTS = f'''
+MACHINE_DIRS = {MACHINE_DIRS!r}
+
+
+def machine_mounts(spec):
+    """A container the nvidia runtime gave /dev/nvidiactl also gets the emulated machine's files, read-only:
+    they stand in for the kernel driver behind that device node (a real driver needs nothing mounted)."""
+    devices = [d.get("path", "") for d in (spec.get("linux") or {{}}).get("devices") or []]
+    if "/dev/nvidiactl" not in devices:
+        return
+    mounts = spec.setdefault("mounts", [])
+    have = {{m.get("destination") for m in mounts}}
+    for path, mode in MACHINE_DIRS.items():
+        if path not in have and os.path.isdir(path):
+            mounts.append({{"destination": path, "type": "bind", "source": path, "options": ["rbind", mode]}})
+
+'''
+
+
 def runc_wrapper() -> str:
-    """realnode's wrapper, plus the oomScoreAdj clamp (containerd keeps Debian's defaults in this mode)."""
-    text = realnode.RUNC_WRAPPER.replace("\ndef main(argv):", OOM_CLAMP + "\ndef main(argv):", 1)
+    """realnode's wrapper, plus the oomScoreAdj clamp (containerd keeps Debian's defaults in this mode) and the
+    emulated machine's files for GPU containers (MACHINE_DIRS)."""
+    main = "\ndef main(argv):"
+    text = realnode.RUNC_WRAPPER.replace(main, OOM_CLAMP + MACHINE_MOUNTS + main, 1)
     text = text.replace(
-        '        if "resources" in linux:', '        clamp_oom(spec)\n        if "resources" in linux:', 1
+        '        if "resources" in linux:',
+        '        clamp_oom(spec)\n        machine_mounts(spec)\n        if "resources" in linux:',
+        1,
     )
     # the wrapper is /usr/local/sbin/runc itself: never exec a link back to it
     return text
@@ -168,7 +194,14 @@ def _busybox_binary(progress: Progress) -> Path:
 
 
 def images(version: str, progress: Progress) -> dict[str, bytes]:
-    """The lab's OCI image archives (file name -> bytes): pause under every sandbox name, and busybox."""
+    """The lab's OCI image archives (file name -> bytes): pause under every sandbox name, busybox, and NVIDIA's
+    device plugin (:func:`gpuready.lab.nvidia_addons.image_archive`, under its upstream name)."""
+    from gpuready.lab import nvidia_addons
+
+    return {**_base_images(version, progress), **dict([nvidia_addons.image_archive(progress=progress)])}
+
+
+def _base_images(version: str, progress: Progress) -> dict[str, bytes]:
     target = cache_dir() / f"realnode-images-v{version}"
     with locked(cache_dir() / f".realnode-images-v{version}.lock"):
         if not (target / ".done").exists():
