@@ -79,22 +79,6 @@ def _add_default_config(lab: Lab) -> None:
         lab.state, "patch", "configmap", "-n", NAMESPACE, configmap, "--type=merge", "-p", json.dumps(patch)
     )
     assert r.returncode == 0, r.stderr
-    # WORKAROUND 2: in CDI mode (deviceListStrategy cdi-cri) the plugin writes the CDI spec of the devices it
-    # hands out, and reads the driver's files for it under the host's driver root mounted at /driver-root
-    # (--container-driver-root's default); upstream's chart mounts it (nvidiaDriverRoot "/", hostPath "/"),
-    # gpuready's manifest does not, and the real plugin exits: 'failed to locate libcuda.so:
-    # libcuda.so.<version>: not found'. The test adds the chart's mount and NVIDIA_DRIVER_ROOT.
-    container = "/spec/template/spec/containers/1"  # after the config-manager sidecar
-    driver_root = [
-        {"op": "add", "path": "/spec/template/spec/volumes/-",
-         "value": {"name": "driver-root", "hostPath": {"path": "/", "type": "Directory"}}},
-        {"op": "add", "path": f"{container}/volumeMounts/-",
-         "value": {"name": "driver-root", "mountPath": "/driver-root", "readOnly": True}},
-        {"op": "add", "path": f"{container}/env/-", "value": {"name": "NVIDIA_DRIVER_ROOT", "value": "/"}},
-    ]  # fmt: skip
-    r = _kubectl(lab.state, "patch", "daemonset", "-n", NAMESPACE, "nvidia-device-plugin", "--type=json",
-                 "-p", json.dumps(driver_root))  # fmt: skip
-    assert r.returncode == 0, r.stderr
     _kubectl(lab.state, "delete", "pod", "-n", NAMESPACE, "-l", "app.kubernetes.io/name=nvidia-device-plugin")
 
 

@@ -133,7 +133,9 @@ def test_plan_warns_when_an_addon_would_not_land(tainted, monkeypatch):
         addons, "gpu_tolerations", lambda fleet=None: [dict(t) for t in addons.GPU_TOLERATIONS]
     )
     (warning, _) = plan.addon_warnings(tainted)
-    assert warning.startswith("node-2, node-3: the GPU add-ons (device plugin, GFD, NFD worker, dcgm-exporter")
+    assert warning.startswith(
+        "node-2, node-3: the GPU add-ons (device plugin, GFD, NFD worker, dcgm-exporter"
+    )
     assert "do not tolerate team=ml:NoSchedule, maintenance:NoExecute and would not run there" in warning
 
 
@@ -199,7 +201,15 @@ def test_device_plugin_mounts_the_hosts_cdi_and_mps_dirs(example_specs):
     }
     assert mounts["mps-shm"] == "/dev/shm" and volumes["mps-shm"] == {"path": "/run/nvidia/mps/shm"}
     assert mounts["device-plugin"] == "/var/lib/kubelet/device-plugins"
+    # the driver root, read-only at /driver-root (the chart's nvidiaDriverRoot "/"): NVIDIA's real plugin exits in
+    # CDI mode without it ("failed to locate libcuda.so"), found by tests/lab/test_lab_real_device_plugin.py
+    assert mounts["driver-root"] == "/driver-root" and volumes["driver-root"] == {
+        "path": "/",
+        "type": "Directory",
+    }
+    assert next(m for m in main["volumeMounts"] if m["name"] == "driver-root")["readOnly"] is True
     values = env(main)
+    assert values["NVIDIA_DRIVER_ROOT"] == "/"
     assert values["MPS_ROOT"] == "/run/nvidia/mps"
     assert (
         values["NVIDIA_VISIBLE_DEVICES"] == "all"

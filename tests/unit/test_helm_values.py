@@ -195,6 +195,7 @@ def test_each_pool_gets_its_own_config_and_selector(rendered, pool):
         "default": key,
     }
     assert yaml.safe_load(values["config"]["map"][key]) == node.device_plugin_config
+    assert values["nvidiaDriverRoot"] == "/"  # the chart then mounts it at /driver-root (CDI specs need it)
     assert values["nodeSelector"]["pool"] == pool
     assert values["nodeSelector"]["nvidia.com/device-plugin.config"] == key
     assert values["gfd"] == {"enabled": True}

@@ -322,16 +322,22 @@ def device_plugin(
             {"name": "mps-shm", "mountPath": "/dev/shm"},
             {"name": "mps-root", "mountPath": "/mps"},
             {"name": "cdi-root", "mountPath": CDI_ROOT},
+            # the driver's files, for the CDI specs the plugin writes (the chart's nvidiaDriverRoot "/": upstream
+            # always mounts it at /driver-root). Without it NVIDIA's real plugin exits in CDI mode: "failed to
+            # locate libcuda.so" (found by the lab's real-kubelet test, docs/lab-real-kubelet.md)
+            {"name": "driver-root", "mountPath": "/driver-root", "readOnly": True},
         ],
         [
             _host_path("device-plugin", "/var/lib/kubelet/device-plugins"),
             _host_path("mps-root", MPS_ROOT, "DirectoryOrCreate"),
             _host_path("mps-shm", f"{MPS_ROOT}/shm"),
             _host_path("cdi-root", CDI_ROOT, "DirectoryOrCreate"),
+            _host_path("driver-root", "/", "Directory"),
         ],
         settings.device_plugin_image,
         env=[
             {"name": "MPS_ROOT", "value": MPS_ROOT},
+            {"name": "NVIDIA_DRIVER_ROOT", "value": "/"},
             {"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"},
             {"name": "NVIDIA_DRIVER_CAPABILITIES", "value": "compute,utility"},
         ],

@@ -294,6 +294,9 @@ def device_plugin_values(pool: Pool, fleet_pools: list[Pool]) -> Values:
     else:
         key = node.device_plugin_config_key
         values["config"] = {"map": {key: render_yaml(node.device_plugin_config)}, "default": key}
+        # the chart mounts the driver root at /driver-root only when this is set; the plugin needs it for the CDI
+        # specs it writes (gpuready's own DaemonSet mounts it too)
+        values["nvidiaDriverRoot"] = "/"
     values["gfd"] = {"enabled": True}
     first = pool is fleet_pools[0]
     nfd: dict[str, Any] = {"enabled": first and _nfd_on(node)}
