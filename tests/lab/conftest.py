@@ -13,6 +13,7 @@ import os
 import shutil
 import socket
 import subprocess
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -109,6 +110,31 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Any:
         finally:
             if listener is not None:
                 listener.close()
+        yield Lab(paths, state)
+    finally:
+        with contextlib.suppress(Exception):
+            hosts.down(paths, quiet=True)
+
+
+@contextlib.contextmanager
+def real_kubelet_lab(
+    tmp_path_factory: pytest.TempPathFactory, name: str, index: int, release: str
+) -> Iterator[Lab]:
+    """A one-host lab of its own in the real-kubelet mode (the L4 profile; subnet 10.<index>.0.0/16), taken down
+    afterwards: the modules that test that mode each bring up one beside the session lab."""
+    if reason := lab_skip_reason():
+        pytest.skip(reason)
+    paths = LabPaths(tmp_path_factory.mktemp(name))
+    try:
+        state = hosts.up(
+            paths,
+            nodes=1,
+            profiles=["l4-1"],
+            releases=[release],
+            first_index=index,
+            subnet=f"10.{index}.0.0/16",
+            kubelet="real",
+        )
         yield Lab(paths, state)
     finally:
         with contextlib.suppress(Exception):

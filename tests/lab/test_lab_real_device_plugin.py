@@ -16,18 +16,16 @@ build adds about 400 s once).
 from __future__ import annotations
 
 import calendar
-import contextlib
 import json
 import time
 from typing import Any
 
 import pytest
-from conftest import Lab, lab_skip_reason
+from conftest import Lab, real_kubelet_lab
 from pyinfra_runs import run_pyinfra
 from test_lab_real_kubelet import _kubectl, _wait
 
 from gpuready.lab import hosts, nvidia_addons
-from gpuready.lab.state import LabPaths
 
 pytestmark = pytest.mark.lab
 
@@ -39,29 +37,13 @@ NAMESPACE = "gpu-system"
 
 @pytest.fixture(scope="module")
 def plugin_lab(tmp_path_factory: pytest.TempPathFactory) -> Any:
-    if reason := lab_skip_reason():
-        pytest.skip(reason)
-    paths = LabPaths(tmp_path_factory.mktemp("lab-real-device-plugin"))
-    try:
-        state = hosts.up(
-            paths,
-            nodes=1,
-            profiles=["l4-1"],
-            releases=["trixie"],
-            first_index=INDEX,
-            subnet="10.231.0.0/16",
-            kubelet="real",
-        )
-        lab = Lab(paths, state)
+    with real_kubelet_lab(tmp_path_factory, "lab-real-device-plugin", INDEX, "trixie") as lab:
         node = run_pyinfra(lab)
         assert node.returncode == 0, node.output[-6000:]
         addons = run_pyinfra(lab, deploy="deploys/cluster_addons.py")
         assert addons.returncode == 0, addons.output[-6000:]
         _add_default_config(lab)
         yield lab
-    finally:
-        with contextlib.suppress(Exception):
-            hosts.down(paths, quiet=True)
 
 
 def _add_default_config(lab: Lab) -> None:

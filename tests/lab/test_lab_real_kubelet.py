@@ -9,7 +9,6 @@ With the caches warm (kubelet, control plane, base roots, images) the module tak
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import socket
@@ -19,12 +18,11 @@ import urllib.request
 from typing import Any
 
 import pytest
-from conftest import Lab, lab_skip_reason
+from conftest import Lab, real_kubelet_lab
 from pyinfra_runs import PyinfraRun, run_pyinfra
 
-from gpuready.lab import hosts, k8s_packages, realhost
+from gpuready.lab import k8s_packages, realhost
 from gpuready.lab.cluster import cluster
-from gpuready.lab.state import LabPaths
 
 pytestmark = pytest.mark.lab
 
@@ -58,23 +56,8 @@ def _wait(probe: Any, timeout: float) -> tuple[bool, str]:
 
 @pytest.fixture(scope="module")
 def real_lab(tmp_path_factory: pytest.TempPathFactory) -> Any:
-    if reason := lab_skip_reason():
-        pytest.skip(reason)
-    paths = LabPaths(tmp_path_factory.mktemp("lab-real-kubelet"))
-    try:
-        state = hosts.up(
-            paths,
-            nodes=1,
-            profiles=["l4-1"],
-            releases=[RELEASE],
-            first_index=INDEX,
-            subnet="10.222.0.0/16",
-            kubelet="real",
-        )
-        yield Lab(paths, state)
-    finally:
-        with contextlib.suppress(Exception):
-            hosts.down(paths, quiet=True)
+    with real_kubelet_lab(tmp_path_factory, "lab-real-kubelet", INDEX, RELEASE) as lab:
+        yield lab
 
 
 @pytest.fixture(scope="module")
