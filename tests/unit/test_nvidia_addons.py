@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuready.lab import nvidia_addons, nvidia_tools, realnode
+from gpuready.lab import go_images, nvidia_addons, nvidia_tools, realnode
 from gpuready.lab.gobuild import cgo_problem
 
 
@@ -59,10 +59,10 @@ def _layer_names(archive: bytes) -> tuple[dict[str, object], set[str]]:
 
 def test_image_layer_holds_the_commands_their_glibc_and_a_shell(tmp_path: Path) -> None:
     sh = Path("/bin/sh").resolve()
-    binaries = {name: sh for name in nvidia_addons.COMMANDS}
-    libraries = nvidia_addons.shared_libraries([sh])
+    binaries = {f"usr/bin/{name}": sh for name in nvidia_addons.COMMANDS}
+    libraries = go_images.shared_libraries([sh])
     assert any(p.endswith("libc.so.6") for p in libraries), libraries
-    layer = nvidia_addons.image_layer(binaries, libraries, sh)
+    layer = go_images.image_layer(binaries, libraries, sh)
     archive = realnode.oci_archive(nvidia_addons.image_name(), [layer], nvidia_addons.IMAGE_CONFIG)
     annotations, names = _layer_names(archive)
     assert annotations["io.containerd.image.name"] == "nvcr.io/nvidia/k8s-device-plugin:v0.19.3"
@@ -83,6 +83,6 @@ def test_the_built_plugin_reports_its_version_and_needs_only_glibc() -> None:
     )
     assert out.returncode == 0, out.stderr
     assert f"v{nvidia_addons.DEFAULT_VERSION}" in out.stdout, out.stdout
-    libraries = nvidia_addons.shared_libraries(list(built.values()))
+    libraries = go_images.shared_libraries(list(built.values()))
     # NVML is dlopened at run time, never linked
     assert not [p for p in libraries if "nvidia" in p], libraries

@@ -25,11 +25,9 @@ from __future__ import annotations
 
 import json
 import os
-import re
-import subprocess
 from pathlib import Path
 
-from gpuready.lab import realnode
+from gpuready.lab import go_images
 from gpuready.lab.gobuild import (
     Progress,
     cached_commands,
@@ -39,7 +37,7 @@ from gpuready.lab.gobuild import (
     main_for_versions,
     stamped_ldflags,
 )
-from gpuready.lab.state import cache_dir, locked
+from gpuready.lab.state import cache_dir
 
 MODULE = "github.com/NVIDIA/k8s-device-plugin"
 NAME = "k8s-device-plugin"
@@ -120,46 +118,19 @@ IMAGE_CONFIG = {
 }
 
 
-def shared_libraries(binaries: list[Path]) -> dict[str, Path]:
-    """What the dynamic loader maps for `binaries` here (``ldd``): path as the binary asks for it (the loader's
-    absolute path, libraries where ``ldd`` found them) -> the real file. The binaries were linked against this
-    machine's glibc, so these are the files they need in a container; NVML is not among them (dlopened later)."""
-    found: dict[str, Path] = {}
-    for binary in binaries:
-        out = subprocess.run(["ldd", str(binary)], capture_output=True, text=True, check=True).stdout
-        for line in out.splitlines():
-            match = re.search(r"(?:=>\s*)?(/\S+)\s+\(0x", line)
-            if match:
-                found[match[1]] = Path(match[1]).resolve()
-    return found
-
-
-def image_layer(binaries: dict[str, Path], libraries: dict[str, Path], busybox: Path) -> bytes:
-    """One layer: the commands in /usr/bin (as the Dockerfile copies them), the glibc files they link against,
-    and busybox as /busybox/sh and /bin/sh (the distroless -dev base's shell)."""
-    files = {f"usr/bin/{name}": (path.read_bytes(), 0o755) for name, path in binaries.items()}
-    files.update({inside.lstrip("/"): (real.read_bytes(), 0o755) for inside, real in libraries.items()})
-    files["busybox/busybox"] = (busybox.read_bytes(), 0o755)
-    return realnode.layer_tar(files, {"busybox/sh": "busybox", "bin/sh": "/busybox/busybox"})
-
-
 def image_archive(version: str = DEFAULT_VERSION, progress: Progress = lambda _m: None) -> tuple[str, bytes]:
     """The OCI archive of ``nvcr.io/nvidia/k8s-device-plugin:v<version>`` (file name, bytes) for the lab hosts'
-    containerd, built from the cached binaries once into the plugin's cache directory."""
-    from gpuready.lab.realhost import _busybox_binary
-
+    containerd: the four commands in /usr/bin (as the Dockerfile copies them), built from the cached binaries once
+    into the plugin's cache directory (:func:`gpuready.lab.go_images.cached_archive`)."""
     binaries = ensure_plugin(version, progress)
-    target = plugin_cache(version) / f"{NAME}_v{version}.oci.tar"
-    with locked(plugin_cache(version).parent / f".{NAME}-{version}-image.lock"):
-        if not target.is_file():
-            libraries = shared_libraries(list(binaries.values()))
-            layer = image_layer(binaries, libraries, _busybox_binary(progress))
-            tmp = target.with_suffix(".tmp")
-            tmp.write_bytes(realnode.oci_archive(image_name(version), [layer], IMAGE_CONFIG))
-            tmp.rename(target)
-            size = target.stat().st_size
-            progress(f"NVIDIA device plugin v{version}: image {image_name(version)}, {size} bytes")
-    return target.name, target.read_bytes()
+    return go_images.cached_archive(
+        plugin_cache(version) / f"{NAME}_v{version}.oci.tar",
+        image_name(version),
+        {f"usr/bin/{name}": path for name, path in binaries.items()},
+        IMAGE_CONFIG,
+        f"NVIDIA device plugin v{version}",
+        progress,
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,0 +1,64 @@
+"""OCI images of the Go commands the lab builds (NVIDIA's add-ons), written once per version into the lab cache.
+
+The lab has no Debian base root for images (pause and busybox are static), so an image of cgo-built commands is
+one layer: the commands where the upstream Dockerfile copies them, the glibc files ``ldd`` names for them on this
+machine (they were linked against it; NVML is dlopened at run time, never linked), and busybox as
+``/busybox/sh`` and ``/bin/sh`` (what the distroless ``-dev``/``debug`` bases upstream uses give). Used by
+:mod:`gpuready.lab.nvidia_addons` (the device plugin) and :mod:`gpuready.lab.dra_image` (the DRA driver).
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from collections.abc import Mapping
+from pathlib import Path
+
+from gpuready.lab import realnode
+from gpuready.lab.gobuild import Progress
+from gpuready.lab.state import locked
+
+
+def shared_libraries(binaries: list[Path]) -> dict[str, Path]:
+    """What the dynamic loader maps for `binaries` here (``ldd``): path as the binary asks for it (the loader's
+    absolute path, libraries where ``ldd`` found them) -> the real file. A static binary adds nothing."""
+    found: dict[str, Path] = {}
+    for binary in binaries:
+        out = subprocess.run(["ldd", str(binary)], capture_output=True, text=True).stdout
+        for line in out.splitlines():
+            match = re.search(r"(?:=>\s*)?(/\S+)\s+\(0x", line)
+            if match:
+                found[match[1]] = Path(match[1]).resolve()
+    return found
+
+
+def image_layer(files: Mapping[str, Path], libraries: Mapping[str, Path], busybox: Path) -> bytes:
+    """One layer: `files` (path in the image -> file here, all executable), the glibc files they link against,
+    and busybox as /busybox/sh and /bin/sh."""
+    content = {inside.lstrip("/"): (path.read_bytes(), 0o755) for inside, path in files.items()}
+    content.update({inside.lstrip("/"): (real.read_bytes(), 0o755) for inside, real in libraries.items()})
+    content["busybox/busybox"] = (busybox.read_bytes(), 0o755)
+    return realnode.layer_tar(content, {"busybox/sh": "busybox", "bin/sh": "/busybox/busybox"})
+
+
+def cached_archive(
+    target: Path,
+    name: str,
+    files: Mapping[str, Path],
+    config: Mapping[str, object],
+    label: str,
+    progress: Progress,
+) -> tuple[str, bytes]:
+    """The OCI archive of image `name` (file name, bytes) holding `files` (path in the image -> file here) with
+    their libraries and busybox, and `config` (Entrypoint, Env, Labels), written once to `target`."""
+    from gpuready.lab.realhost import _busybox_binary
+
+    with locked(target.parent / f".{target.name}.lock"):
+        if not target.is_file():
+            libraries = shared_libraries(list(files.values()))
+            layer = image_layer(files, libraries, _busybox_binary(progress))
+            tmp = target.with_suffix(".tmp")
+            tmp.write_bytes(realnode.oci_archive(name, [layer], config))
+            tmp.rename(target)
+            progress(f"{label}: image {name}, {target.stat().st_size} bytes")
+    return target.name, target.read_bytes()
