@@ -163,3 +163,20 @@ def test_plan_shows_the_expected_slices(mixed):
     assert data["nodes"]["node-1"]["gpu_allocation"] == "dra"
     assert data["nodes"]["node-1"]["expect"]["resource_slice_devices"][4]["memory"] == "80Gi"
     assert data["nodes"]["node-2"]["expect"]["resource_slice_devices"] == []
+
+
+def test_the_kubelet_plugin_gets_what_nvidias_real_plugin_requires(mixed):
+    """Found by the real gpu-kubelet-plugin v0.4.1 on a real-kubelet lab host (tests/lab/test_lab_real_dra.py):
+    it exits without --image-name ('Required flag "image-name" not set') and without the host's driver root at
+    /driver-root ('error locating "libnvidia-ml.so.1"'), as the driver's chart provides both."""
+    settings = AddonSettings()
+    manifests = render_all(mixed, settings)
+    plugin = next(m for m in manifests if m["metadata"]["name"] == dra_addons.KUBELET_PLUGIN)
+    pod = plugin["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert env["IMAGE_NAME"] == container["image"] == settings.dra_driver_image
+    mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
+    volumes = {v["name"]: v["hostPath"]["path"] for v in pod["volumes"]}
+    # the driver root NVIDIA_DRIVER_ROOT names on the host, where the plugin's --container-driver-root expects it
+    assert volumes[mounts["/driver-root"]] == env["NVIDIA_DRIVER_ROOT"] == "/"

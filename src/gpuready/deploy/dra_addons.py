@@ -23,6 +23,10 @@ GPUs and MIG devices only), so it ships no controller rather than one that fails
 The kubelet plugin runs with the driver's ``TimeSlicingSettings`` feature gate on (alpha, off by default): sharing
 is a config on the claim (an opaque ``GpuConfig`` with ``sharing.strategy: TimeSlicing``), and without the gate the
 plugin refuses such a claim ("unknown GPU sharing strategy"), so pods sharing a time-sliced claim never start.
+
+As the chart does, the kubelet plugin gets its own image as ``IMAGE_NAME`` (a required flag) and the host's driver
+root (``/``) at ``/driver-root``, where it loads NVML and finds the files of the CDI specs it writes: NVIDIA's real
+plugin exits without either (found on a real-kubelet lab host, tests/lab/test_lab_real_dra.py).
 """
 
 from __future__ import annotations
@@ -34,6 +38,9 @@ from gpuready.spec import GPU_PRESENT_LABEL, Fleet, dra
 Manifest = dict[str, Any]
 NAME = "nvidia-dra-driver-gpu"
 KUBELET_PLUGIN = f"{NAME}-kubelet-plugin"
+# Where the chart mounts the driver root (nvidiaDriverRoot, "/" here) in the kubelet plugin's container: the
+# plugin's --container-driver-root default.
+DRIVER_ROOT_MOUNT = "/driver-root"
 # The chart's ``featureGates`` values: what the kubelet plugin gets as --feature-gates.
 FEATURE_GATES = {"TimeSlicingSettings": True}
 DRA_NODE_SELECTOR = {GPU_PRESENT_LABEL: "true", dra.ALLOCATION_LABEL: "dra"}
@@ -112,12 +119,21 @@ def kubelet_plugin(daemonset: Any, namespace: str, image: str) -> Manifest:
                     {"name": "NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
                     {"name": "CDI_ROOT", "value": "/var/run/cdi"},
                     {"name": "NVIDIA_DRIVER_ROOT", "value": "/"},
+                    # required by the plugin (--image-name, "Required flag \"image-name\" not set" without it):
+                    # the image it starts its MPS control daemons from, i.e. its own, as the chart sets it
+                    {"name": "IMAGE_NAME", "value": image},
                 ],
                 "securityContext": {"privileged": True},
                 "volumeMounts": [
                     {"name": "plugins-registry", "mountPath": "/var/lib/kubelet/plugins_registry"},
                     {"name": "plugins", "mountPath": "/var/lib/kubelet/plugins", "mountPropagation": "Bidirectional"},
                     {"name": "cdi", "mountPath": "/var/run/cdi"},
+                    # the host's driver root (NVIDIA_DRIVER_ROOT) where the plugin looks for it
+                    # (--container-driver-root, /driver-root): it loads NVML from there and writes the CDI specs
+                    # of prepared claims from its files. Without it: 'failed to create device library: failed
+                    # to locate driver libraries: error locating "libnvidia-ml.so.1"'
+                    {"name": "driver-root", "mountPath": DRIVER_ROOT_MOUNT, "readOnly": True,
+                     "mountPropagation": "HostToContainer"},
                 ],
             }
         ],
@@ -125,6 +141,7 @@ def kubelet_plugin(daemonset: Any, namespace: str, image: str) -> Manifest:
             _host_path("plugins-registry", "/var/lib/kubelet/plugins_registry"),
             _host_path("plugins", "/var/lib/kubelet/plugins"),
             _host_path("cdi", "/var/run/cdi"),
+            _host_path("driver-root", "/", "Directory"),
         ],
     }  # fmt: skip
     manifest: Manifest = daemonset(KUBELET_PLUGIN, namespace, pod)
