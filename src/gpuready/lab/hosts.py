@@ -40,6 +40,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.parse
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -648,6 +649,8 @@ def up(
             save_state(paths, state)
             if real:  # the hosts' kubelets are real: the agent must not play kubelet for them
                 cluster.stop_agent(state["apiserver"].get("agent") or {})
+                state["service_relay"] = _start_service_relay(paths, net, state["apiserver"]["url"])
+                save_state(paths, state)
     except network.NetworkError as exc:
         down(paths, quiet=True)
         raise LabError(str(exc)) from exc
@@ -786,6 +789,21 @@ def _start_egress(paths: LabPaths, net: network.LabNetwork, bases: list[Path]) -
     }
 
 
+def _start_service_relay(paths: LabPaths, net: network.LabNetwork, url: str) -> dict[str, Any]:
+    """Real-kubelet mode: the `kubernetes` Service's address in the lab's namespace, relayed to the API server
+    (no kube-proxy here; network.KUBERNETES_SERVICE_IP); the state entry."""
+    api = urllib.parse.urlsplit(url)
+    address, port = network.KUBERNETES_SERVICE_IP, network.KUBERNETES_SERVICE_PORT
+    network.add_address(net.netns, address)
+    sock = network.listening_socket(address, port, net.netns)
+    log = paths.root / "service-relay.log"
+    try:
+        pid = network.start_relay(sock, api.hostname or "", api.port or 6443, log, lab=str(paths.root))
+    finally:
+        sock.close()
+    return {"pid": pid, "pid_start": _proc_start(pid), "address": address, "port": port, "log": str(log)}
+
+
 # --- stop and clean up -----------------------------------------------------------------------------------------
 
 
@@ -848,7 +866,7 @@ def down(paths: LabPaths, quiet: bool = False) -> None:
         cluster.down(api)  # each process by its recorded pid, checked to still be that program
     _reap([pid for pid in [*(api.get("pids") or {}).values(), (api.get("agent") or {}).get("pid")] if pid])
 
-    for server in (state.get("repo") or {}, state.get("egress") or {}):
+    for server in (state.get("repo") or {}, state.get("egress") or {}, state.get("service_relay") or {}):
         if _alive(server.get("pid"), server.get("pid_start")):
             os.kill(server["pid"], signal.SIGTERM)
             _wait_gone(server["pid"], 5.0)
@@ -931,7 +949,7 @@ def status(paths: LabPaths) -> dict[str, Any]:
     for host in state["hosts"].values():
         host["running"] = _alive(host.get("pid"), host.get("pid_start"))
         host["ssh_answers"] = ssh.read_banner(host["address"], host["port"]) is not None
-    for server in (state["repo"], state.get("egress"), state.get("apiserver")):
+    for server in (state["repo"], state.get("egress"), state.get("apiserver"), state.get("service_relay")):
         if server:
             server["running"] = _alive(server.get("pid"), server.get("pid_start"))
     if state.get("network"):
