@@ -33,7 +33,7 @@ VECTOR_ADD = "nvcr.io/nvidia/k8s/cuda-sample:vectoradd-cuda12.5.0"
 CUDA_BASE = "nvcr.io/nvidia/cuda:12.4.1-base-ubuntu22.04"
 PAUSE = "registry.k8s.io/pause:3.10"
 CONFIGS = {
-    "none": "version: v1\nflags:\n  migStrategy: none\n",
+    "default": "version: v1\nflags:\n  migStrategy: none\n",
     "ts4": "version: v1\nflags:\n  migStrategy: none\nsharing:\n  timeSlicing:\n    resources:\n"
     "    - name: nvidia.com/gpu\n      replicas: 4\n",
     "mig-mixed": "version: v1\nflags:\n  migStrategy: mixed\n",

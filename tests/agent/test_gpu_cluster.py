@@ -18,7 +18,7 @@ from gpuready.lab.agent.gpu_images import VECTOR_ADD_OK
 from gpuready.lab.hardware import make_hardware
 from gpuready.nvidia.dcgm import parse_dcgm_metrics
 
-from .conftest import CUDA_BASE, VECTOR_ADD, Gpus, gpu_pod, terminated
+from .conftest import CONFIGS, CUDA_BASE, VECTOR_ADD, Gpus, gpu_pod, terminated
 
 # device plugin -------------------------------------------------------------------------------------------------
 
@@ -51,7 +51,7 @@ def test_time_slicing_follows_label_and_configmap_restart(gpus: Gpus, gpu_host: 
     wait(lambda: gpus.resources(node) == ("16", "16"), what="2 GPUs x 8 replicas after restart")
 
     # The node label selects another config and the config manager makes the plugin reload at once.
-    kubectl("label", "node", node, "--overwrite", f"{addons.DEVICE_PLUGIN_CONFIG_LABEL}=none")
+    kubectl("label", "node", node, "--overwrite", f"{addons.DEVICE_PLUGIN_CONFIG_LABEL}=default")
     wait(lambda: gpus.resources(node) == ("2", "2"), what="whole GPUs after the label change")
     wait(lambda: gpus.labels(node).get("nvidia.com/gpu.product") == "NVIDIA-L40S", what="unshared product")
     out = kubectl("get", "node", node, "-o", "jsonpath={.status.allocatable.nvidia\\.com/gpu}").stdout
@@ -60,7 +60,7 @@ def test_time_slicing_follows_label_and_configmap_restart(gpus: Gpus, gpu_host: 
 
 def test_plugin_gone_drops_allocatable_then_capacity(gpus: Gpus, gpu_host: Any, kubectl: Any) -> None:
     # grace_s=1.0 for this node (the kubelet's endpoint grace period is 5 minutes)
-    node = gpu_host("l4-1", config_key="none", grace_s=1.0)
+    node = gpu_host("l4-1", config_key="default", grace_s=1.0)
     gpus.deploy_addons()
     wait(lambda: gpus.resources(node) == ("1", "1"), what="1 GPU")
     seen = gpus.watch_resources(
@@ -97,7 +97,7 @@ def test_mig_mixed_and_single_from_host_state(gpus: Gpus, gpu_host: Any) -> None
 
 def test_plugin_without_nvidia_runtime_crashes_with_nvml_error(gpus: Gpus, gpu_host: Any) -> None:
     """The add-ons without ``runtimeClassName`` on a host whose default runtime is runc: no NVML inside."""
-    node = gpu_host("l4-1", config_key="none")
+    node = gpu_host("l4-1", config_key="default")
     gpus.deploy_addons(runtime_class=False)
 
     def crashed() -> dict[str, Any] | None:
@@ -118,15 +118,38 @@ def test_plugin_without_nvidia_runtime_crashes_with_nvml_error(gpus: Gpus, gpu_h
     assert gpus.resources(node) == (None, None)
 
 
+def test_config_manager_without_a_default_config_crash_loops(gpus: Gpus, gpu_host: Any) -> None:
+    """config-manager reads the node label as "" first (upstream's ``SyncableConfig.Get`` returns before the
+    informer lists the Node), so a ConfigMap whose DEFAULT_CONFIG key is missing fails it even on a labelled node:
+    the defect NVIDIA's real config-manager found in gpuready's manifests (Fleet.device_plugin_configs)."""
+    node = gpu_host("l4-1", config_key="ts4")
+    gpus.deploy_addons(configs={k: v for k, v in CONFIGS.items() if k != "default"})
+
+    def crashed() -> dict[str, Any] | None:
+        pod = gpus.plugin_pod(node)
+        for cs in ((pod or {}).get("status") or {}).get("containerStatuses") or []:
+            if cs["name"] == "config-manager" and cs["restartCount"] >= 1:
+                return pod
+        return None
+
+    pod = wait(crashed, what="config-manager restarted")
+    logs = gpus.logs(pod["metadata"]["name"], container="config-manager")
+    assert "Label change detected: nvidia.com/device-plugin.config=\n" in logs  # the first, empty read
+    assert logs.rstrip().endswith("specified config  does not exist")
+    assert "Updating to config" not in logs
+
+
 # workloads -----------------------------------------------------------------------------------------------------
 
 
 def test_vector_add_ready_host_missing_handler_and_faulty_gpu(
     gpus: Gpus, gpu_host: Any, kubectl: Any
 ) -> None:
-    ready = gpu_host("l4-1", config_key="none")
-    no_dropin = gpu_host("l4-1", config_key="none", index=1, nvidia_dropin=False)
-    faulty = gpu_host("l4-1", config_key="none", index=2, faults=[{"fault": "ecc-uncorrectable", "gpu": 0}])
+    ready = gpu_host("l4-1", config_key="default")
+    no_dropin = gpu_host("l4-1", config_key="default", index=1, nvidia_dropin=False)
+    faulty = gpu_host(
+        "l4-1", config_key="default", index=2, faults=[{"fault": "ecc-uncorrectable", "gpu": 0}]
+    )
     gpus.deploy_addons()
     wait(
         lambda: gpus.resources(ready) == ("1", "1") and gpus.resources(faulty) == ("1", "1"),
@@ -184,7 +207,7 @@ def test_time_sliced_pods_share_a_uuid_and_mig_pods_see_their_device(gpus: Gpus,
 
 
 def test_unknown_nvidia_image_cannot_be_pulled(gpus: Gpus, gpu_host: Any) -> None:
-    node = gpu_host("l4-1", config_key="none")
+    node = gpu_host("l4-1", config_key="default")
     gpus.create_pod(gpu_pod("nope", "nvcr.io/nvidia/pytorch:24.01-py3", node, gpus=0, runtime_class=None))
 
     def waiting() -> str | None:
@@ -207,7 +230,7 @@ def _running_exporter(gpus: Gpus, node: str) -> dict[str, Any]:
 
 
 def test_dcgm_scrape_through_proxy_carries_pod_labels(gpus: Gpus, gpu_host: Any, kubectl: Any) -> None:
-    node = gpu_host("l40s-2", config_key="none", faults=[{"fault": "xid-48", "gpu": 1}])
+    node = gpu_host("l40s-2", config_key="default", faults=[{"fault": "xid-48", "gpu": 1}])
     gpus.deploy_addons()
     # GPU 1 has an XID 48: the plugin's health check leaves one allocatable of two.
     wait(lambda: gpus.resources(node) == ("2", "1"), what="one healthy GPU")
@@ -270,7 +293,7 @@ def test_rbac_objects_are_accepted(kubectl: Any, api: client.ApiClient, tmp_path
 
 
 def test_host_without_driver_fails_in_the_nvidia_hook(gpus: Gpus, gpu_host: Any) -> None:
-    node = gpu_host("l4-1", config_key="none", driver=None)
+    node = gpu_host("l4-1", config_key="default", driver=None)
     gpus.deploy_addons()
 
     def failed_start() -> dict[str, Any] | None:

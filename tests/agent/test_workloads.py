@@ -49,9 +49,7 @@ def test_virtual_node_gpus_come_from_its_profile(
     node with a lab host's files; the plugin and GFD run there as pods of the real DaemonSets."""
     (virtual,) = virtual_nodes(1, "dgx-h100")
     host = gpu_host("l4-1", config_key="ts4")
-    gpus.deploy_addons(
-        configs={**CONFIGS, "default": CONFIGS["none"]}
-    )  # no label: the config manager's default
+    gpus.deploy_addons(configs=CONFIGS)  # no label: the config manager's default
     wait(lambda: gpus.resources(host) == ("4", "4"), what="L4 x 4 replicas on the host node")
     wait(
         lambda: gpus.labels(host).get("nvidia.com/gpu.product") == "NVIDIA-L4-SHARED", what="host GFD labels"
@@ -121,7 +119,7 @@ def test_gpu_deployment_rolls_out(gpus: Gpus, virtual_nodes: Any, kubectl: Any) 
     """Two replicas of four GPUs each on a virtual DGX with the device plugin: the rollout completes and the
     plugin gives the replicas disjoint GPUs."""
     (node,) = virtual_nodes(1, "dgx-h100")
-    gpus.deploy_addons(configs={**CONFIGS, "default": CONFIGS["none"]})
+    gpus.deploy_addons(configs=CONFIGS)
     wait(
         lambda: gpus.running(gpus.plugin_pod(node)["metadata"]["name"]) if gpus.plugin_pod(node) else None,
         what="the device plugin running",

@@ -22,6 +22,7 @@ from typing import Any
 
 import kubernetes_validate
 import pytest
+import yaml
 from inventories import write_inventory
 
 from gpuready.deploy import addons, plan
@@ -326,3 +327,43 @@ def test_the_mps_control_daemon_is_not_taken_for_the_device_plugin(tmp_path):
     assert problems == [
         "no device plugin pod on the node (is its DaemonSet deployed and does it select this node?)"
     ]
+
+
+def test_config_manager_finds_its_default_config_in_every_fleet(tmp_path):
+    """config-manager's first read of the node label is "" (``SyncableConfig.Get`` returns before the informer has
+    listed the Node: ``cmd/config-manager/main.go``), so every init container and sidecar first selects
+    ``DEFAULT_CONFIG``; a ConfigMap without that key fails them with "specified config  does not exist" (found by
+    the real config-manager on a real-kubelet lab host). A fleet of time-sliced L4s has no plain node, so no node
+    config is keyed "default" of its own."""
+    sliced = {
+        "gpu_model": "NVIDIA L4",
+        "gpu_count": 1,
+        **JOIN,
+        "gpu_sharing": "time-slicing",
+        "sharing_replicas": 4,
+    }
+    for fleet in (fleet_of(tmp_path, [("node-1", sliced)]), load_fleet(EXAMPLE)):
+        manifests = render_all(fleet, AddonSettings())
+        (configmap,) = [
+            m
+            for m in manifests
+            if m["kind"] == "ConfigMap" and m["metadata"]["name"] == addons.DEVICE_PLUGIN_CONFIGMAP
+        ]
+        for name, spec in pod_specs(manifests).items():
+            for container in [*spec.get("initContainers", []), *spec["containers"]]:
+                if container.get("command") == ["config-manager"]:
+                    assert env(container)["DEFAULT_CONFIG"] in configmap["data"], (
+                        name,
+                        sorted(configmap["data"]),
+                    )
+    # where no node has a plain config of its own, the default is a plain one: whole GPUs, no MIG, CDI names
+    data = render_all(fleet_of(tmp_path, [("node-1", sliced)]), AddonSettings())
+    default = next(
+        m
+        for m in data
+        if m["kind"] == "ConfigMap" and m["metadata"]["name"] == addons.DEVICE_PLUGIN_CONFIGMAP
+    )
+    assert yaml.safe_load(default["data"]["default"]) == {
+        "version": "v1",
+        "flags": {"migStrategy": "none", "plugin": {"deviceListStrategy": "cdi-cri"}},
+    }

@@ -64,7 +64,7 @@ from typing import Any
 from gpuready.deploy import dra_addons, nfd_addons
 from gpuready.kube import MANAGED_BY
 from gpuready.spec import DEVICE_PLUGIN_CONFIG_LABEL, GPU_PRESENT_LABEL, Fleet, Images, NodeSpec, knobs
-from gpuready.spec.model import GPU_TOLERATION, RUNTIME_CLASS
+from gpuready.spec.model import DEFAULT_DEVICE_PLUGIN_CONFIG, GPU_TOLERATION, RUNTIME_CLASS
 
 Manifest = dict[str, Any]
 GPU_NODE_SELECTOR = {GPU_PRESENT_LABEL: "true"}
@@ -235,7 +235,7 @@ def _config_env(oneshot: bool, signal_process: str) -> list[dict[str, Any]]:
         {"name": "NODE_LABEL", "value": DEVICE_PLUGIN_CONFIG_LABEL},
         {"name": "CONFIG_FILE_SRCDIR", "value": "/available-configs"},
         {"name": "CONFIG_FILE_DST", "value": "/config/config.yaml"},
-        {"name": "DEFAULT_CONFIG", "value": "default"},
+        {"name": "DEFAULT_CONFIG", "value": DEFAULT_DEVICE_PLUGIN_CONFIG},
         {"name": "FALLBACK_STRATEGIES", "value": "named,single"},
         {"name": "SEND_SIGNAL", "value": str(not oneshot).lower()},
         {"name": "SIGNAL", "value": "" if oneshot else SIGHUP},

@@ -30,6 +30,14 @@ DRA_ALLOCATION_LABEL = "gpuready.io/gpu-allocation"  # = gpuready.spec.dra.ALLOC
 # What a GPU pod tolerates: the usual GPU-node taint (node_taints' default), and a cordon (a node is validated while
 # cordoned: the rolling upgrade uncordons it only when it passes, as the GPU Operator's validator does).
 GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+# The device-plugin ConfigMap's key config-manager selects while it has not yet read the node's label (every start
+# does, see Fleet.device_plugin_configs), and what it holds when no node's own config has that key: a node with no
+# sharing in CDI mode (NodeSpec.device_plugin_config), so whole GPUs and no MIG devices until the label's key loads.
+DEFAULT_DEVICE_PLUGIN_CONFIG = "default"
+PLAIN_DEVICE_PLUGIN_CONFIG: dict[str, Any] = {
+    "version": "v1",
+    "flags": {"migStrategy": "none", "plugin": {"deviceListStrategy": "cdi-cri"}},
+}
 CORDON_TOLERATION = {"key": "node.kubernetes.io/unschedulable", "operator": "Exists", "effect": "NoSchedule"}
 
 
@@ -271,7 +279,7 @@ class NodeSpec:
         s = self.sharing
         strategy = "" if self.cdi else f"-{self.device_list_strategy}"
         if s.mode == SharingMode.NONE:
-            return "default" + strategy
+            return DEFAULT_DEVICE_PLUGIN_CONFIG + strategy
         if s.mode in SHARED_BY_TIME:
             return f"{s.mode}-{s.replicas}{'-renamed' if s.rename else ''}{strategy}"
         key = f"mig-{s.mig_strategy}"
@@ -455,10 +463,19 @@ class Fleet:
         return lines
 
     def device_plugin_configs(self) -> dict[str, str]:
-        """The device-plugin ConfigMap ``data``: one rendered YAML per distinct node configuration."""
+        """The device-plugin ConfigMap ``data``: one rendered YAML per distinct node configuration, and always a
+        ``default`` (:data:`PLAIN_DEVICE_PLUGIN_CONFIG` where no node's own config has that key).
+
+        NVIDIA's config-manager (k8s-device-plugin v0.19.3 ``cmd/config-manager/main.go``) reads the node label
+        through ``SyncableConfig.Get``, whose first call returns before the informer has listed the Node: every
+        start first selects ``DEFAULT_CONFIG`` (``default``), then the label's key. Without a ``default`` key the
+        init container exits "specified config  does not exist" and the plugin and GFD pods crash-loop on every
+        node (found by the real plugin on a real-kubelet lab host, docs/lab-real-kubelet.md).
+        """
         out: dict[str, str] = {}
         for node in self.nodes.values():
             out.setdefault(node.device_plugin_config_key, render_yaml(node.device_plugin_config))
+        out.setdefault(DEFAULT_DEVICE_PLUGIN_CONFIG, render_yaml(PLAIN_DEVICE_PLUGIN_CONFIG))
         return dict(sorted(out.items()))
 
 

@@ -194,9 +194,10 @@ class LabGpuBackend(NodeBackend):
         return (best[0], best[1]) if best else None
 
     def _select(
-        self, pod: Obj, manager: Obj, node: Obj | None
+        self, pod: Obj, manager: Obj, node: Obj | None, label: str | None = None
     ) -> tuple[str | None, dict[str, str], str | None]:
-        """(config key, the ConfigMap's files, error) as the config-manager sidecar decides now."""
+        """(config key, the ConfigMap's files, error) as the config-manager sidecar decides now (for `label`
+        instead of the node's, where given)."""
         env = env_of(manager)
         label_key = flag_of(manager, "node-label") or env.get("NODE_LABEL") or CONFIG_LABEL
         srcdir = flag_of(manager, "config-file-srcdir") or env.get("CONFIG_FILE_SRCDIR", "")
@@ -215,7 +216,7 @@ class LabGpuBackend(NodeBackend):
         )
         key, err = select_config(
             sorted(files),
-            labels.get(label_key),
+            labels.get(label_key) if label is None else label,
             flag_of(manager, "default-config") or env.get("DEFAULT_CONFIG"),
             [s.strip() for s in fallbacks.split(",")],
         )
@@ -258,15 +259,20 @@ class LabGpuBackend(NodeBackend):
         return parse_config(files.get(key) if key else None, key, container)
 
     def run_config_manager(self, pod: Obj, container: Obj, node: Obj | None) -> ContainerPlan:
+        """config-manager's loop (k8s-device-plugin ``cmd/config-manager/main.go`` ``start``): its first read of
+        the label is "" (``SyncableConfig.Get`` returns before the informer has listed the Node), so it first
+        selects the default config, then the label's; an error in either exits, and the pod crash-loops."""
         label_key = env_of(container).get("NODE_LABEL") or CONFIG_LABEL
         labels = ((node or {}).get("metadata") or {}).get("labels") or {}
-        logs = klog("I", "main.go:218", f"Waiting for change to '{label_key}' label")
-        logs += klog("I", "main.go:220", f"Label change detected: {label_key}={labels.get(label_key, '')}")
-        key, _, err = self._select(pod, container, node)
-        if err:
-            return ContainerPlan(logs=logs + klog("E", "main.go:180", err), exit_code=1, run_seconds=0.5)
-        logs += klog("I", "main.go:262", f"Updating to config: {key}")
-        logs += klog("I", "main.go:276", f"Successfully updated to config: {key}")
+        logs = ""
+        for label in ("", labels.get(label_key, "")):
+            logs += klog("I", "main.go:218", f"Waiting for change to '{label_key}' label")
+            logs += klog("I", "main.go:220", f"Label change detected: {label_key}={label}")
+            key, _, err = self._select(pod, container, node, label=label)
+            if err:
+                return ContainerPlan(logs=logs + klog("E", "main.go:180", err), exit_code=1, run_seconds=0.5)
+            logs += klog("I", "main.go:262", f"Updating to config: {key}")
+            logs += klog("I", "main.go:276", f"Successfully updated to config: {key}")
         logs += klog("I", "main.go:218", f"Waiting for change to '{label_key}' label")
         return ContainerPlan(logs=logs, exit_code=None)
 
