@@ -75,10 +75,12 @@ def _manifests(args: argparse.Namespace) -> int:
     )
     try:
         manifests.rules(layers)  # an unknown layer is refused before anything is printed
+        taint = args.taint_max_fraction if args.taint_failed else None
+        image = args.image or manifests.DEFAULT_IMAGE
         if args.sonobuoy:
-            objects = [manifests.sonobuoy_plugin(args.image, layers, args.write_back)]
+            objects = [manifests.sonobuoy_plugin(image, layers, args.write_back, taint)]
         else:
-            objects = manifests.render(args.namespace, args.image, args.schedule, layers, args.write_back)
+            objects = manifests.render(args.namespace, image, args.schedule, layers, args.write_back, taint)
     except ValueError as exc:
         print(f"gpuready manifests: {exc}", file=sys.stderr)
         return 2
@@ -159,9 +161,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="print the YAML that runs the conformance suite in the cluster: Namespace, ServiceAccount, the least "
         "RBAC of the selected layers (ClusterRole and binding), a Job and a CronJob (kubectl apply -f -)",
     )
+    from gpuready.conformance.verdict_back import DEFAULT_TAINT_MAX_FRACTION, fraction
+
     ms.add_argument("--namespace", default="gpuready-conformance", help="where the Job runs")
     ms.add_argument(
-        "--image", default="gpuready:latest", help="an image with gpuready and the suite installed"
+        "--image",
+        default=None,
+        help="an image with gpuready and the suite installed (default gpuready:<this version>)",
     )
     ms.add_argument("--schedule", default="0 3 * * *", metavar="CRON", help="the CronJob's schedule")
     ms.add_argument(
@@ -171,6 +177,19 @@ def build_parser() -> argparse.ArgumentParser:
     )
     ms.add_argument(
         "--write-back", action="store_true", help="run with --write-back, and grant it nodes patch"
+    )
+    ms.add_argument(
+        "--taint-failed",
+        action="store_true",
+        help="with --write-back: run with --taint-failed (failing nodes get the gpuready.io/conformance-failed "
+        "taint, passing ones lose it)",
+    )
+    ms.add_argument(
+        "--taint-max-fraction",
+        default=DEFAULT_TAINT_MAX_FRACTION,
+        type=fraction,
+        metavar="FRACTION",
+        help="with --taint-failed: at most this fraction of the run's nodes carry the taint (default 0.1)",
     )
     ms.add_argument(
         "--sonobuoy",

@@ -19,6 +19,7 @@ from __future__ import annotations
 import shlex
 from typing import Any
 
+from gpuready import __version__
 from gpuready.conformance import report
 
 Obj = dict[str, Any]
@@ -32,6 +33,9 @@ REPORTS = "/reports"
 # the suite's layers (a --site directory's checks are a team's own, not in the image)
 LAYERS = tuple(x for x in report.LAYERS if x != "site")
 COMMAND = ("gpuready", "check", "--discover", "--connection", "pod", "--report-dir", REPORTS)
+# the suite image of this release: a pinned tag, so the API server defaults imagePullPolicy to IfNotPresent (":latest"
+# would make it Always, and the kubelet would pull on every run even where the image is loaded on the nodes)
+DEFAULT_IMAGE = f"gpuready:{__version__}"
 RUN_AS = 65532  # a non-root uid/gid (the "nonroot" user of distroless images); runAsNonRoot needs a number
 TTL_SECONDS = 86400  # a finished Job (and its pod, with its log) is kept a day
 
@@ -110,17 +114,26 @@ def rules(layers: list[str] | tuple[str, ...], write_back: bool = False) -> list
     ]
 
 
-def command(layers: list[str] | tuple[str, ...], write_back: bool = False) -> list[str]:
-    """The container's command: the one users run, with ``-m`` when not every layer is selected."""
+def command(
+    layers: list[str] | tuple[str, ...], write_back: bool = False, taint: float | None = None
+) -> list[str]:
+    """The container's command: the one users run, with ``-m`` when not every layer is selected, and with
+    ``--taint-failed --taint-max-fraction <taint>`` when a taint fraction is given (it needs ``write_back``)."""
+    if taint is not None and not write_back:
+        raise ValueError("--taint-failed taints through the verdict written back: add --write-back")
     argv = list(COMMAND)  # the suite's pytest.ini says -p no:cacheprovider: the root filesystem is read-only
     if set(layers) != set(LAYERS):
         argv += ["-m", " or ".join(x for x in LAYERS if x in layers)]
     if write_back:
         argv.append("--write-back")
+    if taint is not None:
+        argv += ["--taint-failed", "--taint-max-fraction", f"{taint:g}"]
     return argv
 
 
-def pod_spec(image: str, layers: list[str] | tuple[str, ...], write_back: bool = False) -> Obj:
+def pod_spec(
+    image: str, layers: list[str] | tuple[str, ...], write_back: bool = False, taint: float | None = None
+) -> Obj:
     """The suite's pod: non-root, no privilege escalation, no capabilities, RuntimeDefault seccomp, a read-only
     root filesystem with /reports and /tmp as emptyDirs, requests and a memory limit."""
     return {
@@ -138,7 +151,7 @@ def pod_spec(image: str, layers: list[str] | tuple[str, ...], write_back: bool =
             {
                 "name": "conformance",
                 "image": image,
-                "command": command(layers, write_back),
+                "command": command(layers, write_back, taint),
                 "env": [{"name": "PYTHONDONTWRITEBYTECODE", "value": "1"}],
                 "securityContext": {
                     "allowPrivilegeEscalation": False,
@@ -169,22 +182,27 @@ def _meta(name: str, namespace: str | None = None) -> Obj:
     return meta
 
 
-def _job_spec(image: str, layers: list[str] | tuple[str, ...], write_back: bool) -> Obj:
+def _job_spec(image: str, layers: list[str] | tuple[str, ...], write_back: bool, taint: float | None) -> Obj:
     return {
         "backoffLimit": 0,  # a failed run is a verdict, not a reason to run again
         "ttlSecondsAfterFinished": TTL_SECONDS,
-        "template": {"metadata": {"labels": dict(LABELS)}, "spec": pod_spec(image, layers, write_back)},
+        "template": {
+            "metadata": {"labels": dict(LABELS)},
+            "spec": pod_spec(image, layers, write_back, taint),
+        },
     }
 
 
 def render(
     namespace: str = DEFAULT_NAMESPACE,
-    image: str = "gpuready:latest",
+    image: str = DEFAULT_IMAGE,
     schedule: str = DEFAULT_SCHEDULE,
     layers: list[str] | tuple[str, ...] = LAYERS,
     write_back: bool = False,
+    taint: float | None = None,
 ) -> list[Obj]:
-    """Namespace, ServiceAccount, ClusterRole, ClusterRoleBinding, Job, CronJob (in that order)."""
+    """Namespace, ServiceAccount, ClusterRole, ClusterRoleBinding, Job, CronJob (in that order). ``taint``: the
+    run's ``--taint-max-fraction`` with ``--taint-failed`` (None: no taint)."""
     layers = [x for x in LAYERS if x in layers] + [x for x in layers if x not in LAYERS]
     role = f"{NAME}-{namespace}" if namespace != DEFAULT_NAMESPACE else NAME  # cluster-wide: one per install
     return [
@@ -214,7 +232,7 @@ def render(
             "apiVersion": "batch/v1",
             "kind": "Job",
             "metadata": _meta(NAME, namespace),
-            "spec": _job_spec(image, layers, write_back),
+            "spec": _job_spec(image, layers, write_back, taint),
         },
         {
             "apiVersion": "batch/v1",
@@ -227,7 +245,7 @@ def render(
                 "failedJobsHistoryLimit": 3,
                 "jobTemplate": {
                     "metadata": {"labels": dict(LABELS)},
-                    "spec": _job_spec(image, layers, write_back),
+                    "spec": _job_spec(image, layers, write_back, taint),
                 },
             },
         },
@@ -238,7 +256,10 @@ SONOBUOY_RESULTS = "/tmp/sonobuoy/results"  # where Sonobuoy's worker collects a
 
 
 def sonobuoy_plugin(
-    image: str = "gpuready:latest", layers: list[str] | tuple[str, ...] = LAYERS, write_back: bool = False
+    image: str = DEFAULT_IMAGE,
+    layers: list[str] | tuple[str, ...] = LAYERS,
+    write_back: bool = False,
+    taint: float | None = None,
 ) -> Obj:
     """A Sonobuoy plugin definition (``sonobuoy run --plugin <file>``) whose results are the suite's JUnit.
 
@@ -248,7 +269,7 @@ def sonobuoy_plugin(
     written whatever the suite's exit status: a failing node is a result, not a plugin error. The pod runs under
     Sonobuoy's own service account (the ClusterRole above lists what the suite needs of it)."""
     reports = f"{SONOBUOY_RESULTS}/gpuready"
-    argv = [*command(layers, write_back)]
+    argv = [*command(layers, write_back, taint)]
     argv[argv.index(REPORTS)] = reports
     run = " ".join(shlex.quote(word) for word in argv)
     return {
