@@ -194,11 +194,13 @@ def _busybox_binary(progress: Progress) -> Path:
 
 
 def images(version: str, progress: Progress) -> dict[str, bytes]:
-    """The lab's OCI image archives (file name -> bytes): pause under every sandbox name, busybox, and NVIDIA's
-    device plugin (:func:`gpuready.lab.nvidia_addons.image_archive`, under its upstream name)."""
-    from gpuready.lab import nvidia_addons
+    """The lab's OCI image archives (file name -> bytes): pause under every sandbox name, busybox, NVIDIA's
+    device plugin (:func:`gpuready.lab.nvidia_addons.image_archive`) and node-feature-discovery
+    (:func:`gpuready.lab.nfd_image.image_archive`), each under its upstream name."""
+    from gpuready.lab import nfd_image, nvidia_addons
 
-    return {**_base_images(version, progress), **dict([nvidia_addons.image_archive(progress=progress)])}
+    built = [nvidia_addons.image_archive(progress=progress), nfd_image.image_archive(progress=progress)]
+    return {**_base_images(version, progress), **dict(built)}
 
 
 def _base_images(version: str, progress: Progress) -> dict[str, bytes]:
