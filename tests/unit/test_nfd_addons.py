@@ -300,3 +300,28 @@ def test_a_mirrored_nfd_image_is_recognised(tmp_path):
     (node,) = load_fleet(write_inventory(tmp_path, nfd_image=image)).nodes.values()
     assert node_checks.is_nfd(_nfd_pod("w", "nfd-worker", image=image), "nfd-worker", node)
     assert not node_checks.is_nfd(_nfd_pod("w", "nfd-worker", image=image), "nfd-worker")
+
+
+def test_gfd_may_publish_its_nodefeature(manifests):
+    """GFD v0.19.3 publishes its labels as the NodeFeature ``nvidia-features-for-<node>`` in its namespace (its
+    ``--use-node-feature-api`` defaults to true), reading its own pod for the owner reference: the chart's
+    templates/role.yml grants both. Without them the real GFD exits 'nodefeatures ... is forbidden' (found on a
+    real-kubelet lab host, tests/lab/test_lab_real_nfd.py) and no GFD label reaches a Node."""
+    gfd = _by(manifests, "DaemonSet", "gpu-feature-discovery")["spec"]["template"]["spec"]
+    rules = _by(manifests, "ClusterRole", gfd["serviceAccountName"])["rules"]
+    binding = _by(manifests, "ClusterRoleBinding", gfd["serviceAccountName"])
+    assert binding["subjects"][0]["name"] == gfd["serviceAccountName"]
+
+    def allowed(group: str, resource: str, verb: str) -> bool:
+        return any(
+            group in r["apiGroups"]
+            and resource in r["resources"]
+            and verb in r["verbs"]
+            and not r.get("resourceNames")
+            for r in rules
+        )
+
+    for verb in ("get", "list", "watch", "create", "update"):
+        assert allowed(nfd_addons.GROUP, "nodefeatures", verb), (verb, rules)
+    assert allowed("", "pods", "get"), rules
+    assert allowed("", "nodes", "watch"), rules  # config-manager follows its node's label

@@ -53,7 +53,8 @@ daemon, MPS pools advertise nothing usable. Fleets without an MPS pool get no su
 
 GFD's labels reach a Node only through node-feature-discovery (:mod:`gpuready.deploy.nfd_addons`: nfd-master, an
 nfd-worker on every GPU node with the same node selector and tolerations as GFD, their CRDs and RBAC), rendered
-unless ``addons_nfd = False`` (a cluster that runs its own NFD).
+unless ``addons_nfd = False`` (a cluster that runs its own NFD). GFD publishes them as a NodeFeature object
+(:data:`GFD_RULES`), which needs NFD's CRDs in the cluster.
 """
 
 from __future__ import annotations
@@ -426,8 +427,23 @@ def mps_control_daemon(
     return _daemonset(MPS_CONTROL_DAEMON, settings.namespace, pod, tolerations)
 
 
+# GPU feature discovery publishes its labels as a NodeFeature object (``nvidia-features-for-<node>`` in its own
+# namespace) through NFD's API: k8s-device-plugin v0.19.3's ``--use-node-feature-api`` defaults to true
+# (cmd/gpu-feature-discovery/main.go), so it writes no features file unless told to; nfd-master makes Node labels of
+# every NodeFeature. It reads its pod for the owner reference. The chart's templates/role.yml grants both with GFD.
+GFD_RULES = [
+    {
+        "apiGroups": [nfd_addons.GROUP],
+        "resources": ["nodefeatures"],
+        "verbs": ["get", "list", "watch", "create", "update"],
+    },
+    {"apiGroups": [""], "resources": ["pods"], "verbs": ["get"]},
+]
+
+
 def device_plugin_rbac(settings: AddonSettings) -> list[Manifest]:
-    """The config manager reads its own Node's labels: get/list/watch nodes, nothing else."""
+    """The config manager reads its own Node's labels (get/list/watch nodes); GFD writes its NodeFeature and reads
+    its own pod (:data:`GFD_RULES`), as the chart's role grants them."""
     name = "nvidia-device-plugin"
     return [
         {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": _meta(name, settings.namespace)},
@@ -435,7 +451,10 @@ def device_plugin_rbac(settings: AddonSettings) -> list[Manifest]:
             "apiVersion": "rbac.authorization.k8s.io/v1",
             "kind": "ClusterRole",
             "metadata": _meta(name),
-            "rules": [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch"]}],
+            "rules": [
+                {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch"]},
+                *GFD_RULES,
+            ],
         },
         {
             "apiVersion": "rbac.authorization.k8s.io/v1",

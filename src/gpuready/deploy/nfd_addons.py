@@ -1,8 +1,11 @@
 """node-feature-discovery as cluster add-ons: what turns GPU feature discovery's output into Node labels.
 
-GFD does not label Nodes. It writes its labels as a features file into ``/etc/kubernetes/node-feature-discovery/
-features.d`` on the host (``addons.gpu_feature_discovery``); nfd-worker's ``local`` source reads that directory and
-publishes the features as a NodeFeature object, and nfd-master turns NodeFeatures into Node labels. Without NFD no
+GFD does not label Nodes. k8s-device-plugin v0.19.3's GFD publishes its labels as a NodeFeature object of NFD's API
+(``nvidia-features-for-<node>`` in its namespace: ``--use-node-feature-api`` defaults to true; the device plugin's
+ClusterRole grants it, ``addons.GFD_RULES``); with that option off it writes them as a features file into
+``/etc/kubernetes/node-feature-discovery/features.d`` on the host (still mounted, as the chart does), which
+nfd-worker's ``local`` source reads and publishes in the worker's own NodeFeature. nfd-master turns every
+NodeFeature into Node labels (proved with the real binaries by tests/lab/test_lab_real_nfd.py). Without NFD no
 ``nvidia.com/gpu.*`` label ever reaches a Node: the GFD-label checks, the product-affinity policy and ``--discover``
 all read them. ``addons_nfd = False`` leaves NFD out, for a cluster that runs its own (the GPU Operator installs
 one); two masters would fight over the same labels.
