@@ -7,10 +7,9 @@ image ``nvcr.io/nvidia/k8s-device-plugin:v0.19.3`` (gpuready.lab.nvidia_addons: 
 module), it loads the mock NVML through the nvidia runtime as on a real node, registers with the real kubelet
 over the device-plugin gRPC socket, and the Node's allocatable ``nvidia.com/gpu`` is what the spec expects.
 
-Two defects of gpuready's add-on manifests that the real plugin found are worked around here, after the add-ons
-deploy (``_add_default_config``; docs/lab-real-kubelet.md, "Two defects"): config-manager's DEFAULT_CONFIG names
-no config, and CDI mode lacks the chart's /driver-root mount. About 140 s with warm caches (the plugin's cold
-build adds about 400 s once).
+It runs gpuready's own add-on manifests unchanged; the two defects the real plugin found in them are fixed
+(docs/lab-real-kubelet.md, "Two defects"). About 140 s with warm caches (the plugin's cold build adds about 400 s
+once).
 """
 
 from __future__ import annotations
@@ -42,26 +41,7 @@ def plugin_lab(tmp_path_factory: pytest.TempPathFactory) -> Any:
         assert node.returncode == 0, node.output[-6000:]
         addons = run_pyinfra(lab, deploy="deploys/cluster_addons.py")
         assert addons.returncode == 0, addons.output[-6000:]
-        _add_default_config(lab)
         yield lab
-
-
-def _add_default_config(lab: Lab) -> None:
-    """WORKAROUND of a defect the real config-manager found (docs/lab-real-kubelet.md, "The real device plugin"):
-    gpuready's manifests set DEFAULT_CONFIG=default, the ConfigMap has no key "default", and config-manager's
-    init container reads the node label as "" on its first pass (SyncableConfig.Get does not wait for the
-    informer), so it exits with 'specified config  does not exist'. Until the add-ons are fixed, the test adds
-    the key (the node's own config) and restarts the pod."""
-    configmap = "nvidia-device-plugin-configs"
-    r = _kubectl(lab.state, "get", "configmap", "-n", NAMESPACE, configmap, "-o", "json")
-    assert r.returncode == 0, r.stderr
-    data = json.loads(r.stdout)["data"]
-    patch = {"data": {"default": next(iter(data.values()))}}
-    r = _kubectl(
-        lab.state, "patch", "configmap", "-n", NAMESPACE, configmap, "--type=merge", "-p", json.dumps(patch)
-    )
-    assert r.returncode == 0, r.stderr
-    _kubectl(lab.state, "delete", "pod", "-n", NAMESPACE, "-l", "app.kubernetes.io/name=nvidia-device-plugin")
 
 
 def _plugin_pod(lab: Lab) -> dict[str, Any]:

@@ -281,22 +281,6 @@ def test_egress_proxy_tunnels_connect_to_allowed_targets_only(origin, egress):
         assert tunnel.recv(4096).startswith(b"HTTP/1.0 403 ")
 
 
-def test_the_service_relay_carries_connections_to_its_target(origin, tmp_path):
-    """Real-kubelet mode: what pods reach at the kubernetes Service's address is the API server (no kube-proxy)."""
-    host, port = origin.split(":")
-    sock = network.listening_socket("127.0.0.1", 0)
-    pid = network.start_relay(sock, host, int(port), tmp_path / "relay.log")
-    relay = sock.getsockname()[1]
-    sock.close()
-    try:
-        for path in ("/version", "/apis"):  # one connection after another
-            with urllib.request.urlopen(f"http://127.0.0.1:{relay}{path}", timeout=10) as response:
-                assert response.read().decode() == f"{path} via 127.0.0.1:{relay}"
-    finally:
-        os.kill(pid, 15)
-        hosts._wait_gone(pid, 5.0)
-
-
 def test_egress_targets_come_from_the_base_apt_sources(tmp_path):
     (tmp_path / "etc/apt/sources.list.d").mkdir(parents=True)
     (tmp_path / "etc/apt/sources.list").write_text("deb http://deb.debian.org/debian bookworm main\n")

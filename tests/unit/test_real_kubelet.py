@@ -12,9 +12,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from gpuready.lab import gobuild, kubelet_build, realnode
-from gpuready.lab.cluster import binaries
+from gpuready.lab.cluster import binaries, controlplane, kube_proxy
 
 GO_MOD = """module k8s.io/kubernetes
 
@@ -275,3 +276,26 @@ def test_real_mode_packages_carry_the_binaries(tmp_path: Path) -> None:
     assert tools["kubernetes-cni"].depends == ["containernetworking-plugins"]
     emulated = {d.name: d for d in k8s_packages.kubernetes_debs("1.36.3", b"kubectl")}
     assert b"emulated" in emulated["kubelet"].files["/usr/bin/kubelet"][0]
+
+
+def test_kube_proxy_is_built_the_same_way_into_its_own_entry(tmp_path: Path) -> None:
+    assert kubelet_build.kubelet_cache("1.36.3", tmp_path, "kube-proxy") == tmp_path / "kube-proxy-v1.36.3"
+    files = kubelet_build.wrapper_module("1.36.3", GO_MOD, kubelet_build.KUBE_PROXY_PACKAGE)
+    assert (
+        '_ "k8s.io/kubernetes/cmd/kube-proxy"' in files["tools.go"] and "cmd/kubelet" not in files["tools.go"]
+    )
+    assert kubelet_build.build_args(tmp_path / "kp", kubelet_build.KUBE_PROXY_PACKAGE)[-1] == (
+        "k8s.io/kubernetes/cmd/kube-proxy"
+    )
+
+
+def test_the_labs_kube_proxy_writes_no_sysctl_and_leaves_pod_traffic_unmasqueraded() -> None:
+    """nftables mode (this machine has no iptables), the pod network as clusterCIDR, and every conntrack knob
+    zero: kube-proxy writes a /proc/sys tunable only for a non-zero one, and this machine's must never change."""
+    config = yaml.safe_load(kube_proxy.configuration(Path("/lab/admin.conf"), "gpu-node-1"))
+    assert config["kind"] == "KubeProxyConfiguration" and config["mode"] == "nftables"
+    assert config["clusterCIDR"] == controlplane.POD_SUBNET
+    assert config["hostnameOverride"] == "gpu-node-1"
+    assert config["clientConnection"]["kubeconfig"] == "/lab/admin.conf"
+    assert set(config["conntrack"].values()) <= {0, "0s"}, config["conntrack"]
+    assert config["metricsBindAddress"].startswith("127.0.0.1:")

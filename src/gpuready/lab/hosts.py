@@ -40,7 +40,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.parse
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -60,7 +59,7 @@ from gpuready.lab import (
     ssh,
     supervisor,
 )
-from gpuready.lab.cluster import binaries, cluster
+from gpuready.lab.cluster import binaries, cluster, kube_proxy
 from gpuready.lab.state import LabPaths, cache_dir, load_state, locked, require_state, save_state
 
 # The Debian releases a lab host can run (`lab up --os`), each from its own cached base root. NVIDIA's CUDA
@@ -548,6 +547,10 @@ def up(
     if kubelet not in realhost.KUBELET_MODES:
         raise LabError(f"kubelet {kubelet!r}: one of {', '.join(realhost.KUBELET_MODES)}")
     real = kubelet == "real"
+    if real and shutil.which("nft") is None:
+        raise LabError(
+            "--kubelet real runs kube-proxy in nftables mode: `nft` not found (apt-get install nftables)"
+        )
     if real and (virtual_nodes or not control_plane):
         raise LabError(
             "--kubelet real needs the control plane and no virtual nodes (the node agent is stopped)"
@@ -573,6 +576,9 @@ def up(
             crictl=kubelet_build.ensure_crictl(k8s_packages.CRI_TOOLS_VERSION, progress, cache),
         )
         lab_images = realhost.images(kubernetes_version, progress)
+        proxy_binary = kubelet_build.ensure_kubelet(
+            kubernetes_version, progress, cache, kubelet_build.KUBE_PROXY_PACKAGE
+        )[0]
     paths.root.mkdir(parents=True, exist_ok=True)
     client_pubkey = ssh.ensure_client_key(paths).with_suffix(".pub").read_text().strip()
     port = SSH_PORT
@@ -649,7 +655,15 @@ def up(
             save_state(paths, state)
             if real:  # the hosts' kubelets are real: the agent must not play kubelet for them
                 cluster.stop_agent(state["apiserver"].get("agent") or {})
-                state["service_relay"] = _start_service_relay(paths, net, state["apiserver"]["url"])
+                # ... and their pods reach Services (the API server's first) through the real kube-proxy
+                progress("starting kube-proxy (nftables) in the lab's network namespace")
+                state["apiserver"]["kube_proxy"] = kube_proxy.start(
+                    paths.root / "kube-proxy",
+                    net.netns,
+                    proxy_binary,
+                    Path(state["apiserver"]["kubeconfig"]),
+                    specs[0].name,
+                )
                 save_state(paths, state)
     except network.NetworkError as exc:
         down(paths, quiet=True)
@@ -789,21 +803,6 @@ def _start_egress(paths: LabPaths, net: network.LabNetwork, bases: list[Path]) -
     }
 
 
-def _start_service_relay(paths: LabPaths, net: network.LabNetwork, url: str) -> dict[str, Any]:
-    """Real-kubelet mode: the `kubernetes` Service's address in the lab's namespace, relayed to the API server
-    (no kube-proxy here; network.KUBERNETES_SERVICE_IP); the state entry."""
-    api = urllib.parse.urlsplit(url)
-    address, port = network.KUBERNETES_SERVICE_IP, network.KUBERNETES_SERVICE_PORT
-    network.add_address(net.netns, address)
-    sock = network.listening_socket(address, port, net.netns)
-    log = paths.root / "service-relay.log"
-    try:
-        pid = network.start_relay(sock, api.hostname or "", api.port or 6443, log, lab=str(paths.root))
-    finally:
-        sock.close()
-    return {"pid": pid, "pid_start": _proc_start(pid), "address": address, "port": port, "log": str(log)}
-
-
 # --- stop and clean up -----------------------------------------------------------------------------------------
 
 
@@ -866,7 +865,7 @@ def down(paths: LabPaths, quiet: bool = False) -> None:
         cluster.down(api)  # each process by its recorded pid, checked to still be that program
     _reap([pid for pid in [*(api.get("pids") or {}).values(), (api.get("agent") or {}).get("pid")] if pid])
 
-    for server in (state.get("repo") or {}, state.get("egress") or {}, state.get("service_relay") or {}):
+    for server in (state.get("repo") or {}, state.get("egress") or {}):
         if _alive(server.get("pid"), server.get("pid_start")):
             os.kill(server["pid"], signal.SIGTERM)
             _wait_gone(server["pid"], 5.0)

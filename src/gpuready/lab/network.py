@@ -54,7 +54,6 @@ import signal
 import socket
 import subprocess
 import sys
-import threading
 import time
 import urllib.parse
 from collections.abc import Iterator, Sequence
@@ -550,42 +549,6 @@ def serve_egress(fd: int, allow: Sequence[str]) -> None:
     server.serve_forever()
 
 
-# --- the kubernetes Service -----------------------------------------------------------------------------------
-
-# Pods reach the API server at the `kubernetes` Service's address (the first of the control plane's service
-# subnet, 10.96.0.0/12): in-cluster clients (NVIDIA's DRA kubelet plugin, NFD) read KUBERNETES_SERVICE_HOST/PORT,
-# which the kubelet sets from it. A real cluster's kube-proxy (or CNI) translates it to the API server's endpoint;
-# the lab runs no kube-proxy and this machine has no netfilter tools, so in the real-kubelet mode a relay of the
-# lab's own listens on that address inside the lab's namespace (lab-only, docs/lab-real-kubelet.md).
-KUBERNETES_SERVICE_IP = "10.96.0.1"
-KUBERNETES_SERVICE_PORT = 443
-
-
-def start_relay(sock: socket.socket, host: str, port: int, log_path: Path, lab: str = "") -> int:
-    """Relay each connection accepted on an already listening socket to host:port, in a child process of this
-    machine's namespace; its PID."""
-    argv = [sys.executable, "-m", "gpuready.lab.network", "relay", "--fd", str(sock.fileno())]
-    return _serve_in_child([*argv, "--to", f"{host}:{port}", "--lab", lab], sock, log_path)
-
-
-def serve_relay(fd: int, host: str, port: int) -> None:
-    listener = socket.socket(fileno=fd)
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
-
-    def one(conn: socket.socket) -> None:
-        with (
-            conn,
-            contextlib.suppress(OSError),
-            socket.create_connection((host, port), timeout=30) as upstream,
-        ):
-            upstream.settimeout(None)
-            _relay(conn, upstream)
-
-    while True:
-        conn, _ = listener.accept()
-        threading.Thread(target=one, args=(conn,), daemon=True).start()
-
-
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
         prog="python -m gpuready.lab.network", description=__doc__.splitlines()[0]
@@ -595,18 +558,8 @@ def main(argv: list[str] | None = None) -> None:
     egress.add_argument("--fd", type=int, required=True)
     egress.add_argument("--allow", action="append", default=[], metavar="HOST:PORT")
     egress.add_argument("--lab", default="", help="the lab's state dir (a label for ps; not used)")
-    relay = sub.add_parser(
-        "relay", help="relay TCP connections from an already listening socket to HOST:PORT"
-    )
-    relay.add_argument("--fd", type=int, required=True)
-    relay.add_argument("--to", required=True, metavar="HOST:PORT")
-    relay.add_argument("--lab", default="", help="the lab's state dir (a label for ps; not used)")
     args = parser.parse_args(argv)
-    if args.command == "relay":
-        host, port = args.to.rsplit(":", 1)
-        serve_relay(args.fd, host, int(port))
-    else:
-        serve_egress(args.fd, args.allow)
+    serve_egress(args.fd, args.allow)
 
 
 if __name__ == "__main__":

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from gpuready.lab import network
-from gpuready.lab.cluster import binaries, controlplane
+from gpuready.lab.cluster import binaries, controlplane, kube_proxy
 from gpuready.lab.network import LabNetwork
 
 AGENT_START_TIMEOUT_S = 60.0
@@ -93,8 +93,10 @@ def heartbeat_for(grace_period: str) -> float:
 
 
 def down(entry: dict[str, Any]) -> None:
-    """Stop the agent, then the control plane; safe on a half-started entry and twice."""
+    """Stop the agent and the real-kubelet lab's kube-proxy, then the control plane; safe on a half-started entry
+    and twice."""
     stop_agent(entry.get("agent") or {})
+    kube_proxy.stop(entry.get("kube_proxy") or {})
     controlplane.stop(entry)
 
 

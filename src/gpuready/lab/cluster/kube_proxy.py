@@ -1,0 +1,88 @@
+"""The real kube-proxy of a real-kubelet lab: Services (the ``kubernetes`` one first) reach their endpoints.
+
+Pods on real lab hosts talk to the API server the way every in-cluster client does: ``KUBERNETES_SERVICE_HOST``
+= the ``kubernetes`` Service's ClusterIP (10.96.0.1:443). Without a Service proxy that address leads nowhere and
+NVIDIA's config-manager, nfd-master/worker, the DRA kubelet plugin and the suite's own Job fail to list anything
+("dial tcp 10.96.0.1:443: connect: network is unreachable"). So the lab runs the real kube-proxy, built from the
+same ``k8s.io/kubernetes`` module as the kubelet (:func:`gpuready.lab.kubelet_build.ensure_kubelet` with
+``KUBE_PROXY_PACKAGE``), in nftables mode, with this machine's ``nft`` (Debian's ``nftables``).
+
+Lab-only, and said so: the hosts share one network namespace, so the lab runs **one** kube-proxy in that
+namespace (as a real node runs one in its own), started beside the control plane and stopped by its pid at
+``down``; it reads the cluster with the admin kubeconfig (a real node's kube-proxy uses its ServiceAccount and
+``system:node-proxier``). Its conntrack settings are all zero so that it writes no ``/proc/sys`` tunable (this
+machine's must never change); nftables mode needs none of iptables mode's sysctls.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+from gpuready.lab import network
+from gpuready.lab.cluster.controlplane import POD_SUBNET, stop_pids
+
+COMMAND = "kube-proxy"
+START_TIMEOUT_S = 60.0
+TABLE = ("ip", "kube-proxy")  # the nftables table kube-proxy owns (pkg/proxy/nftables: kubeProxyTable)
+
+
+def configuration(kubeconfig: Path, node_name: str) -> str:
+    """The KubeProxyConfiguration: nftables mode, the lab's pod network as the cluster CIDR (pod traffic is
+    not masqueraded), no conntrack tunable written, metrics on loopback only."""
+    return (
+        "apiVersion: kubeproxy.config.k8s.io/v1alpha1\n"
+        "kind: KubeProxyConfiguration\n"
+        "mode: nftables\n"
+        f"clusterCIDR: {POD_SUBNET}\n"
+        f"hostnameOverride: {node_name}\n"
+        "clientConnection:\n"
+        f"  kubeconfig: {kubeconfig}\n"
+        "metricsBindAddress: 127.0.0.1:10249\n"
+        "conntrack:\n"
+        "  maxPerCore: 0\n"
+        "  min: 0\n"
+        "  tcpEstablishedTimeout: 0s\n"
+        "  tcpCloseWaitTimeout: 0s\n"
+        "  udpTimeout: 0s\n"
+        "  udpStreamTimeout: 0s\n"
+    )
+
+
+def start(state_dir: Path, netns: str, binary: Path, kubeconfig: Path, node_name: str) -> dict[str, Any]:
+    """Start kube-proxy in the lab's namespace and wait until it has written its nftables table; returns the
+    state entry (pid, log) that :func:`stop` takes."""
+    state_dir.mkdir(parents=True, exist_ok=True)
+    config = state_dir / "config.yaml"
+    config.write_text(configuration(kubeconfig, node_name))
+    log = state_dir / "kube-proxy.log"
+    with open(log, "ab") as out:
+        proc = subprocess.Popen(
+            network.exec_argv(netns, [str(binary), f"--config={config}"]),
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    entry = {"pid": proc.pid, "log": str(log)}
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while not _has_table(netns):
+        if proc.poll() is not None or time.monotonic() > deadline:
+            stop(entry)
+            tail = "\n".join(log.read_text(errors="replace").splitlines()[-20:])
+            raise RuntimeError(f"kube-proxy did not program nftables (exit {proc.poll()}); {log}:\n{tail}")
+        time.sleep(0.5)
+    return entry
+
+
+def _has_table(netns: str) -> bool:
+    probe = network.exec_argv(netns, ["nft", "list", "table", *TABLE])
+    return subprocess.run(probe, capture_output=True, check=False).returncode == 0
+
+
+def stop(entry: dict[str, Any], timeout: float = 10.0) -> None:
+    """SIGTERM kube-proxy by its pid (if that pid is still kube-proxy), SIGKILL after `timeout`."""
+    if entry.get("pid"):
+        stop_pids({COMMAND: entry["pid"]}, timeout)
