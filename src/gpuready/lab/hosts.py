@@ -609,7 +609,6 @@ def up(
         save_state(paths, state)
         state["repo"] = _start_repo(paths, net, real_binaries, kubernetes_version)
         state["kubelet"] = kubelet
-        state["sysctls"] = _set_machine_sysctls()
         save_state(paths, state)
         for spec in specs:
             hw = _write_hardware(paths, spec)
@@ -678,33 +677,9 @@ def up(
 
 
 # Kernel settings every Kubernetes node needs. The hosts cannot write /proc/sys themselves (nspawn mounts it
-# read-only), so the lab sets them for them, as a machine image would: net.ipv4.ip_forward (and, on kernels that
-# keep them per namespace, the bridge-nf-call ones) inside the lab's network namespace (network.NETNS_SYSCTLS), and
-# the bridge-nf-call ones here as well, for kernels where they are machine-wide. `down` leaves the machine-wide
-# ones set: another lab on the same machine (they share the kernel) may still need them, and they change no file.
-# The previous values are recorded in the state for whoever wants them back.
-MACHINE_SYSCTLS = {
-    "net.bridge.bridge-nf-call-iptables": "1",
-    "net.bridge.bridge-nf-call-ip6tables": "1",
-}
-
-
-def _sysctl_path(key: str) -> Path:
-    return Path("/proc/sys", *key.split("."))
-
-
-def _set_machine_sysctls() -> dict[str, str]:
-    """Set MACHINE_SYSCTLS where they differ; returns the previous values of what was changed."""
-    changed = {}
-    for key, value in MACHINE_SYSCTLS.items():
-        path = _sysctl_path(key)
-        if not path.exists():
-            continue
-        old = path.read_text().strip()
-        if old != value:
-            path.write_text(value)
-            changed[key] = old
-    return changed
+# read-only), so the lab sets them for them, as a machine image would, inside the lab's own network namespace only
+# (network.NETNS_SYSCTLS: ip_forward and the bridge-nf-call ones, which this kernel keeps per namespace). It never
+# writes one of this machine's: a machine shared with other work must keep its tunables as they are.
 
 
 def _wait_for_hosts(
