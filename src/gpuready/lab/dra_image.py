@@ -24,17 +24,16 @@ How it is built, read from the module (v0.4.1's Makefile, ``deployments/containe
 
 from __future__ import annotations
 
-import json
 import os
+from functools import partial
 from pathlib import Path
 
 from gpuready.lab import go_images, nvidia_tools
 from gpuready.lab.gobuild import (
     Progress,
+    build_module_commands,
     cached_commands,
-    download_module,
     ensure_built,
-    go_build,
     main_for_versions,
 )
 from gpuready.lab.state import cache_dir
@@ -79,13 +78,8 @@ def ensure_driver(
 
     def build(tmp: Path) -> None:
         env = {**os.environ, "CGO_ENABLED": "1", "GOFLAGS": "", "CGO_LDFLAGS_ALLOW": CGO_LDFLAGS_ALLOW}
-        progress(f"{label}: resolving {MODULE} through the Go module proxy")
-        module = download_module(MODULE, f"v{version}", tmp, env)
-        progress(f"{label}: compiling {', '.join(COMMANDS)} (cgo; minutes cold)")
-        (tmp / "bin").mkdir()
-        packages = ["-o", f"{tmp / 'bin'}/", *(f"./cmd/{c}" for c in COMMANDS)]
-        go_build(packages, module.dir, f"go build of the {label}", env, ldflags(version, module.commit))
-        (tmp / "commands.json").write_text(json.dumps(list(COMMANDS)) + "\n")
+        commit_ldflags = partial(ldflags, version)
+        build_module_commands(MODULE, f"v{version}", COMMANDS, tmp, env, commit_ldflags, label, progress)
 
     found, _ = ensure_built(
         target,

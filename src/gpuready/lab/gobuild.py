@@ -23,7 +23,7 @@ import shutil
 import subprocess
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
@@ -121,6 +121,32 @@ def go_build(
     """`go <verb> -trimpath [-ldflags=...] <args>` in `cwd`; a failure raises PrerequisiteError with its tail."""
     cmd = ["go", verb, "-trimpath", *([f"-ldflags={ldflags}"] if ldflags else []), *args]
     run(cmd, cwd, what, env)
+
+
+def build_module_commands(
+    module_path: str,
+    version: str,
+    commands: Sequence[str],
+    tmp: Path,
+    env: dict[str, str],
+    ldflags: Callable[[str], str],
+    label: str,
+    progress: Progress,
+) -> list[str]:
+    """Build each of `commands` that `module_path` at `version` (with its "v") has under ``cmd/``, as NVIDIA's
+    Makefiles do: ``go build ./cmd/<name>`` in the module's downloaded directory (``go install <cmd>@<version>``
+    first lists the module's versions, which the lab's proxy refuses with 403), into ``tmp/bin``, linked with
+    ``ldflags(release commit)``; ``tmp/commands.json`` (what :func:`cached_commands` reads) is written last.
+    Returns the names built."""
+    progress(f"{label}: resolving {module_path} through the Go module proxy")
+    module = download_module(module_path, version, tmp, env)
+    found = [c for c in commands if (module.dir / "cmd" / c).is_dir()]
+    progress(f"{label}: compiling {', '.join(found)} (cgo; minutes cold)")
+    (tmp / "bin").mkdir()
+    packages = ["-o", f"{tmp / 'bin'}/", *(f"./cmd/{c}" for c in found)]
+    go_build(packages, module.dir, f"go build of the {label}", env, ldflags(module.commit))
+    (tmp / "commands.json").write_text(json.dumps(found) + "\n")
+    return found
 
 
 def cached_commands(target: Path) -> dict[str, Path] | None:

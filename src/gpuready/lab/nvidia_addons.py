@@ -23,17 +23,16 @@ How it is built, read from the module (v0.19.3's Makefile, ``deployments/contain
 
 from __future__ import annotations
 
-import json
 import os
+from functools import partial
 from pathlib import Path
 
 from gpuready.lab import go_images
 from gpuready.lab.gobuild import (
     Progress,
+    build_module_commands,
     cached_commands,
-    download_module,
     ensure_built,
-    go_build,
     main_for_versions,
     stamped_ldflags,
 )
@@ -79,16 +78,8 @@ def ensure_plugin(
 
     def build(tmp: Path) -> None:
         env = {**os.environ, "CGO_ENABLED": "1", "GOFLAGS": ""}
-        progress(f"{label}: resolving {MODULE} through the Go module proxy")
-        module = download_module(MODULE, f"v{version}", tmp, env)
-        commands = [c for c in COMMANDS if (module.dir / "cmd" / c).is_dir()]
-        progress(f"{label}: compiling {', '.join(commands)} (cgo; minutes cold)")
-        # built in the module's own directory, as its Makefile does: `go install <cmd>@<version>` first lists the
-        # module's versions for its deprecation notice, a query this proxy refuses (403)
-        (tmp / "bin").mkdir()
-        packages = ["-o", f"{tmp / 'bin'}/", *(f"./cmd/{c}" for c in commands)]
-        go_build(packages, module.dir, f"go build of the {label}", env, ldflags(version, module.commit))
-        (tmp / "commands.json").write_text(json.dumps(commands) + "\n")
+        commit_ldflags = partial(ldflags, version)
+        build_module_commands(MODULE, f"v{version}", COMMANDS, tmp, env, commit_ldflags, label, progress)
 
     found, _ = ensure_built(
         target,
