@@ -5,11 +5,14 @@ Its own one-host lab (trixie, the L4 profile: 1 GPU, time-sliced 4 ways by inven
 (deploys/cluster_addons.py, gpuready's own manifests), the device plugin pod is a real container of the lab's
 image ``nvcr.io/nvidia/k8s-device-plugin:v0.19.3`` (gpuready.lab.nvidia_addons: NVIDIA's binaries built from the Go
 module), it loads the mock NVML through the nvidia runtime as on a real node, registers with the real kubelet
-over the device-plugin gRPC socket, and the Node's allocatable ``nvidia.com/gpu`` is what the spec expects.
+over the device-plugin gRPC socket, and the Node's allocatable ``nvidia.com/gpu`` is what the spec expects. An
+XID 79 injected into the emulated machine reaches the plugin's health checker through the mock NVML's event set
+and allocatable drops to 0 (capacity stays); a GPU off the bus leaves a restarted plugin nothing to offer.
 
 It runs gpuready's own add-on manifests unchanged; the two defects the real plugin found in them are fixed
-(docs/lab-real-kubelet.md, "Two defects"). About 140 s with warm caches (the plugin's cold build adds about 400 s
-once).
+(docs/lab-real-kubelet.md, "Two defects"); the config-manager sidecar reaches the API server through the lab's
+real kube-proxy. About 230 s with warm caches on an idle machine, 334 s beside two other labs (the plugin's cold
+build adds about 400 s once).
 """
 
 from __future__ import annotations
@@ -104,6 +107,35 @@ def test_it_registers_with_the_real_kubelet_and_the_node_gets_the_gpus(plugin_la
     logs = _kubectl(plugin_lab.state, "logs", "-n", NAMESPACE, _plugin_pod(plugin_lab)["metadata"]["name"],
                     "-c", "nvidia-device-plugin")  # fmt: skip
     assert "Registered device plugin for 'nvidia.com/gpu' with Kubelet" in logs.stdout, logs.stdout[-3000:]
+
+
+def _gpu_uuid(lab: Lab) -> str:
+    return lab.ssh(NODE, "nvidia-smi --query-gpu=uuid --format=csv,noheader -i 0").stdout.strip()
+
+
+def test_an_xid_79_makes_the_real_plugin_take_the_gpu_out_of_allocatable(plugin_lab: Lab) -> None:
+    """Issue #29: an XID 79 reaches NVIDIA's real plugin through the mock NVML's event set
+    (``nvmlEventSetWait_v2``, internal/rm/health.go), the plugin marks GPU 0 unhealthy and the kubelet takes its
+    replicas out of allocatable while capacity stays. The plugin never marks a device healthy again, so the fault
+    is cleared and the next test restarts the plugin. (The UUID is read before the fault: the lost GPU has none.)"""
+    uuid = _gpu_uuid(plugin_lab)
+    ok, detail = _wait(lambda: (lambda a: (a == str(GPUS * REPLICAS), a))(_allocatable(plugin_lab)), 60)
+    assert ok, f"allocatable nvidia.com/gpu {detail!r} before the fault"
+    hosts.inject_fault(plugin_lab.paths, NODE, "xid-79", gpu=0)
+    try:
+        ok, detail = _wait(lambda: (lambda a: (a == "0", a))(_allocatable(plugin_lab)), 120)
+        assert ok, f"allocatable nvidia.com/gpu {detail!r}\n{_diagnose(plugin_lab, _plugin_pod(plugin_lab))}"
+        capacity = _kubectl(plugin_lab.state, "get", "node", NODE, "-o",
+                            "jsonpath={.status.capacity.nvidia\\.com/gpu}").stdout  # fmt: skip
+        assert capacity == str(GPUS * REPLICAS), capacity
+        logs = _kubectl(plugin_lab.state, "logs", "-n", NAMESPACE, _plugin_pod(plugin_lab)["metadata"]["name"],
+                        "-c", "nvidia-device-plugin").stdout  # fmt: skip
+        # the event names XID 79; the mock NVML then answers the lost GPU's UUID query GPU_IS_LOST, as a GPU off
+        # the bus does, so the plugin marks every device unhealthy ("Failed to determine uuid for event")
+        assert "EventData:79" in logs, logs[-3000:]
+        assert f"'nvidia.com/gpu' device marked unhealthy: {uuid}::0" in logs, logs[-3000:]
+    finally:
+        hosts.inject_fault(plugin_lab.paths, NODE, None)
 
 
 def test_an_off_bus_gpu_leaves_the_restarted_plugin_nothing_to_offer(plugin_lab: Lab) -> None:
