@@ -172,7 +172,7 @@ def test_the_real_nfd_master_labels_the_node_with_gfds_labels(
         wait_for(lambda: not missing(), 180, "GFD's labels on the Node")
     except AssertionError as exc:
         raise AssertionError(
-            f"{exc}\n{missing()}\n{_diagnose(with_nfd, 'nfd-worker', 'nfd-master')}"
+            f"{exc}\n{missing()}\n{_diagnose(with_nfd, 'gpu-feature-discovery', 'nfd-master')}"
         ) from None
     # written by nfd-master (its annotation lists the labels it manages) from GFD's NodeFeature
     r = _kubectl(with_nfd.state, "get", "node", NODE, "-o", "json")
