@@ -663,6 +663,9 @@ def up(
                     Path(state["apiserver"]["kubeconfig"]),
                     specs[0].name,
                 )
+                state["apiserver"]["kube_proxy"]["pid_start"] = _proc_start(
+                    state["apiserver"]["kube_proxy"]["pid"]
+                )
                 save_state(paths, state)
     except network.NetworkError as exc:
         down(paths, quiet=True)
@@ -923,7 +926,8 @@ def status(paths: LabPaths) -> dict[str, Any]:
     for host in state["hosts"].values():
         host["running"] = _alive(host.get("pid"), host.get("pid_start"))
         host["ssh_answers"] = ssh.read_banner(host["address"], host["port"]) is not None
-    for server in (state["repo"], state.get("egress"), state.get("apiserver"), state.get("service_relay")):
+    kube_proxy_entry = (state.get("apiserver") or {}).get("kube_proxy")  # real-kubelet mode
+    for server in (state["repo"], state.get("egress"), state.get("apiserver"), kube_proxy_entry):
         if server:
             server["running"] = _alive(server.get("pid"), server.get("pid_start"))
     if state.get("network"):
