@@ -95,19 +95,25 @@ def test_mig_mixed_and_single_from_host_state(gpus: Gpus, gpu_host: Any) -> None
     assert gpus.labels(mixed)["nvidia.com/mig-3g.40gb.product"] == "NVIDIA-A100-SXM4-80GB-MIG-3g.40gb"
 
 
+def _plugin_pod_restarted(gpus: Gpus, node: str, container: str) -> dict[str, Any]:
+    """The node's device-plugin pod once its `container` has restarted (crashed at least once)."""
+
+    def restarted() -> dict[str, Any] | None:
+        pod = gpus.plugin_pod(node)
+        for cs in ((pod or {}).get("status") or {}).get("containerStatuses") or []:
+            if cs["name"] == container and cs["restartCount"] >= 1:
+                return pod
+        return None
+
+    return wait(restarted, what=f"{container} restarted")
+
+
 def test_plugin_without_nvidia_runtime_crashes_with_nvml_error(gpus: Gpus, gpu_host: Any) -> None:
     """The add-ons without ``runtimeClassName`` on a host whose default runtime is runc: no NVML inside."""
     node = gpu_host("l4-1", config_key="default")
     gpus.deploy_addons(runtime_class=False)
 
-    def crashed() -> dict[str, Any] | None:
-        pod = gpus.plugin_pod(node)
-        for cs in ((pod or {}).get("status") or {}).get("containerStatuses") or []:
-            if cs["name"] == "nvidia-device-plugin" and cs["restartCount"] >= 1:
-                return pod
-        return None
-
-    pod = wait(crashed, what="plugin container restarted")
+    pod = _plugin_pod_restarted(gpus, node, "nvidia-device-plugin")
     status = next(cs for cs in pod["status"]["containerStatuses"] if cs["name"] == "nvidia-device-plugin")
     assert status["state"]["waiting"]["reason"] == "CrashLoopBackOff"
     assert status["lastState"]["terminated"]["exitCode"] == 1
@@ -125,14 +131,7 @@ def test_config_manager_without_a_default_config_crash_loops(gpus: Gpus, gpu_hos
     node = gpu_host("l4-1", config_key="ts4")
     gpus.deploy_addons(configs={k: v for k, v in CONFIGS.items() if k != "default"})
 
-    def crashed() -> dict[str, Any] | None:
-        pod = gpus.plugin_pod(node)
-        for cs in ((pod or {}).get("status") or {}).get("containerStatuses") or []:
-            if cs["name"] == "config-manager" and cs["restartCount"] >= 1:
-                return pod
-        return None
-
-    pod = wait(crashed, what="config-manager restarted")
+    pod = _plugin_pod_restarted(gpus, node, "config-manager")
     logs = gpus.logs(pod["metadata"]["name"], container="config-manager")
     assert "Label change detected: nvidia.com/device-plugin.config=\n" in logs  # the first, empty read
     assert logs.rstrip().endswith("specified config  does not exist")
