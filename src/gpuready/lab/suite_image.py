@@ -205,7 +205,7 @@ def suite_archive(wheel: Path, version: str, progress: Progress = lambda _m: Non
     layer, python = base_layer(progress)
     digest = wheel_digest(wheel)
     target = cache_dir() / f"gpuready-suite-image-{digest}.oci.tar"
-    with locked(cache_dir() / f".gpuready-suite-image-{digest}.lock"):
+    with locked(cache_dir() / ".gpuready-suite-image.lock"):  # one lock, as one image is kept
         if not target.is_file():
             deps, top = deps_layer(wheel, python, progress), wheel_layer(wheel, python)
             config = {
