@@ -121,7 +121,7 @@ def real_kubelet_lab(
     tmp_path_factory: pytest.TempPathFactory, name: str, index: int, release: str
 ) -> Iterator[Lab]:
     """A one-host lab of its own in the real-kubelet mode (the L4 profile; subnet 10.<index>.0.0/16), taken down
-    afterwards: the modules that test that mode each bring up one beside the session lab."""
+    afterwards, beside the session lab: :func:`real_l4_lab` for the modules that can share one."""
     if reason := lab_skip_reason():
         pytest.skip(reason)
     paths = LabPaths(tmp_path_factory.mktemp(name))
@@ -168,3 +168,30 @@ def deployed_lab(lab: Lab) -> DeployedLab:
     assert addons_first.returncode == 0, addons_first.output[-4000:]
     addons_second = run_pyinfra(lab, deploy="deploys/cluster_addons.py")
     return DeployedLab(lab, first, second, addons_first, addons_second)
+
+
+# --- the shared real-kubelet lab -----------------------------------------------------------------------------------
+
+REAL_INDEX = 222  # its host number and subnet (10.222.0.0/16)
+REAL_NODE = f"gpu-node-{REAL_INDEX}"
+# the host's Debian release; GPUREADY_LAB_REAL_OS=bookworm|sid to try another (trixie: containerd 1.7, CDI)
+REAL_RELEASE = os.environ.get("GPUREADY_LAB_REAL_OS", "trixie")
+
+
+@dataclass
+class RealLab:
+    lab: Lab
+    first: PyinfraRun  # the node deploy
+    second: PyinfraRun  # ... again: it must change nothing
+
+
+@pytest.fixture(scope="session")
+def real_l4_lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealLab]:
+    """One real-kubelet host (the L4 profile, time-sliced 4 ways by inventory/lab.py) with gpuready's node deploy
+    run twice, shared by the modules that test the real kubelet and NVIDIA's real add-ons on it: a real lab costs
+    minutes to bring up and deploy, so it is brought up once, by the first module that asks, and taken down at the
+    end of the session. Each module leaves it as it found it: faults cleared, add-ons as the product renders them."""
+    with real_kubelet_lab(tmp_path_factory, "lab-real-l4", REAL_INDEX, REAL_RELEASE) as lab:
+        first = run_pyinfra(lab)
+        assert first.returncode == 0, first.output[-6000:]
+        yield RealLab(lab, first, run_pyinfra(lab))

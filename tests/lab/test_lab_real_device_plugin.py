@@ -1,7 +1,7 @@
 """NVIDIA's real device plugin on a real-kubelet lab host (issue #29 item 1, first step).
 
-Its own one-host lab (trixie, the L4 profile: 1 GPU, time-sliced 4 ways by inventory/lab.py; subnet
-10.231.0.0/16, host number 231) in `lab up --kubelet real` mode. After gpuready's node deploy and add-ons deploy
+On the shared real-kubelet lab (conftest.real_l4_lab: trixie, the L4 profile: 1 GPU, time-sliced 4 ways by
+inventory/lab.py) in `lab up --kubelet real` mode. After gpuready's node deploy and add-ons deploy
 (deploys/cluster_addons.py, gpuready's own manifests), the device plugin pod is a real container of the lab's
 image ``nvcr.io/nvidia/k8s-device-plugin:v0.19.3`` (gpuready.lab.nvidia_addons: NVIDIA's binaries built from the Go
 module), it loads the mock NVML through the nvidia runtime as on a real node, registers with the real kubelet
@@ -23,7 +23,7 @@ import time
 from typing import Any
 
 import pytest
-from conftest import Lab, real_kubelet_lab
+from conftest import REAL_NODE, Lab, RealLab
 from pyinfra_runs import run_pyinfra
 from test_lab_real_kubelet import _kubectl, _wait
 
@@ -31,20 +31,17 @@ from gpuready.lab import hosts, nvidia_addons
 
 pytestmark = pytest.mark.lab
 
-INDEX = 231
-NODE = f"gpu-node-{INDEX}"
+NODE = REAL_NODE
 GPUS, REPLICAS = 1, 4  # the l4-1 profile; inventory/lab.py's time-slicing replicas for it
 NAMESPACE = "gpu-system"
 
 
 @pytest.fixture(scope="module")
-def plugin_lab(tmp_path_factory: pytest.TempPathFactory) -> Any:
-    with real_kubelet_lab(tmp_path_factory, "lab-real-device-plugin", INDEX, "trixie") as lab:
-        node = run_pyinfra(lab)
-        assert node.returncode == 0, node.output[-6000:]
-        addons = run_pyinfra(lab, deploy="deploys/cluster_addons.py")
-        assert addons.returncode == 0, addons.output[-6000:]
-        yield lab
+def plugin_lab(real_l4_lab: RealLab) -> Lab:
+    # without NFD: test_lab_real_nfd.py, next on this lab, proves the Node has no GFD label until NFD runs
+    addons = run_pyinfra(real_l4_lab.lab, "--data", "addons_nfd=False", deploy="deploys/cluster_addons.py")
+    assert addons.returncode == 0, addons.output[-6000:]
+    return real_l4_lab.lab
 
 
 def _plugin_pod(lab: Lab) -> dict[str, Any]:

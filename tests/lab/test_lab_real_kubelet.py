@@ -2,15 +2,15 @@
 deploy, unchanged, gives a lab host the REAL kubelet and kubeadm v1.36.3 (the lab's packages carry them), joins it
 with the real `kubeadm join`, and a pod runs as a real runc container of the host's Debian containerd.
 
-Its own one-host lab (trixie, the L4 profile; subnet 10.222.0.0/16, host number 222), beside the session lab.
-With the caches warm (kubelet, control plane, base roots, images) the module takes about 105 s on a 2-core machine
-(lab up and both deploys 76 s, teardown 23 s), so the default `make test` runs it (marked lab only).
+On the shared real-kubelet lab (conftest.real_l4_lab: trixie, the L4 profile; subnet 10.222.0.0/16, host number
+222), beside the session lab. With the caches warm (kubelet, control plane, base roots, images) that lab's up and
+both node deploys take about 76 s on an idle 2-core machine and its teardown 23 s, so the default `make test` runs
+the module (marked lab only).
 """
 
 from __future__ import annotations
 
 import json
-import os
 import socket
 import subprocess
 import time
@@ -18,19 +18,16 @@ import urllib.request
 from typing import Any
 
 import pytest
-from conftest import Lab, real_kubelet_lab
-from pyinfra_runs import PyinfraRun, run_pyinfra
+from conftest import REAL_NODE, Lab, RealLab
+from pyinfra_runs import PyinfraRun
 
 from gpuready.lab import k8s_packages, realhost
 from gpuready.lab.cluster import cluster
 
 pytestmark = pytest.mark.lab
 
-INDEX = 222
-NODE = f"gpu-node-{INDEX}"
+NODE = REAL_NODE
 VERSION = cluster.DEFAULT_VERSION
-# the host's Debian release; GPUREADY_LAB_REAL_OS=bookworm|sid to try another (trixie: containerd 1.7)
-RELEASE = os.environ.get("GPUREADY_LAB_REAL_OS", "trixie")
 
 
 def _kubectl(state: dict[str, Any], *args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
@@ -55,17 +52,8 @@ def _wait(probe: Any, timeout: float) -> tuple[bool, str]:
 
 
 @pytest.fixture(scope="module")
-def real_lab(tmp_path_factory: pytest.TempPathFactory) -> Any:
-    with real_kubelet_lab(tmp_path_factory, "lab-real-kubelet", INDEX, RELEASE) as lab:
-        yield lab
-
-
-@pytest.fixture(scope="module")
-def deployed(real_lab: Lab) -> tuple[Lab, PyinfraRun, PyinfraRun]:
-    first = run_pyinfra(real_lab)
-    assert first.returncode == 0, first.output[-6000:]
-    second = run_pyinfra(real_lab)
-    return real_lab, first, second
+def deployed(real_l4_lab: RealLab) -> tuple[Lab, PyinfraRun, PyinfraRun]:
+    return real_l4_lab.lab, real_l4_lab.first, real_l4_lab.second
 
 
 def test_real_kubelet_and_kubeadm_binaries(deployed: tuple[Lab, PyinfraRun, PyinfraRun]) -> None:

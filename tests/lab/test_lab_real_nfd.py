@@ -2,8 +2,9 @@
 item 1): the Node's ``nvidia.com/gpu.*`` labels are written by the real nfd-master, from the NodeFeature object the
 real GFD published, all started by gpuready's own add-on manifests.
 
-Its own one-host lab (trixie, the L4 profile: one L4, time-sliced 4 ways by inventory/lab.py; subnet 10.232.0.0/16,
-host number 232) in `lab up --kubelet real` mode (where the ``kubernetes`` Service reaches the API server from
+On the shared real-kubelet lab (conftest.real_l4_lab: trixie, the L4 profile: one L4, time-sliced 4 ways by
+inventory/lab.py), whose Node no nfd-master has labelled yet (test_lab_real_device_plugin.py, which runs before,
+deploys the add-ons without NFD), in `lab up --kubelet real` mode (where the ``kubernetes`` Service reaches the API server from
 pods, as on a real node: GFD, nfd-master and nfd-worker all need it). The add-ons are deployed twice, in this
 order:
 
@@ -24,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import Lab, real_kubelet_lab
+from conftest import REAL_NODE, Lab, RealLab
 from polling import wait_for
 from pyinfra_runs import REPO, run_pyinfra
 from suite_runs import failed, run_suite
@@ -35,18 +36,14 @@ from gpuready.spec import load_fleet
 
 pytestmark = pytest.mark.lab
 
-INDEX = 232
-NODE = f"gpu-node-{INDEX}"
+NODE = REAL_NODE
 NAMESPACE = "gpu-system"
 GFD_NODE_FEATURE = f"nvidia-features-for-{NODE}"  # GFD's NodeFeature (internal/lm/output.go)
 
 
 @pytest.fixture(scope="module")
-def nfd_lab(tmp_path_factory: pytest.TempPathFactory) -> Any:
-    with real_kubelet_lab(tmp_path_factory, "lab-real-nfd", INDEX, "trixie") as lab:
-        node = run_pyinfra(lab)
-        assert node.returncode == 0, node.output[-6000:]
-        yield lab
+def nfd_lab(real_l4_lab: RealLab) -> Lab:
+    return real_l4_lab.lab
 
 
 @pytest.fixture(scope="module")

@@ -1,7 +1,7 @@
 """The suite's Job and CronJob run the conformance suite inside a real-kubelet lab (issue #30, done-when item 2).
 
-Its own one-host lab (trixie, the L4 profile: 1 GPU; subnet 10.234.0.0/16, ``gpu-node-234``) in ``lab up --kubelet
-real`` mode, converged by gpuready's node deploy and add-ons deploy (NVIDIA's real device plugin gives the node its
+On the shared real-kubelet lab (conftest.real_l4_lab: trixie, the L4 profile: 1 GPU) in ``lab up --kubelet real``
+mode, converged by gpuready's node deploy and add-ons deploy (NVIDIA's real device plugin gives the node its
 ``nvidia.com/gpu``, which is how ``--discover`` finds it). The lab makes the suite's image and the probe image
 (:mod:`gpuready.lab.suite_image`: the wheel of this checkout and its dependencies on the lab's trixie base root) and
 imports both into the host's containerd. Then ``gpuready manifests --layers host,gpu --write-back --taint-failed
@@ -43,7 +43,7 @@ from typing import Any
 
 import pytest
 import yaml
-from conftest import Lab, real_kubelet_lab
+from conftest import REAL_NODE, Lab, RealLab
 from polling import wait_for
 from pyinfra_runs import run_pyinfra
 from test_lab_real_kubelet import _kubectl
@@ -54,8 +54,7 @@ from gpuready.lab import hosts, suite_image
 
 pytestmark = pytest.mark.lab
 
-INDEX = 234
-NODE = f"gpu-node-{INDEX}"
+NODE = REAL_NODE
 REPO = Path(__file__).resolve().parents[2]
 LAYERS = "host,gpu"
 JOB_TIMEOUT_S = 420.0
@@ -67,27 +66,23 @@ def _say(message: str) -> None:
 
 
 @pytest.fixture(scope="module")
-def job_lab(tmp_path_factory: pytest.TempPathFactory) -> Any:
+def job_lab(real_l4_lab: RealLab, tmp_path_factory: pytest.TempPathFactory) -> Any:
     started = time.monotonic()
-    with real_kubelet_lab(tmp_path_factory, "lab-suite-job", INDEX, "trixie") as lab:
-        node = run_pyinfra(lab)
-        assert node.returncode == 0, node.output[-6000:]
-        addons = run_pyinfra(lab, deploy="deploys/cluster_addons.py")
-        assert addons.returncode == 0, addons.output[-6000:]
-        TIMINGS["lab up and deploys"] = time.monotonic() - started
-        t = time.monotonic()
-        wheel = suite_image.build_wheel(REPO, tmp_path_factory.mktemp("suite-wheel"))
-        archives = dict(
-            [suite_image.probe_archive(_say), suite_image.suite_archive(wheel, __version__, _say)]
-        )
-        TIMINGS["images"] = time.monotonic() - t
-        t = time.monotonic()
-        suite_image.import_into(lab.paths, NODE, archives)
-        TIMINGS["import"] = time.monotonic() - t
-        t = time.monotonic()
-        _gfd_labels(lab)
-        TIMINGS["GFD labels"] = time.monotonic() - t
-        yield lab
+    lab = real_l4_lab.lab
+    addons = run_pyinfra(lab, deploy="deploys/cluster_addons.py")
+    assert addons.returncode == 0, addons.output[-6000:]
+    TIMINGS["add-ons deploy"] = time.monotonic() - started
+    t = time.monotonic()
+    wheel = suite_image.build_wheel(REPO, tmp_path_factory.mktemp("suite-wheel"))
+    archives = dict([suite_image.probe_archive(_say), suite_image.suite_archive(wheel, __version__, _say)])
+    TIMINGS["images"] = time.monotonic() - t
+    t = time.monotonic()
+    suite_image.import_into(lab.paths, NODE, archives)
+    TIMINGS["import"] = time.monotonic() - t
+    t = time.monotonic()
+    _gfd_labels(lab)
+    TIMINGS["GFD labels"] = time.monotonic() - t
+    yield lab
     _say(f"timings: {json.dumps({k: round(v, 1) for k, v in TIMINGS.items()})}")
 
 
