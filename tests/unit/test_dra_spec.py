@@ -166,7 +166,7 @@ def test_plan_shows_the_expected_slices(mixed):
 
 
 def test_the_kubelet_plugin_gets_what_nvidias_real_plugin_requires(mixed):
-    """Found by the real gpu-kubelet-plugin v0.4.1 on a real-kubelet lab host (tests/lab/test_lab_real_dra.py):
+    """Found by the real gpu-kubelet-plugin v0.4.1 on a real-kubelet lab host (tests/lab/test_lab_dra_real.py):
     it exits without --image-name ('Required flag "image-name" not set') and without the host's driver root at
     /driver-root ('error locating "libnvidia-ml.so.1"'), as the driver's chart provides both."""
     settings = AddonSettings()

@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from gpuready.lab import gobuild, kubelet_build, realnode
 from gpuready.lab.cluster import binaries, controlplane, kube_proxy
@@ -291,11 +290,14 @@ def test_kube_proxy_is_built_the_same_way_into_its_own_entry(tmp_path: Path) -> 
 
 def test_the_labs_kube_proxy_writes_no_sysctl_and_leaves_pod_traffic_unmasqueraded() -> None:
     """nftables mode (this machine has no iptables), the pod network as clusterCIDR, and every conntrack knob
-    zero: kube-proxy writes a /proc/sys tunable only for a non-zero one, and this machine's must never change."""
-    config = yaml.safe_load(kube_proxy.configuration(Path("/lab/admin.conf"), "gpu-node-1"))
-    assert config["kind"] == "KubeProxyConfiguration" and config["mode"] == "nftables"
-    assert config["clusterCIDR"] == controlplane.POD_SUBNET
-    assert config["hostnameOverride"] == "gpu-node-1"
-    assert config["clientConnection"]["kubeconfig"] == "/lab/admin.conf"
-    assert set(config["conntrack"].values()) <= {0, "0s"}, config["conntrack"]
-    assert config["metricsBindAddress"].startswith("127.0.0.1:")
+    zero: kube-proxy writes a /proc/sys tunable only for a non-zero one, and this machine's must never change. No
+    --config file: kube-proxy would hold an inotify instance on it, of the machine's 128."""
+    args = dict(
+        a.removeprefix("--").split("=", 1) for a in kube_proxy.arguments(Path("/lab/admin.conf"), "n-1")
+    )
+    assert "config" not in args and args["proxy-mode"] == "nftables"
+    assert args["cluster-cidr"] == controlplane.POD_SUBNET
+    assert args["hostname-override"] == "n-1" and args["kubeconfig"] == "/lab/admin.conf"
+    conntrack = {k: v for k, v in args.items() if k.startswith("conntrack-")}
+    assert len(conntrack) == 6 and set(conntrack.values()) <= {"0", "0s"}, conntrack
+    assert args["metrics-bind-address"].startswith("127.0.0.1:")

@@ -26,7 +26,7 @@ plugin refuses such a claim ("unknown GPU sharing strategy"), so pods sharing a 
 
 As the chart does, the kubelet plugin gets its own image as ``IMAGE_NAME`` (a required flag) and the host's driver
 root (``/``) at ``/driver-root``, where it loads NVML and finds the files of the CDI specs it writes: NVIDIA's real
-plugin exits without either (found on a real-kubelet lab host, tests/lab/test_lab_real_dra.py).
+plugin exits without either (found on a real-kubelet lab host, tests/lab/test_lab_dra_real.py).
 """
 
 from __future__ import annotations

@@ -29,38 +29,35 @@ START_TIMEOUT_S = 60.0
 TABLE = ("ip", "kube-proxy")  # the nftables table kube-proxy owns (pkg/proxy/nftables: kubeProxyTable)
 
 
-def configuration(kubeconfig: Path, node_name: str) -> str:
-    """The KubeProxyConfiguration: nftables mode, the lab's pod network as the cluster CIDR (pod traffic is
-    not masqueraded), no conntrack tunable written, metrics on loopback only."""
-    return (
-        "apiVersion: kubeproxy.config.k8s.io/v1alpha1\n"
-        "kind: KubeProxyConfiguration\n"
-        "mode: nftables\n"
-        f"clusterCIDR: {POD_SUBNET}\n"
-        f"hostnameOverride: {node_name}\n"
-        "clientConnection:\n"
-        f"  kubeconfig: {kubeconfig}\n"
-        "metricsBindAddress: 127.0.0.1:10249\n"
-        "conntrack:\n"
-        "  maxPerCore: 0\n"
-        "  min: 0\n"
-        "  tcpEstablishedTimeout: 0s\n"
-        "  tcpCloseWaitTimeout: 0s\n"
-        "  udpTimeout: 0s\n"
-        "  udpStreamTimeout: 0s\n"
-    )
+def arguments(kubeconfig: Path, node_name: str) -> list[str]:
+    """kube-proxy's settings as flags, not a ``--config`` file: with a file it opens an inotify watcher on it
+    (``Options.initWatcher``), and this machine's 128 inotify instances are shared by every lab host's systemd,
+    kubelet and containerd (a second real lab beside the session lab ran out: "failed complete: too many open
+    files"). nftables mode, the lab's pod network as the cluster CIDR (pod traffic is not masqueraded), no
+    conntrack tunable written (0 leaves each as it is), metrics on loopback only."""
+    return [
+        "--proxy-mode=nftables",
+        f"--cluster-cidr={POD_SUBNET}",
+        f"--hostname-override={node_name}",
+        f"--kubeconfig={kubeconfig}",
+        "--metrics-bind-address=127.0.0.1:10249",
+        "--conntrack-max-per-core=0",
+        "--conntrack-min=0",
+        "--conntrack-tcp-timeout-established=0s",
+        "--conntrack-tcp-timeout-close-wait=0s",
+        "--conntrack-udp-timeout=0s",
+        "--conntrack-udp-timeout-stream=0s",
+    ]
 
 
 def start(state_dir: Path, netns: str, binary: Path, kubeconfig: Path, node_name: str) -> dict[str, Any]:
     """Start kube-proxy in the lab's namespace and wait until it has written its nftables table; returns the
     state entry (pid, log) that :func:`stop` takes."""
     state_dir.mkdir(parents=True, exist_ok=True)
-    config = state_dir / "config.yaml"
-    config.write_text(configuration(kubeconfig, node_name))
     log = state_dir / "kube-proxy.log"
     with open(log, "ab") as out:
         proc = subprocess.Popen(
-            network.exec_argv(netns, [str(binary), f"--config={config}"]),
+            network.exec_argv(netns, [str(binary), *arguments(kubeconfig, node_name)]),
             stdin=subprocess.DEVNULL,
             stdout=out,
             stderr=subprocess.STDOUT,
