@@ -185,13 +185,40 @@ class RealLab:
     second: PyinfraRun  # ... again: it must change nothing
 
 
-@pytest.fixture(scope="session")
-def real_l4_lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealLab]:
+_shared: dict[str, Any] = {}  # the shared real-kubelet lab while it is up: "real" (RealLab), "stack"
+
+
+@pytest.fixture(scope="module")
+def real_l4_lab(tmp_path_factory: pytest.TempPathFactory) -> RealLab:
     """One real-kubelet host (the L4 profile, time-sliced 4 ways by inventory/lab.py) with gpuready's node deploy
-    run twice, shared by the modules that test the real kubelet and NVIDIA's real add-ons on it: a real lab costs
-    minutes to bring up and deploy, so it is brought up once, by the first module that asks, and taken down at the
-    end of the session. Each module leaves it as it found it: faults cleared, add-ons as the product renders them."""
-    with real_kubelet_lab(tmp_path_factory, "lab-real-l4", REAL_INDEX, REAL_RELEASE) as lab:
+    run twice, shared by the modules that test the real kubelet and NVIDIA's real add-ons on it (named
+    test_lab_real_*, so they run one after another): a real lab costs minutes to bring up and deploy, so it is
+    brought up by the first module that asks and taken down as soon as the next test does not use it
+    (:func:`pytest_runtest_teardown`), not left running beside the later labs. Each module leaves it as it found
+    it: faults cleared, add-ons as the product renders them."""
+    if "real" not in _shared:
+        stack = contextlib.ExitStack()
+        lab = stack.enter_context(real_kubelet_lab(tmp_path_factory, "lab-real-l4", REAL_INDEX, REAL_RELEASE))
+        _shared["stack"] = stack
         first = run_pyinfra(lab)
         assert first.returncode == 0, first.output[-6000:]
-        yield RealLab(lab, first, run_pyinfra(lab))
+        _shared["real"] = RealLab(lab, first, run_pyinfra(lab))
+    real: RealLab = _shared["real"]
+    return real
+
+
+def _take_down_shared() -> None:
+    stack = _shared.pop("stack", None)
+    _shared.pop("real", None)
+    if stack is not None:
+        stack.close()
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:
+    if "stack" in _shared and (nextitem is None or "real_l4_lab" not in nextitem.fixturenames):
+        _take_down_shared()
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    _take_down_shared()

@@ -1,5 +1,5 @@
 """What a real kubelet needs of ``gpuready manifests`` (issue #30 item 2, found running the Job on a real-kubelet
-lab host: tests/lab/test_lab_suite_job.py)."""
+lab host: tests/lab/test_lab_real_suite_job.py)."""
 
 from __future__ import annotations
 
