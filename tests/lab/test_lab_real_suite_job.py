@@ -218,14 +218,18 @@ def test_the_job_runs_the_suite_in_the_cluster_and_the_healthy_node_passes(job_l
     assert not verdict_back.has_taint(node)
 
 
+def _job_from_cronjob(lab: Lab, name: str, expected: str) -> None:
+    """A Job made from the CronJob (as `kubectl create job --from` does) ends `expected` ("Complete"/"Failed")."""
+    made = _kubectl(lab.state, "create", "job", "-n", manifests.DEFAULT_NAMESPACE, name,
+                    f"--from=cronjob/{manifests.NAME}")  # fmt: skip
+    assert made.returncode == 0, made.stderr
+    assert _finish(lab, name) == expected, _diagnose(lab, name)
+
+
 def test_a_faulted_node_gets_the_failing_condition_and_the_taint(job_lab: Lab) -> None:
     hosts.inject_fault(job_lab.paths, NODE, "ecc-uncorrectable", gpu=0)
     try:
-        name = "gpuready-conformance-faulted"
-        made = _kubectl(job_lab.state, "create", "job", "-n", manifests.DEFAULT_NAMESPACE, name,
-                        f"--from=cronjob/{manifests.NAME}")  # fmt: skip
-        assert made.returncode == 0, made.stderr
-        assert _finish(job_lab, name) == "Failed", _diagnose(job_lab, name)
+        _job_from_cronjob(job_lab, "gpuready-conformance-faulted", "Failed")
         node = _node(job_lab)
         cond = _condition(node)
         assert (cond.get("status"), cond.get("reason")) == ("False", "ChecksFailed"), cond
@@ -236,11 +240,7 @@ def test_a_faulted_node_gets_the_failing_condition_and_the_taint(job_lab: Lab) -
     finally:
         hosts.inject_fault(job_lab.paths, NODE, None)
 
-    name = "gpuready-conformance-repaired"
-    made = _kubectl(job_lab.state, "create", "job", "-n", manifests.DEFAULT_NAMESPACE, name,
-                    f"--from=cronjob/{manifests.NAME}")  # fmt: skip
-    assert made.returncode == 0, made.stderr
-    assert _finish(job_lab, name) == "Complete", _diagnose(job_lab, name)
+    _job_from_cronjob(job_lab, "gpuready-conformance-repaired", "Complete")
     node = _node(job_lab)
     assert _condition(node).get("status") == "True", _condition(node)
     assert not verdict_back.has_taint(node), node["spec"].get("taints")
