@@ -243,11 +243,11 @@ def test_the_wrapper_gives_gpu_containers_the_emulated_machine(monkeypatch: pyte
 def test_real_mode_host_files_are_lab_owned_and_per_host() -> None:
     from gpuready.lab import realhost
 
-    files = realhost.host_files(7)
+    files = realhost.host_files(7, "10.9.1.7")
     assert files["/usr/local/sbin/runc"][1] == 0o755
     assert (
         json.loads(files[f"{realhost.PATCHES_DIR}/kubeletconfiguration+merge.json"][0])
-        == realnode.KUBELET_CONFIG_PATCH
+        == {**realnode.KUBELET_CONFIG_PATCH, "address": "10.9.1.7", "healthzBindAddress": "10.9.1.7"}
     )
     conflist = json.loads(files["/etc/cni/net.d/10-gpuready-lab-bridge.conflist"][0])
     assert conflist["plugins"][0]["bridge"] == "labbr7"

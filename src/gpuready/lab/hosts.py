@@ -620,7 +620,7 @@ def up(
             if real:
                 own_crictl = real_binaries.crictl if real_binaries else None
                 extra += realhost.prepare_host(
-                    paths.host_dir(spec.name), merged, spec.index, lab_images, own_crictl
+                    paths.host_dir(spec.name), merged, spec.index, spec.address, lab_images, own_crictl
                 )
             procs[spec.name] = proc = _boot(paths, spec, merged, net.netns, extra)
             state["hosts"][spec.name] = {

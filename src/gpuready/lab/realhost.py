@@ -115,14 +115,14 @@ def cni_subnet(index: int) -> str:
     return f"10.246.{index}.0/24"
 
 
-def host_files(index: int) -> dict[str, tuple[str, int]]:
-    """The lab-owned files of one host (path in the host -> (text, mode))."""
+def host_files(index: int, address: str) -> dict[str, tuple[str, int]]:
+    """The lab-owned files of one host (path in the host -> (text, mode)); `address` is its IP."""
     return {
         "/usr/local/sbin/runc": (runc_wrapper(), 0o755),
         IMPORT_SCRIPT: (IMPORT, 0o755),
         "/etc/systemd/system/containerd.service.d/gpuready-lab-images.conf": (CONTAINERD_DROPIN, 0o644),
         f"{PATCHES_DIR}/kubeletconfiguration+merge.json": (
-            json.dumps(realnode.KUBELET_CONFIG_PATCH) + "\n",
+            json.dumps(realnode.kubelet_config_patch(address)) + "\n",
             0o644,
         ),
         "/etc/cni/net.d/10-gpuready-lab-bridge.conflist": (
@@ -134,11 +134,16 @@ def host_files(index: int) -> dict[str, tuple[str, int]]:
 
 
 def prepare_host(
-    host_dir: Path, root: Path, index: int, images: dict[str, bytes], crictl: Path | None = None
+    host_dir: Path,
+    root: Path,
+    index: int,
+    address: str,
+    images: dict[str, bytes],
+    crictl: Path | None = None,
 ) -> list[str]:
     """Write the lab-owned files into the host's root (its overlay, before boot) and make its own directories
     under host_dir (so ``lab down`` removes them); returns its extra nspawn options."""
-    for path, (text, mode) in host_files(index).items():
+    for path, (text, mode) in host_files(index, address).items():
         target = root / path.lstrip("/")
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(text)

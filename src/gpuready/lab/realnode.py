@@ -221,6 +221,14 @@ KUBELET_CONFIG_PATCH = {
 }
 
 
+def kubelet_config_patch(address: str) -> dict[str, object]:
+    """:data:`KUBELET_CONFIG_PATCH` for the host at `address`. The lab's hosts share one network namespace, so
+    each kubelet serves its API (10250) and healthz (10248) on its own address, not on every address: with the
+    defaults the second host's kubelet failed with ``listen tcp 0.0.0.0:10250: bind: address already in use``.
+    ``kubeadm join`` waits on the healthz address of this configuration, so it follows."""
+    return {**KUBELET_CONFIG_PATCH, "address": address, "healthzBindAddress": address}
+
+
 def _sha(data: bytes) -> str:
     return "sha256:" + hashlib.sha256(data).hexdigest()
 
