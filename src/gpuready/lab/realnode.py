@@ -258,31 +258,41 @@ def layer_tar(files: Mapping[str, tuple[bytes, int]], symlinks: Mapping[str, str
 def oci_archive(name: str, layers: list[bytes], config: Mapping[str, object]) -> bytes:
     """An OCI image layout tar holding one linux/amd64 image, named `name` (``registry/repo:tag``) the way
     ``ctr images import`` reads it (``io.containerd.image.name``; ``org.opencontainers.image.ref.name`` the tag)."""
-    image_config = {
-        "architecture": "amd64",
-        "os": "linux",
-        "config": dict(config),
-        "rootfs": {"type": "layers", "diff_ids": [_sha(layer) for layer in layers]},
-    }
-    config_blob = json.dumps(image_config, sort_keys=True).encode()
-    manifest = {
-        "schemaVersion": 2,
-        "mediaType": "application/vnd.oci.image.manifest.v1+json",
-        "config": {
-            "mediaType": "application/vnd.oci.image.config.v1+json",
-            "digest": _sha(config_blob),
-            "size": len(config_blob),
-        },
-        "layers": [
-            {"mediaType": "application/vnd.oci.image.layer.v1.tar", "digest": _sha(layer), "size": len(layer)}
-            for layer in layers
-        ],
-    }
-    manifest_blob = json.dumps(manifest, sort_keys=True).encode()
-    index = {
-        "schemaVersion": 2,
-        "mediaType": "application/vnd.oci.image.index.v1+json",
-        "manifests": [
+    return oci_images_archive([(name, layers, config)])
+
+
+def oci_images_archive(images: list[tuple[str, list[bytes], Mapping[str, object]]]) -> bytes:
+    """One OCI image layout tar holding several images (name, layers, config), each named as in
+    :func:`oci_archive`; a layer they share is stored once."""
+    blobs: dict[str, bytes] = {}
+    manifests = []
+    for name, layers, config in images:
+        image_config = {
+            "architecture": "amd64",
+            "os": "linux",
+            "config": dict(config),
+            "rootfs": {"type": "layers", "diff_ids": [_sha(layer) for layer in layers]},
+        }
+        config_blob = json.dumps(image_config, sort_keys=True).encode()
+        manifest = {
+            "schemaVersion": 2,
+            "mediaType": "application/vnd.oci.image.manifest.v1+json",
+            "config": {
+                "mediaType": "application/vnd.oci.image.config.v1+json",
+                "digest": _sha(config_blob),
+                "size": len(config_blob),
+            },
+            "layers": [
+                {
+                    "mediaType": "application/vnd.oci.image.layer.v1.tar",
+                    "digest": _sha(layer),
+                    "size": len(layer),
+                }
+                for layer in layers
+            ],
+        }
+        manifest_blob = json.dumps(manifest, sort_keys=True).encode()
+        manifests.append(
             {
                 "mediaType": "application/vnd.oci.image.manifest.v1+json",
                 "digest": _sha(manifest_blob),
@@ -293,9 +303,13 @@ def oci_archive(name: str, layers: list[bytes], config: Mapping[str, object]) ->
                     "org.opencontainers.image.ref.name": name.rsplit(":", 1)[-1],
                 },
             }
-        ],
+        )
+        blobs.update({_sha(b).split(":")[1]: b for b in [*layers, config_blob, manifest_blob]})
+    index = {
+        "schemaVersion": 2,
+        "mediaType": "application/vnd.oci.image.index.v1+json",
+        "manifests": manifests,
     }
-    blobs = {_sha(b).split(":")[1]: b for b in [*layers, config_blob, manifest_blob]}
     out = io.BytesIO()
     with tarfile.open(fileobj=out, mode="w", format=tarfile.PAX_FORMAT) as tar:
 

@@ -140,24 +140,33 @@ def requirements(wheel: Path) -> list[str]:
 def deps_layer(wheel: Path, python: str, progress: Progress) -> bytes:
     """The wheel's runtime dependencies for `python` (binary wheels from PyPI, pip's own resolution), in
     ``/usr/local/lib/python3.X/dist-packages``; cached by the requirements, so a changed gpuready costs no pip."""
-    key = hashlib.sha256(json.dumps([python, PIP_PLATFORMS, requirements(wheel)]).encode()).hexdigest()[:16]
-    target = cache_dir() / f"suite-deps-layer-{key}.tar"
-    with locked(cache_dir() / f".suite-deps-layer-{key}.lock"):
+    return pip_layer(requirements(wheel), python, progress, f"the dependencies of {wheel.name}")
+
+
+def pip_layer(
+    wanted: list[str], python: str, progress: Progress, what: str, prefix: str = "suite-deps-layer"
+) -> bytes:
+    """`wanted` (requirement strings) installed by pip for `python` (binary wheels from PyPI) into
+    ``/usr/local/lib/python3.X/dist-packages``, scripts left out; cached as ``<prefix>-<key>.tar`` by the
+    requirements, one kept per prefix."""
+    key = hashlib.sha256(json.dumps([python, PIP_PLATFORMS, sorted(wanted)]).encode()).hexdigest()[:16]
+    target = cache_dir() / f"{prefix}-{key}.tar"
+    with locked(cache_dir() / f".{prefix}-{key}.lock"):
         if target.is_file():
             return target.read_bytes()
         with tempfile.TemporaryDirectory(prefix="gpuready-suite-image-") as tmp:
             site = Path(tmp) / f"usr/local/lib/python{python}/dist-packages"
             platforms = [arg for p in PIP_PLATFORMS for arg in ("--platform", p)]
-            progress(f"suite image: pip install the dependencies of {wheel.name} for Python {python} (once)")
+            progress(f"image layer: pip install {what} for Python {python} (once)")
             result = subprocess.run(
                 [sys.executable, "-m", "pip", "install", "-q", "--disable-pip-version-check", "--no-compile",
                  "--only-binary=:all:", "--python-version", python, "--implementation", "cp", *platforms,
-                 "--target", str(site), *requirements(wheel)],
+                 "--target", str(site), *sorted(wanted)],
                 capture_output=True, text=True, stdin=subprocess.DEVNULL,
             )  # fmt: skip
             if result.returncode != 0:
                 raise RuntimeError(
-                    f"pip install for the suite image failed:\n{result.stdout[-3000:]}{result.stderr[-3000:]}"
+                    f"pip install of {what} failed:\n{result.stdout[-3000:]}{result.stderr[-3000:]}"
                 )
             files: dict[str, tuple[bytes, int]] = {}
             for path in sorted(site.rglob("*")):
@@ -168,10 +177,10 @@ def deps_layer(wheel: Path, python: str, progress: Progress) -> bytes:
         tmp_target = target.with_suffix(".tmp")
         tmp_target.write_bytes(realnode.layer_tar(files))
         tmp_target.rename(target)
-        for old in cache_dir().glob("suite-deps-layer-*.tar"):  # one kept
+        for old in cache_dir().glob(f"{prefix}-*.tar"):  # one kept
             if old != target:
                 old.unlink(missing_ok=True)
-        progress(f"suite image: dependencies layer {target.stat().st_size} bytes")
+        progress(f"image layer: {what}, {target.stat().st_size} bytes")
         return target.read_bytes()
 
 
