@@ -201,14 +201,16 @@ def _busybox_binary(progress: Progress) -> Path:
 def images(version: str, progress: Progress) -> dict[str, bytes]:
     """The lab's OCI image archives (file name -> bytes): pause under every sandbox name, busybox, NVIDIA's
     device plugin (:func:`gpuready.lab.nvidia_addons.image_archive`), node-feature-discovery
-    (:func:`gpuready.lab.nfd_image.image_archive`) and NVIDIA's DRA driver
-    (:func:`gpuready.lab.dra_image.image_archive`), each under its upstream name."""
-    from gpuready.lab import dra_image, nfd_image, nvidia_addons
+    (:func:`gpuready.lab.nfd_image.image_archive`), NVIDIA's DRA driver
+    (:func:`gpuready.lab.dra_image.image_archive`), and the CUDA sample, CUDA base, dcgm-exporter and probe
+    images the suite starts (:func:`gpuready.lab.cuda_images.archive`), each under its upstream name."""
+    from gpuready.lab import cuda_images, dra_image, nfd_image, nvidia_addons
 
     built = [
         nvidia_addons.image_archive(progress=progress),
         nfd_image.image_archive(progress=progress),
         dra_image.image_archive(progress=progress),
+        cuda_images.archive(progress),
     ]
     return {**_base_images(version, progress), **dict(built)}
 

@@ -1,0 +1,253 @@
+"""The lab's dcgm-exporter for real-kubelet hosts: the entrypoint of the image the lab builds under the
+``dcgm_exporter_image`` knob's name (:mod:`gpuready.lab.cuda_images`).
+
+DCGM and NVIDIA's exporter are proprietary, so this stays an emulation, and says so (``/health`` and the start-up
+line): a small HTTP server on ``DCGM_EXPORTER_LISTEN`` (``:9400``) serving ``/metrics`` and ``/health``. The scrape
+is the node agent's own renderer, :func:`gpuready.lab.agent.gpu_metrics.dcgm_scrape`, over the emulated machine
+read by :class:`gpuready.lab.agent.gpu_host.HostView` from the container's own filesystem: the host's runc wrapper
+bind-mounts the machine's files read-only into a container the nvidia runtime gave ``/dev/nvidiactl``
+(:data:`gpuready.lab.realhost.MACHINE_DIRS`), which it does for this pod because the image sets
+``NVIDIA_VISIBLE_DEVICES=all`` (as NVIDIA's image does) and the DaemonSet runs with the ``nvidia`` RuntimeClass.
+
+Kubernetes mapping (``DCGM_EXPORTER_KUBERNETES=true``): as the real exporter, it asks the kubelet's pod-resources
+gRPC API (``v1.PodResourcesLister/List`` on ``/var/lib/kubelet/pod-resources/kubelet.sock``, which the DaemonSet
+mounts) which pod's container holds which device; the GPU's series then carry ``container``, ``namespace`` and
+``pod``. grpcio's generic ``unary_unary`` sends the empty request and returns the response's bytes, which
+:func:`pod_devices` decodes by hand (the four messages and fields the mapping needs, no generated code).
+"""
+
+from __future__ import annotations
+
+import http.server
+import os
+import socket
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+from gpuready.lab.agent.gpu_host import GpuView, HostView
+from gpuready.lab.agent.gpu_metrics import Owner, dcgm_scrape
+
+POD_RESOURCES_SOCKET = "/var/lib/kubelet/pod-resources/kubelet.sock"
+LIST_METHOD = "/v1.PodResourcesLister/List"
+HARDWARE = "/opt/gpuready-lab/machine/hardware.json"  # gpuready.lab.hardware.HOST_MACHINE_DIR's file
+BANNER = "gpuready lab: emulated dcgm-exporter (no DCGM here: the lab's emulated GPUs)"
+
+
+# --- the pod-resources API's response, decoded by hand -----------------------------------------------------------
+
+
+def _varint(data: bytes, pos: int) -> tuple[int, int]:
+    value = shift = 0
+    while True:
+        if pos >= len(data):
+            raise ValueError("truncated varint")
+        byte = data[pos]
+        pos += 1
+        value |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            return value, pos
+        shift += 7
+        if shift > 63:
+            raise ValueError("varint too long")
+
+
+def fields(data: bytes) -> Iterator[tuple[int, int | bytes]]:
+    """(field number, value) of a protobuf message: an int for varint and fixed fields, bytes for
+    length-delimited ones (strings, embedded messages, packed repeated fields)."""
+    pos = 0
+    while pos < len(data):
+        key, pos = _varint(data, pos)
+        number, wire = key >> 3, key & 7
+        value: int | bytes
+        if wire == 0:
+            value, pos = _varint(data, pos)
+        elif wire == 1:
+            value, pos = int.from_bytes(data[pos : pos + 8], "little"), pos + 8
+        elif wire == 2:
+            size, pos = _varint(data, pos)
+            if pos + size > len(data):
+                raise ValueError("truncated field")
+            value, pos = data[pos : pos + size], pos + size
+        elif wire == 5:
+            value, pos = int.from_bytes(data[pos : pos + 4], "little"), pos + 4
+        else:
+            raise ValueError(f"unsupported wire type {wire}")
+        if pos > len(data):
+            raise ValueError("truncated field")
+        yield number, value
+
+
+def _text(value: int | bytes) -> str:
+    return value.decode() if isinstance(value, bytes) else ""
+
+
+def pod_devices(response: bytes) -> list[tuple[str, str, str, str, list[str]]]:
+    """(namespace, pod, container, resource name, device IDs) of a ``ListPodResourcesResponse``
+    (k8s.io/kubelet/pkg/apis/podresources/v1: ``pod_resources = 1``; PodResources ``name = 1``,
+    ``namespace = 2``, ``containers = 3``; ContainerResources ``name = 1``, ``devices = 2``; ContainerDevices
+    ``resource_name = 1``, ``device_ids = 2``). Other fields (CPUs, memory, dynamic resources) are skipped."""
+    out = []
+    for number, pod in fields(response):
+        if number != 1 or not isinstance(pod, bytes):
+            continue
+        name = namespace = ""
+        containers: list[bytes] = []
+        for n, v in fields(pod):
+            if n == 1:
+                name = _text(v)
+            elif n == 2:
+                namespace = _text(v)
+            elif n == 3 and isinstance(v, bytes):
+                containers.append(v)
+        for c in containers:
+            container = ""
+            devices: list[bytes] = []
+            for n, v in fields(c):
+                if n == 1:
+                    container = _text(v)
+                elif n == 2 and isinstance(v, bytes):
+                    devices.append(v)
+            for d in devices:
+                resource, ids = "", []
+                for n, v in fields(d):
+                    if n == 1:
+                        resource = _text(v)
+                    elif n == 2:
+                        ids.append(_text(v))
+                out.append((namespace, name, container, resource, ids))
+    return out
+
+
+def owners(entries: list[tuple[str, str, str, str, list[str]]]) -> dict[str, Owner]:
+    """Device UUID -> (namespace, pod, container) of NVIDIA's resources, the first pod per device as the node
+    agent's mapping; a time-sliced replica's ID (``<uuid>::<n>``) names its GPU."""
+    out: dict[str, Owner] = {}
+    for namespace, pod, container, resource, ids in entries:
+        if not resource.startswith("nvidia.com/"):
+            continue
+        for device in ids:
+            out.setdefault(device.split("::", 1)[0], (namespace, pod, container))
+    return out
+
+
+def list_pod_resources(socket_path: str = POD_RESOURCES_SOCKET, timeout: float = 5.0) -> bytes:
+    """The kubelet's ``List`` response, as bytes (grpcio, imported here: the image has it, the lab need not)."""
+    import grpc  # type: ignore[import-untyped]  # in the image only (cuda_images), not a gpuready dependency
+
+    with grpc.insecure_channel(f"unix://{socket_path}") as channel:
+        call = channel.unary_unary(LIST_METHOD)
+        response: bytes = call(b"", timeout=timeout)
+        return response
+
+
+# --- the HTTP server ---------------------------------------------------------------------------------------------
+
+
+def exporter_object(env: dict[str, str], argv: list[str], hostname: str) -> dict[str, Any]:
+    """What :func:`dcgm_scrape` reads of the exporter's pod: its name (the ``Hostname`` label without host
+    networking, as the real exporter's ``os.Hostname()``) and its container's environment and arguments."""
+    return {
+        "metadata": {"name": hostname},
+        "spec": {
+            "containers": [
+                {
+                    "env": [{"name": k, "value": v} for k, v in sorted(env.items()) if k.startswith("DCGM_")],
+                    "args": list(argv),
+                }
+            ]
+        },
+    }
+
+
+class Exporter:
+    """One scrape's inputs: the machine (a GpuView), the pod's own settings, and the device owners."""
+
+    def __init__(
+        self,
+        view: GpuView,
+        exporter: dict[str, Any],
+        image: str,
+        lookup: Callable[[], dict[str, Owner]] | None,
+    ) -> None:
+        self.view, self.exporter, self.image, self.lookup = view, exporter, image, lookup
+        self.started = time.monotonic()
+
+    def owners(self) -> dict[str, Owner]:
+        if self.lookup is None:
+            return {}
+        try:
+            return self.lookup()
+        except Exception as exc:  # the real exporter logs it and exports without pod labels
+            print(f"pod-resources: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
+            return {}
+
+    def metrics(self) -> str:
+        return dcgm_scrape(self.view.snapshot(), self.exporter, self.owners(), self.started, self.image)
+
+
+def handler(exporter: Exporter) -> type[http.server.BaseHTTPRequestHandler]:
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            path = self.path.split("?", 1)[0]
+            if path == "/metrics":
+                body = exporter.metrics().encode()
+                self._send(200, body, "text/plain; version=0.0.4; charset=utf-8")
+            elif path == "/health":
+                self._send(200, b"OK\n", "text/plain; charset=utf-8")
+            else:
+                self._send(404, f"{BANNER}: /metrics or /health\n".encode(), "text/plain; charset=utf-8")
+
+        def _send(self, status: int, body: bytes, kind: str) -> None:
+            self.send_response(status)
+            self.send_header("Content-Type", kind)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, format: str, *args: Any) -> None:
+            return  # a scrape every few seconds: no access log
+
+    return Handler
+
+
+def listen_address(value: str) -> tuple[str, int]:
+    """``DCGM_EXPORTER_LISTEN`` (``:9400``, ``host:port``) as a bind address."""
+    host, _, port = value.rpartition(":")
+    return host.strip("[]"), int(port)
+
+
+def serve(exporter: Exporter, address: tuple[str, int]) -> http.server.ThreadingHTTPServer:
+    server = http.server.ThreadingHTTPServer(address, handler(exporter))
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    env = dict(os.environ)
+    hostname = socket.gethostname()
+    kubernetes = env.get("DCGM_EXPORTER_KUBERNETES", "").lower() == "true" or bool(
+        {"-k", "--kubernetes"} & set(argv)
+    )
+    socket_path = env.get("GPUREADY_LAB_POD_RESOURCES_SOCKET", POD_RESOURCES_SOCKET)
+    view = HostView(hostname, Path("/"), Path(env.get("GPUREADY_LAB_HARDWARE", HARDWARE)))
+    exporter = Exporter(
+        view,
+        exporter_object(env, argv, hostname),
+        env.get("GPUREADY_LAB_IMAGE", ""),
+        (lambda: owners(pod_devices(list_pod_resources(socket_path)))) if kubernetes else None,
+    )
+    address = listen_address(env.get("DCGM_EXPORTER_LISTEN", ":9400"))
+    server = http.server.ThreadingHTTPServer(address, handler(exporter))
+    print(f"{BANNER}; listening on {env.get('DCGM_EXPORTER_LISTEN', ':9400')}, Kubernetes mapping "
+          f"{'on' if kubernetes else 'off'}", flush=True)  # fmt: skip
+    server.serve_forever()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

