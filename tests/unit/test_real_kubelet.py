@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from gpuready.lab import gobuild, kubelet_build, realnode
+from gpuready.lab import gobuild, kubelet_build, realhost, realnode
 from gpuready.lab.cluster import binaries, controlplane, kube_proxy
 
 GO_MOD = """module k8s.io/kubernetes
@@ -223,21 +223,38 @@ def test_the_wrapper_raises_an_oom_score_below_its_own(tmp_path: Path) -> None:
     assert high["process"]["oomScoreAdj"] == 1000  # raising is allowed: kept
 
 
-def test_the_wrapper_gives_gpu_containers_the_emulated_machine(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_wrapper_gives_gpu_containers_the_emulated_machine(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     """A container the nvidia runtime gave /dev/nvidiactl gets the machine's directories read-only (the mock
     NVML's "driver"); any other container gets nothing."""
     namespace = _wrapper_namespace()
     monkeypatch.setattr(namespace["os"].path, "isdir", lambda _p: True)
-    gpu: dict[str, Any] = {"linux": {"devices": [{"path": "/dev/nvidiactl"}, {"path": "/dev/nvidia0"}]}}
+    boot = tmp_path / "boot_id"
+    boot.write_text("host-boot-1\n")
+    namespace["BOOT_ID_FILE"] = str(boot)
+    gpu: dict[str, Any] = {
+        "linux": {"devices": [{"path": "/dev/nvidiactl"}, {"path": "/dev/nvidia0"}]},
+        "process": {"env": ["PATH=/bin", "GPUREADY_LAB_BOOT_ID=stale"]},
+    }
     namespace["machine_mounts"](gpu)
     assert [(m["destination"], m["options"]) for m in gpu["mounts"]] == [
         ("/opt/gpuready-lab/machine", ["rbind", "ro"]),
         ("/var/lib/nvidia-emu", ["rbind", "ro"]),
         ("/usr/lib/nvidia-emu", ["rbind", "ro"]),
     ]
+    # the driver's /proc files, by a hook (runc refuses spec mounts inside /proc)
+    assert gpu["hooks"] == {
+        "createContainer": [{"path": realhost.KERNEL_FILES_HOOK, "args": [realhost.KERNEL_FILES_HOOK]}]
+    }
+    namespace["machine_mounts"](gpu)
+    assert len(gpu["hooks"]["createContainer"]) == 1
+    # the host's boot id, not the one the container's own /proc shows: else the mock NVML drops the MIG state
+    assert gpu["process"]["env"] == ["PATH=/bin", "GPUREADY_LAB_BOOT_ID=host-boot-1"]
     plain: dict[str, Any] = {"linux": {"devices": []}, "mounts": []}
     namespace["machine_mounts"](plain)
     assert plain["mounts"] == []
+    assert "process" not in plain
 
 
 def test_real_mode_host_files_are_lab_owned_and_per_host() -> None:
@@ -245,10 +262,11 @@ def test_real_mode_host_files_are_lab_owned_and_per_host() -> None:
 
     files = realhost.host_files(7, "10.9.1.7")
     assert files["/usr/local/sbin/runc"][1] == 0o755
-    assert (
-        json.loads(files[f"{realhost.PATCHES_DIR}/kubeletconfiguration+merge.json"][0])
-        == {**realnode.KUBELET_CONFIG_PATCH, "address": "10.9.1.7", "healthzBindAddress": "10.9.1.7"}
-    )
+    assert json.loads(files[f"{realhost.PATCHES_DIR}/kubeletconfiguration+merge.json"][0]) == {
+        **realnode.KUBELET_CONFIG_PATCH,
+        "address": "10.9.1.7",
+        "healthzBindAddress": "10.9.1.7",
+    }
     conflist = json.loads(files["/etc/cni/net.d/10-gpuready-lab-bridge.conflist"][0])
     assert conflist["plugins"][0]["bridge"] == "labbr7"
     assert conflist["plugins"][0]["ipam"]["ranges"] == [[{"subnet": "10.246.7.0/24"}]]

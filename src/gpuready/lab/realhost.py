@@ -78,8 +78,24 @@ def clamp_oom(spec):
 # The emulated silicon's "kernel side": the files the mock libnvidia-ml.so.1 reads where a real NVML talks to the
 # driver through /dev/nvidiactl (hardware.HOST_MACHINE_DIR, the driver state, the driver's version files).
 MACHINE_DIRS = {"/opt/gpuready-lab/machine": "ro", "/var/lib/nvidia-emu": "ro", "/usr/lib/nvidia-emu": "ro"}
+# The driver's kernel files. A container mounts a fresh /proc, which on a real node shows the NVIDIA module's
+# /proc/driver/nvidia (NVIDIA's device plugin reads a MIG device's capability files there, nvidia-ctk the
+# nvidia-caps major in /proc/devices); here the kernel has no NVIDIA module, and runc refuses a spec mount inside
+# /proc. So a createContainer hook (run by runc with the container's root as its directory, its mounts made and
+# its root not yet pivoted) binds the host's views of them, read-only, over the container's.
+KERNEL_FILES_HOOK = "/usr/local/sbin/gpuready-lab-kernel-files"
+KERNEL_FILES = """#!/bin/sh
+# gpuready lab only (real-kubelet mode): the emulated driver's /proc files in a GPU container (see realhost.py)
+set -e
+for p in proc/driver proc/devices; do
+  mount --bind "/$p" "$PWD/$p"
+  mount -o remount,bind,ro "$PWD/$p"
+done
+"""
 MACHINE_MOUNTS = f'''
 MACHINE_DIRS = {MACHINE_DIRS!r}
+BOOT_ID_FILE = "/proc/sys/kernel/random/boot_id"
+KERNEL_FILES_HOOK = {KERNEL_FILES_HOOK!r}
 
 
 def machine_mounts(spec):
@@ -93,6 +109,20 @@ def machine_mounts(spec):
     for path, mode in MACHINE_DIRS.items():
         if path not in have and os.path.isdir(path):
             mounts.append({{"destination": path, "type": "bind", "source": path, "options": ["rbind", mode]}})
+    hooks = spec.setdefault("hooks", {{}}).setdefault("createContainer", [])
+    if not any(h.get("path") == KERNEL_FILES_HOOK for h in hooks):
+        hooks.append({{"path": KERNEL_FILES_HOOK, "args": [KERNEL_FILES_HOOK]}})
+    # The driver state (MIG instances) lives for one boot of the host. nspawn gives the host a boot id of its
+    # own, but a container's fresh /proc shows the kernel's, so the mock NVML would take the state for a
+    # previous boot's and see no MIG instance: it reads the host's boot id from this variable instead.
+    try:
+        with open(BOOT_ID_FILE) as f:
+            boot = f.read().strip()
+    except OSError:
+        return
+    process = spec.setdefault("process", {{}})
+    env = [e for e in process.get("env") or [] if not e.startswith("GPUREADY_LAB_BOOT_ID=")]
+    process["env"] = env + ["GPUREADY_LAB_BOOT_ID=" + boot]
 
 '''
 
@@ -120,6 +150,7 @@ def host_files(index: int, address: str) -> dict[str, tuple[str, int]]:
     return {
         "/usr/local/sbin/runc": (runc_wrapper(), 0o755),
         IMPORT_SCRIPT: (IMPORT, 0o755),
+        KERNEL_FILES_HOOK: (KERNEL_FILES, 0o755),
         "/etc/systemd/system/containerd.service.d/gpuready-lab-images.conf": (CONTAINERD_DROPIN, 0o644),
         f"{PATCHES_DIR}/kubeletconfiguration+merge.json": (
             json.dumps(realnode.kubelet_config_patch(address)) + "\n",
