@@ -645,3 +645,48 @@ func Current() (*Machine, error) {
 	cacheKey = key
 	return cached, cacheErr
 }
+
+// Topology levels, as NVML numbers them (nvmlGpuTopologyLevel_t).
+const (
+	TopologyInternal = 0  // the same GPU
+	TopologyNode     = 40 // PCIe host bridges within one NUMA node
+	TopologySystem   = 50 // across NUMA nodes
+)
+
+// CommonAncestor is the closest PCIe ancestor of GPUs a and b, as nvmlDeviceGetTopologyCommonAncestor answers:
+// the lab places each GPU under its own host bridge, so two GPUs meet at their NUMA node or across the system.
+// The emulated nvidia-smi's `topo -m` draws the same NODE/SYS matrix (emulator/nvidia_smi.py cmd_topo).
+func (m *Machine) CommonAncestor(a, b *GPU) int {
+	switch {
+	case a.Index == b.Index:
+		return TopologyInternal
+	case a.NUMANode == b.NUMANode:
+		return TopologyNode
+	default:
+		return TopologySystem
+	}
+}
+
+// NVLinkRemoteBusID is the PCI bus id at the far end of GPU g's NVLink `link`, "" when the link has no GPU
+// or switch there. With NVSwitches every link ends on a switch (links spread over them, as on an HGX board),
+// so no GPU is a direct NVLink peer of another; without, the links are spread evenly over the other GPUs, as
+// `topo -m` draws them. The switches' bus ids are the lab's own (0000:05:00.0 onwards), not a capture's.
+func (m *Machine) NVLinkRemoteBusID(g *GPU, link int) string {
+	if link < 0 || link >= g.NVLinkLinks {
+		return ""
+	}
+	if m.Hardware.System.NVSwitch {
+		switches := max(1, m.Hardware.System.NVSwitchCount)
+		return fmt.Sprintf("00000000:%02X:00.0", 5+link%switches)
+	}
+	var peers []*GPU
+	for i := range m.Hardware.GPUs {
+		if m.Hardware.GPUs[i].Index != g.Index {
+			peers = append(peers, &m.Hardware.GPUs[i])
+		}
+	}
+	if len(peers) == 0 {
+		return ""
+	}
+	return peers[link%len(peers)].PCIBusID
+}

@@ -108,21 +108,25 @@ func nvmlDeviceGetPciInfo_v2(h C.nvmlDevice_t, pci *C.nvmlPciInfo_t) C.nvmlRetur
 	return nvmlDeviceGetPciInfo_v3(h, pci)
 }
 
+// putBus fills pci (cleared first) with the address of `bus` ("00000000:18:00.0").
+func putBus(pci *C.nvmlPciInfo_t, bus string) {
+	*pci = C.nvmlPciInfo_t{}
+	parts := strings.Split(strings.TrimSuffix(bus, ".0"), ":")
+	if len(parts) == 3 {
+		pci.domain = hex32(parts[0])
+		pci.bus = hex32(parts[1])
+		pci.device = hex32(parts[2])
+	}
+	putFixed(pci.busId[:], bus)
+	putFixed(pci.busIdLegacy[:], strings.TrimPrefix(bus, "0000"))
+}
+
 //export nvmlDeviceGetPciInfo_v3
 func nvmlDeviceGetPciInfo_v3(h C.nvmlDevice_t, pci *C.nvmlPciInfo_t) C.nvmlReturn_t {
 	return with(full, h, pci, func(d *device) C.nvmlReturn_t {
-		*pci = C.nvmlPciInfo_t{}
-		bus := d.g.PCIBusID // "00000000:18:00.0"
-		parts := strings.Split(strings.TrimSuffix(bus, ".0"), ":")
-		if len(parts) == 3 {
-			pci.domain = hex32(parts[0])
-			pci.bus = hex32(parts[1])
-			pci.device = hex32(parts[2])
-		}
+		putBus(pci, d.g.PCIBusID)
 		pci.pciDeviceId = hex32(d.g.PCIDeviceID)
 		pci.pciSubSystemId = hex32(d.g.PCISubSystemID)
-		putFixed(pci.busId[:], bus)
-		putFixed(pci.busIdLegacy[:], strings.TrimPrefix(bus, "0000"))
 		return C.NVML_SUCCESS
 	})
 }
@@ -495,4 +499,37 @@ func nvmlDeviceGetAddressingMode(h C.nvmlDevice_t, mode *C.nvmlDeviceAddressingM
 		return rc
 	}
 	return C.NVML_ERROR_NOT_SUPPORTED // no HMM/ATS on emulated silicon; the DRA driver takes this as "none"
+}
+
+// go-gpuallocator (NVIDIA's device plugin, GetPreferredAllocation) ranks GPU sets by these two: without them
+// the plugin died on the first multi-GPU node's allocation with "undefined symbol".
+//
+//export nvmlDeviceGetTopologyCommonAncestor
+func nvmlDeviceGetTopologyCommonAncestor(h1, h2 C.nvmlDevice_t, level *C.nvmlGpuTopologyLevel_t) C.nvmlReturn_t {
+	return with(full, h1, level, func(a *device) C.nvmlReturn_t {
+		b, rc := full(h2)
+		if rc != C.NVML_SUCCESS {
+			return rc
+		}
+		if a.mig != nil || b.mig != nil {
+			return C.NVML_ERROR_NOT_SUPPORTED
+		}
+		*level = C.nvmlGpuTopologyLevel_t(a.m.CommonAncestor(a.g, b.g))
+		return C.NVML_SUCCESS
+	})
+}
+
+//export nvmlDeviceGetNvLinkRemotePciInfo_v2
+func nvmlDeviceGetNvLinkRemotePciInfo_v2(h C.nvmlDevice_t, link C.uint, pci *C.nvmlPciInfo_t) C.nvmlReturn_t {
+	return with(full, h, pci, func(d *device) C.nvmlReturn_t {
+		if d.g.NVLinkLinks == 0 {
+			return C.NVML_ERROR_NOT_SUPPORTED
+		}
+		bus := d.m.NVLinkRemoteBusID(d.g, int(link))
+		if bus == "" {
+			return C.NVML_ERROR_INVALID_ARGUMENT
+		}
+		putBus(pci, bus)
+		return C.NVML_SUCCESS
+	})
 }
