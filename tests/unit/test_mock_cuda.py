@@ -291,3 +291,38 @@ def test_l4_slow_gpu_fails_both_host_copy_floors(tmp_path, libcuda_dir, l4):
     for check in (diag.host_to_device, diag.device_to_host):
         problems, _ = check(l4, copies)
         assert len(problems) == 1 and problems[0].startswith("GPU 0: "), problems
+
+
+def test_a_process_sees_the_gpus_and_the_one_mig_device_its_device_nodes_give(tmp_path, libcuda_dir):
+    """In a container the runtime gives a pod its GPUs as device nodes, and a MIG device as its parent's node
+    plus the GPU instance's capability node: CUDA then sees exactly those (one MIG device per process)."""
+    from gpuready.lab.emulator import nvemu
+
+    machine = lab(tmp_path, "a100-80gb-4")
+    for boot, args in (
+        ("boot-1", ("-i", "2", "-mig", "1")),
+        ("boot-2", ("mig", "-i", "2", "-cgi", "9,14", "-C")),
+    ):
+        machine.env["GPUREADY_LAB_BOOT_ID"] = boot  # MIG mode takes effect at the next boot
+        result = machine.run("nvidia_smi", *args)
+        assert result.returncode == 0, result.stdout + result.stderr
+    state = json.loads(Path(machine.env["GPUREADY_LAB_STATE"]).read_text())
+    gpu2 = machine.hw["gpus"][2]
+    gi_2g = next(gi["id"] for gi in state["gpus"][gpu2["uuid"]]["gis"] if gi["profile_id"] == 14)
+    dev = tmp_path / "dev"
+    (dev / "nvidia-caps").mkdir(parents=True)
+    minor = gpu2["minor_number"]
+    for node in ("nvidiactl", f"nvidia{minor}", f"nvidia-caps/nvidia-cap{nvemu.gi_minor(minor, gi_2g)}"):
+        (dev / node).touch()
+    machine.env["GPUREADY_LAB_DEV"] = str(dev)
+    out = run(machine, libcuda_dir, VECTOR_ADD)
+    assert out.rc == 0 and out.stdout.count("Test PASSED") == 1, out.text
+    assert "NVIDIA A100-SXM4-80GB MIG 2g.20gb" in out.stdout, out.text
+
+    for node in (f"nvidia{minor}", f"nvidia-caps/nvidia-cap{nvemu.gi_minor(minor, gi_2g)}"):
+        (dev / node).unlink()
+    for whole in machine.hw["gpus"][:2]:
+        (dev / f"nvidia{whole['minor_number']}").touch()
+    out = run(machine, libcuda_dir, VECTOR_ADD)
+    assert out.rc == 0 and out.stdout.count("Test PASSED") == 2, out.text
+    assert "MIG" not in out.stdout, out.text

@@ -115,7 +115,7 @@ func cuDeviceGetName(name *C.char, length C.int, dev C.CUdevice) C.CUresult {
 			return cudaErrorInvalidValue
 		}
 		out := unsafe.Slice((*byte)(unsafe.Pointer(name)), int(length))
-		n := copy(out[:len(out)-1], d.gpu.Name)
+		n := copy(out[:len(out)-1], d.name)
 		out[n] = 0
 		return cudaSuccess
 	})

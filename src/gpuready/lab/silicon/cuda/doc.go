@@ -11,9 +11,14 @@
 // Devices and cuInit (the machine is read once, at the first cuInit, as a driver enumerates once):
 //   - devices are the machine's GPUs in index order, less those off the bus (off_bus effect): later
 //     ordinals move up, as when a GPU falls off the bus; none left: CUDA_ERROR_NO_DEVICE.
-//   - a GPU in MIG mode (driver state mig_current) is not a CUDA device. Real CUDA lets a process use one
-//     MIG device named by CUDA_VISIBLE_DEVICES=MIG-<uuid>; this library does not read
-//     CUDA_VISIBLE_DEVICES at all (kept simple: the product's tools measure whole GPUs only).
+//   - a process sees the GPUs whose device nodes it has (/dev/nvidia<minor>; GPUREADY_LAB_DEV moves /dev):
+//     in a container, those the runtime gave it. Where /dev/nvidiactl is absent device nodes are not
+//     modelled (the unit tests' machines) and every GPU counts.
+//   - a GPU in MIG mode (driver state mig_current) is not a CUDA device: its MIG devices are, and, as
+//     in CUDA, a process uses one: the first whose GPU instance's access capability node
+//     (/dev/nvidia-caps/nvidia-cap<minor>) it has, with that instance's memory, named
+//     "<GPU> MIG <profile>". A container given one MIG device sees exactly that one. This library does not
+//     read CUDA_VISIBLE_DEVICES.
 //   - a driver_mismatch fault, or a loaded module of another version than the library:
 //     CUDA_ERROR_SYSTEM_DRIVER_MISMATCH (803); no machine file or no kernel module: CUDA_ERROR_NO_DEVICE;
 //     an NVSwitch machine whose fabric is not up (Fabric Manager not running, fabric_failed):

@@ -2,7 +2,9 @@ package main
 
 import (
 	"errors"
+	"fmt"
 	"os"
+	"path/filepath"
 	"strconv"
 	"sync"
 	"time"
@@ -29,6 +31,7 @@ const (
 type device struct {
 	ordinal int
 	gpu     *machine.GPU
+	name    string // cuDeviceGetName: the GPU's, or "<GPU> MIG <profile>" for a MIG device
 	total   uint64 // bytes cuMemAlloc may hand out
 	used    uint64
 	primary *context
@@ -172,14 +175,33 @@ func (d *driver) enumerate() int {
 		return cudaErrorNoDevice
 	}
 	var devices []*device
+	nodes := exists(filepath.Join(machine.DevDir(), "nvidiactl")) // else device nodes are not modelled (doc.go)
+	migSeen := false
 	for i := range m.Hardware.GPUs {
 		g := &m.Hardware.GPUs[i]
 		v := m.View(g.Index)
-		if v.OffBus || v.MigCurrent {
-			continue // lost by the driver; or in MIG mode, where CUDA sees MIG devices only (doc.go)
+		if v.OffBus {
+			continue // lost by the driver
+		}
+		if nodes && !exists(filepath.Join(machine.DevDir(), fmt.Sprintf("nvidia%d", g.MinorNumber))) {
+			continue // not this process's: a container the runtime gave other GPUs
+		}
+		if v.MigCurrent {
+			// CUDA sees MIG devices only, one per process: the first whose GPU instance this process may use
+			for k := range v.MigDevices {
+				mig := &v.MigDevices[k]
+				cap := filepath.Join(machine.DevDir(), "nvidia-caps", fmt.Sprintf("nvidia-cap%d", machine.GIMinor(g.MinorNumber, mig.GI)))
+				if migSeen || (nodes && !exists(cap)) {
+					continue
+				}
+				migSeen = true
+				name := fmt.Sprintf("%s MIG %s", g.Name, mig.Name)
+				devices = append(devices, &device{ordinal: len(devices), gpu: g, name: name, total: uint64(mig.MemoryMiB) << 20})
+			}
+			continue
 		}
 		free := uint64(max(g.MemoryMiB-g.ReservedMiB, 0)) << 20
-		dev := &device{ordinal: len(devices), gpu: g, total: free}
+		dev := &device{ordinal: len(devices), gpu: g, name: g.Name, total: free}
 		devices = append(devices, dev)
 	}
 	if len(devices) == 0 {
@@ -417,4 +439,9 @@ func (d *driver) record(e *event, s *stream) {
 	}
 	e.recorded, e.stream, e.at = true, s, s.clock
 	e.due = s.due
+}
+
+func exists(path string) bool {
+	_, err := os.Stat(path)
+	return err == nil
 }

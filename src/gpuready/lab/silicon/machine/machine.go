@@ -690,3 +690,17 @@ func (m *Machine) NVLinkRemoteBusID(g *GPU, link int) string {
 	}
 	return peers[link%len(peers)].PCIBusID
 }
+
+// MIG capability minors, as the driver numbers them (nvemu.gi_minor / ci_minor): each GPU has room for 15
+// GPU instances of 8 compute instances, after the driver's own three.
+const (
+	gisPerGPU = 15
+	cisPerGI  = 8
+)
+
+// GIMinor is the minor of /dev/nvidia-caps/nvidia-cap<N>, the access capability of GPU instance gi of the GPU
+// with minor number gpuMinor (its /proc/driver/nvidia/capabilities/gpu<i>/mig/gi<gi>/access says it).
+func GIMinor(gpuMinor, gi int) int { return 3 + (gpuMinor*gisPerGPU+gi)*(1+cisPerGI) }
+
+// DevDir is where the process finds the driver's device nodes (GPUREADY_LAB_DEV or /dev).
+func DevDir() string { return envOr("GPUREADY_LAB_DEV", "/dev") }
