@@ -397,3 +397,14 @@ def test_diag_knobs_override(tmp_path):
 def test_bad_diag_knobs_are_refused_naming_host_key_and_value(tmp_path, data, words):
     problems = problems_of(write_inventory(tmp_path, **data))
     assert len(problems) == 1 and "host node-1:" in problems[0] and words in problems[0], problems
+
+
+def test_the_first_device_plugin_config_drops_no_resource_the_node_config_advertises(example, tmp_path):
+    """config-manager starts every plugin on ``default`` before the node's own key (Fleet.device_plugin_configs);
+    on a MIG ``mixed`` node a ``none`` default would register ``nvidia.com/gpu`` for the MIG GPUs, which the
+    kubelet keeps in capacity for 5 minutes after the node's config drops it. Where every MIG pool is ``mixed``
+    the default is ``mixed`` too; otherwise it stays ``none``."""
+    default = yaml.safe_load(example.device_plugin_configs()["default"])
+    assert default["flags"] == {"migStrategy": "mixed", "plugin": {"deviceListStrategy": "cdi-cri"}}
+    plain = load_fleet(write_inventory(tmp_path, gpu_count=2))
+    assert yaml.safe_load(plain.device_plugin_configs()["default"])["flags"]["migStrategy"] == "none"

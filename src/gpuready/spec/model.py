@@ -7,6 +7,7 @@ allocatable" from the same :class:`NodeSpec`. The inventory is read and validate
 
 from __future__ import annotations
 
+import copy
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -471,12 +472,26 @@ class Fleet:
         start first selects ``DEFAULT_CONFIG`` (``default``), then the label's key. Without a ``default`` key the
         init container exits "specified config  does not exist" and the plugin and GFD pods crash-loop on every
         node (found by the real plugin on a real-kubelet lab host, docs/lab-real-kubelet.md).
+
+        That first config must not advertise a resource the node's own config drops: the kubelet keeps a
+        resource whose plugin stopped advertising it in the Node's capacity for its 5-minute grace period (seen on
+        the lab: a MIG ``mixed`` node first registered ``nvidia.com/gpu: 4`` under ``migStrategy: none``, and its
+        capacity stayed 4 with allocatable 0). So where every MIG pool of the fleet uses ``mixed``, the ``default``
+        config (plain nodes' own, or the plain one) uses ``mixed`` too: the same as ``none`` on GPUs without MIG. A
+        fleet that mixes ``single`` and ``mixed`` pools keeps ``none``, and its ``mixed`` nodes show that stale
+        capacity for the grace period after each plugin start.
         """
-        out: dict[str, str] = {}
+        strategies = {
+            n.sharing.mig_strategy for n in self.nodes.values() if n.sharing.mode == SharingMode.MIG
+        }
+        configs: dict[str, dict[str, Any]] = {}
         for node in self.nodes.values():
-            out.setdefault(node.device_plugin_config_key, render_yaml(node.device_plugin_config))
-        out.setdefault(DEFAULT_DEVICE_PLUGIN_CONFIG, render_yaml(PLAIN_DEVICE_PLUGIN_CONFIG))
-        return dict(sorted(out.items()))
+            configs.setdefault(node.device_plugin_config_key, node.device_plugin_config)
+        default = copy.deepcopy(configs.get(DEFAULT_DEVICE_PLUGIN_CONFIG, PLAIN_DEVICE_PLUGIN_CONFIG))
+        if strategies == {"mixed"}:
+            default["flags"]["migStrategy"] = "mixed"
+        configs[DEFAULT_DEVICE_PLUGIN_CONFIG] = default
+        return {key: render_yaml(configs[key]) for key in sorted(configs)}
 
 
 def render_yaml(doc: Any) -> str:
