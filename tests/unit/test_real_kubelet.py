@@ -242,6 +242,7 @@ def test_the_wrapper_gives_gpu_containers_the_emulated_machine(
         ("/opt/gpuready-lab/machine", ["rbind", "ro"]),
         ("/var/lib/nvidia-emu", ["rbind", "ro"]),
         ("/usr/lib/nvidia-emu", ["rbind", "ro"]),
+        ("/run/nvidia-fabricmanager", ["rbind", "ro"]),
     ]
     # the driver's /proc files, by a hook (runc refuses spec mounts inside /proc)
     assert gpu["hooks"] == {
@@ -250,7 +251,12 @@ def test_the_wrapper_gives_gpu_containers_the_emulated_machine(
     namespace["machine_mounts"](gpu)
     assert len(gpu["hooks"]["createContainer"]) == 1
     # the host's boot id, not the one the container's own /proc shows: else the mock NVML drops the MIG state
-    assert gpu["process"]["env"] == ["PATH=/bin", "GPUREADY_LAB_BOOT_ID=host-boot-1"]
+    # and the device nodes it was given, for the emulated nvidia-smi's container view
+    assert gpu["process"]["env"] == [
+        "PATH=/bin",
+        "GPUREADY_LAB_BOOT_ID=host-boot-1",
+        "GPUREADY_LAB_CONTAINER_DEVICES=/dev/nvidiactl,/dev/nvidia0",
+    ]
     plain: dict[str, Any] = {"linux": {"devices": []}, "mounts": []}
     namespace["machine_mounts"](plain)
     assert plain["mounts"] == []
@@ -319,3 +325,20 @@ def test_the_labs_kube_proxy_writes_no_sysctl_and_leaves_pod_traffic_unmasquerad
     conntrack = {k: v for k, v in args.items() if k.startswith("conntrack-")}
     assert len(conntrack) == 6 and set(conntrack.values()) <= {"0", "0s"}, conntrack
     assert args["metrics-bind-address"].startswith("127.0.0.1:")
+
+
+def test_a_daemon_seen_from_a_container_is_alive_while_it_holds_its_pid_file(tmp_path: Path) -> None:
+    """In a GPU container the emulated Fabric Manager's pid (the host's PID namespace) is not in /proc: the
+    emulated tools take its pid file's lock instead (nvemu.hold_pid_file), else every NVSwitch GPU's CUDA in a
+    pod was "not ready" (CUDA_ERROR_SYSTEM_NOT_READY, found by vectorAdd on the 3-host real-kubelet lab)."""
+    import fcntl
+
+    from gpuready.lab.emulator import nvemu
+
+    pid_file = tmp_path / "nv-fabricmanager.pid"
+    pid_file.write_text("999999999\n")
+    assert not nvemu._alive(str(pid_file))
+    with pid_file.open() as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        assert nvemu._alive(str(pid_file))
+    assert not nvemu._alive(str(pid_file))

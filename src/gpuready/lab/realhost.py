@@ -77,7 +77,14 @@ def clamp_oom(spec):
 
 # The emulated silicon's "kernel side": the files the mock libnvidia-ml.so.1 reads where a real NVML talks to the
 # driver through /dev/nvidiactl (hardware.HOST_MACHINE_DIR, the driver state, the driver's version files).
-MACHINE_DIRS = {"/opt/gpuready-lab/machine": "ro", "/var/lib/nvidia-emu": "ro", "/usr/lib/nvidia-emu": "ro"}
+# Fabric Manager's pid directory too: the mock libraries take its pid file's lock for a running Fabric Manager
+# (an NVSwitch GPU's CUDA is "not ready" without one), as a real driver knows the fabric's state in a container.
+MACHINE_DIRS = {
+    "/opt/gpuready-lab/machine": "ro",
+    "/var/lib/nvidia-emu": "ro",
+    "/usr/lib/nvidia-emu": "ro",
+    "/run/nvidia-fabricmanager": "ro",
+}
 # The driver's kernel files. A container mounts a fresh /proc, which on a real node shows the NVIDIA module's
 # /proc/driver/nvidia (NVIDIA's device plugin reads a MIG device's capability files there, nvidia-ctk the
 # nvidia-caps major in /proc/devices); here the kernel has no NVIDIA module, and runc refuses a spec mount inside
@@ -120,9 +127,13 @@ def machine_mounts(spec):
             boot = f.read().strip()
     except OSError:
         return
+    # The emulated nvidia-smi (Python, the host's, mounted by the runtime) shows what NVML in a container with
+    # these device nodes finds: the GPUs and MIG devices the pod was given (nvemu.CONTAINER_DEVICES).
     process = spec.setdefault("process", {{}})
-    env = [e for e in process.get("env") or [] if not e.startswith("GPUREADY_LAB_BOOT_ID=")]
-    process["env"] = env + ["GPUREADY_LAB_BOOT_ID=" + boot]
+    ours = ("GPUREADY_LAB_BOOT_ID=", "GPUREADY_LAB_CONTAINER_DEVICES=")
+    env = [e for e in process.get("env") or [] if not e.startswith(ours)]
+    nodes = ",".join(d for d in devices if d.startswith("/dev/nvidia"))
+    process["env"] = env + ["GPUREADY_LAB_BOOT_ID=" + boot, "GPUREADY_LAB_CONTAINER_DEVICES=" + nodes]
 
 '''
 

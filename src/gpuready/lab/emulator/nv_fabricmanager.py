@@ -96,6 +96,7 @@ def main(argv: list[str]) -> int:
         )
         return 1
     nvemu.daemonize(PID_FILE)
+    held = nvemu.hold_pid_file(PID_FILE)  # noqa: F841 - the lock lasts as long as the daemon
     log.write(
         "INFO", f"Connected to {system['nvswitch_count']} NVSwitch devices and {len(drv.hw['gpus'])} GPUs"
     )

@@ -311,8 +311,21 @@ def _cap(minor: int) -> str:
 
 
 def _alive(pid_file: str) -> bool:
+    """The pid file names a live process, or (in a GPU container, where the pid is the host's) its daemon holds
+    the file's lock (hold_pid_file; the Go machine's alive does the same)."""
     pid = _read_text(pid_file)
-    return bool(pid and pid.isdigit() and os.path.exists(f"/proc/{pid}"))
+    if not (pid and pid.isdigit()):
+        return False
+    if os.path.exists(f"/proc/{pid}"):
+        return True
+    try:
+        with open(pid_file, encoding="ascii") as f:
+            fcntl.flock(f, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    except OSError:
+        return False
+    return False
 
 
 def persistenced_running() -> bool:
@@ -390,6 +403,25 @@ def daemonize(pid_file: str) -> None:
     devnull = os.open(os.devnull, os.O_RDWR)
     for fd in (0, 1, 2):
         os.dup2(devnull, fd)
+
+
+def hold_pid_file(pid_file: str, timeout: float = 5.0) -> typing.TextIO | None:
+    """Keep an exclusive lock on this daemon's pid file for its lifetime (the caller keeps the returned file).
+
+    Why: the lab's GPU containers see the daemon's pid file (bind-mounted, read-only) but not its pid, which is in
+    the host's PID namespace; the mock NVML and CUDA (machine.alive) take a held lock for a live daemon, as a real
+    driver knows Fabric Manager's state in a container too. Waits for the pid file daemonize's parent writes."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while _read_text(pid_file) != str(os.getpid()) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    try:
+        held = open(pid_file, encoding="ascii")  # noqa: SIM115 - held until the process exits
+        fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        return None
+    return held
 
 
 def wait_forever() -> None:

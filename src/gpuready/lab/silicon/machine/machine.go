@@ -26,6 +26,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 )
 
@@ -589,8 +590,25 @@ func alive(pidFile string) bool {
 	if _, err := strconv.Atoi(pid); err != nil {
 		return false
 	}
-	_, err := os.Stat("/proc/" + pid)
-	return err == nil
+	if _, err := os.Stat("/proc/" + pid); err == nil {
+		return true
+	}
+	return locked(pidFile)
+}
+
+// locked: the daemon holds its pid file's lock (nvemu.hold_pid_file). A GPU container sees the pid file, which
+// the lab mounts into it, but not the daemon's pid: that is in the host's PID namespace.
+func locked(path string) bool {
+	f, err := os.Open(path)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_SH|syscall.LOCK_NB); err != nil {
+		return errors.Is(err, syscall.EWOULDBLOCK)
+	}
+	_ = syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
+	return false
 }
 
 // PersistencedRunning: nvidia-persistenced's pid file names a live process.

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"syscall"
 	"testing"
 )
 
@@ -102,5 +103,25 @@ func TestNoHardware(t *testing.T) {
 	t.Setenv("GPUREADY_LAB_HARDWARE", filepath.Join(t.TempDir(), "none.json"))
 	if _, err := Load(); err != ErrNoDriver {
 		t.Fatal(err)
+	}
+}
+
+// A daemon's pid file seen from a container: its pid is another PID namespace's, so only its lock tells.
+func TestAliveByTheDaemonsLock(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "fm.pid")
+	write(t, path, "999999999\n")
+	if alive(path) {
+		t.Fatal("a dead pid without a lock counts as alive")
+	}
+	held, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Close()
+	if err := syscall.Flock(int(held.Fd()), syscall.LOCK_EX); err != nil {
+		t.Fatal(err)
+	}
+	if !alive(path) {
+		t.Fatal("a locked pid file does not count as alive")
 	}
 }
