@@ -342,3 +342,13 @@ def test_a_daemon_seen_from_a_container_is_alive_while_it_holds_its_pid_file(tmp
         fcntl.flock(held, fcntl.LOCK_EX)
         assert nvemu._alive(str(pid_file))
     assert not nvemu._alive(str(pid_file))
+
+
+def test_the_driver_state_and_pid_files_are_readable_by_any_user(tmp_path: Path) -> None:
+    """The suite's GPU pods run as a non-root user; with mkstemp's 0600 their nvidia-smi read no driver state
+    (a MIG pod listed its GPU without its MIG device) and their CUDA no Fabric Manager pid file."""
+    from gpuready.lab.emulator import nvemu
+
+    target = tmp_path / "state.json"
+    nvemu._atomic_write(str(target), "{}")
+    assert target.stat().st_mode & 0o777 == 0o644

@@ -142,10 +142,13 @@ def cuda_version(driver: str) -> str:
 
 
 def _atomic_write(path: str, data: str) -> None:
+    """Replace `path` with `data`, readable by every user (0644, not mkstemp's 0600): any user may query NVML
+    and read a pid file, and the lab's GPU pods run their tools as non-root users."""
     directory = os.path.dirname(path) or "."
     os.makedirs(directory, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=directory, prefix=".state-")
     try:
+        os.fchmod(fd, 0o644)
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(data)
         os.replace(tmp, path)

@@ -84,6 +84,12 @@ func writeState(path string, st State) error {
 	if err != nil {
 		return ErrNoPermission
 	}
+	// readable by every NVML caller (CreateTemp makes it 0600): the lab's GPU pods run as non-root users
+	if err := tmp.Chmod(0o644); err != nil {
+		tmp.Close()
+		os.Remove(tmp.Name())
+		return err
+	}
 	if _, err := tmp.Write(data); err != nil {
 		tmp.Close()
 		os.Remove(tmp.Name())

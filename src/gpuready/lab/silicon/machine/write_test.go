@@ -50,6 +50,10 @@ func TestUpdateWritesNvemuLayout(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// readable by non-root NVML callers (a GPU pod's user), as nvemu writes it
+	if info, err := os.Stat(filepath.Join(dir, "state.json")); err != nil || info.Mode().Perm() != 0o644 {
+		t.Fatalf("state.json mode %v %v", info.Mode(), err)
+	}
 	text := string(raw)
 	if !strings.HasPrefix(text, "{\n \"boot_id\": \"boot-2\",\n \"gpus\": {") || !strings.Contains(text, "\"cis\": []") ||
 		!strings.HasSuffix(text, " \"kmod\": \"580.178.04\"\n}") {
