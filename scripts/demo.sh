@@ -11,12 +11,19 @@ if [ "$(id -u)" -ne 0 ]; then
 fi
 export GPUREADY_LAB_DIR="${GPUREADY_LAB_DIR:-/var/lib/gpuready-lab}"
 REPORTS="${REPORTS:-reports/demo}"
+# The hosts' kubelet: "real" (the real kubelet, kubeadm, containerd and runc; NVIDIA's real device plugin, GFD, NFD
+# as images: docs/lab-real-kubelet.md) or "emulated" (the lab's node agent plays kubelet and runtime; faster to boot).
+KUBELET="${GPUREADY_DEMO_KUBELET:-real}"
+case "$KUBELET" in
+  real | emulated) ;;
+  *) echo "gpuready demo: GPUREADY_DEMO_KUBELET=$KUBELET: use 'real' or 'emulated'" >&2; exit 2 ;;
+esac
 trap '"$BIN/gpuready" lab down' EXIT
 
 step() { printf '\n==> %s\n' "$*" >&2; }
 
-step "gpuready lab up: 3 hosts, one per Debian release"
-"$BIN/gpuready" lab up --nodes 3 --profile h100-sxm-8 --profile a100-80gb-4 --profile l4-1 \
+step "gpuready lab up --kubelet $KUBELET: 3 hosts, one per Debian release"
+"$BIN/gpuready" lab up --kubelet "$KUBELET" --nodes 3 --profile h100-sxm-8 --profile a100-80gb-4 --profile l4-1 \
   --os bookworm --os trixie --os sid
 step "gpuready plan inventory/lab.py: what the deploy installs and the suite expects"
 "$BIN/gpuready" plan inventory/lab.py
@@ -24,8 +31,24 @@ step "pyinfra inventory/lab.py deploys/gpu_node.py --data diag_tools=true (DCGM 
 "$BIN/pyinfra" -y inventory/lab.py deploys/gpu_node.py --data diag_tools=true
 step "pyinfra inventory/lab.py deploys/cluster_addons.py"
 "$BIN/pyinfra" -y inventory/lab.py deploys/cluster_addons.py
-step "gpuready check: the conformance suite (reports in $REPORTS)"
 KUBECONFIG_PATH="$("$BIN/gpuready" lab status --json | "$BIN/python" -c 'import json, sys; print(json.load(sys.stdin)["apiserver"]["kubeconfig"])')"
+step "kubectl rollout status: the add-ons' pods Ready on every node (real containers take a minute to start)"
+for ds in $("$BIN/kubectl" --kubeconfig "$KUBECONFIG_PATH" -n gpu-system get daemonset,deployment -o name); do
+  "$BIN/kubectl" --kubeconfig "$KUBECONFIG_PATH" -n gpu-system rollout status "$ds" --timeout=300s
+done
+step "waiting for each node's GPUs in its allocatable (the device plugin registers after its pod is Ready)"
+"$BIN/python" - "$KUBECONFIG_PATH" <<'EOF'
+import sys, time
+from gpuready import kube
+core, deadline = kube.connect(sys.argv[1]).core, time.monotonic() + 180
+while True:
+    bare = [n.metadata.name for n in core.list_node().items
+            if not any(k.startswith("nvidia.com/") and v != "0" for k, v in (n.status.allocatable or {}).items())]
+    if not bare or time.monotonic() > deadline:
+        break  # the suite names a node still without GPUs
+    time.sleep(2)
+EOF
+step "gpuready check: the conformance suite (reports in $REPORTS)"
 "$BIN/gpuready" check --inventory inventory/lab.py \
   --kubeconfig "$KUBECONFIG_PATH" --report-dir "$REPORTS" \
   --junitxml "$REPORTS/pytest.xml" -q
