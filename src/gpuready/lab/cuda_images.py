@@ -15,8 +15,8 @@ host imports them at ``lab up`` (:func:`gpuready.lab.realhost.images`). They are
 * ``nvcr.io/nvidia/cuda:12.4.1-base-ubuntu22.04`` (knob ``cuda_base_image``): the base layer and
   ``/opt/nvidia/nvidia_entrypoint.sh`` (ENTRYPOINT; CMD ``/bin/bash``). Its users run ``nvidia-smi``: the host's,
   injected by the runtime (a Python wrapper over the host's ``/usr/lib/nvidia-emu``, so the image has python3).
-* ``nvcr.io/nvidia/k8s/dcgm-exporter:4.5.3-4.8.2-ubuntu22.04`` (knob ``dcgm_exporter_image``): DCGM is proprietary,
-  so the exporter stays emulated: :mod:`gpuready.lab.dcgm_exporter` as ``/usr/bin/dcgm-exporter`` (ENTRYPOINT),
+* ``nvcr.io/nvidia/k8s/dcgm-exporter:4.5.3-4.8.2-ubuntu22.04`` (knob ``dcgm_exporter_image``): the exporter needs DCGM's
+  ``libdcgm``, which the lab neither builds nor mocks, so it stays emulated: :mod:`gpuready.lab.dcgm_exporter` as ``/usr/bin/dcgm-exporter`` (ENTRYPOINT),
   the node agent's renderer over the machine files mounted into the container, pod mapping from the kubelet's
   pod-resources API through grpcio. Layers: base, a pip layer (grpcio, the third-party modules the exporter's
   import closure needs at this checkout's versions, and the ``lab`` extra's distributions, which

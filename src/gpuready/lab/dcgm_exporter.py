@@ -1,8 +1,8 @@
 """The lab's dcgm-exporter for real-kubelet hosts: the entrypoint of the image the lab builds under the
 ``dcgm_exporter_image`` knob's name (:mod:`gpuready.lab.cuda_images`).
 
-DCGM and NVIDIA's exporter are proprietary, so this stays an emulation, and says so (``/health`` and the start-up
-line): a small HTTP server on ``DCGM_EXPORTER_LISTEN`` (``:9400``) serving ``/metrics`` and ``/health``. The scrape
+NVIDIA's exporter (open source Go) reads the GPUs through DCGM's host engine, ``libdcgm``, which the lab does not
+build or mock, so the exporter stays an emulation and says so (``/health`` and the start-up line): a small HTTP server on ``DCGM_EXPORTER_LISTEN`` (``:9400``) serving ``/metrics`` and ``/health``. The scrape
 is the node agent's own renderer, :func:`gpuready.lab.agent.gpu_metrics.dcgm_scrape`, over the emulated machine
 read by :class:`gpuready.lab.agent.gpu_host.HostView` from the container's own filesystem: the host's runc wrapper
 bind-mounts the machine's files read-only into a container the nvidia runtime gave ``/dev/nvidiactl``
