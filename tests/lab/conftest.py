@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from gpuready.lab import hosts
+from gpuready.lab import hosts, realhost
 from gpuready.lab.state import LabPaths
 
 LAB_TOOLS = (
@@ -37,6 +37,8 @@ NODES = 3
 # (containerd 2.x) run CDI mode, the time-sliced L4 on bookworm (containerd 1.6) runtime-class mode, so the whole
 # suite proves both modes (inventory/lab.py picks the mode from the release)
 RELEASES = ["trixie", "sid", "bookworm"]
+# the session lab's kubelet: "emulated" (the node agent) or "real" (issue #28); GPUREADY_LAB_KUBELET picks it
+KUBELET = os.environ.get("GPUREADY_LAB_KUBELET", realhost.DEFAULT_KUBELET)
 
 
 def lab_skip_reason() -> str | None:
@@ -74,7 +76,7 @@ class Lab:
         return {**os.environ, "GPUREADY_LAB_DIR": str(self.paths.root)}
 
     def bring_up(self) -> None:
-        self.state = hosts.up(self.paths, nodes=NODES, releases=RELEASES)
+        self.state = hosts.up(self.paths, nodes=NODES, releases=RELEASES, kubelet=KUBELET)
 
 
 def hold_wildcard_port(port: int = 22) -> socket.socket | None:
@@ -106,7 +108,7 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Any:
     listener = hold_wildcard_port()
     try:
         try:
-            state = hosts.up(paths, nodes=NODES, releases=RELEASES)
+            state = hosts.up(paths, nodes=NODES, releases=RELEASES, kubelet=KUBELET)
         finally:
             if listener is not None:
                 listener.close()
