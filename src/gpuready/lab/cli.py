@@ -86,13 +86,26 @@ def _print_network(state: dict[str, Any]) -> None:
 
 
 def _print_hosts(state: dict[str, Any]) -> None:
-    print(f"{'HOST':<12} {'ADDRESS':<18} {'OS':<9} {'PROFILE':<12} {'GPUS':<28} {'STATE'}")
+    memory = any("memory_kib" in h for h in state["hosts"].values())  # from `status`, not from `up`
+    print(
+        f"{'HOST':<12} {'ADDRESS':<18} {'OS':<9} {'PROFILE':<12} {'GPUS':<28} {'STATE':<8}"
+        + (" MEMORY (RSS)" if memory else "")
+    )
     for name, h in sorted(state["hosts"].items(), key=lambda item: item[1]["index"]):
         gpus = f"{h['gpu_count']}x {h['gpu_model']}"
         os_name = h.get("os", "bookworm")  # a lab brought up before hosts had a release ran bookworm
-        print(
-            f"{name:<12} {h['address']}:{h['port']:<7} {os_name:<9} {h['profile']:<12} {gpus:<28} {_host_state(h)}"
-        )
+        line = f"{name:<12} {h['address']}:{h['port']:<7} {os_name:<9} {h['profile']:<12} {gpus:<28} {_host_state(h):<8}"
+        if memory:
+            line += " " + _memory(h.get("memory_kib") or {})
+        print(line.rstrip())
+
+
+def _memory(rss_kib: dict[str, int]) -> str:
+    """'kubelet 61 MiB, containerd 38 MiB'; '-' before the node deploy started either."""
+    return (
+        ", ".join(f"{name} {rss_kib[name] / 1024:.0f} MiB" for name in hosts.NODE_DAEMONS if name in rss_kib)
+        or "-"
+    )
 
 
 def _host_state(host: dict[str, Any]) -> str:

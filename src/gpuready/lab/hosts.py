@@ -801,6 +801,27 @@ def _alive(pid: int | None, start: int | None) -> bool:
     return pid is not None and start is not None and _proc_start(pid) == start
 
 
+# the node daemons whose memory `lab status` reports per host (issue #28: what a real-kubelet host costs this machine)
+NODE_DAEMONS = ("kubelet", "containerd")
+
+
+def daemon_memory(cgroup: Path, names: tuple[str, ...] = NODE_DAEMONS) -> dict[str, int]:
+    """Resident memory in KiB of each named daemon in a host's cgroup subtree (summed over its processes; a name
+    with no process is left out). Read from /proc: this machine's cgroup2 has no memory controller to ask."""
+    rss: dict[str, int] = {}
+    for pid in cgroup_pids(cgroup):
+        try:
+            comm = Path(f"/proc/{pid}/comm").read_text().strip()
+            if comm not in names:
+                continue
+            fields = dict(line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines())
+        except (OSError, ValueError):
+            continue  # gone meanwhile
+        kib = fields.get("VmRSS", "0 kB").split()[0]
+        rss[comm] = rss.get(comm, 0) + int(kib)
+    return rss
+
+
 def cgroup_pids(cgroup: Path) -> list[int]:
     """Every process in a cgroup subtree. Hosts create and remove cgroups meanwhile, so vanished ones are skipped."""
     pids: list[int] = []
@@ -923,9 +944,11 @@ def _wait_gone(pid: int, seconds: float) -> None:
 
 def status(paths: LabPaths) -> dict[str, Any]:
     state = require_state(paths)
-    for host in state["hosts"].values():
+    for name, host in state["hosts"].items():
         host["running"] = _alive(host.get("pid"), host.get("pid_start"))
         host["ssh_answers"] = ssh.read_banner(host["address"], host["port"]) is not None
+        if host["running"]:
+            host["memory_kib"] = daemon_memory(lab_cgroups(paths)[0] / name)
     kube_proxy_entry = (state.get("apiserver") or {}).get("kube_proxy")  # real-kubelet mode
     for server in (state["repo"], state.get("egress"), state.get("apiserver"), kube_proxy_entry):
         if server:
