@@ -12,7 +12,6 @@ import email.utils
 import gzip
 import hashlib
 import os
-import shutil
 import socket
 import subprocess
 import sys
@@ -22,7 +21,7 @@ from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 from gpuready.lab import network
-from gpuready.lab.state import write_atomic
+from gpuready.lab.state import link_or_copy, write_atomic
 
 
 @dataclass(frozen=True)
@@ -143,10 +142,11 @@ def export_keyring(signer: Signer, dest: Path) -> tuple[Path, Path]:
 
 
 def build_flat_repo(repo_dir: Path, debs: list[Path], layout: RepoLayout, signer: Signer | None) -> None:
-    """Copy the .debs into repo_dir and write Packages, Packages.gz, Release (+ InRelease, Release.gpg if signed)."""
+    """Link (or copy) the .debs into repo_dir and write Packages, Packages.gz, Release (+ InRelease, Release.gpg if
+    signed)."""
     repo_dir.mkdir(parents=True, exist_ok=True)
     for deb in debs:
-        shutil.copy2(deb, repo_dir / deb.name)
+        link_or_copy(deb, repo_dir / deb.name)
     scan = subprocess.run(
         ["dpkg-scanpackages", "--multiversion", ".", "/dev/null"],
         cwd=repo_dir,

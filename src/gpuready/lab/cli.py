@@ -77,6 +77,15 @@ def _print_network(state: dict[str, Any]) -> None:
         print(
             f"control plane: https://{api['endpoint']} ({'serving' if api.get('running') else 'NOT RUNNING'})"
         )
+    proxy = (api or {}).get("kube_proxy")
+    if proxy and "running" in proxy:  # real-kubelet mode; from `status`
+        if not proxy["running"]:
+            print(f"kube-proxy: NOT RUNNING (log {proxy['log']})")
+        else:
+            # it programs Services only once its Node exists (after the node deploy's join) or 30 s passed
+            print(
+                f"kube-proxy: {'nftables table written' if proxy.get('programmed') else 'waiting for its node'}"
+            )
     egress = state.get("egress")
     if egress:
         print(

@@ -567,7 +567,7 @@ def up(
     down(paths, quiet=True)
     bases = {suite: ensure_base(suite, cache)[0] for suite in suites}
     real_binaries: k8s_packages.RealBinaries | None = None
-    lab_images: dict[str, bytes] = {}
+    lab_images: dict[str, Path] = {}
     if real:
         progress(f"real-kubelet mode: kubelet, kubeadm and images of v{kubernetes_version}")
         real_binaries = k8s_packages.RealBinaries(
@@ -640,7 +640,10 @@ def up(
         _wait_for_hosts(paths, specs, port, procs)
         # after the hosts are in the state: the node agent reads them at start to run their pods
         if control_plane:
-            progress(f"starting the Kubernetes control plane on {net.control_plane} and the node agent")
+            progress(
+                f"starting the Kubernetes control plane on {net.control_plane}"
+                + ("" if real else " and the node agent")
+            )
             state["apiserver"] = cluster.up(
                 paths.root,
                 net,
@@ -649,12 +652,11 @@ def up(
                 version=kubernetes_version,
                 virtual_nodes=virtual_nodes,
                 lab_state=paths.root,
+                agent=not real,  # the hosts' kubelets are real: the agent must not play kubelet for them
             )
             state["apiserver"]["pid_start"] = _proc_start(state["apiserver"]["pid"])
             save_state(paths, state)
-            if real:  # the hosts' kubelets are real: the agent must not play kubelet for them
-                cluster.stop_agent(state["apiserver"].get("agent") or {})
-                # ... and their pods reach Services (the API server's first) through the real kube-proxy
+            if real:  # the hosts' pods reach Services (the API server's first) through the real kube-proxy
                 progress("starting kube-proxy (nftables) in the lab's network namespace")
                 state["apiserver"]["kube_proxy"] = kube_proxy.start(
                     paths.root / "kube-proxy",
@@ -720,13 +722,18 @@ def _start_repo(
     and kubeadm of kubernetes_version (the lab's real-kubelet mode)."""
     signer = aptrepo.ensure_signing_key(paths.gnupg_home)
     progress("building the emulated NVIDIA packages and the signed repositories")
-    debs = packages.build_packages(paths.packages_dir)
-    debs["kubernetes"] = (
-        k8s_packages.build_kubernetes_packages(paths.packages_dir / "kubernetes", (kubernetes_version,), real)
-        if real
-        else k8s_packages.build_kubernetes_packages(paths.packages_dir / "kubernetes")
-    )
-    aptrepo.build_repos(paths.repo_root, debs, signer)
+    # the packages are built into the machine's lab cache (each builder's stamp rebuilds them only when their
+    # sources or binaries change) and linked into this lab's repositories, under the cache's lock: a lab beside
+    # this one, built from other sources, waits instead of rewriting them halfway through
+    built = cache_dir() / "lab-packages"
+    with locked(cache_dir() / ".lab-packages.lock"):
+        debs = packages.build_packages(built / "nvidia")
+        debs["kubernetes"] = (
+            k8s_packages.build_kubernetes_packages(built / "kubernetes-real", (kubernetes_version,), real)
+            if real
+            else k8s_packages.build_kubernetes_packages(built / "kubernetes")
+        )
+        aptrepo.build_repos(paths.repo_root, debs, signer)
     keyring, armored = aptrepo.export_keyring(signer, paths.keyring)
     pid, port = aptrepo.start_server(
         paths.repo_root, paths.repo_server_log, host=net.repo, port=network.REPO_PORT, netns=net.netns
@@ -955,6 +962,8 @@ def status(paths: LabPaths) -> dict[str, Any]:
             server["running"] = _alive(server.get("pid"), server.get("pid_start"))
     if state.get("network"):
         state["network"]["present"] = network.exists(state["network"]["netns"])
+        if kube_proxy_entry and kube_proxy_entry["running"]:
+            kube_proxy_entry["programmed"] = kube_proxy.programmed(state["network"]["netns"])
     return state
 
 

@@ -30,7 +30,7 @@ from pathlib import Path
 
 from gpuready.lab import realnode
 from gpuready.lab.gobuild import Progress
-from gpuready.lab.state import cache_dir, locked
+from gpuready.lab.state import cache_dir, link_or_copy, locked
 
 KUBELET_MODES = ("emulated", "real")
 DEFAULT_KUBELET = "emulated"
@@ -180,20 +180,21 @@ def prepare_host(
     root: Path,
     index: int,
     address: str,
-    images: dict[str, bytes],
+    images: dict[str, Path],
     crictl: Path | None = None,
 ) -> list[str]:
     """Write the lab-owned files into the host's root (its overlay, before boot) and make its own directories
-    under host_dir (so ``lab down`` removes them); returns its extra nspawn options."""
+    under host_dir (so ``lab down`` removes them); returns its extra nspawn options. `images` are the staged
+    archives (:func:`images`): linked into the host's image directory, not copied, where the file system allows."""
     for path, (text, mode) in host_files(index, address).items():
         target = root / path.lstrip("/")
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(text)
         target.chmod(mode)
-    image_dir = root / IMAGES_DIR.lstrip("/")
+    image_dir = images_dir(host_dir)
     image_dir.mkdir(parents=True, exist_ok=True)
-    for name, data in images.items():
-        (image_dir / name).write_bytes(data)
+    for name, source in images.items():
+        link_or_copy(source, image_dir / name)
     realnode.write_sysctl_files(root)
     if crictl:  # the node deploy installs no cri-tools; the lab's crictl, to look at the host's containers
         target = root / "usr/local/bin/crictl"
@@ -205,7 +206,14 @@ def prepare_host(
     }
     for directory in own.values():
         directory.mkdir(parents=True, exist_ok=True)
-    return realnode.nspawn_args(own)
+    return [*realnode.nspawn_args(own), f"--bind={image_dir}:{IMAGES_DIR}"]
+
+
+def images_dir(host_dir: Path) -> Path:
+    """The host's image directory on this machine, bound at IMAGES_DIR in the host: the lab's archives are hard
+    links there (the host's overlay would copy 500 MB into its upper directory per host), and archives added
+    later (:func:`gpuready.lab.suite_image.import_into`) go beside them, so a containerd restart imports all."""
+    return host_dir / "realnode" / "images"
 
 
 # --- images (built once into the lab cache) ----------------------------------------------------------------------
@@ -240,8 +248,10 @@ def _busybox_binary(progress: Progress) -> Path:
         )
 
 
-def images(version: str, progress: Progress) -> dict[str, bytes]:
-    """The lab's OCI image archives (file name -> bytes): pause under every sandbox name, busybox, NVIDIA's
+def images(version: str, progress: Progress) -> dict[str, Path]:
+    """The lab's OCI image archives (file name -> path), staged in the lab cache's ``lab-images`` directory (a
+    file is rewritten only when its bytes change, so the hosts of every lab link the same files): pause under
+    every sandbox name, busybox, NVIDIA's
     device plugin (:func:`gpuready.lab.nvidia_addons.image_archive`), node-feature-discovery
     (:func:`gpuready.lab.nfd_image.image_archive`), NVIDIA's DRA driver
     (:func:`gpuready.lab.dra_image.image_archive`), and the CUDA sample, CUDA base, dcgm-exporter and probe
@@ -254,7 +264,26 @@ def images(version: str, progress: Progress) -> dict[str, bytes]:
         dra_image.image_archive(progress=progress),
         cuda_images.archive(progress),
     ]
-    return {**_base_images(version, progress), **dict(built)}
+    return _stage({**_base_images(version, progress), **dict(built)})
+
+
+def _stage(archives: dict[str, bytes]) -> dict[str, Path]:
+    """Write the archives into the cache's lab-images directory (atomically, and only the changed ones: a lab
+    already up keeps the inodes its hosts link) and drop files no longer built; returns name -> path."""
+    target = cache_dir() / "lab-images"
+    target.mkdir(parents=True, exist_ok=True)
+    with locked(cache_dir() / ".lab-images.lock"):
+        for name, data in archives.items():
+            path = target / name
+            if path.exists() and path.stat().st_size == len(data) and path.read_bytes() == data:
+                continue
+            tmp = path.with_suffix(".tmp")
+            tmp.write_bytes(data)
+            tmp.replace(path)
+        for stale in target.glob("*.oci.tar"):
+            if stale.name not in archives:
+                stale.unlink()
+    return {name: target / name for name in archives}
 
 
 def _base_images(version: str, progress: Progress) -> dict[str, bytes]:

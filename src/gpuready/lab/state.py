@@ -8,9 +8,11 @@ location that test runs share with the default lab.
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import json
 import os
+import shutil
 import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -102,6 +104,18 @@ def locked(path: Path) -> Iterator[None]:
     with open(path, "a") as f:
         fcntl.flock(f, fcntl.LOCK_EX)
         yield
+
+
+def link_or_copy(source: Path, target: Path) -> None:
+    """A hard link to source at target (replacing it), or a copy where they are on different file systems: the
+    lab's big cached files (packages, image archives) go into each lab and host without being written again."""
+    target.unlink(missing_ok=True)
+    try:
+        os.link(source, target)
+    except OSError as exc:
+        if exc.errno not in (errno.EXDEV, errno.EPERM):
+            raise
+        shutil.copyfile(source, target)
 
 
 def write_atomic(path: Path, text: str, mode: int = 0o644) -> None:

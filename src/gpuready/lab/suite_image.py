@@ -241,9 +241,9 @@ def import_into(paths: LabPaths, node: str, archives: dict[str, bytes]) -> None:
     """Import OCI archives into a running real-kubelet host's containerd (namespace k8s.io), where the lab's
     other images are: written beside them (:data:`gpuready.lab.realhost.IMAGES_DIR`, so a containerd restart
     imports them again) and imported now."""
-    from gpuready.lab.realhost import IMAGES_DIR
+    from gpuready.lab.realhost import IMAGES_DIR, images_dir
 
-    directory = paths.host_dir(node) / "merged" / IMAGES_DIR.lstrip("/")
+    directory = images_dir(paths.host_dir(node))
     directory.mkdir(parents=True, exist_ok=True)
     for name, data in archives.items():
         (directory / name).write_bytes(data)

@@ -48,8 +48,10 @@ def up(
     virtual_profile: str = "dgx-h100",
     lab_state: Path | None = None,
     node_monitor_grace_period: str = "40s",
+    agent: bool = True,
 ) -> dict[str, Any]:
-    """Start the control plane and the agent for the lab whose state dir is `root`; return the state entry."""
+    """Start the control plane and (unless `agent` is False: the real-kubelet lab's hosts have their own kubelets)
+    the node agent for the lab whose state dir is `root`; return the state entry."""
     kube, _ = binaries.build_kube(version, progress)
     etcd = binaries.ensure_etcd(progress)
     entry = controlplane.start(
@@ -68,6 +70,8 @@ def up(
                 check=True,
                 capture_output=True,
             )
+        if not agent:
+            return entry
         entry["agent"] = start_agent(
             root / "agent",
             net,
