@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from gpuready.lab import faults, hosts
 from gpuready.lab.state import load_state
 
 REPO = Path(__file__).resolve().parents[2]
@@ -80,3 +83,39 @@ def wait_until_settled(deployed_lab: Any, timeout: float = 300.0) -> None:
         wait_for(settled, timeout=timeout, what="the lab to settle (nodes and add-on pods Ready)")
     except AssertionError as exc:
         raise AssertionError(f"{exc}; still waiting for: {', '.join(last)}") from None
+
+
+def gpu_allocatable(core: Any, node: str) -> dict[str, str]:
+    """The node's nvidia.com/* allocatable."""
+    alloc = core.read_node(node).status.allocatable or {}
+    return {k: v for k, v in alloc.items() if k.startswith("nvidia.com/")}
+
+
+@contextlib.contextmanager
+def faulted(deployed_lab: Any, node: str, fault: str, gpu: int | None = None) -> Iterator[None]:
+    """One fault on one lab host for the block; then cleared, and the node given back as healthy as it was.
+
+    On real kubelets NVIDIA's device plugin keeps a GPU it saw a critical XID on unhealthy until the plugin
+    restarts (v0.19.3 internal/rm/health.go has no way back; a real node is the same), so its allocatable stays
+    one short after the fault is cleared. After such a fault the node's plugin pod is deleted, as an operator does
+    after the repair, and the DaemonSet's new pod is waited for until the allocatable is what it was before."""
+    from polling import wait_for
+
+    from gpuready import kube
+
+    lab = deployed_lab.lab
+    state = load_state(lab.paths) or {}
+    core = kube.connect(state["apiserver"]["kubeconfig"]).core
+    before = gpu_allocatable(core, node)
+    hosts.inject_fault(lab.paths, node, fault, gpu)
+    try:
+        yield
+    finally:
+        hosts.inject_fault(lab.paths, node, None)
+        if state.get("kubelet") == "real" and faults.FAULTS[fault].effects.xid:
+            selector = "app.kubernetes.io/name=nvidia-device-plugin"
+            for pod in core.list_namespaced_pod("gpu-system", label_selector=selector).items:
+                if pod.spec.node_name == node:
+                    core.delete_namespaced_pod(pod.metadata.name, "gpu-system")
+            wait_for(lambda: gpu_allocatable(core, node) == before, timeout=180,
+                     what=f"{node}'s allocatable back to {before} after its device plugin restarted")  # fmt: skip

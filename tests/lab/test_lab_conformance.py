@@ -10,11 +10,10 @@ from typing import Any
 import pytest
 from polling import wait_for
 from pyinfra_runs import run_pyinfra
-from suite_runs import failed, node_of, run_suite
+from suite_runs import failed, faulted, node_of, run_suite
 
 from gpuready import kube
 from gpuready.conformance import workloads as wl
-from gpuready.lab import hosts
 from gpuready.lab.state import load_state
 
 pytestmark = pytest.mark.lab
@@ -228,11 +227,8 @@ def test_one_fault_fails_its_diag_checks_on_that_node_only(
     deployed_lab, diag_tools, tmp_path, fault, gpu, profile, checks
 ):
     node = node_of(deployed_lab, profile)
-    hosts.inject_fault(deployed_lab.lab.paths, node, fault, gpu)
-    try:
+    with faulted(deployed_lab, node, fault, gpu):
         verdict = run_suite(deployed_lab, tmp_path, "-m", "diag")
-    finally:
-        hosts.inject_fault(deployed_lab.lab.paths, node, None)
     bad = failed(verdict)
     assert list(bad) == [node], bad
     assert set(bad[node]) == checks, bad[node]
@@ -257,11 +253,8 @@ def test_one_fault_fails_its_check_on_that_node_only(
     deployed_lab, tmp_path, fault, gpu, profile, check, words
 ):
     node = node_of(deployed_lab, profile)
-    hosts.inject_fault(deployed_lab.lab.paths, node, fault, gpu)
-    try:
+    with faulted(deployed_lab, node, fault, gpu):
         verdict = run_suite(deployed_lab, tmp_path)
-    finally:
-        hosts.inject_fault(deployed_lab.lab.paths, node, None)
     bad = failed(verdict)
     assert list(bad) == [node], bad
     assert check in bad[node], bad[node]

@@ -303,8 +303,10 @@ def cdi_spec(spec_out: Output, smi_list: Output, smi_query: Output | None = None
     ours = [s for s in specs if s.kind == cdi.KIND]
     if not ours:
         return [
-            f"no CDI spec of kind {cdi.KIND} ({cdi.SPEC_PATH} or {cdi.STATIC_SPEC_PATH}): GPU pods cannot start "
-            f"in CDI mode; is {cdi.REFRESH_PATH_UNIT} enabled? (`systemctl start {cdi.REFRESH_SERVICE}` writes it)"
+            f"no CDI spec of kind {cdi.KIND} ({cdi.SPEC_PATH} or {cdi.STATIC_SPEC_PATH}): a container given "
+            f"{cdi.KIND} devices (the nvidia runtime in CDI mode, `--device {cdi.KIND}=...`) cannot start; pods "
+            "of NVIDIA's device plugin are not affected (it writes a spec of its own, k8s.device-plugin.nvidia.com); "
+            f"is {cdi.REFRESH_PATH_UNIT} enabled? (`systemctl start {cdi.REFRESH_SERVICE}` writes it)"
         ]
     named = {name for spec in ours for name in spec.devices}
     report = _query_report(smi_query)
