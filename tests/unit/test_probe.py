@@ -152,6 +152,7 @@ def test_the_probe_pod_reads_the_host_read_only_with_no_token_on_its_node(tmp_pa
     assert spec["nodeSelector"] == {"kubernetes.io/hostname": "gpu-node-1"}
     assert spec["tolerations"] == [{"operator": "Exists"}]  # cordoned, tainted: a probe reaches every node
     assert spec["automountServiceAccountToken"] is False
+    assert spec["hostPID"] is True  # systemd answers systemctl only from a peer whose PID it can see
     (container,) = spec["containers"]
     assert container["image"] == "docker.io/library/debian:trixie-slim"
     assert container["command"][:2] == ["/bin/sh", "-c"] and container["command"][3:] == [

@@ -189,7 +189,10 @@ def pod_name(node: str, run: int) -> str:
 
 def probe_pod(name: str, node: NodeSpec, commands: Sequence[str], image: str, command_timeout: float) -> Obj:
     """The probe: pinned to ``node``, tolerating every taint (a probe must reach a cordoned or tainted node, as
-    the validator does), privileged (the GPU devices and the host's systemd), the host's root read-only."""
+    the validator does), privileged (the GPU devices and the host's systemd), the host's root read-only, in the
+    host's PID namespace: systemd answers ``systemctl`` only from a peer whose PID it can see (from a pod's own
+    namespace, on the real-kubelet lab: "Failed to connect to system scope bus via local transport: No data
+    available", and every ``systemctl is-active`` check failed)."""
     return {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -200,6 +203,7 @@ def probe_pod(name: str, node: NodeSpec, commands: Sequence[str], image: str, co
         },
         "spec": {
             "restartPolicy": "Never",
+            "hostPID": True,
             "nodeSelector": {"kubernetes.io/hostname": node.name},
             "tolerations": [{"operator": "Exists"}],
             "automountServiceAccountToken": False,
