@@ -110,7 +110,8 @@ kube_join_token_env = "GPUREADY_JOIN_TOKEN"
 kube_cri_socket = "unix:///run/containerd/containerd.sock"
 # kubeadm preflight checks whose errors the join ignores (JoinConfiguration
 # nodeRegistration.ignorePreflightErrors), e.g. ["SystemVerification"]; keep it empty on real nodes (the lab
-# sets it only for hosts running the real kubelet, whose cgroups lack controllers)
+# sets it only for hosts running the real kubelet, whose cgroups lack controllers and which share one network
+# namespace)
 kube_join_ignore_preflight_errors = []
 # a directory on the node of kubeadm patches the join applies (JoinConfiguration patches.directory, e.g.
 # "/etc/kubernetes/patches" with kubeletconfiguration+merge.json); None: none

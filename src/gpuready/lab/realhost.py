@@ -35,7 +35,11 @@ from gpuready.lab.state import cache_dir, link_or_copy, locked
 KUBELET_MODES = ("emulated", "real")
 DEFAULT_KUBELET = "emulated"
 PATCHES_DIR = "/etc/gpuready-lab/kubeadm-patches"
-IGNORE_PREFLIGHT = ["SystemVerification"]  # kubeadm's cgroup check: the hosts' cgroup2 has no cpu/memory/pids
+# kubeadm preflight checks the real-kubelet lab's joins skip, lab-only: SystemVerification (the hosts' cgroup2 has
+# no cpu/memory/pids controllers) and Port-10250 (the hosts share one network namespace, and kubeadm tries the
+# wildcard address: a host joining again while another's kubelet serves on its own address:10250 failed with
+# "[ERROR Port-10250]: Port 10250 is in use"; each kubelet binds only its host's address, realnode.kubelet_config_patch)
+IGNORE_PREFLIGHT = ["SystemVerification", "Port-10250"]
 IMAGES_DIR = "/var/lib/gpuready-lab/images"
 IMPORT_SCRIPT = "/usr/local/sbin/gpuready-lab-import-images"
 BUSYBOX_IMAGE = "docker.io/library/busybox:1.36-lab"

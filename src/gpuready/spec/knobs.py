@@ -313,7 +313,8 @@ KNOBS: dict[str, Knob] = {k.name: k for k in (
        "deploy", _text(r"unix:///\S+", "a unix:/// socket URL")),
     _K("kube_join_ignore_preflight_errors", [], "kubeadm preflight checks whose errors the join ignores "
        "(JoinConfiguration nodeRegistration.ignorePreflightErrors), e.g. [\"SystemVerification\"]; keep it empty "
-       "on real nodes (the lab sets it only for hosts running the real kubelet, whose cgroups lack controllers)",
+       "on real nodes (the lab sets it only for hosts running the real kubelet, whose cgroups lack controllers and "
+       "which share one network namespace)",
        "join", "deploy", _names),
     _K("kube_join_patches_dir", None, "a directory on the node of kubeadm patches the join applies "
        "(JoinConfiguration patches.directory, e.g. \"/etc/kubernetes/patches\" with "
