@@ -85,37 +85,48 @@ def wait_until_settled(deployed_lab: Any, timeout: float = 300.0) -> None:
         raise AssertionError(f"{exc}; still waiting for: {', '.join(last)}") from None
 
 
-def gpu_allocatable(core: Any, node: str) -> dict[str, str]:
+def _core(deployed_lab: Any) -> Any:
+    from gpuready import kube
+
+    state = load_state(deployed_lab.lab.paths) or {}
+    return kube.connect(state["apiserver"]["kubeconfig"]).core
+
+
+def gpu_allocatable(deployed_lab: Any, node: str) -> dict[str, str]:
     """The node's nvidia.com/* allocatable."""
-    alloc = core.read_node(node).status.allocatable or {}
+    alloc = _core(deployed_lab).read_node(node).status.allocatable or {}
     return {k: v for k, v in alloc.items() if k.startswith("nvidia.com/")}
+
+
+def restore_allocatable(deployed_lab: Any, node: str, fault: str, before: dict[str, str]) -> None:
+    """After a cleared fault, give the node back the allocatable it had before it (`before`).
+
+    On real kubelets NVIDIA's device plugin keeps a GPU it saw a critical XID on unhealthy until the plugin
+    restarts (v0.19.3 internal/rm/health.go has no way back; a real node is the same), so its allocatable stays
+    short after the fault is cleared. After such a fault the node's plugin pod is deleted, as an operator does
+    after the repair, and the DaemonSet's new pod is waited for until the allocatable is what it was."""
+    from polling import wait_for
+
+    state = load_state(deployed_lab.lab.paths) or {}
+    if state.get("kubelet") != "real" or not faults.FAULTS[fault].effects.xid:
+        return
+    core = _core(deployed_lab)
+    selector = "app.kubernetes.io/name=nvidia-device-plugin"
+    for pod in core.list_namespaced_pod("gpu-system", label_selector=selector).items:
+        if pod.spec.node_name == node:
+            core.delete_namespaced_pod(pod.metadata.name, "gpu-system")
+    wait_for(lambda: gpu_allocatable(deployed_lab, node) == before, timeout=180,
+             what=f"{node}'s allocatable back to {before} after its device plugin restarted")  # fmt: skip
 
 
 @contextlib.contextmanager
 def faulted(deployed_lab: Any, node: str, fault: str, gpu: int | None = None) -> Iterator[None]:
-    """One fault on one lab host for the block; then cleared, and the node given back as healthy as it was.
-
-    On real kubelets NVIDIA's device plugin keeps a GPU it saw a critical XID on unhealthy until the plugin
-    restarts (v0.19.3 internal/rm/health.go has no way back; a real node is the same), so its allocatable stays
-    one short after the fault is cleared. After such a fault the node's plugin pod is deleted, as an operator does
-    after the repair, and the DaemonSet's new pod is waited for until the allocatable is what it was before."""
-    from polling import wait_for
-
-    from gpuready import kube
-
-    lab = deployed_lab.lab
-    state = load_state(lab.paths) or {}
-    core = kube.connect(state["apiserver"]["kubeconfig"]).core
-    before = gpu_allocatable(core, node)
-    hosts.inject_fault(lab.paths, node, fault, gpu)
+    """One fault on one lab host for the block; then cleared, and the node's allocatable restored
+    (:func:`restore_allocatable`)."""
+    before = gpu_allocatable(deployed_lab, node)
+    hosts.inject_fault(deployed_lab.lab.paths, node, fault, gpu)
     try:
         yield
     finally:
-        hosts.inject_fault(lab.paths, node, None)
-        if state.get("kubelet") == "real" and faults.FAULTS[fault].effects.xid:
-            selector = "app.kubernetes.io/name=nvidia-device-plugin"
-            for pod in core.list_namespaced_pod("gpu-system", label_selector=selector).items:
-                if pod.spec.node_name == node:
-                    core.delete_namespaced_pod(pod.metadata.name, "gpu-system")
-            wait_for(lambda: gpu_allocatable(core, node) == before, timeout=180,
-                     what=f"{node}'s allocatable back to {before} after its device plugin restarted")  # fmt: skip
+        hosts.inject_fault(deployed_lab.lab.paths, node, None)
+        restore_allocatable(deployed_lab, node, fault, before)

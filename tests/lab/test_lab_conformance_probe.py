@@ -21,7 +21,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 import pytest
-from suite_runs import DISCOVER, INVENTORY, failed, node_of, run_suite
+from suite_runs import DISCOVER, INVENTORY, failed, gpu_allocatable, node_of, restore_allocatable, run_suite
 
 from gpuready import kube
 from gpuready.conformance import workloads as wl
@@ -138,6 +138,7 @@ def test_faults_fail_their_checks_through_the_probe_on_the_faulted_nodes_only(
 ):
     lab = deployed_lab.lab
     where = {node_of(deployed_lab, i.profile): i for i in round_}
+    before = {node: gpu_allocatable(deployed_lab, node) for node in where}
     try:
         for node, i in where.items():
             hosts.inject_fault(lab.paths, node, i.fault, i.gpu)
@@ -149,6 +150,7 @@ def test_faults_fail_their_checks_through_the_probe_on_the_faulted_nodes_only(
             hosts.inject_fault(lab.paths, node, None)
             if i.fault in AFTER_CLEAR:
                 lab.ssh(node, AFTER_CLEAR[i.fault])
+            restore_allocatable(deployed_lab, node, i.fault, before[node])
     bad = failed(verdict)
     faulted = {node: f"{i.fault} on {i.profile}" for node, i in where.items()}
     assert set(bad) == set(where), f"faulted {faulted}; failing nodes: {bad}"

@@ -25,9 +25,8 @@ import jsonschema
 import pytest
 from chromium_report import chromium, colour_bands, dump_dom, matrix_rows, read_png, screenshot
 from installed_wheel import fresh_venv_with_wheel, where_gpuready
-from suite_runs import failed, node_of, wait_until_settled
+from suite_runs import failed, faulted, node_of, wait_until_settled
 
-from gpuready.lab import hosts
 from gpuready.lab.state import load_state
 
 pytestmark = pytest.mark.lab
@@ -98,12 +97,9 @@ def test_a_faulted_node_is_first_and_red_in_the_report_chromium_shows(deployed_l
     chromium()  # skips, naming the package, where there is none
     node = node_of(deployed_lab, PROFILE)
     reports = tmp_path / "R"
-    hosts.inject_fault(deployed_lab.lab.paths, node, FAULT, GPU)
-    try:
+    with faulted(deployed_lab, node, FAULT, GPU):
         done, _ = user_check(installed, tmp_path, "--discover", "--kubeconfig", kubeconfig(deployed_lab),
                              "--report-dir", str(reports), "-m", "host or gpu")  # fmt: skip
-    finally:
-        hosts.inject_fault(deployed_lab.lab.paths, node, None)
     out = done.stdout[-4000:] + done.stderr[-2000:]
     verdict = valid_verdict(installed, reports)
     bad = failed(verdict)
