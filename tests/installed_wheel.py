@@ -9,6 +9,7 @@ site-packages. So an import of something the wheel does not declare fails there 
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import zipfile
@@ -115,10 +116,13 @@ def fresh_venv_with_wheel(work: Path) -> Path:
 
 
 def where_gpuready(venv: Path) -> str:
-    """The file the venv's interpreter imports gpuready from (the wheel's, not this checkout's)."""
+    """The file the venv's interpreter imports gpuready from (the wheel's, not this checkout's), as a user's shell
+    without this checkout's PYTHONPATH would (a developer's `PYTHONPATH=src` is not the wheel's fault)."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     return subprocess.run(
         [venv / "bin" / "python", "-c", "import gpuready; print(gpuready.__file__)"],
         capture_output=True,
         text=True,
         check=True,
+        env=env,
     ).stdout.strip()
