@@ -146,6 +146,7 @@ def real_kubelet_lab(
 # --- deploys on the session lab ----------------------------------------------------------------------------------
 
 from pyinfra_runs import PyinfraRun, run_pyinfra  # noqa: E402
+from suite_runs import wait_until_settled  # noqa: E402
 
 
 @dataclass
@@ -169,7 +170,12 @@ def deployed_lab(lab: Lab) -> DeployedLab:
     addons_first = run_pyinfra(lab, deploy="deploys/cluster_addons.py")
     assert addons_first.returncode == 0, addons_first.output[-4000:]
     addons_second = run_pyinfra(lab, deploy="deploys/cluster_addons.py")
-    return DeployedLab(lab, first, second, addons_first, addons_second)
+    deployed = DeployedLab(lab, first, second, addons_first, addons_second)
+    if (
+        KUBELET == "real"
+    ):  # the real add-ons roll out and register after the deploy returns, as on a real cluster
+        wait_until_settled(deployed)
+    return deployed
 
 
 # --- the shared real-kubelet lab -----------------------------------------------------------------------------------

@@ -54,7 +54,8 @@ def node_of(deployed_lab: Any, profile: str) -> str:
 
 
 def wait_until_settled(deployed_lab: Any, timeout: float = 300.0) -> None:
-    """Every Node Ready and every add-on pod (gpu-system) Running and Ready: the healthy lab a test compares with.
+    """Every Node Ready with GPUs allocatable and every add-on pod (gpu-system) Running and Ready: the healthy lab a
+    test compares with.
     A test before may have restarted a node's add-ons (a pool change, a reboot); the suite reports a pod that is
     Running but not yet Ready as a failure, rightly, so a test that expects a pass waits for this first."""
     from polling import wait_for
@@ -65,8 +66,13 @@ def wait_until_settled(deployed_lab: Any, timeout: float = 300.0) -> None:
     core = kube.connect(state["apiserver"]["kubeconfig"]).core
 
     def unsettled() -> list[str]:
-        waiting = [f"node {n.metadata.name}" for n in core.list_node().items
+        nodes = core.list_node().items
+        waiting = [f"node {n.metadata.name}" for n in nodes
                    if not any(c.type == "Ready" and c.status == "True" for c in n.status.conditions or [])]  # fmt: skip
+        # every lab node is a GPU node: its device plugin has registered once some nvidia.com/* is allocatable
+        waiting += [f"node {n.metadata.name}'s nvidia.com/* allocatable" for n in nodes
+                    if not any(k.startswith("nvidia.com/") and v != "0"
+                               for k, v in (n.status.allocatable or {}).items())]  # fmt: skip
         for pod in core.list_namespaced_pod("gpu-system").items:
             ready = any(c.type == "Ready" and c.status == "True" for c in pod.status.conditions or [])
             if pod.status.phase != "Running" or not ready:
