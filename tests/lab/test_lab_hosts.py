@@ -4,6 +4,7 @@ checking, the inventory."""
 from __future__ import annotations
 
 import json
+import re
 import runpy
 import subprocess
 import sys
@@ -318,12 +319,16 @@ def test_lab_status_table(lab):
     )
     lines = result.stdout.splitlines()
     port = lab.state["ssh"]["port"]
-    assert lines[0].split() == ["HOST", "ADDRESS", "OS", "PROFILE", "GPUS", "STATE"]
+    assert lines[0].split() == ["HOST", "ADDRESS", "OS", "PROFILE", "GPUS", "STATE", "MEMORY", "(RSS)"]
     address = lab.state["hosts"]["gpu-node-1"]["address"]
     release = lab.state["hosts"]["gpu-node-1"]["os"]
-    assert lines[1].split() == ["gpu-node-1", f"{address}:{port}", release, "h100-sxm-8", "8x", "NVIDIA", "H100",
-                                "80GB", "HBM3", "up"]  # fmt: skip
-    assert [line.split()[-1] for line in lines[1:4]] == ["up", "up", "up"]
+    assert lines[1].split()[:10] == ["gpu-node-1", f"{address}:{port}", release, "h100-sxm-8", "8x", "NVIDIA",
+                                     "H100", "80GB", "HBM3", "up"]  # fmt: skip
+    assert [line.split()[9] for line in lines[1:4]] == ["up", "up", "up"]
+    # then each host's kubelet and containerd memory, or "-" where neither runs (before the node deploy)
+    for line in lines[1:4]:
+        memory = " ".join(line.split()[10:])
+        assert memory == "-" or re.fullmatch(r"(kubelet \d+ MiB)?(, )?(containerd \d+ MiB)?", memory), line
     assert lines[4].startswith(f"repositories: {lab.state['repo']['base_url']}/ (serving), keyring ")
     net = lab.state["network"]
     assert lines[5].startswith(f"network: namespace {net['netns']} (present), subnet {net['subnet']}, ")
