@@ -324,11 +324,12 @@ def test_lab_status_table(lab):
     release = lab.state["hosts"]["gpu-node-1"]["os"]
     assert lines[1].split()[:10] == ["gpu-node-1", f"{address}:{port}", release, "h100-sxm-8", "8x", "NVIDIA",
                                      "H100", "80GB", "HBM3", "up"]  # fmt: skip
-    assert [line.split()[9] for line in lines[1:4]] == ["up", "up", "up"]
+    state, memory = lines[0].index("STATE"), lines[0].index("MEMORY")  # the columns' offsets
+    assert [line[state:memory].strip() for line in lines[1:4]] == ["up", "up", "up"]
     # then each host's kubelet and containerd memory, or "-" where neither runs (before the node deploy)
     for line in lines[1:4]:
-        memory = " ".join(line.split()[10:])
-        assert memory == "-" or re.fullmatch(r"(kubelet \d+ MiB)?(, )?(containerd \d+ MiB)?", memory), line
+        rss = line[memory:]
+        assert rss == "-" or re.fullmatch(r"(kubelet \d+ MiB)?(, )?(containerd \d+ MiB)?", rss), line
     assert lines[4].startswith(f"repositories: {lab.state['repo']['base_url']}/ (serving), keyring ")
     net = lab.state["network"]
     assert lines[5].startswith(f"network: namespace {net['netns']} (present), subnet {net['subnet']}, ")
