@@ -951,11 +951,12 @@ def _wait_gone(pid: int, seconds: float) -> None:
 
 def status(paths: LabPaths) -> dict[str, Any]:
     state = require_state(paths)
+    cgroups = lab_cgroups(paths)[0]  # each host's processes are in <lab cgroup>/<host name>
     for name, host in state["hosts"].items():
         host["running"] = _alive(host.get("pid"), host.get("pid_start"))
         host["ssh_answers"] = ssh.read_banner(host["address"], host["port"]) is not None
         if host["running"]:
-            host["memory_kib"] = daemon_memory(lab_cgroups(paths)[0] / name)
+            host["memory_kib"] = daemon_memory(cgroups / name)
     kube_proxy_entry = (state.get("apiserver") or {}).get("kube_proxy")  # real-kubelet mode
     for server in (state["repo"], state.get("egress"), state.get("apiserver"), kube_proxy_entry):
         if server:
