@@ -68,7 +68,12 @@ def test_resources_name_key_expected_actual_and_why(specs):
     l4 = specs["l4"]
     obj = node_obj(allocatable={"nvidia.com/gpu": "1", "cpu": "8"}, capacity={"nvidia.com/gpu": "4"})
     assert node.gpu_resources(l4, obj, "allocatable") == [
-        "allocatable nvidia.com/gpu = 1, expected 4 (time-slicing replicas 4 x 1 GPU)"
+        "allocatable nvidia.com/gpu = 1, expected 4 (time-slicing replicas 4 x 1 GPU); 3 of 4 in capacity marked "
+        "unhealthy by the device plugin"
+    ]
+    unregistered = node_obj(allocatable={"nvidia.com/gpu": "0"}, capacity={"nvidia.com/gpu": "0"})
+    assert node.gpu_resources(l4, unregistered, "allocatable") == [  # no plugin: nothing said of health
+        "allocatable nvidia.com/gpu = absent, expected 4 (time-slicing replicas 4 x 1 GPU)"
     ]
     assert node.gpu_resources(l4, obj, "capacity") == []
     zero = node_obj(allocatable={"nvidia.com/gpu": "4", "nvidia.com/mig-1g.10gb": "0"})

@@ -97,8 +97,19 @@ def gpu_resources(node: NodeSpec, obj: Obj | None, field: str) -> list[str]:
             actual = have.get(key, "absent")
             expected = want.get(key, 0)
             why = f" ({explain(node, key)})" if key in want else " (the inventory expects none)"
-            problems.append(f"{field} {key} = {actual}, expected {expected}{why}")
+            problems.append(f"{field} {key} = {actual}, expected {expected}{why}{_unhealthy(obj, field, key)}")
     return problems
+
+
+def _unhealthy(obj: Obj | None, field: str, key: str) -> str:
+    """Why allocatable is short of capacity: the kubelet counts in capacity every device its plugin lists and in
+    allocatable only the healthy ones, so the difference is the devices the plugin marked unhealthy (after a
+    critical XID, for NVIDIA's plugin until it restarts). Said, because it points at a GPU, not at the plugin."""
+    if field != "allocatable" or obj is None:
+        return ""
+    capacity = nvidia_resources(obj, "capacity").get(key, 0)
+    short = capacity - nvidia_resources(obj, "allocatable").get(key, 0)
+    return f"; {short} of {capacity} in capacity marked unhealthy by the device plugin" if short > 0 else ""
 
 
 def _diff_labels(have: dict[str, str], want: dict[str, str], what: str) -> list[str]:
