@@ -97,7 +97,9 @@ def gpu_resources(node: NodeSpec, obj: Obj | None, field: str) -> list[str]:
             actual = have.get(key, "absent")
             expected = want.get(key, 0)
             why = f" ({explain(node, key)})" if key in want else " (the inventory expects none)"
-            problems.append(f"{field} {key} = {actual}, expected {expected}{why}{_unhealthy(obj, field, key)}")
+            problems.append(
+                f"{field} {key} = {actual}, expected {expected}{why}{_unhealthy(obj, field, key)}"
+            )
     return problems
 
 
