@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from polling import wait_for
 from pyinfra_runs import run_pyinfra
-from suite_runs import failed, faulted, node_of, run_suite
+from suite_runs import failed, faulted, gpu_allocatable, node_of, run_suite
 
 from gpuready import kube
 from gpuready.conformance import workloads as wl
@@ -259,6 +259,28 @@ def test_one_fault_fails_its_check_on_that_node_only(
     assert list(bad) == [node], bad
     assert check in bad[node], bad[node]
     assert bad[node][check].startswith(f"{node}: ") and words in bad[node][check]
+
+
+def test_a_critical_xid_takes_exactly_that_gpu_out_of_the_allocatable(deployed_lab, tmp_path):
+    """Issue #29: an XID 48 (double-bit ECC; the GPU stays on the bus) on GPU 3 of the 8-GPU H100. The device
+    plugin (NVIDIA's own on real kubelets: its health checker reads the XID event from the mock NVML's event set)
+    marks that one GPU unhealthy: allocatable drops by one, capacity stays, and the suite names the node, the count
+    the plugin marked unhealthy, and the GPU the XID came from. (XID 79 is no such test: its GPU is off the bus, so
+    NVIDIA's plugin cannot read its UUID and marks every device of the node unhealthy.)"""
+    node = node_of(deployed_lab, "h100-sxm-8")
+    assert gpu_allocatable(deployed_lab, node) == {"nvidia.com/gpu": "8"}
+    with faulted(deployed_lab, node, "xid-48", 3):
+        wait_for(lambda: gpu_allocatable(deployed_lab, node) == {"nvidia.com/gpu": "7"}, timeout=120,
+                 what=f"{node}'s allocatable nvidia.com/gpu 7 after an XID 48 on GPU 3")  # fmt: skip
+        verdict = run_suite(deployed_lab, tmp_path, "-m", "node or gpu")
+    bad = failed(verdict)
+    assert list(bad) == [node], bad
+    assert bad[node]["node/test_allocatable"] == (
+        f"{node}: allocatable nvidia.com/gpu = 7, expected 8 (8 GPUs, not shared); 1 of 8 in capacity marked "
+        "unhealthy by the device plugin"
+    ), bad[node]
+    assert "node/test_capacity" not in bad[node], bad[node]
+    assert "XID 48 on GPU 3 (PCI:" in bad[node]["gpu/test_no_xid_errors"], bad[node]
 
 
 def test_kubelet_stopped_fails_ready_on_that_node_only(deployed_lab, tmp_path):
