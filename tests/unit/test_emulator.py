@@ -466,6 +466,25 @@ def test_persistence_mode_set_and_lost_on_reboot(tmp_path: Path) -> None:
     assert host.ok("--query-gpu=persistence_mode", "--format=csv,noheader") == "Disabled\n"
 
 
+def test_compute_mode_and_timeslice_as_nvidias_dra_driver_sets_them(tmp_path: Path) -> None:
+    """NVIDIA's DRA driver runs ``nvidia-smi -i UUID -c MODE`` and ``compute-policy -i UUID --set-timeslice N``
+    when it prepares and unprepares a claim (v0.4.1 cmd/gpu-kubelet-plugin/nvlib.go); a failure there keeps the
+    claim's pod from ever finishing."""
+    host = Host(tmp_path, "t4-1")
+    uuid = host.ok("--query-gpu=uuid", "--format=csv,noheader").strip()
+    assert host.ok("-i", uuid, "-c", "EXCLUSIVE_PROCESS") == (
+        "Set compute mode to EXCLUSIVE_PROCESS for GPU 00000000:00:1E.0.\nAll done.\n"
+    )
+    assert host.ok("--query-gpu=compute_mode", "--format=csv,noheader") == "Exclusive_Process\n"
+    assert host.ok("-i", uuid, "-c", "DEFAULT").startswith("Set compute mode to DEFAULT")
+    assert host.ok("-i", uuid, "-c", "0").startswith("Compute mode is already set to DEFAULT")
+    assert host.ok("compute-policy", "-i", uuid, "--set-timeslice", "0") == (
+        "Set timeslice to Default for GPU 00000000:00:1E.0.\n"
+    )
+    bad = host.smi("-i", uuid, "-c", "SHARED")
+    assert bad.returncode == 2 and 'Invalid value "SHARED" for option -c' in bad.stdout, bad
+
+
 def test_persistenced_daemon_turns_persistence_mode_on(tmp_path: Path) -> None:
     host = Host(tmp_path, "l40s-2")
     proc = subprocess.Popen(

@@ -70,7 +70,10 @@ class Deb:
 
     def add_wrapper(self, tool: str, path: list[str], module: str, entry: str) -> None:
         self.add(
-            f"/usr/bin/{tool}", pf.WRAPPER.format(tool=tool, path=path, module=module, entry=entry), 0o755
+            f"/usr/bin/{tool}",
+            # the path list as JSON: double quotes, inside the wrapper's single-quoted Python
+            pf.WRAPPER.format(tool=tool, path=json.dumps(path), module=module, entry=entry),
+            0o755,
         )
 
     @property

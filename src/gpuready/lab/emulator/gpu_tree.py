@@ -138,6 +138,9 @@ class GpuView:
     def persistence(self) -> bool:
         return self.drv.persistence(self.gpu)
 
+    def compute_mode(self) -> str:
+        return self.drv.compute_mode(self.gpu)
+
 
 def gpu_nodes(view: GpuView, v13: bool) -> list:
     g = view.gpu

@@ -308,6 +308,10 @@ class Driver:
     def persistence(self, gpu: dict) -> bool:
         return bool(self.gpu_state(gpu)["persistence"]) or persistenced_running()
 
+    def compute_mode(self, gpu: dict) -> str:
+        """As nvidia-smi names it (Default, Exclusive_Process, Prohibited); the driver's default until set."""
+        return str(self.gpu_state(gpu).get("compute_mode", "Default"))
+
 
 def _cap(minor: int) -> str:
     return f"/dev/nvidia-caps/nvidia-cap{minor}"

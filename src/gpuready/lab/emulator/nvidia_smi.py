@@ -250,7 +250,7 @@ def query_fields(view: GpuView, drv: nvemu.Driver, count: int) -> dict:
         "memory.reserved": ("MiB", str(reserved)),
         "memory.used": ("MiB", str(used)),
         "memory.free": ("MiB", str(free)),
-        "compute_mode": ("", "Default"),
+        "compute_mode": ("", view.compute_mode()),
         "compute_cap": ("", g.get("compute_capability", "[N/A]")),
         "utilization.gpu": ("%", util),
         "utilization.memory": ("%", util),
@@ -376,6 +376,52 @@ def cmd_persistence(drv: nvemu.Driver, gpus: list[dict], value: str) -> int:
         _out(f"{word} Legacy persistence mode for GPU {gpu['pci_bus_id']}.\n")
     drv.save()
     _out("All done.\n")
+    return 0
+
+
+# -c/--compute-mode values as nvidia-smi takes them (a number or a name) and the name it reports
+COMPUTE_MODES = {"0": "Default", "DEFAULT": "Default", "2": "Prohibited", "PROHIBITED": "Prohibited",
+                 "3": "Exclusive_Process", "EXCLUSIVE_PROCESS": "Exclusive_Process"}  # fmt: skip
+# compute-policy --set-timeslice values: 0 default, 1 short, 2 medium, 3 long
+TIMESLICES = ("Default", "Short", "Medium", "Long")
+
+
+def cmd_compute_mode(drv: nvemu.Driver, gpus: list[dict], value: str) -> int:
+    """``-c MODE``: what NVIDIA's DRA driver runs to share a GPU (EXCLUSIVE_PROCESS for MPS, DEFAULT otherwise)."""
+    mode = COMPUTE_MODES.get(value.upper())
+    if mode is None:
+        raise UsageError(f'Invalid value "{value}" for option -c')
+    for gpu in gpus:
+        bus = gpu["pci_bus_id"]
+        if drv.compute_mode(gpu) == mode:
+            _out(f"Compute mode is already set to {mode.upper()} for GPU {bus}.\n")
+        else:
+            drv.gpu_state(gpu)["compute_mode"] = mode
+            _out(f"Set compute mode to {mode.upper()} for GPU {bus}.\n")
+    drv.save()
+    _out("All done.\n")
+    return 0
+
+
+def cmd_compute_policy(drv: nvemu.Driver, argv: list[str]) -> int:
+    """``compute-policy -i ID --set-timeslice N``: the time slice of time-shared processes on a GPU (NVIDIA's DRA
+    driver sets it for a TimeSlicing claim, and back to 0 when it unprepares one)."""
+    ids = value = None
+    i = 0
+    while i < len(argv):
+        if argv[i] in ("-i", "--id"):
+            ids = _take(argv, i, argv[i])
+        elif argv[i] == "--set-timeslice":
+            value = _take(argv, i, argv[i])
+        else:
+            raise UsageError(f"Invalid combination of input arguments.\n{argv[i]}")
+        i += 2
+    if value not in {str(n) for n in range(len(TIMESLICES))}:
+        raise UsageError(f'Invalid value "{value}" for option --set-timeslice (0 to {len(TIMESLICES) - 1})')
+    for gpu in select(drv, ids):
+        drv.gpu_state(gpu)["timeslice"] = int(value)
+        _out(f"Set timeslice to {TIMESLICES[int(value)]} for GPU {gpu['pci_bus_id']}.\n")
+    drv.save()
     return 0
 
 
@@ -525,6 +571,10 @@ def _main(argv: list[str]) -> int:
         return mig.main(argv[1:])
     if argv[:1] == ["nvlink"]:
         return _nvlink(argv[1:])
+    if argv[:1] == ["compute-policy"]:
+        drv = nvemu.Driver()
+        drv.check_loaded()
+        return cmd_compute_policy(drv, argv[1:])
     if argv[:1] == ["topo"]:
         if argv[1:2] not in (["-m"], ["--matrix"]):
             raise UsageError("Invalid combination of input arguments.")
@@ -568,6 +618,9 @@ def _main(argv: list[str]) -> int:
         elif arg in ("-mig", "--multi-instance-gpu"):
             action, value = "mig", _take(argv, i, arg)
             i += 1
+        elif arg in ("-c", "--compute-mode"):
+            action, value = "compute-mode", _take(argv, i, arg)
+            i += 1
         elif arg in ("-r", "--gpu-reset"):
             action = "reset"
         else:
@@ -600,6 +653,8 @@ def _main(argv: list[str]) -> int:
         return cmd_persistence(drv, gpus, value or "")
     if action == "mig":
         return cmd_mig_mode(drv, gpus, value or "")
+    if action == "compute-mode":
+        return cmd_compute_mode(drv, gpus, value or "")
     if action == "reset":
         return cmd_gpu_reset(drv, gpus, ids)
     return cmd_table(drv, gpus)

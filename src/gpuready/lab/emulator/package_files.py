@@ -8,12 +8,22 @@ network-online.target, which a container host never reaches. The toolkit's binar
 """
 
 WRAPPER = """\
-#!/usr/bin/python3
+#!/bin/sh
 # {tool}: emulated by the gpuready lab (the GPU and driver are simulated; see /usr/lib/nvidia-emu).
+# NVIDIA's real {tool} is an ELF binary that runs from any root with glibc, as NVIDIA's DRA driver runs it
+# (/driver-root/usr/bin/{tool}, from a container without Python): called that way, the emulated tool runs chrooted
+# into the root it is installed in, the host's, and reads the same machine.
+root="${{0%/usr/bin/{tool}}}"
+if [ ! -x /usr/bin/python3 ] && [ -n "$root" ] && [ "$root" != "$0" ] && [ -x "$root/usr/bin/python3" ]; then
+  unset LD_PRELOAD  # the caller's path to the driver library, not one inside the host's root
+  if command -v chroot >/dev/null 2>&1; then exec chroot "$root" /usr/bin/{tool} "$@"; fi
+  exec /busybox/busybox chroot "$root" /usr/bin/{tool} "$@"
+fi
+exec /usr/bin/python3 -c '
 import os
 import sys
 
-sys.path[:0] = {path!r}
+sys.path[:0] = {path}
 import {module}
 
 try:
@@ -21,6 +31,7 @@ try:
 except BrokenPipeError:  # piped into head: stop quietly like the real tool
     os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     sys.exit(0)
+' "$@"
 """
 
 PERSISTENCED_UNIT = """\
