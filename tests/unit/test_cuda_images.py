@@ -146,6 +146,46 @@ def test_owners_first_pod_per_gpu_replica_ids_name_the_gpu() -> None:
     assert dcgm_exporter.owners(entries) == {UUID: ("ns", "a", "c1"), "MIG-1234": ("ns", "m", "c3")}
 
 
+def _claim(namespace: str, name: str, driver: str, pool: str, device: str) -> bytes:
+    """A DynamicResource (claim_name = 2, claim_namespace = 3, claim_resources = 4) with one ClaimResource
+    (cdi_devices = 1, driver_name = 2, pool_name = 3, device_name = 4)."""
+    resource = _field(1, _field(1, f"k8s.{driver}/claim=uid-{device}".encode()))
+    resource += _field(2, driver.encode()) + _field(3, pool.encode()) + _field(4, device.encode())
+    return _field(2, name.encode()) + _field(3, namespace.encode()) + _field(4, resource)
+
+
+def test_a_gpu_held_through_a_claim_carries_its_pod_and_claim_with_dra_mapping_on() -> None:
+    """The pod-resources API reports a claim's devices as DynamicResources (ContainerResources field 5); with DRA
+    mapping on the GPU's series carry the pod and dra_* labels, with it off none (the real exporter's default)."""
+    view = VirtualGpuView("gpu-node-9", make_hardware("l40s-2", 0))
+    second = view.snapshot().gpus[1]
+    container = _field(1, b"main") + _field(
+        5, _claim("run-1", "holder-gpu", "gpu.nvidia.com", "gpu-node-9", "gpu-1")
+    )
+    response = _response(_pod("holder", "run-1", container))
+    assert dcgm_exporter.pod_claims(response) == [
+        ("run-1", "holder", "main", "run-1", "holder-gpu", "gpu.nvidia.com", "gpu-node-9", "gpu-1")
+    ]
+    for dra, expected in ((True, 1), (False, 0)):
+        env = {
+            "DCGM_EXPORTER_KUBERNETES": "true",
+            **({"DCGM_EXPORTER_KUBERNETES_ENABLE_DRA": "true"} if dra else {}),
+        }
+        exporter = dcgm_exporter.Exporter(
+            view, dcgm_exporter.exporter_object(env, [], "p"), "", lambda: response
+        )
+        temps = [s for s in parse_dcgm_metrics(exporter.metrics()) if s.metric == "DCGM_FI_DEV_GPU_TEMP"]
+        held = [s.labels for s in temps if s.labels.get("pod") == "holder"]
+        assert len(held) == expected, temps
+        if dra:
+            assert held[0]["UUID"] == second.uuid
+            assert (held[0]["dra_claim_name"], held[0]["dra_device_name"], held[0]["dra_pool_name"]) == (
+                "holder-gpu",
+                "gpu-1",
+                "gpu-node-9",
+            )
+
+
 @pytest.mark.parametrize("data", [b"\x0a\x05ab", b"\x0a", b"\x0f", b"\x80"])
 def test_a_truncated_or_odd_message_raises(data: bytes) -> None:
     with pytest.raises(ValueError):
@@ -176,7 +216,9 @@ def test_the_exporter_serves_the_agents_scrape_with_the_pod_of_each_gpu() -> Non
         view,
         dcgm_exporter.exporter_object(env, [], "nvidia-dcgm-exporter-x7k2p"),
         cuda_images.DCGM_EXPORTER_IMAGE,
-        lambda: {uuid: ("gpuready-run", "shared-0", "main")},
+        lambda: _response(
+            _pod("shared-0", "gpuready-run", _container("main", _devices("nvidia.com/gpu", f"{uuid}::0")))
+        ),
     )
     server = dcgm_exporter.serve(exporter, ("127.0.0.1", 0))
     try:
@@ -205,7 +247,7 @@ def test_the_exporter_serves_the_agents_scrape_with_the_pod_of_each_gpu() -> Non
 def test_a_pod_resources_failure_exports_without_pods(capsys: pytest.CaptureFixture[str]) -> None:
     view = VirtualGpuView("gpu-node-9", make_hardware("l4-1", 0))
 
-    def broken() -> dict[str, tuple[str, str, str]]:
+    def broken() -> bytes:
         raise OSError("no such socket")
 
     exporter = dcgm_exporter.Exporter(

@@ -28,12 +28,14 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from gpuready.lab.agent.gpu_host import GpuView, HostView
-from gpuready.lab.agent.gpu_metrics import Owner, dcgm_scrape
+from gpuready.lab.agent.dra_devices import ClaimRef, host_devices
+from gpuready.lab.agent.gpu_host import GpuView, HostState, HostView
+from gpuready.lab.agent.gpu_metrics import Owner, dcgm_scrape, dra_mapping
 
 POD_RESOURCES_SOCKET = "/var/lib/kubelet/pod-resources/kubelet.sock"
 LIST_METHOD = "/v1.PodResourcesLister/List"
 HARDWARE = "/opt/gpuready-lab/machine/hardware.json"  # gpuready.lab.hardware.HOST_MACHINE_DIR's file
+DRA_DRIVER = "gpu.nvidia.com"
 BANNER = "gpuready lab: emulated dcgm-exporter (no DCGM here: the lab's emulated GPUs)"
 
 
@@ -85,12 +87,10 @@ def _text(value: int | bytes) -> str:
     return value.decode() if isinstance(value, bytes) else ""
 
 
-def pod_devices(response: bytes) -> list[tuple[str, str, str, str, list[str]]]:
-    """(namespace, pod, container, resource name, device IDs) of a ``ListPodResourcesResponse``
+def _containers(response: bytes) -> Iterator[tuple[str, str, str, list[tuple[int, int | bytes]]]]:
+    """(namespace, pod, container, the container's fields) of a ``ListPodResourcesResponse``
     (k8s.io/kubelet/pkg/apis/podresources/v1: ``pod_resources = 1``; PodResources ``name = 1``,
-    ``namespace = 2``, ``containers = 3``; ContainerResources ``name = 1``, ``devices = 2``; ContainerDevices
-    ``resource_name = 1``, ``device_ids = 2``). Other fields (CPUs, memory, dynamic resources) are skipped."""
-    out = []
+    ``namespace = 2``, ``containers = 3``; ContainerResources ``name = 1``)."""
     for number, pod in fields(response):
         if number != 1 or not isinstance(pod, bytes):
             continue
@@ -104,22 +104,73 @@ def pod_devices(response: bytes) -> list[tuple[str, str, str, str, list[str]]]:
             elif n == 3 and isinstance(v, bytes):
                 containers.append(v)
         for c in containers:
-            container = ""
-            devices: list[bytes] = []
-            for n, v in fields(c):
-                if n == 1:
-                    container = _text(v)
-                elif n == 2 and isinstance(v, bytes):
-                    devices.append(v)
-            for d in devices:
-                resource, ids = "", []
-                for n, v in fields(d):
-                    if n == 1:
-                        resource = _text(v)
-                    elif n == 2:
-                        ids.append(_text(v))
-                out.append((namespace, name, container, resource, ids))
+            found = list(fields(c))
+            container = next((_text(v) for n, v in found if n == 1), "")
+            yield namespace, name, container, found
+
+
+def pod_devices(response: bytes) -> list[tuple[str, str, str, str, list[str]]]:
+    """(namespace, pod, container, resource name, device IDs) of a ``ListPodResourcesResponse``: the device
+    plugins' devices (ContainerResources ``devices = 2``; ContainerDevices ``resource_name = 1``,
+    ``device_ids = 2``). CPUs and memory are skipped; claims are :func:`pod_claims`."""
+    out = []
+    for namespace, name, container, found in _containers(response):
+        for n, d in found:
+            if n != 2 or not isinstance(d, bytes):
+                continue
+            resource, ids = "", []
+            for m, v in fields(d):
+                if m == 1:
+                    resource = _text(v)
+                elif m == 2:
+                    ids.append(_text(v))
+            out.append((namespace, name, container, resource, ids))
     return out
+
+
+def pod_claims(response: bytes) -> list[tuple[str, str, str, str, str, str, str, str]]:
+    """(namespace, pod, container, claim namespace, claim name, driver, pool, device) for each device a container
+    holds through a ResourceClaim (ContainerResources ``dynamic_resources = 5``; DynamicResource
+    ``claim_name = 2``, ``claim_namespace = 3``, ``claim_resources = 4``; ClaimResource ``driver_name = 2``,
+    ``pool_name = 3``, ``device_name = 4``)."""
+    out = []
+    for namespace, name, container, found in _containers(response):
+        for n, dynamic in found:
+            if n != 5 or not isinstance(dynamic, bytes):
+                continue
+            claim = claim_ns = ""
+            resources: list[bytes] = []
+            for m, v in fields(dynamic):
+                if m == 2:
+                    claim = _text(v)
+                elif m == 3:
+                    claim_ns = _text(v)
+                elif m == 4 and isinstance(v, bytes):
+                    resources.append(v)
+            for r in resources:
+                got = {m: _text(v) for m, v in fields(r) if m in (2, 3, 4)}
+                out.append((namespace, name, container, claim_ns, claim, got.get(2, ""), got.get(3, ""),
+                            got.get(4, "")))  # fmt: skip
+    return out
+
+
+def claim_owners(
+    entries: list[tuple[str, str, str, str, str, str, str, str]], host: HostState
+) -> tuple[dict[str, Owner], dict[str, ClaimRef]]:
+    """Device UUID -> its pod, and -> its claim, for the devices NVIDIA's DRA driver (``gpu.nvidia.com``) prepared:
+    the driver's device names (``gpu-<minor>``, MIG devices after them) are the machine's."""
+    devices = host_devices(host)
+    pods: dict[str, Owner] = {}
+    claims: dict[str, ClaimRef] = {}
+    for namespace, pod, container, claim_ns, claim, driver, pool, device in entries:
+        if driver != DRA_DRIVER or device not in devices:
+            continue
+        gpu, mig = devices[device]
+        uuid = mig.uuid if mig else gpu.uuid
+        pods.setdefault(uuid, (namespace, pod, container))
+        claims.setdefault(uuid, ClaimRef(claim_ns, claim, pool, device, mig.name if mig else "",
+                                         mig.uuid if mig else ""))  # fmt: skip
+    return pods, claims
 
 
 def owners(entries: list[tuple[str, str, str, str, list[str]]]) -> dict[str, Owner]:
@@ -164,29 +215,38 @@ def exporter_object(env: dict[str, str], argv: list[str], hostname: str) -> dict
 
 
 class Exporter:
-    """One scrape's inputs: the machine (a GpuView), the pod's own settings, and the device owners."""
+    """One scrape's inputs: the machine (a GpuView), the pod's own settings, and the kubelet's pod resources (the
+    ``List`` response: ``lookup``, None with Kubernetes mapping off)."""
 
     def __init__(
         self,
         view: GpuView,
         exporter: dict[str, Any],
         image: str,
-        lookup: Callable[[], dict[str, Owner]] | None,
+        lookup: Callable[[], bytes] | None,
     ) -> None:
         self.view, self.exporter, self.image, self.lookup = view, exporter, image, lookup
         self.started = time.monotonic()
 
-    def owners(self) -> dict[str, Owner]:
+    def mapping(self, host: HostState) -> tuple[dict[str, Owner], dict[str, ClaimRef]]:
+        """(device UUID -> pod, device UUID -> claim): the claims only with DRA mapping on, as the real exporter."""
         if self.lookup is None:
-            return {}
+            return {}, {}
         try:
-            return self.lookup()
+            response = self.lookup()
         except Exception as exc:  # the real exporter logs it and exports without pod labels
             print(f"pod-resources: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
-            return {}
+            return {}, {}
+        pods = owners(pod_devices(response))
+        if not dra_mapping(self.exporter):
+            return pods, {}
+        held, claims = claim_owners(pod_claims(response), host)
+        return {**held, **pods}, claims
 
     def metrics(self) -> str:
-        return dcgm_scrape(self.view.snapshot(), self.exporter, self.owners(), self.started, self.image)
+        host = self.view.snapshot()
+        pods, claims = self.mapping(host)
+        return dcgm_scrape(host, self.exporter, pods, self.started, self.image, claims)
 
 
 def handler(exporter: Exporter) -> type[http.server.BaseHTTPRequestHandler]:
@@ -239,7 +299,7 @@ def main(argv: list[str] | None = None) -> int:
         view,
         exporter_object(env, argv, hostname),
         env.get("GPUREADY_LAB_IMAGE", ""),
-        (lambda: owners(pod_devices(list_pod_resources(socket_path)))) if kubernetes else None,
+        (lambda: list_pod_resources(socket_path)) if kubernetes else None,
     )
     address = listen_address(env.get("DCGM_EXPORTER_LISTEN", ":9400"))
     server = http.server.ThreadingHTTPServer(address, handler(exporter))

@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, Any
 from gpuready.spec.dra import DRIVER, GPU_TYPE, MIB, MIG_TYPE, binary_quantity, semver
 
 from .api import ApiError, object_path
+from .dra_devices import ClaimRef, device_name, host_devices
 from .gpu_host import Gpu, HostState, MigDevice
 from .gpu_images import DRA_REPOS, Exposure, klog
 from .gpu_plugin import env_of, flag_of
@@ -96,13 +97,6 @@ def is_dra_image(image: str) -> bool:
     return repo in DRA_REPOS and bool(DRA_TAG.match(tag))
 
 
-def device_name(gpu: Gpu, mig: MigDevice | None) -> str:
-    minor = int(gpu.hw.get("minor_number", gpu.index))
-    if mig is None:
-        return f"gpu-{minor}"
-    return f"gpu-{minor}-mig-{mig.profile['profile_id']}-{mig.start}-{mig.profile.get('placement_size', 1)}"
-
-
 def _device(host: HostState, gpu: Gpu, mig: MigDevice | None) -> Obj:
     hw = gpu.hw
     attrs: Obj = {
@@ -125,31 +119,6 @@ def _device(host: HostState, gpu: Gpu, mig: MigDevice | None) -> Obj:
         capacity["multiprocessors"] = {"value": str(mig.profile.get("sm_count", 0))}
     capacity["memory"] = {"value": binary_quantity(memory)}
     return {"name": device_name(gpu, mig), "attributes": attrs, "capacity": capacity}
-
-
-def host_devices(host: HostState) -> dict[str, tuple[Gpu, MigDevice | None]]:
-    """What the plugin enumerates: GPUs on the bus with MIG off, and the full MIG devices of MIG-enabled ones."""
-    out: dict[str, tuple[Gpu, MigDevice | None]] = {}
-    for gpu in host.visible_gpus:
-        if gpu.mig_enabled:
-            for mig in gpu.mig_devices:
-                if mig.full:
-                    out[device_name(gpu, mig)] = (gpu, mig)
-        else:
-            out[device_name(gpu, None)] = (gpu, None)
-    return out
-
-
-@dataclass(frozen=True)
-class ClaimRef:
-    """A device held through a claim, as the kubelet's pod-resources API reports it (DynamicResources)."""
-
-    namespace: str
-    name: str
-    pool: str
-    device: str
-    mig_profile: str = ""
-    mig_uuid: str = ""
 
 
 @dataclass

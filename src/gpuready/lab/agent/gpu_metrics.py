@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 from .gpu_host import Gpu, HostState
 
 if TYPE_CHECKING:
-    from .gpu_dra import ClaimRef
+    from .dra_devices import ClaimRef
 
 # (field, type, help, for MIG entities too)
 FIELDS: tuple[tuple[str, str, str, bool], ...] = (
