@@ -13,6 +13,7 @@ from typing import Any
 
 from gpuready.lab import faults, hosts
 from gpuready.lab.state import load_state
+from gpuready.spec.dra import ALLOCATION_LABEL
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -69,10 +70,12 @@ def wait_until_settled(deployed_lab: Any, timeout: float = 300.0) -> None:
         nodes = core.list_node().items
         waiting = [f"node {n.metadata.name}" for n in nodes
                    if not any(c.type == "Ready" and c.status == "True" for c in n.status.conditions or [])]  # fmt: skip
-        # every lab node is a GPU node: its device plugin has registered once some nvidia.com/* is allocatable
+        # every lab node is a GPU node: its device plugin has registered once some nvidia.com/* is allocatable (a
+        # DRA node has none: its driver publishes ResourceSlices, and its plugin pod is Ready once it has)
         waiting += [f"node {n.metadata.name}'s nvidia.com/* allocatable" for n in nodes
-                    if not any(k.startswith("nvidia.com/") and v != "0"
-                               for k, v in (n.status.allocatable or {}).items())]  # fmt: skip
+                    if (n.metadata.labels or {}).get(ALLOCATION_LABEL) != "dra"
+                    and not any(k.startswith("nvidia.com/") and v != "0"
+                                for k, v in (n.status.allocatable or {}).items())]  # fmt: skip
         for pod in core.list_namespaced_pod("gpu-system").items:
             ready = any(c.type == "Ready" and c.status == "True" for c in pod.status.conditions or [])
             if pod.status.phase != "Running" or not ready:

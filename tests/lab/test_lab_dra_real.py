@@ -14,12 +14,15 @@ from __future__ import annotations
 
 import json
 import re
+from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 from conftest import Lab, real_kubelet_lab
 from polling import wait_for
 from pyinfra_runs import run_pyinfra
+from suite_runs import failed, run_suite, wait_until_settled
 from test_lab_real_kubelet import _kubectl
 
 from gpuready.deploy import dra_addons
@@ -120,6 +123,22 @@ def test_the_real_driver_publishes_the_machines_gpu_with_its_uuid(dra_lab: Lab) 
     gpus = [d for d in devices if d["attributes"]["type"]["string"] == "gpu"]
     assert [d["attributes"]["uuid"]["string"] for d in gpus] == uuids, devices
     assert gpus[0]["attributes"]["productName"]["string"].startswith("NVIDIA L4"), gpus[0]
+
+
+def test_the_whole_suite_passes_on_the_real_dra_node(dra_lab: Lab, tmp_path: Path) -> None:
+    """Issue #29: a DRA pool passes every layer through NVIDIA's real driver: the node layer's ResourceSlice and
+    DeviceClass checks read what the driver published, the workloads layer's vectorAdd gets its GPU through a
+    ResourceClaim the real kubelet prepares with the driver, the metrics layer maps that pod to its GPU. (Before the
+    claim pod below, which holds the node's only GPU.)"""
+    session = SimpleNamespace(lab=dra_lab)
+    wait_until_settled(session)  # NFD's worker and the plugin pods Ready: the suite fails a pod not yet Ready
+    verdict = run_suite(session, tmp_path)
+    assert failed(verdict) == {}, failed(verdict)
+    layers = verdict["nodes"][NODE]["layers"]
+    for layer in ("host", "gpu", "node", "workloads", "metrics"):
+        checks = layers[layer]["checks"]
+        assert any(c["status"] == "pass" for c in checks.values()), (layer, checks)
+    assert layers["node"]["checks"]["test_resource_slices"]["status"] == "pass", layers["node"]
 
 
 CLAIM = """
