@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# The main job on the local lab: boot 3 GPU hosts, one per Debian release (8x H100 NVSwitch on bookworm, 4x A100 with
-# MIG on trixie, 1x L4 time-sliced on sid), deploy them into GPU nodes, install the cluster add-ons, prove them with
-# the conformance suite, print the fleet table, and take the lab down again (also on failure or Ctrl-C).
+# The main job on the local lab: boot 4 GPU hosts on the 3 Debian releases (8x H100 NVSwitch on bookworm, 4x A100
+# with MIG on trixie, 1x L4 time-sliced on sid, 2x L40S on trixie whose pool allocates through DRA), deploy them into
+# GPU nodes, install the cluster add-ons, prove them with the conformance suite, print the fleet table, and take the
+# lab down again (also on failure or Ctrl-C).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=.venv/bin
@@ -18,13 +19,16 @@ case "$KUBELET" in
   real | emulated) ;;
   *) echo "gpuready demo: GPUREADY_DEMO_KUBELET=$KUBELET: use 'real' or 'emulated'" >&2; exit 2 ;;
 esac
+# The L40S pool allocates GPUs through Dynamic Resource Allocation (NVIDIA's DRA driver, not the device plugin):
+# inventory/lab.py reads GPUREADY_LAB_DRA. Set it empty to give every pool the device plugin.
+export GPUREADY_LAB_DRA="${GPUREADY_LAB_DRA-l40s-2}"
 trap '"$BIN/gpuready" lab down' EXIT
 
 step() { printf '\n==> %s\n' "$*" >&2; }
 
-step "gpuready lab up --kubelet $KUBELET: 3 hosts, one per Debian release"
-"$BIN/gpuready" lab up --kubelet "$KUBELET" --nodes 3 --profile h100-sxm-8 --profile a100-80gb-4 --profile l4-1 \
-  --os bookworm --os trixie --os sid
+step "gpuready lab up --kubelet $KUBELET: 4 hosts on the 3 Debian releases"
+"$BIN/gpuready" lab up --kubelet "$KUBELET" --nodes 4 --profile h100-sxm-8 --profile a100-80gb-4 --profile l4-1 \
+  --profile l40s-2 --os bookworm --os trixie --os sid --os trixie
 step "gpuready plan inventory/lab.py: what the deploy installs and the suite expects"
 "$BIN/gpuready" plan inventory/lab.py
 step "pyinfra inventory/lab.py deploys/gpu_node.py --data diag_tools=true (DCGM and nvbandwidth for the diag layer)"
@@ -36,14 +40,21 @@ step "kubectl rollout status: the add-ons' pods Ready on every node (real contai
 for ds in $("$BIN/kubectl" --kubeconfig "$KUBECONFIG_PATH" -n gpu-system get daemonset,deployment -o name); do
   "$BIN/kubectl" --kubeconfig "$KUBECONFIG_PATH" -n gpu-system rollout status "$ds" --timeout=300s
 done
-step "waiting for each node's GPUs in its allocatable (the device plugin registers after its pod is Ready)"
+step "waiting for each node's GPUs: in its allocatable (the device plugin registers after its pod is Ready), or in a ResourceSlice on a DRA node"
 "$BIN/python" - "$KUBECONFIG_PATH" <<'EOF'
 import sys, time
 from gpuready import kube
-core, deadline = kube.connect(sys.argv[1]).core, time.monotonic() + 180
+from gpuready.conformance.dra_workloads import list_dra_objects
+from gpuready.spec.dra import ALLOCATION_LABEL
+cluster = kube.connect(sys.argv[1])
+deadline = time.monotonic() + 180
+def has_gpus(node, sliced):
+    if (node.metadata.labels or {}).get(ALLOCATION_LABEL) == "dra":
+        return node.metadata.name in sliced
+    return any(k.startswith("nvidia.com/") and v != "0" for k, v in (node.status.allocatable or {}).items())
 while True:
-    bare = [n.metadata.name for n in core.list_node().items
-            if not any(k.startswith("nvidia.com/") and v != "0" for k, v in (n.status.allocatable or {}).items())]
+    sliced = {s["spec"].get("nodeName") for s in list_dra_objects(cluster)[0] if s["spec"].get("devices")}
+    bare = [n.metadata.name for n in cluster.core.list_node().items if not has_gpus(n, sliced)]
     if not bare or time.monotonic() > deadline:
         break  # the suite names a node still without GPUs
     time.sleep(2)
