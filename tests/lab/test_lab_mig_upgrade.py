@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import Lab, lab_skip_reason
+from conftest import KUBELET, Lab, lab_skip_reason
 from pyinfra_runs import PyinfraRun, run_pyinfra
 from test_lab_upgrade import OLD, UPGRADE, driver_on, summary
 
@@ -79,7 +79,14 @@ def mig_fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MigFleet]:
         pytest.skip(reason)
     paths = LabPaths(tmp_path_factory.mktemp("mig-upgrade-lab"))
     try:
-        state = hosts.up(paths, nodes=1, profiles=[PROFILE], releases=["sid"], first_index=free_first_index())
+        state = hosts.up(
+            paths,
+            nodes=1,
+            profiles=[PROFILE],
+            releases=["sid"],
+            first_index=free_first_index(),
+            kubelet=KUBELET,
+        )
         lab = Lab(paths, state)
         first = run_pyinfra(lab, *OLD)
         assert first.returncode == 0, first.output[-4000:]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Any
 
 import pytest
 from test_spec import EXAMPLE, problems_of, write_inventory
@@ -251,3 +252,47 @@ def test_run_summary_is_reported_once_when_the_run_ends_not_at_a_reboot(monkeypa
     for stage in (StateStage.Prepare, StateStage.Disconnect, StateStage.Disconnect):  # --dry reports nothing
         finished.host_disconnect(SimpleNamespace(current_stage=stage, active_hosts=[node]), node)
     assert reports == ["report", "finished"]
+
+
+def _pod(name: str, phase: str, ready: bool) -> Any:
+    from kubernetes import client
+
+    conditions = [client.V1PodCondition(type="Ready", status="True" if ready else "False")]
+    return client.V1Pod(metadata=client.V1ObjectMeta(name=name),
+                        status=client.V1PodStatus(phase=phase, conditions=conditions))  # fmt: skip
+
+
+def test_after_a_reboot_the_validation_waits_for_the_nodes_add_on_pods() -> None:
+    """Seen on the lab's real kubelets: the node was Ready in its new boot while its device plugin pod's
+    config-manager was still restarting, and the validation failed the upgrade on node/test_device_plugin_ready.
+    wait_pods_ready asks for the node's pods of the add-ons namespace until all are Running and Ready."""
+
+    from gpuready.deploy.upgrade import maintenance
+
+    answers = iter([
+        [_pod("nvidia-device-plugin-x", "Running", False), _pod("gfd-y", "Pending", False)],
+        [_pod("nvidia-device-plugin-x", "Running", True), _pod("gfd-y", "Running", True), _pod("job", "Succeeded", False)],
+    ])  # fmt: skip
+    asked: list[tuple[str, str]] = []
+
+    def list_namespaced_pod(namespace: str, field_selector: str) -> Any:
+        asked.append((namespace, field_selector))
+        return SimpleNamespace(items=next(answers))
+
+    cluster: Any = SimpleNamespace(core=SimpleNamespace(list_namespaced_pod=list_namespaced_pod))
+    ticks = iter(range(100))
+    assert (
+        maintenance.wait_pods_ready(cluster, "n1", "gpu-system", 30, lambda: next(ticks), lambda _s: None)
+        == []
+    )
+    assert asked == [("gpu-system", "spec.nodeName=n1")] * 2
+    # never Ready: the ones still waiting at the deadline, for the log line before the suite names them
+    stuck: Any = SimpleNamespace(core=SimpleNamespace(list_namespaced_pod=lambda namespace, field_selector: SimpleNamespace(
+        items=[_pod("nvidia-device-plugin-x", "Running", False), _pod("gfd-y", "Pending", False)])))  # fmt: skip
+    ticks = iter(range(100))
+    assert maintenance.wait_pods_ready(
+        stuck, "n1", "gpu-system", 3, lambda: next(ticks), lambda _s: None
+    ) == [
+        "gfd-y (Pending)",
+        "nvidia-device-plugin-x (Running)",
+    ]

@@ -264,3 +264,38 @@ def wait_ready(
                 why = f"its kubelet still reports boot {view.boot_id or '?'}, not this boot ({boot_id})"
             raise MaintenanceError(f"{node}: not back after {timeout:.0f}s: {why}")
         sleep(POLL_SECONDS)
+
+
+def not_ready_pods(pods: list[client.V1Pod]) -> list[str]:
+    """``name (phase)`` of each pod that is not Running and Ready (finished pods left out: they are done)."""
+    out = []
+    for pod in pods:
+        phase = (pod.status.phase if pod.status else None) or "Pending"
+        if phase in ("Succeeded", "Failed"):
+            continue
+        conditions = (pod.status.conditions if pod.status else None) or []
+        if phase != "Running" or not any(c.type == "Ready" and c.status == "True" for c in conditions):
+            out.append(f"{_meta(pod).name} ({phase})")
+    return sorted(out)
+
+
+def wait_pods_ready(
+    cluster: Cluster,
+    node: str,
+    namespace: str,
+    timeout: float,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> list[str]:
+    """Wait until every pod of ``namespace`` on ``node`` (the GPU add-ons: device plugin, GFD, dcgm-exporter, the
+    DRA driver) is Running and Ready; the ones still not after ``timeout``, [] when all are.
+
+    After a reboot the node is Ready before its DaemonSet pods are: they restart (a sidecar may fail once while the
+    node's network comes back) and a check run before then fails on a node that is only still starting."""
+    deadline = clock() + timeout
+    while True:
+        pods = cluster.core.list_namespaced_pod(namespace, field_selector=f"spec.nodeName={node}").items
+        waiting = not_ready_pods(pods)
+        if not waiting or clock() >= deadline:
+            return waiting
+        sleep(POLL_SECONDS)

@@ -165,15 +165,18 @@ def validated(
     conformance: list[str],
     report_dir: str,
     kubeconfig: str | None = None,
+    addons_namespace: str = "gpu-system",
 ):
     """
-    Wait for the node to be Ready in its current boot, run the conformance layers for it, and uncordon it only
-    if they pass; otherwise leave it cordoned with ``upgrade-state=failed`` and the failed checks.
+    Wait for the node to be Ready in its current boot and its add-on pods (``addons_namespace``) Ready again, run
+    the conformance layers for it, and uncordon it only if they pass; otherwise leave it cordoned with
+    ``upgrade-state=failed`` and the failed checks.
 
     + node: the Node's name
     + policy: node_ready_timeout
     + conformance: the command that runs the conformance suite for this node (see conformance_command)
     + report_dir: where that command writes verdict.json
+    + addons_namespace: where the GPU add-ons run (the addons_namespace knob)
     """
 
     def validate(state: Any, host: Any) -> bool:
@@ -183,6 +186,10 @@ def validated(
             maintenance.wait_ready(c, node, policy.node_ready_timeout, boot_id=host.get_fact(BootId))
         except maintenance.MaintenanceError as exc:
             return _stays_cordoned(c, host, node, str(exc))
+        waiting = maintenance.wait_pods_ready(c, node, addons_namespace, policy.node_ready_timeout)
+        if waiting:  # the suite says what is wrong with each
+            logger.warning(f"{host.print_prefix}add-on pods still not Ready after {policy.node_ready_timeout}s: "
+                           f"{', '.join(waiting)}")  # fmt: skip
         logger.info(f"{host.print_prefix}Ready; running conformance ({', '.join(CONFORMANCE_LAYERS)})")
         verdict_path = Path(report_dir) / "verdict.json"
         verdict_path.unlink(missing_ok=True)  # an earlier run's verdict must not stand in for this one

@@ -191,6 +191,7 @@ def upgrade_node(plan: UpgradePlan, conformance_dir: Path) -> None:
         conformance=command,
         report_dir=str(report_dir),
         kubeconfig=kc,
+        addons_namespace=host.data.get("addons_namespace", knobs.KNOBS["addons_namespace"].default),
     )
 
 
