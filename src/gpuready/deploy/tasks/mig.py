@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pyinfra.api import deploy
-from pyinfra.operations import systemd
+from pyinfra.operations import server, systemd
 
 from gpuready.deploy.context import current_node
 from gpuready.deploy.facts.host import FileDigest, UnitState
@@ -44,10 +44,15 @@ def mig_layout() -> None:
     if node.cdi:
         # the refresh .path unit watches the driver, not MIG: a new layout needs the spec rewritten (as the GPU
         # Operator's MIG manager does), else pods given the new MIG devices fail with "unresolvable CDI devices"
-        systemd.service(
+        # reset-failed first: after a reboot that lost the instances, the refresh failed at boot ("failed add device
+        # \"all\"") and, triggered again by its .path unit, may have hit systemd's start limit; a restart is then
+        # refused ("start of the service was attempted too often"), seen on the lab's real kubelets
+        server.shell(
             name="Refresh the CDI spec for the new MIG devices",
-            service=cdi.REFRESH_SERVICE,
-            restarted=True,
+            commands=[
+                f"systemctl reset-failed {cdi.REFRESH_SERVICE} || true",
+                f"systemctl restart {cdi.REFRESH_SERVICE}",
+            ],
             _if=layout.did_change,
         )
         # written here, not in the toolkit step: after a reboot that lost the instances it could not be
