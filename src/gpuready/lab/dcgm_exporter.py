@@ -87,6 +87,21 @@ def _text(value: int | bytes) -> str:
     return value.decode() if isinstance(value, bytes) else ""
 
 
+def _two_texts_and_messages(
+    message: bytes, first: int, second: int, repeated: int
+) -> tuple[str, str, list[bytes]]:
+    """Two string fields of a message and the embedded messages of one repeated field (a pod's name, namespace and
+    containers; a claim's name, namespace and resources)."""
+    texts = {first: "", second: ""}
+    messages: list[bytes] = []
+    for n, v in fields(message):
+        if n in texts:
+            texts[n] = _text(v)
+        elif n == repeated and isinstance(v, bytes):
+            messages.append(v)
+    return texts[first], texts[second], messages
+
+
 def _containers(response: bytes) -> Iterator[tuple[str, str, str, list[tuple[int, int | bytes]]]]:
     """(namespace, pod, container, the container's fields) of a ``ListPodResourcesResponse``
     (k8s.io/kubelet/pkg/apis/podresources/v1: ``pod_resources = 1``; PodResources ``name = 1``,
@@ -94,15 +109,7 @@ def _containers(response: bytes) -> Iterator[tuple[str, str, str, list[tuple[int
     for number, pod in fields(response):
         if number != 1 or not isinstance(pod, bytes):
             continue
-        name = namespace = ""
-        containers: list[bytes] = []
-        for n, v in fields(pod):
-            if n == 1:
-                name = _text(v)
-            elif n == 2:
-                namespace = _text(v)
-            elif n == 3 and isinstance(v, bytes):
-                containers.append(v)
+        name, namespace, containers = _two_texts_and_messages(pod, 1, 2, 3)
         for c in containers:
             found = list(fields(c))
             container = next((_text(v) for n, v in found if n == 1), "")
@@ -138,15 +145,7 @@ def pod_claims(response: bytes) -> list[tuple[str, str, str, str, str, str, str,
         for n, dynamic in found:
             if n != 5 or not isinstance(dynamic, bytes):
                 continue
-            claim = claim_ns = ""
-            resources: list[bytes] = []
-            for m, v in fields(dynamic):
-                if m == 2:
-                    claim = _text(v)
-                elif m == 3:
-                    claim_ns = _text(v)
-                elif m == 4 and isinstance(v, bytes):
-                    resources.append(v)
+            claim, claim_ns, resources = _two_texts_and_messages(dynamic, 2, 3, 4)
             for r in resources:
                 got = {m: _text(v) for m, v in fields(r) if m in (2, 3, 4)}
                 out.append((namespace, name, container, claim_ns, claim, got.get(2, ""), got.get(3, ""),
