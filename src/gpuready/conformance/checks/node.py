@@ -110,8 +110,12 @@ def _unhealthy(obj: Obj | None, field: str, key: str) -> str:
     if field != "allocatable" or obj is None:
         return ""
     capacity = nvidia_resources(obj, "capacity").get(key, 0)
-    short = capacity - nvidia_resources(obj, "allocatable").get(key, 0)
-    return f"; {short} of {capacity} in capacity marked unhealthy by the device plugin" if short > 0 else ""
+    allocatable = nvidia_resources(obj, "allocatable").get(key, 0)
+    # none left is no such sign: the kubelet also zeroes allocatable (and keeps capacity a while) when the plugin
+    # itself is gone, which node/test_device_plugin_ready names
+    if not 0 < allocatable < capacity:
+        return ""
+    return f"; {capacity - allocatable} of {capacity} in capacity marked unhealthy by the device plugin"
 
 
 def _diff_labels(have: dict[str, str], want: dict[str, str], what: str) -> list[str]:
