@@ -368,8 +368,22 @@ def test_runtime_class_and_priority_class_admission(api: client.ApiClient, names
         == f'pods "vip" is forbidden: no PriorityClass with name {gold} was found'
     )
     scheduling.create_priority_class({"metadata": {"name": gold}, "value": 1000})
+
+    def vip() -> Any:
+        """The Priority admission plugin reads classes from its informer only (plugin/pkg/admission/priority,
+        v1.36.3; the RuntimeClass plugin falls back to a GET), which sees a new class a moment later."""
+        try:
+            return v1.create_namespaced_pod(namespace, _pod("vip", priorityClassName=gold))
+        except ApiException as exc:
+            if exc.status == 403 and "no PriorityClass with name" in str(exc.body):
+                return None
+            raise
+
     try:
-        assert v1.create_namespaced_pod(namespace, _pod("vip", priorityClassName=gold)).spec.priority == 1000
+        assert (
+            wait_for(vip, 10, f"the Priority admission plugin to see PriorityClass {gold}").spec.priority
+            == 1000
+        )
     finally:
         scheduling.delete_priority_class(gold)
     crit = v1.create_namespaced_pod(namespace, _pod("crit", priorityClassName="system-node-critical"))
