@@ -31,11 +31,11 @@ from typing import Any
 from gpuready.lab.agent.dra_devices import ClaimRef, host_devices
 from gpuready.lab.agent.gpu_host import GpuView, HostState, HostView
 from gpuready.lab.agent.gpu_metrics import Owner, dcgm_scrape, dra_mapping
+from gpuready.spec.dra import DRIVER
 
 POD_RESOURCES_SOCKET = "/var/lib/kubelet/pod-resources/kubelet.sock"
 LIST_METHOD = "/v1.PodResourcesLister/List"
 HARDWARE = "/opt/gpuready-lab/machine/hardware.json"  # gpuready.lab.hardware.HOST_MACHINE_DIR's file
-DRA_DRIVER = "gpu.nvidia.com"
 BANNER = "gpuready lab: emulated dcgm-exporter (no DCGM here: the lab's emulated GPUs)"
 
 
@@ -162,13 +162,12 @@ def claim_owners(
     pods: dict[str, Owner] = {}
     claims: dict[str, ClaimRef] = {}
     for namespace, pod, container, claim_ns, claim, driver, pool, device in entries:
-        if driver != DRA_DRIVER or device not in devices:
+        if driver != DRIVER or device not in devices:
             continue
         gpu, mig = devices[device]
         uuid = mig.uuid if mig else gpu.uuid
         pods.setdefault(uuid, (namespace, pod, container))
-        claims.setdefault(uuid, ClaimRef(claim_ns, claim, pool, device, mig.name if mig else "",
-                                         mig.uuid if mig else ""))  # fmt: skip
+        claims.setdefault(uuid, ClaimRef.of(claim_ns, claim, pool, device, mig))
     return pods, claims
 
 

@@ -164,8 +164,8 @@ def validated(
     policy: UpgradePolicy,
     conformance: list[str],
     report_dir: str,
+    addons_namespace: str,
     kubeconfig: str | None = None,
-    addons_namespace: str = "gpu-system",
 ):
     """
     Wait for the node to be Ready in its current boot and its add-on pods (``addons_namespace``) Ready again, run

@@ -39,3 +39,7 @@ class ClaimRef:
     device: str
     mig_profile: str = ""
     mig_uuid: str = ""
+
+    @classmethod
+    def of(cls, namespace: str, name: str, pool: str, device: str, mig: MigDevice | None) -> ClaimRef:
+        return cls(namespace, name, pool, device, mig.name if mig else "", mig.uuid if mig else "")

@@ -331,9 +331,8 @@ class DraNode:
                     chosen.append(found)
                     mig = found[1]
                     held.append(
-                        ClaimRef(namespace, str(claim_name), node_name, str(result.get("device")),
-                                 mig.name if mig else "", mig.uuid if mig else "")
-                    )  # fmt: skip
+                        ClaimRef.of(namespace, str(claim_name), node_name, str(result.get("device")), mig)
+                    )
         owner = (namespace, pod["metadata"]["name"], container["name"])
         with self._lock:
             self._prepared[(pod["metadata"].get("uid", ""), container["name"])] = (owner, chosen)

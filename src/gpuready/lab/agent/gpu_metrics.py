@@ -19,6 +19,8 @@ import re
 import time
 from typing import TYPE_CHECKING, Any
 
+from gpuready.spec.dra import DRIVER
+
 from .gpu_host import Gpu, HostState
 
 if TYPE_CHECKING:
@@ -132,7 +134,7 @@ def _dra_labels(ref: ClaimRef) -> dict[str, str]:
         "dra_claim_name": ref.name,
         "dra_claim_namespace": ref.namespace,
         "dra_device_name": ref.device,
-        "dra_driver_name": "gpu.nvidia.com",
+        "dra_driver_name": DRIVER,
         "dra_pool_name": ref.pool,
     }
     if ref.mig_profile:
