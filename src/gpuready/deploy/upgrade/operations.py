@@ -21,7 +21,7 @@ from gpuready.deploy import upgrade
 from gpuready.deploy.facts.host import BootId
 from gpuready.deploy.operations.cluster_objects import cluster
 from gpuready.deploy.upgrade import maintenance
-from gpuready.spec import UpgradePolicy
+from gpuready.spec import UpgradePolicy, knobs
 
 CONFORMANCE_LAYERS = (
     "host",
@@ -164,8 +164,8 @@ def validated(
     policy: UpgradePolicy,
     conformance: list[str],
     report_dir: str,
-    addons_namespace: str,
     kubeconfig: str | None = None,
+    addons_namespace: str = knobs.KNOBS["addons_namespace"].default,
 ):
     """
     Wait for the node to be Ready in its current boot and its add-on pods (``addons_namespace``) Ready again, run
