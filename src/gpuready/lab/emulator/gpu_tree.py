@@ -525,7 +525,7 @@ def gpu_nodes(view: GpuView, v13: bool) -> list:
             "Conf Compute Protected Memory Usage",
             [("total", "Total", "0 MiB"), ("used", "Used", "0 MiB"), ("free", "Free", "0 MiB")],
         ),
-        ("compute_mode", "Compute Mode", "Default"),
+        ("compute_mode", "Compute Mode", view.compute_mode()),
         (
             "utilization",
             "Utilization",

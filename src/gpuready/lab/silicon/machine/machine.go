@@ -16,6 +16,7 @@
 package machine
 
 import (
+	"cmp"
 	"crypto/sha1"
 	"encoding/json"
 	"errors"
@@ -231,6 +232,9 @@ type GPUState struct {
 	MigPending  bool          `json:"mig_pending"`
 	Persistence bool          `json:"persistence"`
 	GIs         []GPUInstance `json:"gis"`
+	// ComputeMode as nvidia-smi names it ("Default", "Exclusive_Process", "Prohibited"); "" until set
+	// (nvemu.Driver.compute_mode: the driver's default), so it is absent from the file as nvemu leaves it.
+	ComputeMode string `json:"compute_mode,omitempty"`
 }
 
 // State is the driver state as in effect now: a state file from an earlier boot reads as a fresh
@@ -455,6 +459,8 @@ type View struct {
 	MigPending bool
 	// Persistence: the driver's persistence mode, or nvidia-persistenced running.
 	Persistence bool
+	// ComputeMode: "Default" until set (nvidia-smi -c, nvmlDeviceSetComputeMode); one per GPU, lost at boot.
+	ComputeMode string
 	// GPUInstances are the GPU instances by id (MIG mode current only); MigDevices their compute instances.
 	GPUInstances []GPUInstance
 	MigDevices   []MigDevice
@@ -492,6 +498,7 @@ func (m *Machine) View(index int) *View {
 		MigCurrent:      st.MigCurrent && g.MIGCapable,
 		MigPending:      st.MigPending && g.MIGCapable,
 		Persistence:     st.Persistence || PersistencedRunning(),
+		ComputeMode:     cmp.Or(st.ComputeMode, ComputeModeDefault),
 		PCIeGen:         max(1, g.MaxPCIeGen-f.PCIeGenDrop),
 		PCIeWidth:       max(1, g.MaxPCIeWidth/f.PCIeWidthDivisor),
 		NVLinkActive:    g.NVLinkLinks > 0 && !f.NVLinkDown,

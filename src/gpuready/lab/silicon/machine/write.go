@@ -145,6 +145,31 @@ func (m *Machine) SetMigMode(index int, enable bool) (bool, error) {
 	return st.MigCurrent != enable, nil
 }
 
+// Compute modes as nvidia-smi names them (nvidia_smi.COMPUTE_MODES), the names the state file holds.
+const (
+	ComputeModeDefault          = "Default"
+	ComputeModeProhibited       = "Prohibited"
+	ComputeModeExclusiveProcess = "Exclusive_Process"
+)
+
+// SetComputeMode is nvidia-smi -c (nvidia_smi.cmd_compute_mode) and nvmlDeviceSetComputeMode: the GPU's
+// compute mode until the next boot. What NVIDIA's MPS control daemon and DRA driver set for MPS sharing.
+func (m *Machine) SetComputeMode(index int, mode string) error {
+	g := m.GPU(index)
+	if g == nil {
+		return ErrInvalidArgument
+	}
+	switch mode {
+	case ComputeModeDefault, ComputeModeProhibited, ComputeModeExclusiveProcess:
+	default:
+		return ErrInvalidArgument
+	}
+	st := m.State.GPUs[g.UUID]
+	st.ComputeMode = mode
+	m.State.GPUs[g.UUID] = st
+	return nil
+}
+
 // ResetGPU is what a GPU reset does (nvidia_smi.cmd_gpu_reset): pending MIG mode takes effect, instances go.
 func (m *Machine) ResetGPU(index int) error {
 	g := m.GPU(index)

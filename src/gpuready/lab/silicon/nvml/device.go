@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"unsafe"
+
+	"gpuready.lab/silicon/machine"
 )
 
 const mib = 1024 * 1024
@@ -461,9 +463,33 @@ func nvmlDeviceGetMaxClockInfo(h C.nvmlDevice_t, kind C.nvmlClockType_t, mhz *C.
 	return clock(h, kind, mhz, true)
 }
 
+// computeModes maps the machine's compute mode names to NVML's (EXCLUSIVE_THREAD is deprecated: never set).
+var computeModes = map[string]C.nvmlComputeMode_t{
+	machine.ComputeModeDefault:          C.NVML_COMPUTEMODE_DEFAULT,
+	machine.ComputeModeProhibited:       C.NVML_COMPUTEMODE_PROHIBITED,
+	machine.ComputeModeExclusiveProcess: C.NVML_COMPUTEMODE_EXCLUSIVE_PROCESS,
+}
+
 //export nvmlDeviceGetComputeMode
 func nvmlDeviceGetComputeMode(h C.nvmlDevice_t, mode *C.nvmlComputeMode_t) C.nvmlReturn_t {
-	return set(full, h, mode, func(*device) C.nvmlComputeMode_t { return C.NVML_COMPUTEMODE_DEFAULT })
+	return set(full, h, mode, func(d *device) C.nvmlComputeMode_t { return computeModes[d.v.ComputeMode] })
+}
+
+//export nvmlDeviceSetComputeMode
+func nvmlDeviceSetComputeMode(h C.nvmlDevice_t, mode C.nvmlComputeMode_t) C.nvmlReturn_t {
+	d, rc := fullGPU(h)
+	if rc != C.NVML_SUCCESS {
+		return rc
+	}
+	for name, value := range computeModes {
+		if value == mode {
+			_, err := made(func(m *machine.Machine) (struct{}, error) {
+				return struct{}{}, m.SetComputeMode(d.g.Index, name)
+			})
+			return rcOf(err)
+		}
+	}
+	return C.NVML_ERROR_INVALID_ARGUMENT
 }
 
 //export nvmlDeviceGetVirtualizationMode
