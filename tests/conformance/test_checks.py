@@ -340,6 +340,36 @@ def test_clock_event_reasons():
     assert gpu.clock_event_reasons(held) == ["GPU 0: clocks held down by hw_slowdown"]
 
 
+def test_compute_mode_on_real_reports_and_by_sharing(h100):
+    """Every real capture says Default (nobody runs MPS there); an MPS pool needs EXCLUSIVE_PROCESS, which NVIDIA's
+    MPS control daemon sets; PROHIBITED fails anywhere; a DRA node may be in either of the two."""
+    from gpuready.spec.model import Sharing, SharingMode
+
+    reports = {p.name: parse_query_xml(xml(p.name)) for p in XML.glob("*.xml")}
+    modes = {g.compute_mode for r in reports.values() for g in r.gpus}
+    assert modes == {"Default"}, modes
+    a10g = report_of("telegraf__a10g.xml")
+    assert gpu.compute_mode(h100, a10g) == []
+    mps = spec_like(h100, sharing=Sharing(mode=SharingMode.MPS, replicas=2))
+    bus = a10g.gpus[0].pci_bus_id
+    assert gpu.compute_mode(mps, a10g) == [
+        f'GPU 0 ({bus}): compute mode Default, expected Exclusive_Process (gpu_sharing = "mps": the MPS control '
+        "daemon sets it when it starts MPS); no MPS control daemon runs MPS on it: its pods share it without MPS"
+    ]
+    exclusive = with_gpus(a10g, compute_mode="Exclusive_Process")
+    assert gpu.compute_mode(mps, exclusive) == []
+    assert gpu.compute_mode(h100, exclusive) == [
+        f'GPU 0 ({bus}): compute mode Exclusive_Process, expected Default (gpu_sharing = "none"); one process '
+        "at a time can use it"
+    ]
+    prohibited = with_gpus(a10g, compute_mode="Prohibited")
+    assert gpu.compute_mode(h100, prohibited)[0].endswith("no process can create a CUDA context on it")
+    dra = spec_like(h100, knobs={**h100.knobs, "gpu_allocation": "dra"})
+    assert gpu.compute_mode(dra, exclusive) == gpu.compute_mode(dra, a10g) == []
+    assert len(gpu.compute_mode(dra, prohibited)) == 1
+    assert gpu.compute_mode(mps, with_gpus(a10g, compute_mode=None)) == []  # not reported: nothing to judge
+
+
 def nvlink_text(name: str) -> str:
     return (FIXTURES / "nvidia-smi-text" / name).read_text()
 

@@ -225,6 +225,7 @@ def fake_nvml(lost: set[int] = frozenset()) -> types.SimpleNamespace:
         nvmlDeviceGetUUID=lambda h: f"GPU-{h}",
         nvmlDeviceGetMemoryInfo=lambda h: mem,
         nvmlDeviceGetPersistenceMode=lambda h: 1,
+        nvmlDeviceGetComputeMode=lambda h: 3 if h == 0 else 0,  # NVML_COMPUTEMODE_EXCLUSIVE_PROCESS, DEFAULT
         nvmlDeviceGetMigMode=lambda h: (1, 1) if h == 1 else (0, 0),
         nvmlDeviceGetMaxMigDeviceCount=lambda h: 2,
         nvmlDeviceGetMigDeviceHandleByIndex=lambda h, i: (h, i) if i == 0 else not_supported(),
@@ -249,6 +250,7 @@ def test_nvml_report_has_the_fields_the_checks_read():
     g0, g1 = report.gpus
     assert g0.pci_bus_id == "00000000:07:00.0" and g1.pci_bus_id == "00000000:0F:00.0"
     assert g0.memory_total_mib == 81920 and g0.persistence_mode is True
+    assert (g0.compute_mode, g1.compute_mode) == ("Exclusive_Process", "Default")
     assert g0.remapped_rows.pending is True and g0.retired_pages_pending is None
     assert g0.clock_event_reasons_active == ("gpu_idle", "sw_power_cap")
     assert (g0.mig_mode_current, g1.mig_mode_current) == ("Disabled", "Enabled")

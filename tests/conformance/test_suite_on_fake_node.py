@@ -40,6 +40,7 @@ GPU_CHECKS = [
     "test_pcie_link_at_max",
     "test_no_xid_errors",
     "test_no_clock_throttling",
+    "test_compute_mode",
     "test_nvlink_up",
     "test_mig_layout",
     "test_vector_add",
@@ -70,7 +71,7 @@ def test_healthy_h100_node_passes_host_and_gpu_layers(make_node, run_suite):
     node = make_node("h100-sxm-8")
     node.activate()
     result, report_dir = run_suite(node.inventory())
-    result.assert_outcomes(passed=21, skipped=6)  # 2 of them: the CDI checks (runtime-class mode)
+    result.assert_outcomes(passed=22, skipped=6)  # 2 of them: the CDI checks (runtime-class mode)
     assert result.ret == 0
     got = outcomes(report_dir)
     assert set(got) == set(HOST_CHECKS) | set(GPU_CHECKS) | set(DIAG_CHECKS)
@@ -277,7 +278,7 @@ def test_fleet_xml_has_one_testsuite_per_node_with_failure_messages(make_node, r
     suites = root.findall("testsuite")
     assert [s.get("name") for s in suites] == ["gpu-node-1"]
     cases = {c.get("name"): c for c in suites[0].findall("testcase")}
-    assert len(cases) == 27
+    assert len(cases) == 28
     failure = cases["gpu / test_pcie_link_at_max"].find("failure")
     assert failure is not None and "Gen3 (max Gen5)" in failure.get("message")
     assert cases["gpu / test_vector_add"].find("skipped") is not None
@@ -290,7 +291,7 @@ def test_pytest_junitxml_keeps_working(make_node, run_suite, pytester):
     _result, _report_dir = run_suite(node.inventory(), f"--junitxml={junit}")
     root = ET.parse(junit).getroot()
     suite = root if root.tag == "testsuite" else root.find("testsuite")
-    assert int(suite.get("tests")) == 27
+    assert int(suite.get("tests")) == 28
     assert any(c.get("name") == "test_driver_version[gpu-node-1]" for c in suite.iter("testcase"))
 
 
@@ -437,7 +438,7 @@ def test_over_ssh_the_suite_sees_the_same_node(make_node, pytester, suite_dir):
     assert "GPU 3: NVLink down" in got["test_nvlink_up"]
     assert outcomes(pytester.path / "report")["test_vector_add"][0] == "skip"  # local only
     result.assert_outcomes(
-        passed=18, failed=2, skipped=7
+        passed=19, failed=2, skipped=7
     )  # vectorAdd (local only), the CDI checks, diag (gated)
     smi = bound_to_session("nvidia-smi -q -x")  # as the runner sends it: it ends with its session
     assert server.commands.count(smi) == 1

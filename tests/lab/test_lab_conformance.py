@@ -283,6 +283,23 @@ def test_a_critical_xid_takes_exactly_that_gpu_out_of_the_allocatable(deployed_l
     }, node_layer[node]
 
 
+def test_a_gpu_left_in_prohibited_compute_mode_fails_on_that_node_only(deployed_lab, tmp_path):
+    """An admin's ``nvidia-smi -c PROHIBITED`` (no CUDA context can be created) on the L4: the gpu layer names the
+    node, the GPU and the mode; every other node, and that one once the mode is back to DEFAULT, passes."""
+    node = node_of(deployed_lab, "l4-1")
+    deployed_lab.lab.ssh(node, "nvidia-smi -i 0 -c PROHIBITED")
+    try:
+        verdict = run_suite(deployed_lab, tmp_path / "prohibited", "-m", "gpu")
+    finally:
+        deployed_lab.lab.ssh(node, "nvidia-smi -i 0 -c DEFAULT")
+    bad = failed(verdict)
+    assert list(bad) == [node] and list(bad[node]) == ["gpu/test_compute_mode"], bad
+    message = bad[node]["gpu/test_compute_mode"]
+    assert message.startswith(f"{node}: GPU 0 (") and "compute mode Prohibited, expected Default" in message
+    assert message.endswith("no process can create a CUDA context on it"), message
+    assert failed(run_suite(deployed_lab, tmp_path / "default", "-m", "gpu", "-k", "compute_mode")) == {}
+
+
 def test_kubelet_stopped_fails_ready_on_that_node_only(deployed_lab, tmp_path):
     node = node_of(deployed_lab, "l4-1")
     deployed_lab.lab.ssh(node, "systemctl stop kubelet")

@@ -245,6 +245,7 @@ def test_local_gpu_reader_sees_the_machine_nvidia_smi_sees(tmp_path: Path, nvml_
     host.ok("-i", "0", "-mig", "1")
     host.env["GPUREADY_LAB_BOOT_ID"] = "boot-2"  # MIG mode takes effect at the next boot
     host.ok("mig", "-i", "0", "-cgi", "9,14,19,19", "-C")
+    host.ok("-i", "2", "-c", "EXCLUSIVE_PROCESS")
     result = subprocess.run(
         [
             sys.executable,
@@ -272,6 +273,7 @@ def test_local_gpu_reader_sees_the_machine_nvidia_smi_sees(tmp_path: Path, nvml_
         "memory_total_mib",
         "memory_free_mib",
         "persistence_mode",
+        "compute_mode",
         "mig_mode_current",
         "mig_mode_pending",
         "ecc_uncorrectable_volatile",
@@ -298,6 +300,12 @@ def test_local_gpu_reader_sees_the_machine_nvidia_smi_sees(tmp_path: Path, nvml_
         ]
         assert mig == want, mine["index"]
     assert local["gpus"][0]["mig_mode_current"] == "Enabled"
+    assert [g["compute_mode"] for g in local["gpus"]] == [
+        "Default",
+        "Default",
+        "Exclusive_Process",
+        "Default",
+    ]
     assert len(local["gpus"][0]["mig_devices"]) == 4
 
 
@@ -435,3 +443,24 @@ def test_topology_answers_what_nvidia_smi_topo_draws(tmp_path: Path, nvml_dir: P
                 assert (cell, links) == ({40: "NODE", 50: "SYS"}[level], 0)
         if nvswitch:
             assert got["remotes"][i] and not set(got["remotes"][i]) & set(got["buses"])
+
+
+def test_compute_mode_is_one_setting_for_nvml_and_nvidia_smi(tmp_path: Path, nvml_dir: Path) -> None:
+    """nvidia-smi -c (what NVIDIA's MPS control daemon and DRA driver run) and nvmlDeviceSetComputeMode change
+    the same per-GPU setting: each reads what the other wrote; an unknown mode is refused and changes nothing."""
+    machine = _Host(tmp_path, "h100-sxm-8")
+    read = """
+    mode = ctypes.c_int()
+    print(json.dumps([(check(lib.nvmlDeviceGetComputeMode(handle(i), ctypes.byref(mode)), i), mode.value)[1]
+                      for i in range(2)]))
+    """
+    assert json.loads(_run(read, machine, nvml_dir).stdout) == [0, 0]  # NVML_COMPUTEMODE_DEFAULT
+    machine.ok("-i", "1", "-c", "EXCLUSIVE_PROCESS")
+    assert json.loads(_run(read, machine, nvml_dir).stdout) == [0, 3]  # NVML_COMPUTEMODE_EXCLUSIVE_PROCESS
+    _run("check(lib.nvmlDeviceSetComputeMode(handle(0), 2), 'set')", machine, nvml_dir)  # PROHIBITED
+    assert machine.ok("--query-gpu=compute_mode", "--format=csv,noheader").split() == [
+        "Prohibited", "Exclusive_Process", *["Default"] * 6
+    ]  # fmt: skip
+    bad = _run("print(lib.nvmlDeviceSetComputeMode(handle(0), 1))", machine, nvml_dir)  # EXCLUSIVE_THREAD
+    assert bad.stdout.strip() == "2"  # NVML_ERROR_INVALID_ARGUMENT
+    assert json.loads(_run(read, machine, nvml_dir).stdout) == [2, 3]

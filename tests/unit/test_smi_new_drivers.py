@@ -209,6 +209,7 @@ def test_query_text_reads_every_field_of_the_610_h200() -> None:
             power_draw_w=83.32,
             fabric_state="Completed",
             fabric_status="Success",
+            compute_mode="Default",
         ),
     )
 
@@ -248,6 +249,7 @@ def test_query_text_reads_every_field_of_the_610_h200_with_mig() -> None:
         power_draw_w=130.28,
         fabric_state="Completed",
         fabric_status="Success",
+        compute_mode="Default",
     )
 
 
@@ -284,6 +286,7 @@ def test_query_text_reads_every_field_of_the_610_geforce() -> None:
         power_draw_w=None,
         fabric_state=None,
         fabric_status=None,
+        compute_mode="Default",
     )
 
 

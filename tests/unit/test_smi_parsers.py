@@ -127,6 +127,7 @@ XML_EXPECTED = {
             power_draw_w=67.03,
             fabric_state=None,
             fabric_status=None,
+            compute_mode="Default",
         ),
     ),
     "telegraf__a10g.xml": (
@@ -162,6 +163,7 @@ XML_EXPECTED = {
             power_draw_w=25.58,
             fabric_state=None,
             fabric_status=None,
+            compute_mode="Default",
         ),
     ),
     "telegraf__quadro-p2000-v12.xml": (
@@ -197,6 +199,7 @@ XML_EXPECTED = {
             power_draw_w=4.61,
             fabric_state=None,
             fabric_status=None,
+            compute_mode="Default",
         ),
     ),
     "telegraf__rtx-3060-v12.xml": (
@@ -232,6 +235,7 @@ XML_EXPECTED = {
             power_draw_w=11.6,
             fabric_state=None,
             fabric_status=None,
+            compute_mode="Default",
         ),
     ),
     "telegraf__rtx-3080-v13.xml": (
@@ -267,6 +271,7 @@ XML_EXPECTED = {
             power_draw_w=139.62,
             fabric_state=None,
             fabric_status=None,
+            compute_mode="Default",
         ),
     ),
     "telegraf__rtx-4000-sff-ada-v13.xml": (
@@ -302,6 +307,7 @@ XML_EXPECTED = {
             power_draw_w=8.81,
             fabric_state=None,
             fabric_status=None,
+            compute_mode="Default",
         ),
     ),
     "telegraf__tesla-t4.xml": (
@@ -337,6 +343,7 @@ XML_EXPECTED = {
             power_draw_w=26.78,
             fabric_state=None,
             fabric_status=None,
+            compute_mode="Default",
         ),
     ),
 }
@@ -517,6 +524,7 @@ def test_query_text_reads_8x_h100_with_fabric_manager() -> None:
         power_draw_w=71.97,
         fabric_state="Completed",
         fabric_status="Success",
+        compute_mode="Default",
     )
 
 
@@ -555,6 +563,7 @@ def test_query_text_reads_a10_with_pending_row_remap() -> None:
             power_draw_w=43.89,
             fabric_state=None,
             fabric_status=None,
+            compute_mode="Default",
         ),
     )
 
@@ -602,6 +611,7 @@ def _capture_gpu(mig_mode: str | None, **values: Any) -> GpuInfo:
         "retired_pages_pending": None,
         "pcie_link_width_current": 16,
         "pcie_link_width_max": 16,
+        "compute_mode": "Default",
     }
     fields.update(values)
     return GpuInfo(**fields)

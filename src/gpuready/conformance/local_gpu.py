@@ -24,6 +24,8 @@ CLOCK_REASON_BITS = {
     0x80: "hw_power_brake_slowdown",
     0x100: "display_clocks_setting",
 }
+# nvmlComputeMode_t (nvml.h) -> the names nvidia-smi prints.
+COMPUTE_MODES = {0: "Default", 1: "Exclusive_Thread", 2: "Prohibited", 3: "Exclusive_Process"}
 MIB = 1024 * 1024
 
 
@@ -72,6 +74,7 @@ class _Reader:
         )
         pending_pages = self.get("nvmlDeviceGetRetiredPagesPendingStatus", handle)
         persistence = self.get("nvmlDeviceGetPersistenceMode", handle)
+        compute = self.get("nvmlDeviceGetComputeMode", handle)
         info = GpuInfo(
             index=index,
             pci_bus_id=_text(nv.nvmlDeviceGetPciInfo(handle).busId),
@@ -107,6 +110,7 @@ class _Reader:
             power_draw_w=None,
             fabric_state=None,
             fabric_status=None,
+            compute_mode=None if compute is None else COMPUTE_MODES.get(compute, f"unknown ({compute})"),
         )
         return info, self.get("nvmlDeviceGetPerformanceState", handle)
 

@@ -130,6 +130,8 @@ class GpuInfo:
     power_draw_w: float | None
     fabric_state: str | None
     fabric_status: str | None
+    # "Default", "Exclusive_Process", "Prohibited" (or the deprecated "Exclusive_Thread"), as nvidia-smi names it
+    compute_mode: str | None = None
 
 
 @dataclass(frozen=True)
@@ -505,6 +507,7 @@ def _xml_gpu(index: int, gpu: ET.Element) -> GpuInfo:
         memory_used_mib=fields.required_integer("fb_memory_usage/used", "MiB"),
         memory_free_mib=fields.required_integer("fb_memory_usage/free", "MiB"),
         persistence_mode=fields.flag("persistence_mode", "Enabled", "Disabled"),
+        compute_mode=fields.text("compute_mode"),
         mig_mode_current=fields.text("mig_mode/current_mig"),
         mig_mode_pending=fields.text("mig_mode/pending_mig"),
         mig_devices=tuple(
@@ -799,6 +802,7 @@ def _text_gpu(index: int, block: _Node, filtered: bool) -> GpuInfo:
         memory_used_mib=fields.required_integer("MiB", "FB Memory Usage", "Used"),
         memory_free_mib=fields.required_integer("MiB", "FB Memory Usage", "Free"),
         persistence_mode=fields.flag("Enabled", "Disabled", "Persistence Mode"),
+        compute_mode=fields.text("Compute Mode"),
         mig_mode_current=fields.text("MIG Mode", "Current"),
         mig_mode_pending=fields.text("MIG Mode", "Pending"),
         mig_devices=tuple(

@@ -247,6 +247,44 @@ def clock_event_reasons(report: SmiReport) -> list[str]:
     return problems
 
 
+DEFAULT_COMPUTE = "Default"
+EXCLUSIVE_PROCESS = "Exclusive_Process"
+
+
+def expected_compute_modes(node: NodeSpec) -> tuple[set[str], str]:
+    """The compute modes the node's GPUs may be in, and why.
+
+    An MPS pool's GPUs are EXCLUSIVE_PROCESS once NVIDIA's MPS control daemon started MPS on them (it sets the
+    mode, then starts ``nvidia-cuda-mps-control -d``; it sets DEFAULT again when it stops): DEFAULT there means
+    no daemon runs MPS on the node, and its pods share the GPU without MPS. NVIDIA's DRA driver sets
+    EXCLUSIVE_PROCESS for the time a claim shares a GPU by MPS. Anything else runs in DEFAULT: PROHIBITED lets no
+    process create a CUDA context, and an exclusive mode lets one pod at a time use the GPU.
+    """
+    if node.dra:
+        return {DEFAULT_COMPUTE, EXCLUSIVE_PROCESS}, "DRA: the driver sets EXCLUSIVE_PROCESS for an MPS claim"
+    if str(node.sharing.mode) == "mps":
+        return {EXCLUSIVE_PROCESS}, 'gpu_sharing = "mps": the MPS control daemon sets it when it starts MPS'
+    return {DEFAULT_COMPUTE}, f'gpu_sharing = "{node.sharing.mode}"'
+
+
+def compute_mode(node: NodeSpec, report: SmiReport) -> list[str]:
+    """Each GPU's compute mode is one the node's sharing needs (:func:`expected_compute_modes`)."""
+    allowed, why = expected_compute_modes(node)
+    problems = []
+    for gpu in report.gpus:
+        if gpu.compute_mode is None or gpu.compute_mode in allowed:
+            continue
+        effect = {
+            "Prohibited": "no process can create a CUDA context on it",
+            DEFAULT_COMPUTE: "no MPS control daemon runs MPS on it: its pods share it without MPS",
+        }.get(gpu.compute_mode, "one process at a time can use it")
+        problems.append(
+            f"GPU {gpu.index} ({gpu.pci_bus_id}): compute mode {gpu.compute_mode}, expected "
+            f"{' or '.join(sorted(allowed))} ({why}); {effect}"
+        )
+    return problems
+
+
 def nvlink(node: NodeSpec, report: SmiReport, out: Output) -> list[str]:
     """On NVSwitch nodes every NVLink is up and every GPU has joined the fabric."""
     if not node.nvswitch:

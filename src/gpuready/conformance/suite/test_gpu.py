@@ -77,6 +77,10 @@ def test_no_clock_throttling(node, facts):
     judge(node, gpu.clock_event_reasons, facts.report)
 
 
+def test_compute_mode(node, facts):
+    judge(node, gpu.compute_mode, node, facts.report)
+
+
 def test_nvlink_up(node, node_shell, facts):
     if not node.nvswitch:
         pytest.skip(
