@@ -124,7 +124,10 @@ def driver_package_versions(lab, node: str) -> set[str]:
     names = sorted(
         {
             deb.name
-            for deb in driver_debs("580.178.04", {"nvml": Path("/dev/null"), "cuda": Path("/dev/null")})
+            for deb in driver_debs(
+                "580.178.04",
+                {"nvml": Path("/dev/null"), "cuda": Path("/dev/null"), "tools": Path("/dev/null")},
+            )
         }
     )
     query = "dpkg-query -W -f '${Package} ${Version} ${db:Status-Abbrev}\\n' " + " ".join(names)

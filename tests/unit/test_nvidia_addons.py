@@ -62,12 +62,19 @@ def test_image_layer_holds_the_commands_their_glibc_and_a_shell(tmp_path: Path) 
     binaries = {f"usr/bin/{name}": sh for name in nvidia_addons.COMMANDS}
     libraries = go_images.shared_libraries([sh])
     assert any(p.endswith("libc.so.6") for p in libraries), libraries
-    layer = go_images.image_layer(binaries, libraries, sh)
+    busybox = (
+        tmp_path / "busybox"
+    )  # answers --list as Debian's busybox-static does: its applets, one per line
+    busybox.write_text("#!/bin/sh\nprintf 'mount\\ntail\\nsh\\n'\n")
+    busybox.chmod(0o755)
+    layer = go_images.image_layer(binaries, libraries, busybox)
     archive = realnode.oci_archive(nvidia_addons.image_name(), [layer], nvidia_addons.IMAGE_CONFIG)
     annotations, names = _layer_names(archive)
     assert annotations["io.containerd.image.name"] == "nvcr.io/nvidia/k8s-device-plugin:v0.19.3"
     assert {f"usr/bin/{c}" for c in nvidia_addons.COMMANDS} <= names
     assert {p.lstrip("/") for p in libraries} <= names and {"busybox/sh", "bin/sh"} <= names
+    # the distroless -dev bases' applets on the PATH: NVIDIA's MPS control daemon runs mount and tail
+    assert {"busybox/busybox", "busybox/mount", "busybox/tail"} <= names
 
 
 NO_CGO = cgo_problem()

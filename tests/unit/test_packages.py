@@ -38,11 +38,15 @@ def fake_toolkit(where: Path):
 
 
 def fake_libraries() -> dict[str, Path]:
-    """Stand-ins for the mock libnvidia-ml.so.1 and libcuda.so.1 (tests/unit/test_mock_nvml.py and
-    test_mock_cuda.py build and prove the real ones)."""
+    """Stand-ins for the mock libnvidia-ml.so.1, libcuda.so.1 and static tools (tests/unit/test_mock_nvml.py,
+    test_mock_cuda.py and test_emulated_tools.py build and prove the real ones)."""
     root = Path(tempfile.gettempdir()) / "gpuready-test-fake-libs"
     root.mkdir(exist_ok=True)
-    libs = {"nvml": root / "libnvidia-ml.so.1", "cuda": root / "libcuda.so.1"}
+    libs = {
+        "nvml": root / "libnvidia-ml.so.1",
+        "cuda": root / "libcuda.so.1",
+        "tools": root / "nvidia-emu-tools",
+    }
     for name, path in libs.items():
         if not path.exists():
             path.write_bytes(b"\x7fELF fake " + name.encode())
@@ -88,6 +92,7 @@ def test_repositories_and_package_names(built: dict[str, list[Path]]) -> None:
         "libcuda1",
         "libnvidia-ml1",
         "nvbandwidth",
+        "nvidia-cuda-mps",
         "nvidia-driver",
         "nvidia-driver-cuda",
         "nvidia-fabricmanager",
@@ -117,7 +122,7 @@ def test_control_fields_of_the_driver_and_toolkit(built: dict[str, list[Path]]) 
     cuda = debs[("nvidia-driver-cuda", "580.178.04-1")]
     assert field(cuda, "Depends") == (
         "nvidia-smi (= 580.178.04-1), libnvidia-ml1 (= 580.178.04-1), libcuda1 (= 580.178.04-1), "
-        "nvidia-persistenced (= 580.178.04-1), "
+        "nvidia-persistenced (= 580.178.04-1), nvidia-cuda-mps (= 580.178.04-1), "
         "nvidia-kernel-open-dkms (= 580.178.04-1) | nvidia-kernel-dkms-any (= 580.178.04-1)"
     )
     assert field(debs[("nvidia-driver", "570.195.03-1")], "Depends") == "nvidia-driver-cuda (= 570.195.03-1)"

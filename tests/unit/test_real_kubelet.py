@@ -261,6 +261,18 @@ def test_the_wrapper_gives_gpu_containers_the_emulated_machine(
     namespace["machine_mounts"](plain)
     assert plain["mounts"] == []
     assert "process" not in plain
+    # a privileged GPU container (NVIDIA's MPS control daemon sets the compute mode) may change the driver state
+    privileged: dict[str, Any] = {
+        "linux": {"devices": [{"path": "/dev/nvidiactl"}]},
+        "process": {"capabilities": {"bounding": ["CAP_CHOWN", "CAP_SYS_ADMIN"]}},
+    }
+    namespace["machine_mounts"](privileged)
+    assert {m["destination"]: m["options"][1] for m in privileged["mounts"]} == {
+        "/opt/gpuready-lab/machine": "ro",
+        "/var/lib/nvidia-emu": "rw",
+        "/usr/lib/nvidia-emu": "ro",
+        "/run/nvidia-fabricmanager": "ro",
+    }
 
 
 def test_real_mode_host_files_are_lab_owned_and_per_host() -> None:

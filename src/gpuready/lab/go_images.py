@@ -18,6 +18,9 @@ from gpuready.lab import realnode
 from gpuready.lab.gobuild import Progress
 from gpuready.lab.state import locked
 
+# What every image of this module holds besides its commands; a change renames the cached archives.
+LAYOUT = "busybox-applets"
+
 
 def shared_libraries(binaries: list[Path]) -> dict[str, Path]:
     """What the dynamic loader maps for `binaries` here (``ldd``): path as the binary asks for it (the loader's
@@ -38,7 +41,15 @@ def image_layer(files: Mapping[str, Path], libraries: Mapping[str, Path], busybo
     content = {inside.lstrip("/"): (path.read_bytes(), 0o755) for inside, path in files.items()}
     content.update({inside.lstrip("/"): (real.read_bytes(), 0o755) for inside, real in libraries.items()})
     content["busybox/busybox"] = (busybox.read_bytes(), 0o755)
-    return realnode.layer_tar(content, {"busybox/sh": "busybox", "bin/sh": "/busybox/busybox"})
+    links = {f"busybox/{applet}": "busybox" for applet in applets(busybox)}
+    return realnode.layer_tar(content, {**links, "busybox/sh": "busybox", "bin/sh": "/busybox/busybox"})
+
+
+def applets(busybox: Path) -> list[str]:
+    """The commands `busybox` provides, each linked in /busybox as the distroless ``-dev`` bases have them (on
+    their PATH): NVIDIA's MPS control daemon runs ``mount`` and ``tail`` from there."""
+    out = subprocess.run([str(busybox), "--list"], capture_output=True, text=True, check=True).stdout
+    return sorted({name for name in out.split() if name and "/" not in name and name != "busybox"})
 
 
 def cached_archive(
@@ -53,6 +64,8 @@ def cached_archive(
     their libraries and busybox, and `config` (Entrypoint, Env, Labels), written once to `target`."""
     from gpuready.lab.realhost import _busybox_binary
 
+    stem = target.name.removesuffix(".oci.tar")  # an archive of an older layout is not reused
+    target = target.with_name(f"{stem}-{LAYOUT}.oci.tar")
     with locked(target.parent / f".{target.name}.lock"):
         if not target.is_file():
             libraries = shared_libraries(list(files.values()))

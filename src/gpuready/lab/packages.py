@@ -72,7 +72,9 @@ class Deb:
         self.add(
             f"/usr/bin/{tool}",
             # the path list as JSON: double quotes, inside the wrapper's single-quoted Python
-            pf.WRAPPER.format(tool=tool, path=json.dumps(path), module=module, entry=entry),
+            pf.WRAPPER.format(
+                tool=tool, path=json.dumps(path), module=module, entry=entry, static_tools=pf.STATIC_TOOLS
+            ),
             0o755,
         )
 
@@ -144,7 +146,9 @@ def driver_debs(driver: str, libraries: dict[str, Path]) -> list[Deb]:
     """The R5xx driver packages of the CUDA repository for one driver version. ``libraries`` are the lab's mock
     ``libnvidia-ml.so.1`` and ``libcuda.so.1`` (:mod:`gpuready.lab.silicon.build`: ``"nvml"``, ``"cuda"``),
     installed where the real packages put theirs, so NVIDIA's own tools and the product's NVML and CUDA code load
-    them unchanged."""
+    them unchanged, and the static ``nvidia-emu-tools`` (``"tools"``): ``/usr/bin/nvidia-cuda-mps-control`` (in
+    ``nvidia-cuda-mps``, Debian's name for NVIDIA's MPS package, so the real ``nvidia-ctk cdi generate`` lists it
+    as it lists NVIDIA's) and nvidia-smi's compute mode where Python is missing (the launcher in WRAPPER)."""
     v = f"{driver}-1"
     branch = driver.split(".")[0]
     drv_path = [DRIVER_LIB]
@@ -176,6 +180,15 @@ def driver_debs(driver: str, libraries: dict[str, Path]) -> list[Deb]:
     smi = pkg("nvidia-smi", "utils", "NVIDIA System Management Interface", [f"libnvidia-ml1 (= {v})"])
     smi.add_module(DRIVER_LIB, "nvidia_smi.py")
     smi.add_wrapper("nvidia-smi", drv_path, "nvidia_smi", "main")
+    smi.executables[pf.STATIC_TOOLS] = libraries["tools"]
+
+    mps = pkg(
+        "nvidia-cuda-mps",
+        "utils",
+        "NVIDIA CUDA Multi Process Service (MPS)",
+        [f"libnvidia-ml1 (= {v})", f"libcuda1 (= {v})"],
+    )
+    mps.executables["/usr/bin/nvidia-cuda-mps-control"] = libraries["tools"]
 
     pd = pkg(
         "nvidia-persistenced",
@@ -219,11 +232,12 @@ def driver_debs(driver: str, libraries: dict[str, Path]) -> list[Deb]:
             f"libnvidia-ml1 (= {v})",
             f"libcuda1 (= {v})",
             f"nvidia-persistenced (= {v})",
+            f"nvidia-cuda-mps (= {v})",
             f"nvidia-kernel-open-dkms (= {v}) | nvidia-kernel-dkms-any (= {v})",
         ],
     )
     meta = pkg("nvidia-driver", "non-free/x11", "NVIDIA metapackage", [f"nvidia-driver-cuda (= {v})"])
-    return [ml, cuda, kmod, smi, pd, fm, dc, meta]
+    return [ml, cuda, kmod, smi, mps, pd, fm, dc, meta]
 
 
 def toolkit_debs(toolkit: str, binaries: dict[str, Path]) -> list[Deb]:
@@ -376,7 +390,7 @@ def build_packages(
         from gpuready.lab.hosts import progress
         from gpuready.lab.silicon import build
 
-        libraries = build.ensure_libraries(progress, names=["nvml", "cuda"])
+        libraries = build.ensure_libraries(progress, names=["nvml", "cuda", "tools"])
     else:
         libraries = driver_libraries()
     by_repo = {

@@ -83,9 +83,10 @@ def clamp_oom(spec):
 # driver through /dev/nvidiactl (hardware.HOST_MACHINE_DIR, the driver state, the driver's version files).
 # Fabric Manager's pid directory too: the mock libraries take its pid file's lock for a running Fabric Manager
 # (an NVSwitch GPU's CUDA is "not ready" without one), as a real driver knows the fabric's state in a container.
+DRIVER_STATE_DIR = "/var/lib/nvidia-emu"  # the driver state: read-write in a privileged container
 MACHINE_DIRS = {
     "/opt/gpuready-lab/machine": "ro",
-    "/var/lib/nvidia-emu": "ro",
+    DRIVER_STATE_DIR: "ro",
     "/usr/lib/nvidia-emu": "ro",
     "/run/nvidia-fabricmanager": "ro",
 }
@@ -105,6 +106,7 @@ done
 """
 MACHINE_MOUNTS = f'''
 MACHINE_DIRS = {MACHINE_DIRS!r}
+DRIVER_STATE_DIR = {DRIVER_STATE_DIR!r}
 BOOT_ID_FILE = "/proc/sys/kernel/random/boot_id"
 KERNEL_FILES_HOOK = {KERNEL_FILES_HOOK!r}
 
@@ -117,7 +119,13 @@ def machine_mounts(spec):
         return
     mounts = spec.setdefault("mounts", [])
     have = {{m.get("destination") for m in mounts}}
+    # A privileged container may change the driver's settings (compute mode, MIG) as root does through
+    # /dev/nvidiactl on a real node (NVIDIA's MPS control daemon sets EXCLUSIVE_PROCESS): the state is writable.
+    bounding = ((spec.get("process") or {{}}).get("capabilities") or {{}}).get("bounding") or []
+    privileged = "CAP_SYS_ADMIN" in bounding
     for path, mode in MACHINE_DIRS.items():
+        if privileged and path == DRIVER_STATE_DIR:
+            mode = "rw"
         if path not in have and os.path.isdir(path):
             mounts.append({{"destination": path, "type": "bind", "source": path, "options": ["rbind", mode]}})
     hooks = spec.setdefault("hooks", {{}}).setdefault("createContainer", [])

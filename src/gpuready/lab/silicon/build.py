@@ -1,7 +1,9 @@
-"""The lab's mock NVIDIA user-space libraries, built from this Go module into the lab cache once per source.
+"""The lab's mock NVIDIA user-space libraries and tools, built from this Go module into the lab cache once per source.
 
 Each library is a cgo c-shared build of one directory of the ``gpuready.lab/silicon`` module (``nvml`` ->
 ``libnvidia-ml.so.1``, ``cuda`` -> ``libcuda.so.1``), answering from the emulated machine (package ``machine``).
+``tools`` is a static executable (no cgo), ``nvidia-emu-tools``: the NVIDIA tools that must run in images without
+Python (``nvidia-cuda-mps-control``, and ``nvidia-smi -c`` in NVIDIA's MPS control daemon image).
 NVIDIA's header ``nvml.h`` is not committed: it comes from the go-nvml module (NVIDIA's royalty-free header
 licence) through the Go module proxy, put on the include path with ``CGO_CFLAGS``.
 
@@ -40,18 +42,21 @@ SOURCE_SUFFIXES = (".go", ".c", ".h", ".mod", ".sum")
 
 @dataclass(frozen=True)
 class Library:
-    """One c-shared library: the Go package directory (relative to this module), its file name, and whether
-    it compiles against nvml.h (fetched through the Go module proxy, so the others build offline)."""
+    """One c-shared library (or, ``shared=False``, a static executable): the Go package directory (relative to
+    this module), its file name, and whether it compiles against nvml.h (fetched through the Go module proxy, so
+    the others build offline)."""
 
     directory: str
     filename: str
     nvml_header: bool = False
+    shared: bool = True
 
 
 # Which directory builds which library; one not present in the checkout is skipped.
 LIBRARIES: dict[str, Library] = {
     "nvml": Library("nvml", "libnvidia-ml.so.1", nvml_header=True),
     "cuda": Library("cuda", "libcuda.so.1"),
+    "tools": Library("tools", "nvidia-emu-tools", shared=False),
 }
 
 
@@ -123,9 +128,19 @@ def _build_one(name: str, lib: Library, go: str, cache: Path, progress: Progress
     target = library_cache(name, go, cache)
 
     def build(tmp: Path) -> None:
-        env = {**os.environ, "CGO_ENABLED": "1", "GOFLAGS": "-buildvcs=false"}
+        env = {**os.environ, "CGO_ENABLED": "1" if lib.shared else "0", "GOFLAGS": "-buildvcs=false"}
         if lib.nvml_header:
             env["CGO_CFLAGS"] = f"-O2 -g -I{_nvml_include(env, tmp)}"
+        if not lib.shared:  # static: runs in any image, as NVIDIA's tools run from the driver's CDI mounts
+            progress(f"mock {lib.filename}: go build ./{lib.directory}")
+            go_build(
+                ["-o", str(tmp / lib.filename), f"./{lib.directory}"],
+                SILICON,
+                f"go build {name}",
+                env,
+                "-s -w",
+            )
+            return
         progress(f"mock {lib.filename}: go build -buildmode=c-shared ./{lib.directory}")
         args = ["-buildmode=c-shared", "-o", str(tmp / lib.filename), f"./{lib.directory}"]
         go_build(args, SILICON, f"go build {name}", env, f"-s -w -extldflags=-Wl,-soname,{lib.filename}")

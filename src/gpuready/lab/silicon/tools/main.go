@@ -1,0 +1,36 @@
+// Command nvidia-emu-tools is the lab's NVIDIA command-line tools that must run where Python does not: in
+// NVIDIA's own images (busybox and glibc only) that the nvidia runtime gives the host's driver files through
+// CDI. One static binary, two tools, picked by the name it is run as or by its first argument:
+//
+//   - nvidia-cuda-mps-control (installed as /usr/bin/nvidia-cuda-mps-control by the lab's driver package, so the
+//     real nvidia-ctk lists it in the CDI spec as it lists NVIDIA's): the MPS control daemon and its client, as
+//     NVIDIA's MPS control daemon image (k8s-device-plugin cmd/mps-control-daemon) and the device plugin in MPS
+//     mode drive it;
+//   - nvidia-smi, compute mode only (-i ID -c MODE): what the MPS control daemon runs before it starts MPS. The
+//     host's nvidia-smi is the Python emulator (src/gpuready/lab/emulator/nvidia_smi.py); its launcher runs this
+//     one when it is called from a root without Python. Both change the same driver state (package machine).
+package main
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+)
+
+var tools = map[string]func(args []string) int{
+	"nvidia-cuda-mps-control": mpsControl,
+	"nvidia-smi":              smi,
+}
+
+func main() {
+	if tool, ok := tools[filepath.Base(os.Args[0])]; ok {
+		os.Exit(tool(os.Args[1:]))
+	}
+	if len(os.Args) > 1 {
+		if tool, ok := tools[os.Args[1]]; ok {
+			os.Exit(tool(os.Args[2:]))
+		}
+	}
+	fmt.Fprintf(os.Stderr, "usage: %s nvidia-cuda-mps-control|nvidia-smi [ARGS]\n", filepath.Base(os.Args[0]))
+	os.Exit(2)
+}
