@@ -33,7 +33,7 @@ from typing import Any
 
 import pytest
 import yaml
-from conftest import Lab, lab_skip_reason
+from conftest import KUBELET, Lab, lab_skip_reason
 from polling import wait_for
 from pyinfra_runs import REPO, run_pyinfra
 from suite_runs import failed
@@ -63,7 +63,9 @@ def discover_lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Lab
     paths = LabPaths(tmp_path_factory.mktemp("discover-lab"))
     try:
         started = time.monotonic()
-        lab = Lab(paths, hosts.up(paths, nodes=3, profiles=PROFILES, first_index=FIRST_INDEX))
+        lab = Lab(
+            paths, hosts.up(paths, nodes=3, profiles=PROFILES, first_index=FIRST_INDEX, kubelet=KUBELET)
+        )
         print(f"discover lab up: {time.monotonic() - started:.1f} s")
         for deploy in ("deploys/gpu_node.py", "deploys/cluster_addons.py"):
             started = time.monotonic()

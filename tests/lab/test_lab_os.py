@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 import tomlkit
-from conftest import Lab, lab_skip_reason
+from conftest import KUBELET, Lab, lab_skip_reason
 from kubernetes import client, config
 from pyinfra_runs import PYINFRA, REPO, PyinfraRun, run_pyinfra
 
@@ -69,7 +69,13 @@ def os_lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
         pytest.skip(reason)
     paths = LabPaths(tmp_path_factory.mktemp("os-lab"))
     try:
-        state = hosts.up(paths, nodes=len(RELEASES), releases=list(RELEASES), first_index=free_first_index(3))
+        state = hosts.up(
+            paths,
+            nodes=len(RELEASES),
+            releases=list(RELEASES),
+            first_index=free_first_index(3),
+            kubelet=KUBELET,
+        )
         yield Lab(paths, state)
     finally:
         with contextlib.suppress(Exception):

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import KUBELET
 from pyinfra_runs import run_pyinfra
 
 from gpuready.lab import hosts, ssh, supervisor
@@ -91,7 +92,12 @@ def one_host_lab(root: Path) -> Iterator[OneHostLab]:
     paths = LabPaths(root)
     try:
         state = hosts.up(
-            paths, nodes=1, profiles=[PROFILE], control_plane=False, first_index=free_first_index()
+            paths,
+            nodes=1,
+            profiles=[PROFILE],
+            control_plane=False,
+            first_index=free_first_index(),
+            kubelet=KUBELET,
         )
         yield OneHostLab(paths, state)
     finally:

@@ -22,12 +22,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import Lab, lab_skip_reason
+from conftest import KUBELET, Lab, lab_skip_reason
 from pyinfra_runs import PYINFRA, REPO, PyinfraRun, run_pyinfra
 
 from gpuready import kube
 from gpuready.deploy.upgrade import maintenance
-from gpuready.lab import hosts, ssh
+from gpuready.lab import cuda_images, hosts, ssh
 from gpuready.lab.state import LabPaths
 
 pytestmark = pytest.mark.lab
@@ -47,7 +47,7 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Lab, kube.
         pytest.skip(reason)
     paths = LabPaths(tmp_path_factory.mktemp("upgrade-lab"))
     try:
-        lab = Lab(paths, hosts.up(paths, nodes=4, profiles=PROFILES, first_index=101))
+        lab = Lab(paths, hosts.up(paths, nodes=4, profiles=PROFILES, first_index=101, kubelet=KUBELET))
         for deploy in ("deploys/gpu_node.py", "deploys/cluster_addons.py"):
             run = run_pyinfra(lab, *OLD, deploy=deploy)
             assert run.returncode == 0, run.output[-4000:]
@@ -70,7 +70,7 @@ def _start_workload(cluster: kube.Cluster) -> None:
     resources = {"requests": {"cpu": "100m", "memory": "64Mi"}, "limits": {"nvidia.com/gpu": "1"}}
     container = {
         "name": "train",
-        "image": "nvcr.io/nvidia/cuda:12.8.1-base-ubuntu22.04",
+        "image": cuda_images.CUDA_BASE_IMAGE,  # one the lab has: a real kubelet would fail to pull any other
         "command": ["sleep", "infinity"],
         "resources": resources,
     }
