@@ -46,7 +46,10 @@ sets it where the node's config shares by MPS), ``hostPID: true`` (``values.yaml
 chart then sets no ``shareProcessNamespace``), an init container ``mps-control-daemon mount-shm`` (privileged,
 ``/mps`` with ``Bidirectional`` propagation: it mounts the shm the MPS clients share), the config-manager init
 container and sidecar (the sidecar signals ``/usr/bin/mps-control-daemon``, the chart's value) and the privileged
-``mps-control-daemon`` container with ``/dev/shm`` (mps-shm) and ``/mps`` (mps-root), ``CONFIG_FILE``,
+``mps-control-daemon`` container (run as ``/usr/bin/mps-control-daemon``: the chart's ``command:
+[mps-control-daemon]`` gives the process that ``cmdline[0]``, which the sidecar's ``/usr/bin/...`` never matches;
+config-manager's one-shot init often reads the node's config label before its informer has listed the node and
+picks the default config, so the sidecar must be able to signal the daemon with the right one) with ``/dev/shm`` (mps-shm) and ``/mps`` (mps-root), ``CONFIG_FILE``,
 ``NVIDIA_VISIBLE_DEVICES=all`` and ``NVIDIA_DRIVER_CAPABILITIES=compute,utility``. The device plugin of an MPS node
 waits for the daemon's ``.ready`` file under ``/run/nvidia/mps`` and hands out its pipe and shm: without the
 daemon, MPS pools advertise nothing usable. Fleets without an MPS pool get no such DaemonSet.
@@ -386,6 +389,7 @@ def gpu_feature_discovery(
 
 MPS_CAPABLE_LABEL = "nvidia.com/mps.capable"
 MPS_CONTROL_DAEMON = "nvidia-device-plugin-mps-control-daemon"
+MPS_DAEMON_PATH = "/usr/bin/mps-control-daemon"  # the chart's PROCESS_TO_SIGNAL
 
 
 def mps_control_daemon(
@@ -412,7 +416,8 @@ def mps_control_daemon(
     sidecar, main = pod["containers"]
     for env in sidecar["env"]:
         if env["name"] == "PROCESS_TO_SIGNAL":
-            env["value"] = "/usr/bin/mps-control-daemon"
+            env["value"] = MPS_DAEMON_PATH
+    main["command"] = [MPS_DAEMON_PATH]  # its argv[0], which the sidecar looks for
     main["securityContext"] = {"privileged": True}
     mounts = {
         "name": "mps-control-daemon-mounts",
