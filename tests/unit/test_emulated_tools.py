@@ -8,6 +8,7 @@ The binary is built once per session into the real lab cache, as the mock NVML i
 
 from __future__ import annotations
 
+import shutil
 import socket
 import subprocess
 import time
@@ -30,16 +31,19 @@ def tools() -> Path:
 
 class Mps:
     """nvidia-cuda-mps-control with its pipe and log directories under ``tmp``, as the MPS daemon image runs it:
+    a copy of the binary under the tool's name (as the driver package installs it, and the CDI spec mounts it),
     the command written to standard input without a newline, the pipe closed."""
 
     def __init__(self, tools: Path, tmp: Path) -> None:
-        self.tools = tools
+        self.tool = tmp / "bin" / "nvidia-cuda-mps-control"
+        self.tool.parent.mkdir()
+        shutil.copy2(tools, self.tool)
         self.pipe, self.log = tmp / "pipe", tmp / "log"
         self.env = {"CUDA_MPS_PIPE_DIRECTORY": str(self.pipe), "CUDA_MPS_LOG_DIRECTORY": str(self.log)}
 
     def run(self, *args: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
         return subprocess.run(
-            [str(self.tools), "nvidia-cuda-mps-control", *args],
+            [str(self.tool), *args],
             input=stdin,
             env=self.env,
             capture_output=True,

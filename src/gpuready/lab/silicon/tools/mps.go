@@ -85,7 +85,9 @@ func startBackground() int {
 		return 1
 	}
 	defer null.Close()
-	daemon := exec.Command(self, "nvidia-cuda-mps-control", foregroundFlag)
+	daemon := exec.Command(self)
+	// argv[0] names the tool: installed as /usr/bin/nvidia-cuda-mps-control the binary picks it by that name
+	daemon.Args = []string{"nvidia-cuda-mps-control", foregroundFlag}
 	daemon.Stdin, daemon.Stdout, daemon.Stderr = null, null, null
 	daemon.SysProcAttr = &syscall.SysProcAttr{Setsid: true} // outlives this call, as a daemon does
 	if err := daemon.Start(); err != nil {
