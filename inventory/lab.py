@@ -63,6 +63,10 @@ _ALLOCATION = {
 }
 _DRA = {p.strip() for p in os.environ.get("GPUREADY_LAB_DRA", "").split(",") if p.strip()}
 
+# Pools shared by MPS (NVIDIA's MPS control daemon beside the device plugin; the lab's nvidia-cuda-mps-control is
+# its static tool): GPUREADY_LAB_MPS=l4-1[,l40s-2...] shares those profiles' GPUs by MPS, 2 clients per GPU.
+_MPS = {p.strip() for p in os.environ.get("GPUREADY_LAB_MPS", "").split(",") if p.strip()}
+
 gpu_nodes = (
     [
         (
@@ -79,6 +83,7 @@ gpu_nodes = (
                 "nvswitch": host["nvswitch"],
                 "lab_profile": host["profile"],
                 **_SHARING.get(host["profile"], {}),
+                **({"gpu_sharing": "mps", "sharing_replicas": 2} if host["profile"] in _MPS else {}),
                 **(
                     {"gpu_allocation": "dra", **_ALLOCATION.get(host["profile"], {})}
                     if host["profile"] in _DRA

@@ -120,10 +120,11 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Any:
 
 @contextlib.contextmanager
 def real_kubelet_lab(
-    tmp_path_factory: pytest.TempPathFactory, name: str, index: int, release: str
+    tmp_path_factory: pytest.TempPathFactory, name: str, index: int, release: str, profile: str = "l4-1"
 ) -> Iterator[Lab]:
-    """A one-host lab of its own in the real-kubelet mode (the L4 profile; subnet 10.<index>.0.0/16), taken down
-    afterwards, beside the session lab: :func:`real_l4_lab` for the modules that can share one."""
+    """A one-host lab of its own in the real-kubelet mode (the L4 profile unless `profile`; subnet
+    10.<index>.0.0/16), taken down afterwards, beside the session lab: :func:`real_l4_lab` for the modules that
+    can share one."""
     if reason := lab_skip_reason():
         pytest.skip(reason)
     paths = LabPaths(tmp_path_factory.mktemp(name))
@@ -131,7 +132,7 @@ def real_kubelet_lab(
         state = hosts.up(
             paths,
             nodes=1,
-            profiles=["l4-1"],
+            profiles=[profile],
             releases=[release],
             first_index=index,
             subnet=f"10.{index}.0.0/16",
