@@ -51,7 +51,7 @@ def two_node_inventory(make_node):
 
 def test_without_inventory_conformance_tests_skip_with_the_reason(pytester, suite_dir):
     result = pytester.runpytest_inprocess("conformance", "-rs", "-p", "no:cacheprovider")
-    result.assert_outcomes(skipped=27)  # host 13, gpu 10, diag 4 (the cluster layers are deselected)
+    result.assert_outcomes(skipped=28)  # host 13, gpu 11, diag 4 (the cluster layers are deselected)
     assert result.ret == 0
     result.stdout.fnmatch_lines(["*no --inventory given: the conformance suite needs the fleet's inventory*"])
 
