@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The main job on the local lab: boot 4 GPU hosts on the 3 Debian releases (8x H100 NVSwitch on bookworm, 4x A100
-# with MIG on trixie, 1x L4 time-sliced on sid, 2x L40S on trixie whose pool allocates through DRA), deploy them into
+# The main job on the local lab: boot 5 GPU hosts on the 3 Debian releases (8x H100 NVSwitch on bookworm, 4x A100
+# with MIG on trixie, 1x L4 time-sliced on sid, 2x L40S on trixie whose pool allocates through DRA, 1x T4 on trixie
+# shared by MPS), deploy them into
 # GPU nodes, install the cluster add-ons, prove them with the conformance suite, print the fleet table, and take the
 # lab down again (also on failure or Ctrl-C).
 set -euo pipefail
@@ -22,13 +23,17 @@ esac
 # The L40S pool allocates GPUs through Dynamic Resource Allocation (NVIDIA's DRA driver, not the device plugin):
 # inventory/lab.py reads GPUREADY_LAB_DRA. Set it empty to give every pool the device plugin.
 export GPUREADY_LAB_DRA="${GPUREADY_LAB_DRA-l40s-2}"
+# The T4 pool shares its GPU by MPS (NVIDIA's MPS control daemon beside the device plugin; real kubelets only: the
+# emulated lab's node agent starts no MPS): inventory/lab.py reads GPUREADY_LAB_MPS. Set it empty to leave it unshared.
+if [ "$KUBELET" = real ]; then MPS_DEFAULT=t4-1; else MPS_DEFAULT=; fi
+export GPUREADY_LAB_MPS="${GPUREADY_LAB_MPS-$MPS_DEFAULT}"
 trap '"$BIN/gpuready" lab down' EXIT
 
 step() { printf '\n==> %s\n' "$*" >&2; }
 
-step "gpuready lab up --kubelet $KUBELET: 4 hosts on the 3 Debian releases"
-"$BIN/gpuready" lab up --kubelet "$KUBELET" --nodes 4 --profile h100-sxm-8 --profile a100-80gb-4 --profile l4-1 \
-  --profile l40s-2 --os bookworm --os trixie --os sid --os trixie
+step "gpuready lab up --kubelet $KUBELET: 5 hosts on the 3 Debian releases"
+"$BIN/gpuready" lab up --kubelet "$KUBELET" --nodes 5 --profile h100-sxm-8 --profile a100-80gb-4 --profile l4-1 \
+  --profile l40s-2 --profile t4-1 --os bookworm --os trixie --os sid --os trixie --os trixie
 step "gpuready plan inventory/lab.py: what the deploy installs and the suite expects"
 "$BIN/gpuready" plan inventory/lab.py
 step "pyinfra inventory/lab.py deploys/gpu_node.py --data diag_tools=true (DCGM and nvbandwidth for the diag layer)"
