@@ -73,7 +73,18 @@ def test_resources_name_key_expected_actual_and_why(specs):
     ]
     unregistered = node_obj(allocatable={"nvidia.com/gpu": "0"}, capacity={"nvidia.com/gpu": "0"})
     assert node.gpu_resources(l4, unregistered, "allocatable") == [  # no plugin: nothing said of health
+        "allocatable nvidia.com/gpu = 0, expected 4 (time-slicing replicas 4 x 1 GPU)"
+    ]
+    never = node_obj(allocatable={"cpu": "8"})
+    assert node.gpu_resources(l4, never, "allocatable") == [
         "allocatable nvidia.com/gpu = absent, expected 4 (time-slicing replicas 4 x 1 GPU)"
+    ]
+    # every device unhealthy (NVIDIA's plugin after an XID 79: it cannot read the lost GPU's UUID) or plugin gone
+    all_out = node_obj(allocatable={"nvidia.com/gpu": "0"}, capacity={"nvidia.com/gpu": "4"})
+    assert node.gpu_resources(l4, all_out, "allocatable") == [
+        "allocatable nvidia.com/gpu = 0, expected 4 (time-slicing replicas 4 x 1 GPU); none of the 4 in capacity "
+        "is usable: the device plugin marked every one unhealthy (NVIDIA's does after a critical XID on a GPU it "
+        "cannot read, such as one off the bus), or it is gone (node/test_device_plugin_ready tells which)"
     ]
     assert node.gpu_resources(l4, obj, "capacity") == []
     zero = node_obj(allocatable={"nvidia.com/gpu": "4", "nvidia.com/mig-1g.10gb": "0"})

@@ -217,8 +217,9 @@ def test_device_plugin_absent_fails_resources_and_its_check(pytester, kube_suite
     )
     _result, verdict = run(pytester, fleet, "--nodes", l4)
     bad = failures(verdict)
-    assert bad[f"{l4}:node/test_allocatable"] == (
-        f"{l4}: allocatable nvidia.com/gpu = absent, expected 4 (time-slicing replicas 4 x 1 GPU)"
+    # the kubelet keeps the resource at 0 (and its capacity a while): the message says so, and why it may be
+    assert bad[f"{l4}:node/test_allocatable"].startswith(
+        f"{l4}: allocatable nvidia.com/gpu = 0, expected 4 (time-slicing replicas 4 x 1 GPU)"
     )
     assert bad[f"{l4}:node/test_device_plugin_ready"].startswith(f"{l4}: no device plugin pod on the node")
 

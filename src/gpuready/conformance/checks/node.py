@@ -90,11 +90,12 @@ def nvidia_resources(obj: Obj, field: str) -> dict[str, int]:
 def gpu_resources(node: NodeSpec, obj: Obj | None, field: str) -> list[str]:
     """``status.allocatable`` or ``status.capacity``: nvidia.com/* = ``NodeSpec.expected_allocatable``."""
     have = nvidia_resources(_need(node, obj), field)
+    listed = ((obj or {}).get("status") or {}).get(field) or {}
     want = node.expected_allocatable
     problems = []
     for key in sorted(set(want) | set(have)):
         if have.get(key, 0) != want.get(key, 0):
-            actual = have.get(key, "absent")
+            actual = have.get(key, 0 if key in listed else "absent")  # 0: listed, none usable
             expected = want.get(key, 0)
             why = f" ({explain(node, key)})" if key in want else " (the inventory expects none)"
             problems.append(
@@ -111,8 +112,13 @@ def _unhealthy(obj: Obj | None, field: str, key: str) -> str:
         return ""
     capacity = nvidia_resources(obj, "capacity").get(key, 0)
     allocatable = nvidia_resources(obj, "allocatable").get(key, 0)
-    # none left is no such sign: the kubelet also zeroes allocatable (and keeps capacity a while) when the plugin
-    # itself is gone, which node/test_device_plugin_ready names
+    if allocatable == 0 < capacity:
+        # the kubelet also zeroes allocatable (and keeps capacity a while) when the plugin itself is gone
+        return (
+            f"; none of the {capacity} in capacity is usable: the device plugin marked every one unhealthy (NVIDIA's "
+            "does after a critical XID on a GPU it cannot read, such as one off the bus), or it is gone "
+            "(node/test_device_plugin_ready tells which)"
+        )
     if not 0 < allocatable < capacity:
         return ""
     return f"; {capacity - allocatable} of {capacity} in capacity marked unhealthy by the device plugin"
