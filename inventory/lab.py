@@ -11,6 +11,7 @@ import os
 from typing import Any
 
 from gpuready.lab.state import LabPaths, lab_dir, require_state
+from gpuready.spec.knobs import KNOBS
 
 _state = require_state(LabPaths(lab_dir()))  # raises "lab is not up: run `gpuready lab up`"
 _ssh = _state["ssh"]
@@ -67,6 +68,10 @@ _DRA = {p.strip() for p in os.environ.get("GPUREADY_LAB_DRA", "").split(",") if 
 # its static tool): GPUREADY_LAB_MPS=l4-1[,l40s-2...] shares those profiles' GPUs by MPS, 2 clients per GPU.
 _MPS = {p.strip() for p in os.environ.get("GPUREADY_LAB_MPS", "").split(",") if p.strip()}
 
+# Taints every pool carries besides the default one (node_taints), e.g. GPUREADY_LAB_EXTRA_TAINTS=team=ml:NoSchedule:
+# a pool that only its team schedules on; every add-on must still land on it.
+_EXTRA_TAINTS = [t.strip() for t in os.environ.get("GPUREADY_LAB_EXTRA_TAINTS", "").split(",") if t.strip()]
+
 gpu_nodes = (
     [
         (
@@ -84,6 +89,7 @@ gpu_nodes = (
                 "lab_profile": host["profile"],
                 **_SHARING.get(host["profile"], {}),
                 **({"gpu_sharing": "mps", "sharing_replicas": 2} if host["profile"] in _MPS else {}),
+                **({"node_taints": [*KNOBS["node_taints"].default, *_EXTRA_TAINTS]} if _EXTRA_TAINTS else {}),
                 **(
                     {"gpu_allocation": "dra", **_ALLOCATION.get(host["profile"], {})}
                     if host["profile"] in _DRA

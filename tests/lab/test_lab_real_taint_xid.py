@@ -1,0 +1,116 @@
+"""A pool with a taint of its own, and an XID 79, on a real-kubelet lab host through NVIDIA's real add-ons (#29).
+
+Its own one-host lab (trixie: containerd 1.7, CDI mode; the L40S profile: 2 GPUs, time-sliced 2 ways (inventory/lab.py),
+so 4 allocatable; subnet
+10.237.0.0/16, host number 237) in `lab up --kubelet real` mode, its pool tainted ``team=ml:NoSchedule`` besides
+the default GPU taint (GPUREADY_LAB_EXTRA_TAINTS). The host is the cluster's only node, so every add-on, NFD's
+master Deployment included, must tolerate the pool's taints to run at all, and the suite's pods too.
+
+XID 79 (the GPU fell off the bus): NVIDIA's device plugin v0.19.3 reads the XID event from NVML's event set, then
+asks the event's device for its UUID; for a GPU off the bus NVML answers NVML_ERROR_GPU_IS_LOST (nvml.h lists it
+for nvmlDeviceGetUUID), and the plugin then marks every device of the node unhealthy
+(``internal/rm/health.go``: "Failed to determine uuid for event ...; Marking all devices as unhealthy"). So the
+node's allocatable drops to 0, not by one; the suite names the node and the lost GPU's bus id.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from conftest import Lab, real_kubelet_lab
+from polling import wait_for
+from pyinfra_runs import run_pyinfra
+from suite_runs import failed, faulted, gpu_allocatable, run_suite, wait_until_settled
+from test_lab_real_kubelet import _kubectl
+
+pytestmark = pytest.mark.lab
+
+INDEX = 237
+NODE = f"gpu-node-{INDEX}"
+PROFILE = "l40s-2"
+NAMESPACE = "gpu-system"  # group_data/all.py: addons_namespace
+TEAM_TAINT = "team=ml:NoSchedule"
+
+
+class TaintedLab(Lab):
+    def env(self) -> dict[str, str]:
+        return {**super().env(), "GPUREADY_LAB_EXTRA_TAINTS": TEAM_TAINT}
+
+
+@pytest.fixture(scope="module")
+def tainted_lab(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    with real_kubelet_lab(tmp_path_factory, "lab-real-taint", INDEX, "trixie", profile=PROFILE) as plain:
+        lab = TaintedLab(plain.paths, plain.state)
+        for deploy in ("deploys/gpu_node.py", "deploys/cluster_addons.py"):
+            done = run_pyinfra(lab, deploy=deploy)
+            assert done.returncode == 0, done.output[-6000:]
+        yield SimpleNamespace(lab=lab)
+
+
+def _controllers(lab: Lab) -> dict[str, tuple[int, int]]:
+    """Each add-on DaemonSet and Deployment: (wanted, ready) pods."""
+    r = _kubectl(lab.state, "get", "daemonsets,deployments", "-n", NAMESPACE, "-o", "json")
+    assert r.returncode == 0, r.stderr
+    out = {}
+    for item in json.loads(r.stdout)["items"]:
+        status = item.get("status", {})
+        wanted = status.get("desiredNumberScheduled", item.get("spec", {}).get("replicas", 0))
+        ready = status.get("numberReady", status.get("readyReplicas", 0)) or 0
+        out[f"{item['kind']}/{item['metadata']['name']}"] = (wanted, ready)
+    return out
+
+
+def test_every_addon_runs_on_a_pool_with_a_taint_of_its_own(tainted_lab: Any, tmp_path: Path) -> None:
+    lab = tainted_lab.lab
+    taints = json.loads(_kubectl(lab.state, "get", "node", NODE, "-o", "jsonpath={.spec.taints}").stdout)
+    assert {"key": "team", "value": "ml", "effect": "NoSchedule"} in taints, taints
+    wait_for(
+        lambda: all(wanted == ready == 1 for wanted, ready in _controllers(lab).values()),
+        300,
+        f"every add-on's pod Ready on {NODE}",
+    )
+    assert {"DaemonSet/nvidia-device-plugin", "DaemonSet/gpu-feature-discovery", "DaemonSet/nfd-worker",
+            "DaemonSet/nvidia-dcgm-exporter", "Deployment/nfd-master"} <= set(_controllers(lab))  # fmt: skip
+    wait_until_settled(tainted_lab)
+    verdict = run_suite(tainted_lab, tmp_path)
+    assert failed(verdict) == {}, json.dumps(verdict["nodes"], indent=1)[-6000:]
+
+
+def test_an_xid_79_through_nvidias_plugin_takes_the_nodes_gpus_out_and_the_suite_names_the_gpu(
+    tainted_lab: Any, tmp_path: Path
+) -> None:
+    seen: list[dict[str, str]] = []
+
+    def all_replicas() -> bool:
+        seen.append(gpu_allocatable(tainted_lab, NODE))
+        return seen[-1] == {"nvidia.com/gpu": "4"}
+
+    try:
+        wait_for(all_replicas, 240, f"{NODE}'s 4 replicas (2 GPUs x 2) allocatable")
+    except AssertionError as exc:
+        logs = _kubectl(tainted_lab.lab.state, "logs", "-n", NAMESPACE, "-l",
+                        "app.kubernetes.io/name=nvidia-device-plugin", "--all-containers", "--tail=30")  # fmt: skip
+        raise AssertionError(f"{exc}; allocatable {seen[-1]}\n{logs.stdout}{logs.stderr}") from None
+    bus = tainted_lab.lab.ssh(
+        NODE, "nvidia-smi -i 1 --query-gpu=pci.bus_id --format=csv,noheader"
+    ).stdout.strip()
+    with faulted(tainted_lab, NODE, "xid-79", 1):
+        wait_for(lambda: gpu_allocatable(tainted_lab, NODE) == {"nvidia.com/gpu": "0"}, 120,
+                 f"{NODE}'s allocatable nvidia.com/gpu 0 after an XID 79 on GPU 1")  # fmt: skip
+        gpu_layer = failed(run_suite(tainted_lab, tmp_path / "gpu", "-m", "gpu"))
+        node_layer = failed(run_suite(tainted_lab, tmp_path / "node", "-m", "node"))
+    assert list(gpu_layer) == [NODE] and list(node_layer) == [NODE], (gpu_layer, node_layer)
+    named = " ".join(gpu_layer[NODE].values())
+    assert "XID 79" in named and bus.lower().removeprefix("0000") in named.lower(), gpu_layer[NODE]
+    assert node_layer[NODE] == {
+        "node/test_allocatable": f"{NODE}: allocatable nvidia.com/gpu = 0, expected 4 (time-slicing replicas 2 x 2 "
+        "GPUs); none of the 4 in capacity is usable: the device plugin marked every one unhealthy (NVIDIA's does "
+        "after a critical XID on a GPU it cannot read, such as one off the bus), or it is gone "
+        "(node/test_device_plugin_ready tells which)"
+    }, node_layer[NODE]
+    # the fault cleared and the plugin restarted (faulted's restore_allocatable): both GPUs back
+    assert gpu_allocatable(tainted_lab, NODE) == {"nvidia.com/gpu": "4"}
