@@ -14,7 +14,7 @@ import shutil
 import socket
 import subprocess
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
@@ -65,6 +65,9 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
 class Lab:
     paths: LabPaths
     state: dict[str, Any]
+    extra_env: dict[str, str] = field(
+        default_factory=dict
+    )  # what inventory/lab.py reads: GPUREADY_LAB_DRA, ...
 
     def ssh(self, node: str, command: str, check: bool = True) -> subprocess.CompletedProcess[str]:
         result = hosts.run_on_host(self.paths, node, ["sh", "-c", command])
@@ -73,7 +76,7 @@ class Lab:
         return result
 
     def env(self) -> dict[str, str]:
-        return {**os.environ, "GPUREADY_LAB_DIR": str(self.paths.root)}
+        return {**os.environ, "GPUREADY_LAB_DIR": str(self.paths.root), **self.extra_env}
 
     def bring_up(self) -> None:
         self.state = hosts.up(self.paths, nodes=NODES, releases=RELEASES, kubelet=KUBELET)
@@ -148,6 +151,25 @@ def real_kubelet_lab(
 
 from pyinfra_runs import PyinfraRun, run_pyinfra  # noqa: E402
 from suite_runs import wait_until_settled  # noqa: E402
+
+
+@contextlib.contextmanager
+def deployed_real_kubelet_lab(
+    tmp_path_factory: pytest.TempPathFactory,
+    name: str,
+    index: int,
+    release: str,
+    profile: str = "l4-1",
+    env: dict[str, str] | None = None,
+) -> Iterator[Lab]:
+    """:func:`real_kubelet_lab` after gpuready's node and add-ons deploys, run with `env` (the lab inventory's
+    pool switches), which its later pyinfra and suite runs keep."""
+    with real_kubelet_lab(tmp_path_factory, name, index, release, profile) as plain:
+        lab = Lab(plain.paths, plain.state, dict(env or {}))
+        for deploy in ("deploys/gpu_node.py", "deploys/cluster_addons.py"):
+            done = run_pyinfra(lab, deploy=deploy)
+            assert done.returncode == 0, done.output[-6000:]
+        yield lab
 
 
 @dataclass

@@ -19,9 +19,8 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from conftest import Lab, real_kubelet_lab
+from conftest import Lab, deployed_real_kubelet_lab
 from polling import wait_for
-from pyinfra_runs import run_pyinfra
 from suite_runs import failed, run_suite, wait_until_settled
 from test_lab_real_kubelet import _kubectl
 
@@ -38,18 +37,9 @@ DRA_ENV = {"GPUREADY_LAB_DRA": "l4-1"}
 CLAIM_POD = "dra-claim-pod"
 
 
-class DraLab(Lab):
-    def env(self) -> dict[str, str]:
-        return {**super().env(), **DRA_ENV}
-
-
 @pytest.fixture(scope="module")
 def dra_lab(tmp_path_factory: pytest.TempPathFactory) -> Any:
-    with real_kubelet_lab(tmp_path_factory, "lab-real-dra", INDEX, "trixie") as plain:
-        lab = DraLab(plain.paths, plain.state)
-        for deploy in ("deploys/gpu_node.py", "deploys/cluster_addons.py"):
-            done = run_pyinfra(lab, deploy=deploy)
-            assert done.returncode == 0, done.output[-6000:]
+    with deployed_real_kubelet_lab(tmp_path_factory, "lab-real-dra", INDEX, "trixie", env=DRA_ENV) as lab:
         yield lab
 
 

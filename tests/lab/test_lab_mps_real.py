@@ -18,9 +18,8 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from conftest import Lab, real_kubelet_lab
+from conftest import Lab, deployed_real_kubelet_lab
 from polling import wait_for
-from pyinfra_runs import run_pyinfra
 from suite_runs import failed, run_suite, wait_until_settled
 from test_lab_real_kubelet import _kubectl
 
@@ -36,18 +35,11 @@ MPS_ENV = {"GPUREADY_LAB_MPS": PROFILE}
 RESOURCE_DIR = f"{addons.MPS_ROOT}/nvidia.com/gpu"  # the daemon's per-resource pipe and log directories
 
 
-class MpsLab(Lab):
-    def env(self) -> dict[str, str]:
-        return {**super().env(), **MPS_ENV}
-
-
 @pytest.fixture(scope="module")
 def mps_lab(tmp_path_factory: pytest.TempPathFactory) -> Any:
-    with real_kubelet_lab(tmp_path_factory, "lab-real-mps", INDEX, "trixie", profile=PROFILE) as plain:
-        lab = MpsLab(plain.paths, plain.state)
-        for deploy in ("deploys/gpu_node.py", "deploys/cluster_addons.py"):
-            done = run_pyinfra(lab, deploy=deploy)
-            assert done.returncode == 0, done.output[-6000:]
+    with deployed_real_kubelet_lab(
+        tmp_path_factory, "lab-real-mps", INDEX, "trixie", PROFILE, MPS_ENV
+    ) as lab:
         yield lab
 
 

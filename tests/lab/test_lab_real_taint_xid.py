@@ -21,9 +21,8 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from conftest import Lab, real_kubelet_lab
+from conftest import Lab, deployed_real_kubelet_lab
 from polling import wait_for
-from pyinfra_runs import run_pyinfra
 from suite_runs import failed, faulted, gpu_allocatable, run_suite, wait_until_settled
 from test_lab_real_kubelet import _kubectl
 
@@ -36,18 +35,10 @@ NAMESPACE = "gpu-system"  # group_data/all.py: addons_namespace
 TEAM_TAINT = "team=ml:NoSchedule"
 
 
-class TaintedLab(Lab):
-    def env(self) -> dict[str, str]:
-        return {**super().env(), "GPUREADY_LAB_EXTRA_TAINTS": TEAM_TAINT}
-
-
 @pytest.fixture(scope="module")
 def tainted_lab(tmp_path_factory: pytest.TempPathFactory) -> Any:
-    with real_kubelet_lab(tmp_path_factory, "lab-real-taint", INDEX, "trixie", profile=PROFILE) as plain:
-        lab = TaintedLab(plain.paths, plain.state)
-        for deploy in ("deploys/gpu_node.py", "deploys/cluster_addons.py"):
-            done = run_pyinfra(lab, deploy=deploy)
-            assert done.returncode == 0, done.output[-6000:]
+    env = {"GPUREADY_LAB_EXTRA_TAINTS": TEAM_TAINT}
+    with deployed_real_kubelet_lab(tmp_path_factory, "lab-real-taint", INDEX, "trixie", PROFILE, env) as lab:
         yield SimpleNamespace(lab=lab)
 
 
