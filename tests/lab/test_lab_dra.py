@@ -37,19 +37,16 @@ ADDONS_NAMESPACE = "gpu-system"  # group_data/all.py: addons_namespace
 WHOLE = ["gpu-1", "gpu-2", "gpu-3"]
 
 
-class DraLab(Lab):
-    def env(self) -> dict[str, str]:
-        return {**super().env(), **DRA_ENV}
-
-
 @pytest.fixture(scope="module")
-def dra_lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[DraLab, kube.Cluster]]:
+def dra_lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Lab, kube.Cluster]]:
     if reason := lab_skip_reason():
         pytest.skip(reason)
     paths = LabPaths(tmp_path_factory.mktemp("dra-lab"))
     try:
-        lab = DraLab(
-            paths, hosts.up(paths, nodes=2, profiles=PROFILES, releases=RELEASES, first_index=FIRST_INDEX)
+        lab = Lab(
+            paths,
+            hosts.up(paths, nodes=2, profiles=PROFILES, releases=RELEASES, first_index=FIRST_INDEX),
+            extra_env=DRA_ENV,
         )
         for deploy in ("deploys/gpu_node.py", "deploys/cluster_addons.py"):
             done = run_pyinfra(lab, deploy=deploy)
@@ -96,7 +93,7 @@ def delete_plugin_pods(cluster: kube.Cluster) -> None:
         cluster.core.delete_namespaced_pod(pod["metadata"]["name"], ADDONS_NAMESPACE)
 
 
-def suite(lab: DraLab, tmp_path: Any, *args: str) -> dict:
+def suite(lab: Lab, tmp_path: Any, *args: str) -> dict:
     return run_suite(SimpleNamespace(lab=lab), tmp_path, *args)
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpuready.nvidia.smi import GpuInfo, MigDevice, RemappedRows, SmiReport
+from gpuready.nvidia.smi import COMPUTE_MODES, GpuInfo, MigDevice, RemappedRows, SmiReport
 
 # nvmlClocksEventReasons bits (nvml.h) -> the names the XML reader uses.
 CLOCK_REASON_BITS = {
@@ -24,8 +24,6 @@ CLOCK_REASON_BITS = {
     0x80: "hw_power_brake_slowdown",
     0x100: "display_clocks_setting",
 }
-# nvmlComputeMode_t (nvml.h) -> the names nvidia-smi prints.
-COMPUTE_MODES = {0: "Default", 1: "Exclusive_Thread", 2: "Prohibited", 3: "Exclusive_Process"}
 MIB = 1024 * 1024
 
 

@@ -30,7 +30,11 @@ from dataclasses import dataclass, field
 from gpuready.nvidia.errors import ParseError, check_text
 
 __all__ = [
+    "COMPUTE_MODES",
+    "DEFAULT_COMPUTE",
+    "EXCLUSIVE_PROCESS",
     "LOST_GPU",
+    "PROHIBITED_COMPUTE",
     "ComputeInstanceProfileRow",
     "ComputeInstanceRow",
     "CsvValue",
@@ -61,6 +65,12 @@ __all__ = [
 # What nvidia-smi prints (stdout or stderr, depending on the view) for a GPU the driver has lost; the GPU is
 # then left out of every listing and nvidia-smi exits 15.
 LOST_GPU = re.compile(r"Unable to determine the device handle for GPU\s*([0-9A-Fa-f:.]+): (.*)")
+
+# Compute modes by their nvmlComputeMode_t number (nvml.h), named as nvidia-smi prints them ("Compute Mode").
+COMPUTE_MODES = {0: "Default", 1: "Exclusive_Thread", 2: "Prohibited", 3: "Exclusive_Process"}
+DEFAULT_COMPUTE = COMPUTE_MODES[0]
+PROHIBITED_COMPUTE = COMPUTE_MODES[2]
+EXCLUSIVE_PROCESS = COMPUTE_MODES[3]
 
 # --------------------------------------------------------------------------------------------------
 # Records

@@ -13,7 +13,16 @@ from dataclasses import dataclass
 
 from gpuready.conformance.checks import CannotCheck, Output, exit_problem, not_found
 from gpuready.nvidia.errors import ParseError
-from gpuready.nvidia.smi import LOST_GPU, GpuInfo, SmiReport, parse_mig_lgi, parse_nvlink_report
+from gpuready.nvidia.smi import (
+    DEFAULT_COMPUTE,
+    EXCLUSIVE_PROCESS,
+    LOST_GPU,
+    PROHIBITED_COMPUTE,
+    GpuInfo,
+    SmiReport,
+    parse_mig_lgi,
+    parse_nvlink_report,
+)
 from gpuready.spec.model import NodeSpec
 
 NVLINK_COMMAND = "nvidia-smi nvlink -s"
@@ -247,10 +256,6 @@ def clock_event_reasons(report: SmiReport) -> list[str]:
     return problems
 
 
-DEFAULT_COMPUTE = "Default"
-EXCLUSIVE_PROCESS = "Exclusive_Process"
-
-
 def expected_compute_modes(node: NodeSpec) -> tuple[set[str], str]:
     """The compute modes the node's GPUs may be in, and why.
 
@@ -275,7 +280,7 @@ def compute_mode(node: NodeSpec, report: SmiReport) -> list[str]:
         if gpu.compute_mode is None or gpu.compute_mode in allowed:
             continue
         effect = {
-            "Prohibited": "no process can create a CUDA context on it",
+            PROHIBITED_COMPUTE: "no process can create a CUDA context on it",
             DEFAULT_COMPUTE: "no MPS control daemon runs MPS on it: its pods share it without MPS",
         }.get(gpu.compute_mode, "one process at a time can use it")
         problems.append(

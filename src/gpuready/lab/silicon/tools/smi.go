@@ -60,8 +60,7 @@ func smi(args []string) int {
 			return err
 		}
 		for _, g := range gpus {
-			if m.State.GPUs[g.UUID].ComputeMode == name || (name == machine.ComputeModeDefault &&
-				m.State.GPUs[g.UUID].ComputeMode == "") {
+			if m.View(g.Index).ComputeMode == name {
 				lines = append(lines, fmt.Sprintf("Compute mode is already set to %s for GPU %s.",
 					strings.ToUpper(name), g.PCIBusID))
 				continue
