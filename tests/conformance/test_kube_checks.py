@@ -69,6 +69,13 @@ def test_resources_name_key_expected_actual_and_why(specs):
     obj = node_obj(allocatable={"nvidia.com/gpu": "1", "cpu": "8"}, capacity={"nvidia.com/gpu": "4"})
     assert node.gpu_resources(l4, obj, "allocatable") == [
         "allocatable nvidia.com/gpu = 1, expected 4 (time-slicing replicas 4 x 1 GPU); 3 of 4 in capacity marked "
+        "unhealthy by the device plugin, not whole GPUs (4 replicas each): the rest of a broken GPU's replicas "
+        "still take pods (NVIDIA's plugin up to v0.19.3 takes out one replica per XID, "
+        "NVIDIA/k8s-device-plugin#1929)"
+    ]
+    whole_gpu = node_obj(allocatable={"nvidia.com/gpu": "4"}, capacity={"nvidia.com/gpu": "8"})
+    assert node.gpu_resources(dataclasses.replace(l4, gpu_count=2), whole_gpu, "allocatable") == [
+        "allocatable nvidia.com/gpu = 4, expected 8 (time-slicing replicas 4 x 2 GPUs); 4 of 8 in capacity marked "
         "unhealthy by the device plugin"
     ]
     unregistered = node_obj(allocatable={"nvidia.com/gpu": "0"}, capacity={"nvidia.com/gpu": "0"})
@@ -79,12 +86,13 @@ def test_resources_name_key_expected_actual_and_why(specs):
     assert node.gpu_resources(l4, never, "allocatable") == [
         "allocatable nvidia.com/gpu = absent, expected 4 (time-slicing replicas 4 x 1 GPU)"
     ]
-    # every device unhealthy (NVIDIA's plugin after an XID 79: it cannot read the lost GPU's UUID) or plugin gone
+    # every device unhealthy (NVIDIA's plugin when it cannot tell an XID's GPU) or the plugin gone
     all_out = node_obj(allocatable={"nvidia.com/gpu": "0"}, capacity={"nvidia.com/gpu": "4"})
     assert node.gpu_resources(l4, all_out, "allocatable") == [
         "allocatable nvidia.com/gpu = 0, expected 4 (time-slicing replicas 4 x 1 GPU); none of the 4 in capacity "
-        "is usable: the device plugin marked every one unhealthy (NVIDIA's does after a critical XID on a GPU it "
-        "cannot read, such as one off the bus), or it is gone (node/test_device_plugin_ready tells which)"
+        "is usable: the device plugin marked every one unhealthy (NVIDIA's does when it cannot tell which GPU a "
+        "critical XID came from, or NVML's event wait fails), or it is gone (node/test_device_plugin_ready tells "
+        "which)"
     ]
     assert node.gpu_resources(l4, obj, "capacity") == []
     zero = node_obj(allocatable={"nvidia.com/gpu": "4", "nvidia.com/mig-1g.10gb": "0"})

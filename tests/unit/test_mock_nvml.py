@@ -215,11 +215,13 @@ def test_gpu_off_the_bus_is_lost(tmp_path: Path, nvml_dir: Path) -> None:
     proc = _stepped(
         """
         before = [handle(i) for i in range(8)]
+        uuids = [text(lib.nvmlDeviceGetUUID, hh) for hh in before[:3]]
         step()  # the test takes GPU 1 off the bus here
         h = ctypes.c_void_p()
         temp = ctypes.c_uint()
         print(json.dumps({
             "name_on_old_handle": [text(lib.nvmlDeviceGetName, hh) for hh in before[:3]],
+            "uuid_on_old_handle": [text(lib.nvmlDeviceGetUUID, hh) == u for hh, u in zip(before, uuids)],
             "temperature": lib.nvmlDeviceGetTemperature(before[1], 0, ctypes.byref(temp)),
             "handle_by_index": [lib.nvmlDeviceGetHandleByIndex_v2(i, ctypes.byref(h)) for i in range(3)],
         }))
@@ -232,6 +234,8 @@ def test_gpu_off_the_bus_is_lost(tmp_path: Path, nvml_dir: Path) -> None:
     name = hardware.PROFILES["h100-sxm-8"].model
     assert got == {
         "name_on_old_handle": [name, GPU_IS_LOST, name],
+        # the UUID stays with a handle opened before the loss (NVIDIA's plugin takes just that GPU out)
+        "uuid_on_old_handle": [True, True, True],
         "temperature": GPU_IS_LOST,
         "handle_by_index": [0, GPU_IS_LOST, 0],
     }

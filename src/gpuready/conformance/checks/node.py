@@ -99,15 +99,19 @@ def gpu_resources(node: NodeSpec, obj: Obj | None, field: str) -> list[str]:
             expected = want.get(key, 0)
             why = f" ({explain(node, key)})" if key in want else " (the inventory expects none)"
             problems.append(
-                f"{field} {key} = {actual}, expected {expected}{why}{_unhealthy(obj, field, key)}"
+                f"{field} {key} = {actual}, expected {expected}{why}{_unhealthy(node, obj, field, key)}"
             )
     return problems
 
 
-def _unhealthy(obj: Obj | None, field: str, key: str) -> str:
+def _unhealthy(node: NodeSpec, obj: Obj | None, field: str, key: str) -> str:
     """Why allocatable is short of capacity: the kubelet counts in capacity every device its plugin lists and in
     allocatable only the healthy ones, so the difference is the devices the plugin marked unhealthy (after a
-    critical XID, for NVIDIA's plugin until it restarts). Said, because it points at a GPU, not at the plugin."""
+    critical XID, for NVIDIA's plugin until it restarts). Said, because it points at a GPU, not at the plugin.
+
+    A shared GPU is several devices (its replicas). NVIDIA's plugin up to v0.19.3 keeps one device per GPU for its
+    XID watch and so takes out one replica of the GPU an XID came from, leaving the others schedulable onto a
+    broken GPU (NVIDIA/k8s-device-plugin#1929, fixed by #1930): a drop that is not whole GPUs says so."""
     if field != "allocatable" or obj is None:
         return ""
     capacity = nvidia_resources(obj, "capacity").get(key, 0)
@@ -116,12 +120,20 @@ def _unhealthy(obj: Obj | None, field: str, key: str) -> str:
         # the kubelet also zeroes allocatable (and keeps capacity a while) when the plugin itself is gone
         return (
             f"; none of the {capacity} in capacity is usable: the device plugin marked every one unhealthy (NVIDIA's "
-            "does after a critical XID on a GPU it cannot read, such as one off the bus), or it is gone "
-            "(node/test_device_plugin_ready tells which)"
+            "does when it cannot tell which GPU a critical XID came from, or NVML's event wait fails), or it is "
+            "gone (node/test_device_plugin_ready tells which)"
         )
     if not 0 < allocatable < capacity:
         return ""
-    return f"; {capacity - allocatable} of {capacity} in capacity marked unhealthy by the device plugin"
+    out = f"; {capacity - allocatable} of {capacity} in capacity marked unhealthy by the device plugin"
+    shared = str(node.sharing.mode) in ("time-slicing", "mps")
+    replicas = node.sharing.replicas if shared else node.sharing.mig_replicas
+    if replicas > 1 and (capacity - allocatable) % replicas:
+        out += (
+            f", not whole GPUs ({replicas} replicas each): the rest of a broken GPU's replicas still take pods "
+            "(NVIDIA's plugin up to v0.19.3 takes out one replica per XID, NVIDIA/k8s-device-plugin#1929)"
+        )
+    return out
 
 
 def _diff_labels(have: dict[str, str], want: dict[str, str], what: str) -> list[str]:

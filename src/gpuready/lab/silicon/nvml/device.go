@@ -45,12 +45,14 @@ func nvmlDeviceGetName(h C.nvmlDevice_t, name *C.char, length C.uint) C.nvmlRetu
 
 //export nvmlDeviceGetUUID
 func nvmlDeviceGetUUID(h C.nvmlDevice_t, uuid *C.char, length C.uint) C.nvmlReturn_t {
-	return str(h, uuid, length, func(d *device) string {
-		if d.mig != nil {
-			return d.mig.UUID
-		}
-		return d.g.UUID
-	})
+	d, rc := opened(h)
+	if rc != C.NVML_SUCCESS {
+		return rc
+	}
+	if d.mig != nil {
+		return putString(uuid, length, d.mig.UUID)
+	}
+	return putString(uuid, length, d.g.UUID)
 }
 
 // The board's strings answer the same for a MIG device as for its GPU (see full).

@@ -90,7 +90,15 @@ func current() (*machine.Machine, C.nvmlReturn_t) {
 }
 
 // get resolves a handle; a GPU off the bus answers NVML_ERROR_GPU_IS_LOST as the real driver does.
-func get(h C.nvmlDevice_t) (*device, C.nvmlReturn_t) {
+func get(h C.nvmlDevice_t) (*device, C.nvmlReturn_t) { return resolve(h, false) }
+
+// opened resolves a handle for the identity NVML keeps with it (the UUID), which a handle opened before its GPU
+// fell off the bus still answers: on a real node NVIDIA's device plugin reads the UUID of an XID 79 event's
+// device and takes only that GPU out, the others staying allocatable (NVIDIA/k8s-device-plugin#2038 and #2039,
+// from a cluster that hit it). New handles and every other query of a lost GPU answer GPU_IS_LOST.
+func opened(h C.nvmlDevice_t) (*device, C.nvmlReturn_t) { return resolve(h, true) }
+
+func resolve(h C.nvmlDevice_t, lostToo bool) (*device, C.nvmlReturn_t) {
 	m, rc := current()
 	if rc != C.NVML_SUCCESS {
 		return nil, rc
@@ -105,7 +113,7 @@ func get(h C.nvmlDevice_t) (*device, C.nvmlReturn_t) {
 	if v == nil {
 		return nil, C.NVML_ERROR_INVALID_ARGUMENT
 	}
-	if v.OffBus {
+	if v.OffBus && !lostToo {
 		return nil, C.NVML_ERROR_GPU_IS_LOST
 	}
 	d := &device{m: m, v: v, g: v.GPU, key: k}
