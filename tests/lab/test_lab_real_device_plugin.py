@@ -110,27 +110,31 @@ def _gpu_uuid(lab: Lab) -> str:
     return lab.ssh(NODE, "nvidia-smi --query-gpu=uuid --format=csv,noheader -i 0").stdout.strip()
 
 
-def test_an_xid_79_makes_the_real_plugin_take_the_gpu_out_of_allocatable(plugin_lab: Lab) -> None:
+def test_an_xid_79_makes_the_real_plugin_take_a_device_of_the_gpu_out_of_allocatable(plugin_lab: Lab) -> None:
     """Issue #29: an XID 79 reaches NVIDIA's real plugin through the mock NVML's event set
-    (``nvmlEventSetWait_v2``, internal/rm/health.go), the plugin marks GPU 0 unhealthy and the kubelet takes its
-    replicas out of allocatable while capacity stays. The plugin never marks a device healthy again, so the fault
-    is cleared and the next test restarts the plugin. (The UUID is read before the fault: the lost GPU has none.)"""
+    (``nvmlEventSetWait_v2``, internal/rm/health.go); the plugin reads the event device's UUID (its handle was
+    opened before the loss and still answers it, as on a real node) and marks GPU 0's device unhealthy. v0.19.3
+    keeps one device per GPU for its XID watch, so of GPU 0's 4 time-slicing replicas one goes out of allocatable
+    (NVIDIA/k8s-device-plugin#1929) while capacity stays. The plugin never marks a device healthy again, so the
+    fault is cleared and the next test restarts the plugin. (The UUID is read before the fault: nvidia-smi opens
+    a new handle, which a lost GPU refuses.)"""
     uuid = _gpu_uuid(plugin_lab)
     ok, detail = _wait(lambda: (lambda a: (a == str(GPUS * REPLICAS), a))(_allocatable(plugin_lab)), 60)
     assert ok, f"allocatable nvidia.com/gpu {detail!r} before the fault"
     hosts.inject_fault(plugin_lab.paths, NODE, "xid-79", gpu=0)
     try:
-        ok, detail = _wait(lambda: (lambda a: (a == "0", a))(_allocatable(plugin_lab)), 120)
+        ok, detail = _wait(lambda: (lambda a: (a == str(GPUS * REPLICAS - 1), a))(_allocatable(plugin_lab)), 120)
         assert ok, f"allocatable nvidia.com/gpu {detail!r}\n{_diagnose(plugin_lab, _plugin_pod(plugin_lab))}"
         capacity = _kubectl(plugin_lab.state, "get", "node", NODE, "-o",
                             "jsonpath={.status.capacity.nvidia\\.com/gpu}").stdout  # fmt: skip
         assert capacity == str(GPUS * REPLICAS), capacity
         logs = _kubectl(plugin_lab.state, "logs", "-n", NAMESPACE, _plugin_pod(plugin_lab)["metadata"]["name"],
                         "-c", "nvidia-device-plugin").stdout  # fmt: skip
-        # the event names XID 79; the mock NVML then answers the lost GPU's UUID query GPU_IS_LOST, as a GPU off
-        # the bus does, so the plugin marks every device unhealthy ("Failed to determine uuid for event")
+        # the event names XID 79 and the GPU; the plugin marks one replica of it unhealthy
         assert "EventData:79" in logs, logs[-3000:]
-        assert f"'nvidia.com/gpu' device marked unhealthy: {uuid}::0" in logs, logs[-3000:]
+        assert f"XidCriticalError: Xid=79 on Device={uuid}::" in logs, logs[-3000:]
+        assert "Failed to determine uuid" not in logs, logs[-3000:]
+        assert logs.count(f"'nvidia.com/gpu' device marked unhealthy: {uuid}::") == 1, logs[-3000:]
     finally:
         hosts.inject_fault(plugin_lab.paths, NODE, None)
 
