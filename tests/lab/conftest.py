@@ -188,10 +188,10 @@ class DeployedLab:
 def deployed_lab(lab: Lab) -> DeployedLab:
     """The session lab converged by both deploys, each run twice (the second runs must change nothing)."""
     first = run_pyinfra(lab)
-    assert first.returncode == 0, first.output[-4000:]
+    assert first.returncode == 0, first.failure
     second = run_pyinfra(lab, "-vv")  # -vv: the commands it ran on each host, for the round-trip count
     addons_first = run_pyinfra(lab, deploy="deploys/cluster_addons.py")
-    assert addons_first.returncode == 0, addons_first.output[-4000:]
+    assert addons_first.returncode == 0, addons_first.failure
     addons_second = run_pyinfra(lab, deploy="deploys/cluster_addons.py")
     deployed = DeployedLab(lab, first, second, addons_first, addons_second)
     if (

@@ -23,6 +23,14 @@ class PyinfraRun:
     def total(self) -> tuple[int, int, int]:
         return self.table["Grand total"]
 
+    @property
+    def failure(self) -> str:
+        """For an assertion message: the lines that name an error (a failed command's stderr comes before the
+        results table, which fills the end of the output), then the end of the output."""
+        marks = ("rror", "ailed", "ERROR", "fatal")
+        errors = [line for line in self.output.splitlines() if any(m in line for m in marks)][-40:]
+        return "\n".join(errors) + "\n...\n" + self.output[-2500:]
+
     def changed_operations(self) -> set[str]:
         return {op for op, (success, _, _) in self.table.items() if success and op != "Grand total"}
 

@@ -121,11 +121,39 @@ def restore_allocatable(deployed_lab: Any, node: str, fault: str, before: dict[s
         return
     core = _core(deployed_lab)
     selector = "app.kubernetes.io/name=nvidia-device-plugin"
-    for pod in core.list_namespaced_pod("gpu-system", label_selector=selector).items:
-        if pod.spec.node_name == node:
-            core.delete_namespaced_pod(pod.metadata.name, "gpu-system")
-    wait_for(lambda: gpu_allocatable(deployed_lab, node) == before, timeout=180,
-             what=f"{node}'s allocatable back to {before} after its device plugin restarted")  # fmt: skip
+
+    def plugin_pods() -> list[Any]:
+        pods = core.list_namespaced_pod("gpu-system", label_selector=selector).items
+        return [pod for pod in pods if pod.spec.node_name == node]
+
+    gone = set()
+    for pod in plugin_pods():
+        core.delete_namespaced_pod(pod.metadata.name, "gpu-system")
+        gone.add(pod.metadata.uid)
+    seen: list[dict[str, str]] = []
+
+    def back() -> bool:
+        # the allocatable from before the fault, served by a new plugin pod: while the old pod terminates, the
+        # kubelet may still show the old allocatable, and drops it to 0 once that plugin is gone
+        seen.append(gpu_allocatable(deployed_lab, node))
+        fresh = [p for p in plugin_pods() if p.metadata.uid not in gone]
+        statuses = [p.status.container_statuses or [] for p in fresh]
+        ready = any(s and all(c.ready for c in s) for s in statuses)
+        return bool(ready) and seen[-1] == before
+
+    try:
+        wait_for(
+            back, timeout=180, what=f"{node}'s allocatable back to {before} after its device plugin restarted"
+        )
+    except AssertionError as exc:  # say what the plugin is doing, not only that it did not come back
+        pods = [(p.metadata.name, p.status.phase, [(c.name, c.ready, c.restart_count)
+                 for c in p.status.container_statuses or []]) for p in plugin_pods()]  # fmt: skip
+        logs = "".join(
+            core.read_namespaced_pod_log(name, "gpu-system", container="nvidia-device-plugin", tail_lines=15)
+            for name, phase, _ in pods
+            if phase == "Running"
+        )
+        raise AssertionError(f"{exc}; allocatable {seen[-1]}; plugin pods {pods}\n{logs}") from None
 
 
 @contextlib.contextmanager

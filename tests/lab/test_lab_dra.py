@@ -50,7 +50,7 @@ def dra_lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Lab, kub
         )
         for deploy in ("deploys/gpu_node.py", "deploys/cluster_addons.py"):
             done = run_pyinfra(lab, deploy=deploy)
-            assert done.returncode == 0, done.output[-4000:]
+            assert done.returncode == 0, done.failure
         yield lab, kube.connect(lab.state["apiserver"]["kubeconfig"])
     finally:
         with contextlib.suppress(Exception):

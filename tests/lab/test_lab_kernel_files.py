@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import KUBELET, Lab, lab_skip_reason
+from conftest import Lab, lab_skip_reason
 
 from gpuready.lab import hosts, kernel_files
 from gpuready.lab.state import LabPaths
@@ -37,9 +37,8 @@ def one_host() -> Iterator[Lab]:
     shutil.rmtree(STATE_DIR, ignore_errors=True)
     paths = LabPaths(STATE_DIR)
     try:
-        state = hosts.up(
-            paths, nodes=1, profiles=["a100-80gb-4"], control_plane=False, first_index=201, kubelet=KUBELET
-        )
+        # no control plane, so no kubelet runs: the kubelet mode does not apply
+        state = hosts.up(paths, nodes=1, profiles=["a100-80gb-4"], control_plane=False, first_index=201)
         yield Lab(paths, state)
     finally:
         with contextlib.suppress(Exception):

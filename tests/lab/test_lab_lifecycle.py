@@ -74,8 +74,11 @@ def network_traces(entry: dict) -> list[str]:
 def test_down_leaves_nothing_behind(lab):
     traces = outside_traces(lab)
     repo_pid = lab.state["repo"]["pid"]
-    api = lab.state["apiserver"]  # the control plane's components and the node agent, each by its pid
-    servers = [lab.state[k]["pid"] for k in ("repo", "egress")] + [*api["pids"].values(), api["agent"]["pid"]]
+    api = lab.state["apiserver"]  # the control plane's components, each by its pid
+    # and the node agent (emulated kubelets) or kube-proxy (real kubelets)
+    helpers = [api[k]["pid"] for k in ("agent", "kube_proxy") if k in api]
+    assert len(helpers) == 1, sorted(api)
+    servers = [lab.state[k]["pid"] for k in ("repo", "egress")] + [*api["pids"].values(), *helpers]
     net = lab.state["network"]
     assert nspawn_processes(lab.paths.root) and mounts_under(lab.paths.root)  # the lab was up
     assert len(network_traces(net)) == 4 and network.pids(net["netns"])

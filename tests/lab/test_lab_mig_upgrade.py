@@ -89,10 +89,10 @@ def mig_fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MigFleet]:
         )
         lab = Lab(paths, state)
         first = run_pyinfra(lab, *OLD)
-        assert first.returncode == 0, first.output[-4000:]
+        assert first.returncode == 0, first.failure
         second = run_pyinfra(lab, *OLD)
         addons = run_pyinfra(lab, *OLD, deploy="deploys/cluster_addons.py")
-        assert addons.returncode == 0, addons.output[-4000:]
+        assert addons.returncode == 0, addons.failure
         yield MigFleet(lab, first, second)
     finally:
         with contextlib.suppress(Exception):
@@ -160,7 +160,7 @@ def test_without_the_unit_a_reboot_loses_the_layout_and_the_deploy_restores_both
     assert modes == ["Enabled"] * 4
 
     run = run_pyinfra(fleet.lab)
-    assert run.returncode == 0, run.output[-4000:]
+    assert run.returncode == 0, run.failure
     changed = {op.rsplit(" | ", 1)[-1] for op in run.changed_operations()}
     assert {"Lay out MIG instances", "Create the MIG layout at every boot"} <= changed, changed
     assert fleet.mig_devices() == before

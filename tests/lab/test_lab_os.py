@@ -90,7 +90,7 @@ def release_of(lab: Lab) -> dict[str, str]:
 def converge_twice(lab: Lab) -> Round:
     started = time.monotonic()
     first = run_pyinfra(lab)
-    assert first.returncode == 0, first.output[-4000:]
+    assert first.returncode == 0, first.failure
     converged = time.monotonic()
     second = run_pyinfra(lab)
     seconds = (converged - started, time.monotonic() - converged)

@@ -123,7 +123,9 @@ def test_an_xid_79_makes_the_real_plugin_take_a_device_of_the_gpu_out_of_allocat
     assert ok, f"allocatable nvidia.com/gpu {detail!r} before the fault"
     hosts.inject_fault(plugin_lab.paths, NODE, "xid-79", gpu=0)
     try:
-        ok, detail = _wait(lambda: (lambda a: (a == str(GPUS * REPLICAS - 1), a))(_allocatable(plugin_lab)), 120)
+        ok, detail = _wait(
+            lambda: (lambda a: (a == str(GPUS * REPLICAS - 1), a))(_allocatable(plugin_lab)), 120
+        )
         assert ok, f"allocatable nvidia.com/gpu {detail!r}\n{_diagnose(plugin_lab, _plugin_pod(plugin_lab))}"
         capacity = _kubectl(plugin_lab.state, "get", "node", NODE, "-o",
                             "jsonpath={.status.capacity.nvidia\\.com/gpu}").stdout  # fmt: skip

@@ -21,7 +21,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import KUBELET
 from pyinfra_runs import run_pyinfra
 
 from gpuready.lab import hosts, ssh, supervisor
@@ -97,8 +96,7 @@ def one_host_lab(root: Path) -> Iterator[OneHostLab]:
             profiles=[PROFILE],
             control_plane=False,
             first_index=free_first_index(),
-            kubelet=KUBELET,
-        )
+        )  # no control plane, so no kubelet runs: the kubelet mode does not apply
         yield OneHostLab(paths, state)
     finally:
         hosts.down(paths, quiet=True)
@@ -112,7 +110,7 @@ def reboot_lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[OneHostLab]
     """
     with one_host_lab(tmp_path_factory.mktemp("reboot-lab")) as lab:
         run = run_pyinfra(lab)
-        assert run.returncode == 0, run.output[-4000:]
+        assert run.returncode == 0, run.failure
         yield lab
 
 

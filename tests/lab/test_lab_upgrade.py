@@ -50,7 +50,7 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Lab, kube.
         lab = Lab(paths, hosts.up(paths, nodes=4, profiles=PROFILES, first_index=101, kubelet=KUBELET))
         for deploy in ("deploys/gpu_node.py", "deploys/cluster_addons.py"):
             run = run_pyinfra(lab, *OLD, deploy=deploy)
-            assert run.returncode == 0, run.output[-4000:]
+            assert run.returncode == 0, run.failure
         cluster = kube.connect(lab.state["apiserver"]["kubeconfig"])
         _start_workload(cluster)
         yield lab, cluster
