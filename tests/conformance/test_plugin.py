@@ -258,3 +258,40 @@ def test_a_checks_seconds_count_its_setup_as_pytest_durations_does(pytester, two
     waited = max(n["layers"]["host"]["checks"]["test_driver"]["seconds"] for n in verdict["nodes"].values())
     assert waited >= 0.4, verdict["nodes"]  # in whichever check ran first
     assert verdict["seconds"] >= waited
+
+
+def test_connection_is_added_once_with_or_without_testinfra(monkeypatch):
+    """pytest-testinfra and the suite both want --connection. pytest 9.2 refuses a second one at once (ValueError),
+    9.0 and 9.1 through argparse (ArgumentError), 8.x only when it builds the parser: a GPU machine's image with
+    pytest 9.1.1 stopped every suite run there. The suite adds it only where testinfra has not."""
+    from testinfra.plugin import pytest_addoption as testinfra_addoption
+
+    from gpuready.conformance import plugin
+
+    class Plugins:
+        def __init__(self, testinfra: bool) -> None:
+            self.testinfra = testinfra
+
+        def get_plugin(self, name):  # registered already (its options added), or blocked with -p no:testinfra
+            return object() if self.testinfra else None
+
+        def is_blocked(self, name):
+            return not self.testinfra
+
+    added: list[tuple[str, ...]] = []  # every addoption call: a second --connection must not even be tried
+    addoption = pytest.OptionGroup.addoption
+
+    def recording(self, *opts, **attrs):
+        added.append(opts)
+        return addoption(self, *opts, **attrs)
+
+    monkeypatch.setattr(pytest.OptionGroup, "addoption", recording)
+    for testinfra in (True, False):
+        added.clear()
+        parser = pytest.Parser(_ispytest=True)
+        if testinfra:
+            testinfra_addoption(parser)
+        plugin.pytest_addoption(parser, Plugins(testinfra))
+        names = [n for group in parser._groups for option in group.options for n in option.names()]
+        assert names.count("--connection") == 1 and added.count(("--connection",)) == 1, (testinfra, added)
+        assert parser.parse(["--connection", "local"]).connection == "local", testinfra

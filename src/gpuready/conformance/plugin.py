@@ -273,7 +273,10 @@ def pytest_addoption(parser: pytest.Parser, pluginmanager: pytest.PytestPluginMa
     # testinfra first, then share its option (values are checked when the session starts).
     if pluginmanager.get_plugin(TESTINFRA) is None and not pluginmanager.is_blocked(TESTINFRA):
         pluginmanager.load_setuptools_entrypoints("pytest11", name=TESTINFRA)
-    with contextlib.suppress(ValueError):  # testinfra's --connection: same flag, same dest
+    # testinfra's --connection (same flag, same dest) is shared, not added twice: pytest 9.2 refuses a second one
+    # with ValueError, 9.0 with argparse's ArgumentError, 8.x only when it builds the parser (seen with the pytest
+    # of a GPU machine's image), so look first
+    if not any("--connection" in option.names() for group in parser._groups for option in group.options):
         group.addoption(
             "--connection",
             default=None,
@@ -349,9 +352,13 @@ def _run_suite(config: pytest.Config) -> Any:
             pytest.skip(NO_INVENTORY)
         return suite
 
-    from types import SimpleNamespace
+    # A module as the plugin object: pytest 9.0 keeps plugin objects in a set (hashable needed), and reads a
+    # module's fixtures from the module itself, not its type
+    from types import ModuleType
 
-    return SimpleNamespace(gpuready_suite=gpuready_suite)
+    holder = ModuleType("gpuready_run_suite")
+    holder.gpuready_suite = gpuready_suite  # type: ignore[attr-defined]
+    return holder
 
 
 def _site_dirs(config: pytest.Config) -> list[Path]:
