@@ -52,6 +52,7 @@ L40S_CAPTURE = "captures/nvidia_gpu_exporter__capture__linux-x86_64__nvidia-l40s
 A100_XML = "nvidia-smi-xml/telegraf__a100-sxm4-v12.xml"
 T4_XML = "nvidia-smi-xml/telegraf__tesla-t4.xml"
 H100_Q = "nvidia-smi-text/gpud__nvidia-smi-query.535.183.01.out.0.valid"
+H200_DEVICE = "device/h200__580.159.04"  # scripts/device-check.sh on a lent H200 (tests/fixtures/SOURCES.md)
 
 
 # --- local readers for the captures -----------------------------------------------------------------------
@@ -134,6 +135,20 @@ def test_every_h100_sxm_lgip_row_matches_on_all_four_gpus() -> None:
     for row in rows:
         assert_row_matches(row, profiles[row["name"]])
     assert list(profiles) == [r["name"] for r in rows if r["gpu"] == "0"]  # same set, same -lgip order
+
+
+def test_every_h200_lgip_row_and_lgipp_placement_matches_the_real_h200() -> None:
+    """The H200 table was NVIDIA's guide plus the H100 pattern until a lent H200 (580.159.04, MIG off) answered."""
+    rows = read_lgip(fixture(f"{H200_DEVICE}/nvidia-smi-mig-lgip.txt"))
+    profiles = mig_profiles("NVIDIA H200")
+    assert list(profiles) == [r["name"] for r in rows]  # same set, same -lgip order
+    for row in rows:
+        assert_row_matches(row, profiles[row["name"]])
+    placements = read_lgipp(fixture(f"{H200_DEVICE}/nvidia-smi-mig-lgipp.txt"))
+    by_id = {p.profile_id: p for p in profiles.values()}
+    assert len(placements) == len(by_id) == 7
+    for pid, starts, size in placements:
+        assert (by_id[pid].placements, by_id[pid].placement_size) == (starts, size), pid
 
 
 def test_every_a100_lgipp_placement_matches() -> None:

@@ -31,13 +31,9 @@ driver branches, so each table is taken from one real capture (its driver noted)
 * H100 PCIe: a public ``-lgip`` on a Scaleway H100 PCIe (570.169) with its 1g.10gb MIG devices (9984 MiB).
 * H100 NVL: a public Azure HPC guide (``-lgip``, ``-lgipp`` and MIG device table, 560.35.03), also quoted in
   gpu-stack-facts.md section 11.
-* H200 141GB: the profile set, instance counts, CE/NVDEC/JPEG/OFA from NVIDIA's MIG user guide
-  ("Supported MIG Profiles", H200 table); MIG device memory from public H200 sessions (570.86.15: 1g.18gb
-  16384 MiB / 16 SMs, 2g.35gb 33280 MiB / 32 SMs; 3g.71gb 71424 MiB / 60 SMs from an Nsight Systems device
-  record); 7g.141gb 140.00 GiB / 132 SMs from a public ``-lgip`` excerpt. **Not seen in a capture and copied
-  from the H100 pattern: profile ids 15, 9 and 5, 1g.35gb's memory (= 2g.35gb's) and 26 SMs, 4g.71gb's memory
-  (= 3g.71gb's) and 64 SMs, and the placements** (H200 uses the H100 geometry; NVIDIA's guide shows the same
-  placement diagram). Replace them with a real ``-lgip``/``-lgipp`` when an H200 is at hand.
+* H200 141GB: ``device/h200__580.159.04/nvidia-smi-mig-lgip.txt`` and ``-lgipp.txt``, captured by
+  ``scripts/device-check.sh`` on a lent H200 (driver 580.159.04, MIG off): every row and placement. (The table was
+  NVIDIA's guide plus the H100 pattern before; the capture confirmed each value.)
 * ``+me`` profiles, ``p2p``: every real capture above prints ``P2P No``.
 * Blackwell (issue #29). No real ``-lgip`` was found for any Blackwell part, so these tables are the documented
   facts plus estimates, each marked; replace them with a real ``-lgip``/``-lgipp`` when one is at hand.
