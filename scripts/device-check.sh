@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # What a lent GPU machine tells us, in one run of a few minutes (#27 item 7): the real NVIDIA tools' outputs, what
-# NVML answers (python -m gpuready.nvidia.nvml_probe), and the suite's host, gpu and diag layers in local mode
+# NVML answers (python -m gpuready.conformance.nvml_probe), and the suite's host, gpu and diag layers in local mode
 # (`gpuready check --connection local`: NVML, the CUDA driver API's vectorAdd and copy bandwidths). Read-only on the
 # GPU: it never changes MIG mode, clocks, power limits or ECC, and never resets the GPU.
 #
@@ -90,8 +90,8 @@ if ls .devbin/*.xz >/dev/null 2>&1; then
   capture nvidia-mig-parted-export.yaml nvidia-mig-parted export
 fi
 
-log "NVML: python -m gpuready.nvidia.nvml_probe"
-capture nvml-probe.json "$PY" -m gpuready.nvidia.nvml_probe
+log "NVML: python -m gpuready.conformance.nvml_probe"
+capture nvml-probe.json "$PY" -m gpuready.conformance.nvml_probe
 
 log "the suite's host, gpu and diag layers, --connection local"
 "$PY" - "$WORK/inventory" <<'EOF' >>"$WORK/summary.txt" 2>&1

@@ -1,6 +1,6 @@
 """gpuready's readers on a real H200's answers (scripts/device-check.sh on a lent machine, driver 580.159.04;
 tests/fixtures/SOURCES.md): nvidia-smi's text and XML reports, its ``-L`` list, and what NVML answered
-(``python -m gpuready.nvidia.nvml_probe``) all describe the same GPU, and the suite's own local run there passed
+(``python -m gpuready.conformance.nvml_probe``) all describe the same GPU, and the suite's own local run there passed
 the gpu and diag layers."""
 
 from __future__ import annotations

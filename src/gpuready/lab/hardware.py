@@ -36,6 +36,9 @@ class Profile:
     numa_nodes: int
     cpus: int
     description: str
+    # a cloud VM with its GPUs passed through: NVML says virtualization mode PASSTHROUGH and answers NOT_SUPPORTED
+    # for every NVLink (as a lent H200 VM did: tests/fixtures/device/h200__580.159.04), nvidia-smi "Pass-Through"
+    passthrough: bool = False
 
 
 PROFILES: dict[str, Profile] = {
@@ -50,9 +53,17 @@ PROFILES: dict[str, Profile] = {
             "a100-80gb-4", "NVIDIA A100-SXM4-80GB", 4, False, ("07", "0F", "47", "4E"), 2, 64,
             "HGX A100 4-GPU: 4x A100 SXM4 80GB, NVLink between every pair, MIG capable",
         ),
-        Profile("l4-1", "NVIDIA L4", 1, False, ("00:03",), 1, 8, "1x L4 24GB (cloud VM, e.g. GCP g2-standard-8)"),
+        Profile(
+            "l4-1", "NVIDIA L4", 1, False, ("00:03",), 1, 8, "1x L4 24GB (cloud VM, e.g. GCP g2-standard-8)", True,
+        ),
         Profile("l40s-2", "NVIDIA L40S", 2, False, ("4A", "61"), 1, 32, "2x L40S 48GB PCIe"),
-        Profile("t4-1", "Tesla T4", 1, False, ("00:1E",), 1, 4, "1x Tesla T4 16GB (cloud VM, e.g. AWS g4dn.xlarge)"),
+        Profile(
+            "t4-1", "Tesla T4", 1, False, ("00:1E",), 1, 4, "1x Tesla T4 16GB (cloud VM, e.g. AWS g4dn.xlarge)", True,
+        ),
+        Profile(
+            "h200-1", "NVIDIA H200", 1, False, ("00:06",), 1, 16,
+            "1x H200 141GB passed through to a VM (the lent machine of tests/fixtures/device/h200__580.159.04)", True,
+        ),
     )
 }  # fmt: skip
 
@@ -81,6 +92,33 @@ _BOARD: dict[str, dict] = {
         },
         "nvlink_gbps": 26.562,
         "row_banks": 2560,
+        "ecc": True,
+        "row_remapping": True,
+        "page_retirement": False,
+    },
+    # device/h200__580.159.04 (nvidia-smi -q, nvml-probe.json of a lent H200, driver 580.159.04)
+    "NVIDIA H200": {
+        "architecture": "Hopper",
+        "sub_system": "18BF10DE",
+        "vbios": "96.00.A5.00.1A",
+        "board_part": "692-2G520-0282-000",
+        "gpu_part": "2335-895-A1",
+        "inforom": "G520.0282.02.02",
+        "reserved_mib": 616,
+        "bar1_mib": 262144,
+        "min_power_w": 200,
+        "idle_power_w": 79.74,
+        "temp_c": 38,
+        "mem_temp_c": 38,
+        "clocks": {
+            "graphics_idle": 345,
+            "memory": 3201,
+            "video_idle": 765,
+            "max_graphics": 1980,
+            "max_video": 1545,
+        },
+        "nvlink_gbps": 26.562,  # as the H100 (NVLink 4); the lent VM showed no NVLink
+        "row_banks": 3072,
         "ecc": True,
         "row_remapping": True,
         "page_retirement": False,
@@ -262,7 +300,7 @@ def make_hardware(profile: str, node_index: int) -> dict:
                 "memory_temperature_c": board["mem_temp_c"],
                 "max_pcie_gen": model.max_pcie_gen,
                 "max_pcie_width": model.max_pcie_width,
-                "nvlink_links": model.nvlink_links,
+                "nvlink_links": 0 if prof.passthrough else model.nvlink_links,
                 "nvlink_gbps": board["nvlink_gbps"],
                 "mig_capable": model.mig_capable,
                 "mig_compute_slices": mig_compute,
@@ -294,6 +332,7 @@ def make_hardware(profile: str, node_index: int) -> dict:
             "nvswitch_count": 4 if prof.nvswitch else 0,
             "numa_nodes": prof.numa_nodes,
             "cpus": prof.cpus,
+            "virtualization": "Pass-Through" if prof.passthrough else "None",
         },
         "gpus": gpus,
         "faults": [],

@@ -144,6 +144,8 @@ class GpuView:
 
 def gpu_nodes(view: GpuView, v13: bool) -> list:
     g = view.gpu
+    # a VM's GPU: the host's PCIe generation is not visible through the passed-through function
+    passthrough = view.drv.hw.get("system", {}).get("virtualization") == "Pass-Through"
     c = g.get("clocks", {})
     mig_cur, mig_pend = view.mig_mode()
     total, reserved, used, free = view.memory()
@@ -398,7 +400,7 @@ def gpu_nodes(view: GpuView, v13: bool) -> list:
             "gpu_virtualization_mode",
             "GPU Virtualization Mode",
             [
-                ("virtualization_mode", "Virtualization Mode", "None"),
+                ("virtualization_mode", "Virtualization Mode", "Pass-Through" if passthrough else "None"),
                 ("host_vgpu_mode", "Host VGPU Mode", NA),
                 ("vgpu_heterogeneous_mode", "vGPU Heterogeneous Mode", NA),
             ],
@@ -454,7 +456,11 @@ def gpu_nodes(view: GpuView, v13: bool) -> list:
                                 ("current_link_gen", "Current", str(cur_gen)),
                                 ("device_current_link_gen", "Device Current", str(cur_gen)),
                                 ("max_device_link_gen", "Device Max", str(g["max_pcie_gen"])),
-                                ("max_host_link_gen", "Host Max", str(g["max_pcie_gen"])),
+                                (
+                                    "max_host_link_gen",
+                                    "Host Max",
+                                    NA if passthrough else str(g["max_pcie_gen"]),
+                                ),
                             ],
                         ),
                         (

@@ -197,6 +197,8 @@ type System struct {
 	NVSwitchCount int    `json:"nvswitch_count"`
 	NUMANodes     int    `json:"numa_nodes"`
 	CPUs          int    `json:"cpus"`
+	// Virtualization is nvidia-smi's "Virtualization Mode": "None" on bare metal, "Pass-Through" in a VM.
+	Virtualization string `json:"virtualization"`
 }
 
 // Hardware is the whole hardware file.

@@ -380,9 +380,13 @@ func nvmlDeviceGetCurrentClocksThrottleReasons(h C.nvmlDevice_t, reasons *C.ulon
 	return clockReasons(h, reasons)
 }
 
+// supportedClockReasons: the nine reasons up to display clocks (0x1FF), as a real H200 answered (580.159.04); the
+// header's nvmlClocksEventReasonAll (0x7FF) also counts reasons that GPU does not report.
+const supportedClockReasons = 0x1FF
+
 //export nvmlDeviceGetSupportedClocksEventReasons
 func nvmlDeviceGetSupportedClocksEventReasons(h C.nvmlDevice_t, reasons *C.ulonglong) C.nvmlReturn_t {
-	return set(full, h, reasons, func(*device) C.ulonglong { return C.nvmlClocksEventReasonAll })
+	return set(full, h, reasons, func(*device) C.ulonglong { return supportedClockReasons })
 }
 
 //export nvmlDeviceGetTemperature
@@ -496,7 +500,12 @@ func nvmlDeviceSetComputeMode(h C.nvmlDevice_t, mode C.nvmlComputeMode_t) C.nvml
 
 //export nvmlDeviceGetVirtualizationMode
 func nvmlDeviceGetVirtualizationMode(h C.nvmlDevice_t, mode *C.nvmlGpuVirtualizationMode_t) C.nvmlReturn_t {
-	return set(full, h, mode, func(*device) C.nvmlGpuVirtualizationMode_t { return C.NVML_GPU_VIRTUALIZATION_MODE_NONE })
+	return set(full, h, mode, func(d *device) C.nvmlGpuVirtualizationMode_t {
+		if d.m.Hardware.System.Virtualization == "Pass-Through" {
+			return C.NVML_GPU_VIRTUALIZATION_MODE_PASSTHROUGH
+		}
+		return C.NVML_GPU_VIRTUALIZATION_MODE_NONE
+	})
 }
 
 //export nvmlDeviceGetComputeRunningProcesses_v3
@@ -507,11 +516,17 @@ func nvmlDeviceGetComputeRunningProcesses_v3(h C.nvmlDevice_t, count *C.uint, in
 //export nvmlDeviceGetGpuFabricInfo
 func nvmlDeviceGetGpuFabricInfo(h C.nvmlDevice_t, info *C.nvmlGpuFabricInfo_t) C.nvmlReturn_t {
 	return with(full, h, info, func(d *device) C.nvmlReturn_t {
-		if !d.m.Hardware.System.NVSwitch {
+		hopperOrNewer := d.g.Architecture == "Hopper" || d.g.Architecture == "Blackwell"
+		if !hopperOrNewer {
 			return C.NVML_ERROR_NOT_SUPPORTED
 		}
 		*info = C.nvmlGpuFabricInfo_t{}
 		info.status = C.NVML_SUCCESS
+		if !d.m.Hardware.System.NVSwitch {
+			// a Hopper GPU with no fabric answers, with state NOT_SUPPORTED (a real H200 in a VM, 580.159.04)
+			info.state = C.NVML_GPU_FABRIC_STATE_NOT_SUPPORTED
+			return C.NVML_SUCCESS
+		}
 		info.state = C.NVML_GPU_FABRIC_STATE_IN_PROGRESS
 		if state, _ := d.m.Fabric(); state == "Completed" {
 			info.state = C.NVML_GPU_FABRIC_STATE_COMPLETED

@@ -29,7 +29,10 @@ func nvmlDeviceGetMaxMigDeviceCount(h C.nvmlDevice_t, count *C.uint) C.nvmlRetur
 		if d.mig != nil || !d.g.MIGCapable {
 			return C.NVML_ERROR_NOT_SUPPORTED
 		}
-		*count = C.uint(d.g.MIGComputeSlices)
+		*count = 0 // MIG off: no MIG device slots, though MIG capable (a real H200, 580.159.04)
+		if d.v.MigCurrent {
+			*count = C.uint(d.g.MIGComputeSlices)
+		}
 		return C.NVML_SUCCESS
 	})
 }
@@ -151,6 +154,10 @@ func profileIndex(p machine.MigProfile) int {
 }
 
 // profileFor finds the GPU's profile with this NVML profile index.
+// driverProfileCount: R580 answers INVALID_ARGUMENT from profile 17 on (a real H200, 580.159.04), though newer
+// headers count 18 (NVML_GPU_INSTANCE_PROFILE_COUNT).
+const driverProfileCount = 17
+
 func profileFor(h C.nvmlDevice_t, index C.uint) (*device, *machine.MigProfile, C.nvmlReturn_t) {
 	d, rc := get(h)
 	if rc != C.NVML_SUCCESS {
@@ -164,7 +171,7 @@ func profileFor(h C.nvmlDevice_t, index C.uint) (*device, *machine.MigProfile, C
 			return d, &d.g.MIGProfiles[i], C.NVML_SUCCESS
 		}
 	}
-	if index >= C.NVML_GPU_INSTANCE_PROFILE_COUNT {
+	if index >= driverProfileCount {
 		return nil, nil, C.NVML_ERROR_INVALID_ARGUMENT
 	}
 	return nil, nil, C.NVML_ERROR_NOT_SUPPORTED

@@ -10,7 +10,7 @@ Each answer is recorded as its value, or as ``{"error": "<NVML return code name>
 field the GPU lacks is an answer too, and the mock must give the same one), or ``{"error": "binding"}`` where
 the installed nvidia-ml-py has no wrapper for the function.
 
-``python -m gpuready.nvidia.nvml_probe [--out FILE]``
+``python -m gpuready.conformance.nvml_probe [--out FILE]``
 """
 
 from __future__ import annotations
@@ -173,7 +173,7 @@ def probe(nvml: Any = None) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m gpuready.nvidia.nvml_probe", description=__doc__.splitlines()[0]
+        prog="python -m gpuready.conformance.nvml_probe", description=__doc__.splitlines()[0]
     )
     parser.add_argument("--out", help="write the document here (default: standard output)")
     args = parser.parse_args(argv)

@@ -1,0 +1,57 @@
+"""The lab's emulated machine against a real one (gpuready.lab.fidelity): the lab profile ``h200-1`` must answer
+every static NVML field exactly as the lent H200 did (tests/fixtures/device/h200__580.159.04), and its emulated
+nvidia-smi must differ from the real report only in the lines ``SMI_KNOWN`` names with a reason."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+
+import pytest
+
+from gpuready.lab import fidelity
+from gpuready.lab.gobuild import cgo_problem
+from gpuready.lab.silicon import build
+
+DEVICE = Path(__file__).resolve().parents[1] / "fixtures" / "device" / "h200__580.159.04"
+REAL = json.loads((DEVICE / "nvml-probe.json").read_text())
+DRIVER = REAL["system"]["nvmlSystemGetDriverVersion"]
+
+
+@pytest.fixture(scope="module")
+def lab_h200() -> tuple[dict, str]:
+    problem = cgo_problem()
+    if problem:
+        pytest.skip(f"the mock NVML is built with Go and cgo: {problem}")
+    library = build.ensure_libraries(lambda _msg: None, names=["nvml"])["nvml"]
+    return fidelity.lab_answers("h200-1", DRIVER, library.parent)
+
+
+def describe(fields: list[fidelity.Field]) -> list[str]:
+    return [f"{f.path}: real {f.real!r}, lab {f.lab!r}" for f in fields]
+
+
+def test_every_static_nvml_field_agrees_with_the_real_h200(lab_h200) -> None:
+    fields = fidelity.compare(REAL, lab_h200[0])
+    static = [f for f in fields if f.kind == "static"]
+    assert len(static) > 200  # the whole probe: MIG profiles, placements, limits, error codes
+    assert describe(fidelity.unexplained(fields)) == []
+
+
+def test_emulated_nvidia_smi_differs_only_where_named(lab_h200) -> None:
+    fields = fidelity.compare_smi((DEVICE / "nvidia-smi-q.txt").read_text(), lab_h200[1])
+    assert describe(fidelity.unexplained(fields, fidelity.SMI_KNOWN)) == []
+    differing = {f.path for f in fields if f.kind == "static" and not f.agrees}
+    assert differing == set(fidelity.SMI_KNOWN), "a named difference is gone: drop it from SMI_KNOWN"
+
+
+def test_a_changed_static_field_is_caught_and_readings_are_not() -> None:
+    lab = copy.deepcopy(REAL)
+    gpu = lab["gpus"][0]
+    gpu["nvmlDeviceGetMemoryInfo"]["total"] -= 1024 * 1024
+    gpu["nvmlDeviceGetNvLinkState"][3] = 1
+    gpu["nvmlDeviceGetMemoryInfo"]["used"] += 1  # a reading
+    gpu["nvmlDeviceGetUUID"] = "GPU-00000000-0000-0000-0000-000000000000"  # identity
+    found = {f.path for f in fidelity.unexplained(fidelity.compare(REAL, lab))}
+    assert found == {"gpus[0].nvmlDeviceGetMemoryInfo.total", "gpus[0].nvmlDeviceGetNvLinkState[3]"}
