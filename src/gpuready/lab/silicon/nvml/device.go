@@ -24,9 +24,10 @@ func nvmlDeviceGetIndex(h C.nvmlDevice_t, index *C.uint) C.nvmlReturn_t {
 	return set(get, h, index, func(d *device) C.uint { return C.uint(d.g.Index) })
 }
 
-// str answers a string query: resolve h (with get), then copy what value gives into the caller's buffer.
-func str(h C.nvmlDevice_t, dst *C.char, length C.uint, value func(*device) string) C.nvmlReturn_t {
-	d, rc := get(h)
+// str answers a string query: resolve h with lookup (get, or opened for a lost GPU's old handle), then copy what
+// value gives into the caller's buffer.
+func str(lookup func(C.nvmlDevice_t) (*device, C.nvmlReturn_t), h C.nvmlDevice_t, dst *C.char, length C.uint, value func(*device) string) C.nvmlReturn_t {
+	d, rc := lookup(h)
 	if rc != C.NVML_SUCCESS {
 		return rc
 	}
@@ -35,7 +36,7 @@ func str(h C.nvmlDevice_t, dst *C.char, length C.uint, value func(*device) strin
 
 //export nvmlDeviceGetName
 func nvmlDeviceGetName(h C.nvmlDevice_t, name *C.char, length C.uint) C.nvmlReturn_t {
-	return str(h, name, length, func(d *device) string {
+	return str(get, h, name, length, func(d *device) string {
 		if d.mig != nil {
 			return d.g.Name + " MIG " + d.mig.Name
 		}
@@ -45,31 +46,29 @@ func nvmlDeviceGetName(h C.nvmlDevice_t, name *C.char, length C.uint) C.nvmlRetu
 
 //export nvmlDeviceGetUUID
 func nvmlDeviceGetUUID(h C.nvmlDevice_t, uuid *C.char, length C.uint) C.nvmlReturn_t {
-	d, rc := opened(h)
-	if rc != C.NVML_SUCCESS {
-		return rc
-	}
-	if d.mig != nil {
-		return putString(uuid, length, d.mig.UUID)
-	}
-	return putString(uuid, length, d.g.UUID)
+	return str(opened, h, uuid, length, func(d *device) string {
+		if d.mig != nil {
+			return d.mig.UUID
+		}
+		return d.g.UUID
+	})
 }
 
 // The board's strings answer the same for a MIG device as for its GPU (see full).
 
 //export nvmlDeviceGetSerial
 func nvmlDeviceGetSerial(h C.nvmlDevice_t, serial *C.char, length C.uint) C.nvmlReturn_t {
-	return str(h, serial, length, func(d *device) string { return d.g.Serial })
+	return str(get, h, serial, length, func(d *device) string { return d.g.Serial })
 }
 
 //export nvmlDeviceGetVbiosVersion
 func nvmlDeviceGetVbiosVersion(h C.nvmlDevice_t, version *C.char, length C.uint) C.nvmlReturn_t {
-	return str(h, version, length, func(d *device) string { return d.g.VBIOSVersion })
+	return str(get, h, version, length, func(d *device) string { return d.g.VBIOSVersion })
 }
 
 //export nvmlDeviceGetBoardPartNumber
 func nvmlDeviceGetBoardPartNumber(h C.nvmlDevice_t, part *C.char, length C.uint) C.nvmlReturn_t {
-	return str(h, part, length, func(d *device) string { return d.g.BoardPartNumber })
+	return str(get, h, part, length, func(d *device) string { return d.g.BoardPartNumber })
 }
 
 //export nvmlDeviceGetMinorNumber
