@@ -20,7 +20,7 @@ DRIVER = REAL["system"]["nvmlSystemGetDriverVersion"]
 
 
 @pytest.fixture(scope="module")
-def lab_h200() -> tuple[dict, str]:
+def lab_h200() -> fidelity.LabAnswers:
     problem = cgo_problem()
     if problem:
         pytest.skip(f"the mock NVML is built with Go and cgo: {problem}")
@@ -33,14 +33,14 @@ def describe(fields: list[fidelity.Field]) -> list[str]:
 
 
 def test_every_static_nvml_field_agrees_with_the_real_h200(lab_h200) -> None:
-    fields = fidelity.compare(REAL, lab_h200[0])
+    fields = fidelity.compare(REAL, lab_h200.probe)
     static = [f for f in fields if f.kind == "static"]
     assert len(static) > 200  # the whole probe: MIG profiles, placements, limits, error codes
     assert describe(fidelity.unexplained(fields)) == []
 
 
 def test_emulated_nvidia_smi_differs_only_where_named(lab_h200) -> None:
-    fields = fidelity.compare_smi((DEVICE / "nvidia-smi-q.txt").read_text(), lab_h200[1])
+    fields = fidelity.compare_smi((DEVICE / "nvidia-smi-q.txt").read_text(), lab_h200.smi_q)
     assert describe(fidelity.unexplained(fields, fidelity.SMI_KNOWN)) == []
     differing = {f.path for f in fields if f.kind == "static" and not f.agrees}
     assert differing == set(fidelity.SMI_KNOWN), "a named difference is gone: drop it from SMI_KNOWN"
@@ -55,3 +55,33 @@ def test_a_changed_static_field_is_caught_and_readings_are_not() -> None:
     gpu["nvmlDeviceGetUUID"] = "GPU-00000000-0000-0000-0000-000000000000"  # identity
     found = {f.path for f in fidelity.unexplained(fidelity.compare(REAL, lab))}
     assert found == {"gpus[0].nvmlDeviceGetMemoryInfo.total", "gpus[0].nvmlDeviceGetNvLinkState[3]"}
+
+
+NO_CGO = cgo_problem()
+
+
+@pytest.mark.skipif(NO_CGO is not None, reason=f"GFD builds with Go and cgo: {NO_CGO}")
+def test_nvidias_gfd_labels_the_lab_h200_as_it_labelled_the_real_one() -> None:
+    """NVIDIA's own GPU feature discovery (built from its Go module), run once over the mock NVML, prints the labels
+    it printed on the lent H200: product, memory, family, compute capability, CUDA and driver versions, MIG."""
+    from gpuready.lab import nvidia_addons
+
+    gfd = nvidia_addons.ensure_plugin()["gpu-feature-discovery"]
+    library = build.ensure_libraries(lambda _msg: None, names=["nvml"])["nvml"]
+    lab = fidelity.lab_answers("h200-1", DRIVER, library.parent, gfd)
+    assert lab.gfd_labels is not None
+    real = fidelity.parse_labels((DEVICE / "gfd-labels.txt").read_text())
+    fields = fidelity.compare_labels(real, lab.gfd_labels)
+    assert len([f for f in fields if f.kind == "static"]) >= 25
+    assert describe(fidelity.unexplained(fields)) == []
+    assert lab.gfd_labels["nvidia.com/gpu.product"] == "NVIDIA-H200"
+
+
+def test_the_kernel_files_of_the_lab_h200_are_the_real_ones() -> None:
+    """/dev/nvidia*, /proc/devices, /proc/driver/nvidia (GPU information, capabilities) and the PCI sysfs
+    attributes, rendered by the lab for h200-1, against what the lent H200's kernel showed."""
+    fields = fidelity.compare_kernel(DEVICE, "h200-1", DRIVER)
+    assert len([f for f in fields if f.kind == "static"]) >= 40
+    assert describe(fidelity.unexplained(fields, fidelity.KERNEL_KNOWN)) == []
+    differing = {f.path for f in fields if f.kind == "static" and not f.agrees}
+    assert differing == set(fidelity.KERNEL_KNOWN), "a named difference is gone: drop it from KERNEL_KNOWN"

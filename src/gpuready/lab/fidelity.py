@@ -49,7 +49,7 @@ READINGS = ("nvmlDeviceGetTemperature(GPU)", "nvmlDeviceGetPowerUsage", "nvmlDev
 @dataclass(frozen=True)
 class Field:
     path: str
-    kind: str  # identity | reading | binding | static
+    kind: str  # identity | reading | binding | host file | static
     real: Any
     lab: Any
 
@@ -153,9 +153,22 @@ def compare(real: dict[str, Any], lab: dict[str, Any]) -> list[Field]:
     return [Field(p, kind_of(p), flat_real.get(p), flat_lab.get(p)) for p in paths if p != "schema"]
 
 
-def lab_answers(profile: str, driver_version: str, library_dir: Path) -> tuple[dict[str, Any], str]:
-    """(the probe's document, ``nvidia-smi -q``) for node 0 of lab ``profile`` with persistence mode on (as the
-    node deploy leaves it): NVML through the mock in ``library_dir``, nvidia-smi through the lab's emulated one."""
+@dataclass(frozen=True)
+class LabAnswers:
+    probe: dict[str, Any]  # the NVML probe's document
+    smi_q: str  # nvidia-smi -q
+    gfd_labels: dict[str, str] | None  # GPU feature discovery's labels, where its binary was given
+
+
+def parse_labels(text: str) -> dict[str, str]:
+    """GFD's output file: one ``name=value`` per line."""
+    return dict(line.split("=", 1) for line in text.splitlines() if "=" in line)
+
+
+def lab_answers(profile: str, driver_version: str, library_dir: Path, gfd: Path | None = None) -> LabAnswers:
+    """What node 0 of lab ``profile`` answers with persistence mode on (as the node deploy leaves it): NVML
+    through the mock in ``library_dir``, nvidia-smi through the lab's emulated one, and NVIDIA's GPU feature
+    discovery (``gfd``, built from its Go module) run once over the mock, as scripts/device-check.sh runs it."""
     with tempfile.TemporaryDirectory(prefix="gpuready-fidelity-") as tmp:
         root = Path(tmp)
         hardware.write_hardware(root / "hardware.json", hardware.make_hardware(profile, 0))
@@ -177,15 +190,134 @@ def lab_answers(profile: str, driver_version: str, library_dir: Path) -> tuple[d
             [sys.executable, "-E", "-s", str(EMULATOR / "nvidia_smi.py"), "-q"],
             env=env, capture_output=True, text=True, check=True, timeout=60,
         )  # fmt: skip
-    document: dict[str, Any] = json.loads(probe.stdout)
-    return document, smi.stdout
+        labels = None
+        if gfd is not None:
+            out = root / "gfd-labels.txt"
+            subprocess.run(
+                [str(gfd), "--oneshot", "--no-timestamp", "--use-node-feature-api=false", "--mig-strategy", "mixed",
+                 "--device-discovery-strategy", "nvml", "--machine-type-file", str(root / "no-dmi"),
+                 "--output-file", str(out)],
+                env=env, capture_output=True, text=True, check=True, timeout=120,
+            )  # fmt: skip
+            labels = parse_labels(out.read_text())
+    return LabAnswers(json.loads(probe.stdout), smi.stdout, labels)
+
+
+# GFD labels that GFD takes from files of the machine it runs on rather than from NVML: outside a lab host (the
+# unit test, this command) those are the workstation's, so they are shown and not compared; the kernel-files table
+# compares the sysfs values they come from.
+GFD_FROM_HOST_FILES = {
+    "nvidia.com/gpu.mode": "the PCI class in /sys/bus/pci/devices/<bdf>/class (0x0302xx: compute)",
+}
+
+
+def compare_labels(real: dict[str, str], lab: dict[str, str]) -> list[Field]:
+    """GFD's labels: static, but for :data:`GFD_FROM_HOST_FILES` (the lent VM had no DMI product name, and the lab
+    run is given none either: ``gpu.machine`` is compared)."""
+    return [
+        Field(name, "host file" if name in GFD_FROM_HOST_FILES else "static", real.get(name), lab.get(name))
+        for name in sorted(set(real) | set(lab))
+    ]
+
+
+# --- the kernel driver's files: /dev, /proc/devices, /proc/driver/nvidia, PCI sysfs -------------------------------
+
+SYSFS_ATTRIBUTES = ("vendor", "device", "subsystem_vendor", "subsystem_device", "class", "numa_node",
+                    "current_link_speed", "current_link_width", "max_link_speed", "max_link_width",
+                    "local_cpulist")  # fmt: skip  # what scripts/device-check.sh reads
+_MODES = {"crw-rw-rw-": "0666", "cr--r--r--": "0444", "cr--------": "0400"}
+KERNEL_KNOWN = {
+    "/dev/nvidia-modeset": "the lent VM loads no nvidia_modeset module (/proc/modules: nvidia, nvidia_uvm); a lab "
+    "host's driver package loads it, as a node with nvidia-drm does",
+}
+
+
+def _real_kernel(capture: Path) -> dict[str, str]:
+    """The capture's kernel-side files as {path: value}; dynamic majors by name (the kernel hands them out)."""
+    majors: dict[str, str] = {}
+    out: dict[str, str] = {}
+    for line in (capture / "proc-devices.txt").read_text().splitlines():
+        major, name = line.split()
+        majors[major] = "195" if major == "195" else name
+        out[f"/proc/devices/{name}"] = majors[major]
+    folder = "/dev"
+    for line in (capture / "dev-nvidia.txt").read_text().splitlines():
+        if line.endswith(":") and line.startswith("/dev/"):
+            folder = line[:-1]
+            continue
+        fields = line.split()
+        if len(fields) < 10 or not line.startswith("c"):
+            continue
+        major, minor, name = fields[4].rstrip(","), fields[5], fields[-1]
+        path = name if name.startswith("/dev/") else f"{folder}/{name}"
+        out[path] = f"char {majors.get(major, major)}:{minor} {_MODES.get(fields[0], fields[0])}"
+    current = None
+    for line in (capture / "proc-driver-nvidia-gpus.txt").read_text().splitlines():
+        if line.startswith("== "):
+            current = line[3:] if line.endswith("/information") else None
+        elif current and ":" in line and not line.startswith(("/", "total", "-", "d")):
+            key, value = line.split(":", 1)
+            out[f"{current}/{key.strip()}"] = value.strip()
+    current = None
+    for line in (capture / "proc-driver-nvidia-capabilities.txt").read_text().splitlines():
+        if line.startswith("== "):
+            current = line[3:]
+        elif current and ":" in line:
+            key, value = line.split(":", 1)
+            out[f"{current}/{key.strip()}"] = value.strip()
+    for line in (capture / "pci-sysfs.txt").read_text().splitlines():
+        if line.startswith("== "):
+            current = line[3:].replace("/sys/bus/pci/devices/", "/sys/bus/pci/devices/")
+        elif current and ": " in line:
+            key, value = line.split(": ", 1)
+            out[f"{current}/{key}"] = value.strip()
+    return out
+
+
+def _lab_kernel(profile: str, driver_version: str) -> dict[str, str]:
+    """The same paths as the lab renders them for node 0 of ``profile`` with the driver loaded."""
+    from gpuready.lab import kernel_files
+
+    nvemu, _ = kernel_files.emulator()
+    drv = nvemu.Driver.snapshot(hardware.make_hardware(profile, 0), None, None)
+    files = kernel_files.render(drv, driver_version, "Character devices:\n")
+    names = {str(major): name for name, major in kernel_files.DYNAMIC_MAJORS.items()}
+    out: dict[str, str] = {}
+    for line in files["proc-devices"].splitlines()[1:]:
+        major, name = line.split()
+        out[f"/proc/devices/{name}"] = "195" if major == "195" else name
+    for path, entry in files["dev"].items():
+        if entry[0] == "char":
+            major = "195" if entry[1] == kernel_files.NVIDIA_MAJOR else names[str(entry[1])]
+            out[f"/dev/{path}"] = f"char {major}:{entry[2]} {entry[3]:04o}"
+    for path, entry in files["proc-driver"].items():
+        if entry[0] == "file" and (path.endswith("/information") or path.startswith("nvidia/capabilities/")):
+            for line in entry[1].splitlines():
+                key, value = line.split(":", 1)
+                out[f"/proc/driver/{path}/{key.strip()}"] = value.strip()
+    for path, entry in files["sys-pci-devices"].items():
+        if entry[0] == "file" and path.rsplit("/", 1)[-1] in SYSFS_ATTRIBUTES:
+            out[f"/sys/bus/pci/devices/{path}"] = entry[1].strip()
+    return out
+
+
+def kernel_kind(path: str) -> str:
+    if path.endswith(("/IRQ", "/GPU UUID")):
+        return "identity"
+    return "static"
+
+
+def compare_kernel(capture: Path, profile: str, driver_version: str) -> list[Field]:
+    real, lab = _real_kernel(capture), _lab_kernel(profile, driver_version)
+    lab = {p: v for p, v in lab.items() if not p.startswith("/proc/devices/") or p in real or v == "195"}
+    return [Field(p, kernel_kind(p), real.get(p), lab.get(p)) for p in sorted(set(real) | set(lab))]
 
 
 def report(title: str, fields: list[Field], known: dict[str, str] | None = None) -> str:
     """A Markdown table: static fields first (the ones that must agree), then the rest, each with its verdict;
     ``known``: static fields whose difference is named, with the reason."""
     known = known or {}
-    order = {"static": 0, "binding": 1, "identity": 2, "reading": 3}
+    order = {"static": 0, "binding": 1, "identity": 2, "reading": 3, "host file": 4}
     lines = [f"## {title}", "", "| field | kind | real | lab | |", "|---|---|---|---|---|"]
     for f in sorted(fields, key=lambda f: (order[f.kind], f.path)):
         if f.agrees:
@@ -200,8 +332,8 @@ def report(title: str, fields: list[Field], known: dict[str, str] | None = None)
     named = [f for f in wrong if f.path in known]
     lines.append("")
     lines.append(f"{len(static) - len(wrong)} of {len(static)} static fields agree, {len(named)} differ as named, "
-                 f"{len(wrong) - len(named)} differ unexplained; {len(fields) - len(static)} identity, reading or "
-                 "binding fields are not compared.")  # fmt: skip
+                 f"{len(wrong) - len(named)} differ unexplained; {len(fields) - len(static)} other fields (identity, "
+                 "readings, binding, host files) are shown, not compared.")  # fmt: skip
     return "\n".join(lines) + "\n\n"
 
 
@@ -216,19 +348,32 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("capture", type=Path, help="a device-check capture folder (holds nvml-probe.json)")
     parser.add_argument("--profile", required=True, choices=sorted(hardware.PROFILES), help="the lab profile")
     args = parser.parse_args(argv)
+    from gpuready.lab import nvidia_addons
     from gpuready.lab.silicon import build
 
     real = json.loads((args.capture / "nvml-probe.json").read_text())
     libraries = build.ensure_libraries(lambda line: print(line, file=sys.stderr), names=["nvml"])
+    gfd = nvidia_addons.ensure_plugin(progress=lambda line: print(line, file=sys.stderr))[
+        "gpu-feature-discovery"
+    ]
     driver = real["system"]["nvmlSystemGetDriverVersion"]
-    lab, lab_smi = lab_answers(args.profile, driver, libraries["nvml"].parent)
-    nvml = compare(real, lab)
-    smi = compare_smi((args.capture / "nvidia-smi-q.txt").read_text(), lab_smi)
-    sys.stdout.write(report(f"NVML: {args.capture.name} against lab profile {args.profile}", nvml))
-    sys.stdout.write(
-        report(f"nvidia-smi -q: {args.capture.name} against lab profile {args.profile}", smi, SMI_KNOWN)
+    lab = lab_answers(args.profile, driver, libraries["nvml"].parent, gfd)
+    nvml = compare(real, lab.probe)
+    smi = compare_smi((args.capture / "nvidia-smi-q.txt").read_text(), lab.smi_q)
+    labels = compare_labels(parse_labels((args.capture / "gfd-labels.txt").read_text()), lab.gfd_labels or {})
+    against = f"{args.capture.name} against lab profile {args.profile}"
+    sys.stdout.write(report(f"NVML: {against}", nvml))
+    sys.stdout.write(report(f"nvidia-smi -q: {against}", smi, SMI_KNOWN))
+    sys.stdout.write(report(f"GPU feature discovery's labels: {against}", labels))
+    kernel = compare_kernel(args.capture, args.profile, driver)
+    sys.stdout.write(report(f"Kernel files: {against}", kernel, KERNEL_KNOWN))
+    failed = (
+        unexplained(nvml)
+        or unexplained(smi, SMI_KNOWN)
+        or unexplained(labels)
+        or unexplained(kernel, KERNEL_KNOWN)
     )
-    return 1 if unexplained(nvml) or unexplained(smi, SMI_KNOWN) else 0
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

@@ -67,6 +67,7 @@ DYNAMIC_MAJORS = {
 }
 MAX_GPUS = 32  # /proc/driver/nvidia-caps/mig-minors lists the minors of 32 GPUs (nvemu.gi_minor numbers them)
 MODE_ALL_READ = 0o444  # DeviceFileMode 292
+IMEX_MGMT_MINOR = 4323  # /proc/driver/nvidia/capabilities/fabric-imex-mgmt of 580.159.04
 MODE_OWNER_READ = 0o400  # DeviceFileMode 256 (the config capability: root only)
 
 VERSION_BANNER = (
@@ -161,7 +162,7 @@ def render(drv: Any, kmod: str | None, machine_devices: str) -> dict[str, Any]:
             continue
         minor = gpu.get("minor_number", gpu["index"])
         dev[f"nvidia{minor}"] = ("char", NVIDIA_MAJOR, minor, 0o666)
-        proc[f"nvidia/gpus/{bdf(gpu['pci_bus_id'])}/information"] = ("file", _information(gpu, minor))
+        proc[f"nvidia/gpus/{bdf(gpu['pci_bus_id'])}/information"] = ("file", _information(gpu, minor, kmod or ""))
         for gi in sorted(view.state["gis"], key=lambda g: g["id"]) if view.mig_current else []:
             base = f"nvidia/capabilities/gpu{minor}/mig/gi{gi['id']}"
             proc[f"{base}/access"] = _access(gi_minor(minor, gi["id"]), MODE_ALL_READ)
@@ -184,9 +185,10 @@ def render(drv: Any, kmod: str | None, machine_devices: str) -> dict[str, Any]:
         proc["nvidia/version"] = ("file", VERSION_BANNER.format(version=kmod))
         proc["nvidia/capabilities/mig/config"] = _access(1, MODE_OWNER_READ)
         proc["nvidia/capabilities/mig/monitor"] = _access(2, MODE_ALL_READ)
+        # R580's IMEX management capability, with the minor a lent H200 showed (root only, like mig/config)
+        proc["nvidia/capabilities/fabric-imex-mgmt"] = _access(IMEX_MGMT_MINOR, MODE_OWNER_READ)
         proc["nvidia-caps/mig-minors"] = ("file", mig_minors())
-        nvswitch = bool(drv.hw.get("system", {}).get("nvswitch"))
-        devices = add_char_devices(machine_devices, nvswitch)
+        devices = add_char_devices(machine_devices)
     return {"dev": dev, "proc-driver": proc, "sys-pci-devices": sysfs, "proc-devices": devices}
 
 
@@ -194,8 +196,9 @@ def _cap(minor: int, mode: int) -> Entry:
     return ("char", DYNAMIC_MAJORS["nvidia-caps"], minor, mode)
 
 
-def _information(gpu: dict[str, Any], minor: int) -> str:
-    """nv-procfs.c's per-GPU information file (tabs as the driver prints them)."""
+def _information(gpu: dict[str, Any], minor: int, firmware: str) -> str:
+    """nv-procfs.c's per-GPU information file (tabs as the driver prints them); ``firmware``: the GSP firmware's
+    version, the loaded module's (a lent H200 on the open module, 580.159.04)."""
     return (
         f"Model: \t\t {gpu['name']}\n"
         f"IRQ:   \t\t {160 + gpu['index']}\n"
@@ -206,6 +209,7 @@ def _information(gpu: dict[str, Any], minor: int) -> str:
         "DMA Mask: \t 0xfffffffffffff\n"
         f"Bus Location: \t {bdf(gpu['pci_bus_id'])}\n"
         f"Device Minor: \t {minor}\n"
+        f"GPU Firmware: \t {firmware}\n"
         "GPU Excluded:\t No\n"
     )
 
@@ -221,13 +225,16 @@ def _sysfs_entries(gpu: dict[str, Any], view: Any, off_bus: bool) -> Tree:
         gen, width = view.pcie_current()
         speed, max_speed = LINK_SPEEDS.get(gen, "Unknown"), LINK_SPEEDS.get(gpu["max_pcie_gen"], "Unknown")
         max_width = gpu["max_pcie_width"]
+    # a one-node VM tells its kernel nothing about NUMA: -1 (a lent H200 VM; nvidia-smi topo -m still says 0)
+    system = view.drv.hw.get("system", {})
+    no_numa = system.get("virtualization") == "Pass-Through" and system.get("numa_nodes", 1) == 1
     values = {
         "vendor": f"0x{ids[4:].lower()}",
         "device": f"0x{ids[:4].lower()}",
         "subsystem_vendor": f"0x{sub[4:].lower()}",
         "subsystem_device": f"0x{sub[:4].lower()}",
         "class": "0x030200",  # 3D controller: the data-centre GPUs
-        "numa_node": str(gpu.get("numa_node", -1)),
+        "numa_node": "-1" if no_numa else str(gpu.get("numa_node", -1)),
         "local_cpulist": gpu.get("cpu_affinity", ""),
         "current_link_speed": speed,
         "current_link_width": str(width),
@@ -240,12 +247,12 @@ def _sysfs_entries(gpu: dict[str, Any], view: Any, off_bus: bool) -> Tree:
     return tree
 
 
-def add_char_devices(devices: str, nvswitch: bool) -> str:
-    """/proc/devices with the driver's character devices, in major order within the "Character devices:" list."""
+def add_char_devices(devices: str) -> str:
+    """/proc/devices with the driver's character devices, in major order within the "Character devices:" list.
+    The module registers nvidia-nvswitch with or without NVSwitches (a lent H200 VM listed it:
+    tests/fixtures/device/h200__580.159.04/proc-devices.txt)."""
     names = [(NVIDIA_MAJOR, "nvidia"), (NVIDIA_MAJOR, "nvidiactl")]
-    names += [
-        (major, name) for name, major in DYNAMIC_MAJORS.items() if nvswitch or name != "nvidia-nvswitch"
-    ]
+    names += [(major, name) for name, major in DYNAMIC_MAJORS.items()]
     head, sep, tail = devices.partition("\nBlock devices:")
     entries = []
     rest = []
