@@ -162,7 +162,10 @@ def render(drv: Any, kmod: str | None, machine_devices: str) -> dict[str, Any]:
             continue
         minor = gpu.get("minor_number", gpu["index"])
         dev[f"nvidia{minor}"] = ("char", NVIDIA_MAJOR, minor, 0o666)
-        proc[f"nvidia/gpus/{bdf(gpu['pci_bus_id'])}/information"] = ("file", _information(gpu, minor, kmod or ""))
+        proc[f"nvidia/gpus/{bdf(gpu['pci_bus_id'])}/information"] = (
+            "file",
+            _information(gpu, minor, kmod or ""),
+        )
         for gi in sorted(view.state["gis"], key=lambda g: g["id"]) if view.mig_current else []:
             base = f"nvidia/capabilities/gpu{minor}/mig/gi{gi['id']}"
             proc[f"{base}/access"] = _access(gi_minor(minor, gi["id"]), MODE_ALL_READ)
