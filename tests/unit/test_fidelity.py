@@ -85,3 +85,12 @@ def test_the_kernel_files_of_the_lab_h200_are_the_real_ones() -> None:
     assert describe(fidelity.unexplained(fields, fidelity.KERNEL_KNOWN)) == []
     differing = {f.path for f in fields if f.kind == "static" and not f.agrees}
     assert differing == set(fidelity.KERNEL_KNOWN), "a named difference is gone: drop it from KERNEL_KNOWN"
+
+
+def test_two_real_h200s_differ_only_in_what_is_not_compared() -> None:
+    """The classification itself, checked on two lent H200s (different UUIDs, same driver): every field that
+    differs between two real GPUs of one model must be identity, a reading or binding, never static."""
+    other = json.loads((DEVICE / "nvml-probe.second-machine.json").read_text())
+    fields = fidelity.compare(REAL, other)
+    assert {f.kind for f in fields if not f.agrees} <= {"identity", "reading", "binding"}
+    assert any(f.path == "gpus[0].nvmlDeviceGetUUID" and not f.agrees for f in fields)
