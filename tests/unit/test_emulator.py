@@ -131,10 +131,19 @@ MIG_DEVICE_PATHS = {p for p in fixture_paths("telegraf__a100-sxm4-v12.xml") if "
 
 
 def test_xml_v13_has_the_element_paths_of_real_v13_captures(tmp_path: Path) -> None:
-    host = Host(tmp_path, "h100-sxm-8")
+    host = Host(tmp_path, "h100-sxm-8", driver="595.58.03")  # the captures' driver branch (R595)
     out = host.ok("-q", "-x")
     assert '<!DOCTYPE nvidia_smi_log SYSTEM "nvsmi_device_v13.dtd">' in out
     real = fixture_paths("telegraf__rtx-4000-sff-ada-v13.xml", "telegraf__rtx-3080-v13.xml")
+    emulated = xml_paths(out)
+    assert _relevant(real) - emulated == set()
+    assert emulated - real == set()
+
+
+def test_xml_of_a_580_driver_has_the_paths_of_the_real_h200_capture(tmp_path: Path) -> None:
+    """R580 as a lent H200 printed it (tests/fixtures/device/): no EDPp element, which R590 added."""
+    out = Host(tmp_path, "h200-1", driver="580.159.04").ok("-q", "-x")
+    real = xml_paths((FIXTURES / "device" / "h200__580.159.04" / "nvidia-smi-q-x.xml").read_text())
     emulated = xml_paths(out)
     assert _relevant(real) - emulated == set()
     assert emulated - real == set()

@@ -67,20 +67,7 @@ SMI_READINGS = ("FB Memory Usage/Free", "FB Memory Usage/Used", "GPU Power Readi
                 "Temperature/Memory Current Temp", "Clocks/", "Utilization/")  # fmt: skip
 # Static nvidia-smi -q lines where the lab's emulated nvidia-smi differs from driver 580.159.04 (H200), and why.
 # The emulator renders R580 as the 590.48 captures show it (tests/fixtures/captures); fix one, drop its row.
-_APP_CLOCKS = "590 prints 'Requested functionality has been deprecated' here; 580.159 still prints the clock"
-_NEW_IN_590 = "a 590 line, absent from 580.159's report"
-_INACTIVE_ROWS = "580.159 prints the inactive remapped-row counters on the H200; the emulator does not"
 SMI_KNOWN = {
-    "Applications Clocks/Graphics": _APP_CLOCKS,
-    "Applications Clocks/Memory": _APP_CLOCKS,
-    "Default Applications Clocks/Graphics": _APP_CLOCKS,
-    "Default Applications Clocks/Memory": _APP_CLOCKS,
-    "EDPp Multiplier": _NEW_IN_590,
-    "Supported GPU Target Temp/GPU Target Temp Min": _NEW_IN_590,
-    "Supported GPU Target Temp/GPU Target Temp Max": _NEW_IN_590,
-    "Fabric/Health/Partition Assigned": "580.159 prints it in the text report too; the emulator only in XML",
-    "Remapped Rows/Inactive Correctable Error": _INACTIVE_ROWS,
-    "Remapped Rows/Inactive Uncorrectable Error": _INACTIVE_ROWS,
     "Display Attached": "the lent VM answered Yes (no display is attached to an H200); bare metal says No",
 }
 

@@ -122,6 +122,7 @@ _BOARD: dict[str, dict] = {
         "ecc": True,
         "row_remapping": True,
         "page_retirement": False,
+        "inactive_remap_rows_text": True,  # its nvidia-smi -q text lists "Inactive ... Error" rows
     },
     # nvidia-smi-xml/telegraf__a100-sxm4-v12.xml, nvidia-smi-text/gpud__nvidia-smi.nvlink.status.a100
     "NVIDIA A100-SXM4-80GB": {
@@ -203,6 +204,7 @@ _BOARD: dict[str, dict] = {
         "ecc": True,
         "row_remapping": True,
         "page_retirement": False,
+        "inactive_remap_rows_text": True,  # its nvidia-smi -q text lists "Inactive ... Error" rows
     },
     # nvidia-smi-xml/telegraf__tesla-t4.xml
     "Tesla T4": {
@@ -320,6 +322,7 @@ def make_hardware(profile: str, node_index: int) -> dict:
                 "row_remapping": board["row_remapping"],
                 "row_remap_banks": board["row_banks"],
                 "page_retirement": board["page_retirement"],
+                "inactive_remap_rows_text": board.get("inactive_remap_rows_text", False),
             }
         )
     return {

@@ -146,6 +146,9 @@ def gpu_nodes(view: GpuView, v13: bool) -> list:
     g = view.gpu
     # a VM's GPU: the host's PCIe generation is not visible through the passed-through function
     passthrough = view.drv.hw.get("system", {}).get("virtualization") == "Pass-Through"
+    # R590 and later deprecate the applications clocks and add the EDPp line (590.48, 595.80 and 610.43 captures;
+    # 580.159.04 on a lent H200 still prints the clocks and no EDPp line)
+    r590 = int(view.drv.version.split(".")[0]) >= 590
     c = g.get("clocks", {})
     mig_cur, mig_pend = view.mig_mode()
     total, reserved, used, free = view.memory()
@@ -196,6 +199,11 @@ def gpu_nodes(view: GpuView, v13: bool) -> list:
         ]
     retired = [(t, lab, v, "x") for t, lab, v in retired_x] + [(t, lab, v, "t") for t, lab, v in retired_t]
 
+    def inactive(label: str) -> tuple[str, str, str]:
+        """The inactive remapped-row counters: every report has them in XML; the text report shows them on the
+        boards whose captures do (H200, L40S), not on the H100's (590.48)."""
+        return (label, "0", "") if g.get("inactive_remap_rows_text") else ("", "0", "x")
+
     remapped: list | str
     if view.mig_current or not g.get("row_remapping"):
         remapped = NA
@@ -203,9 +211,9 @@ def gpu_nodes(view: GpuView, v13: bool) -> list:
         hist_max = g.get("row_remap_banks", 2560)
         remapped = [
             ("remapped_row_corr", "Correctable Error", str(r_corr)),
-            ("remapped_row_corr_inactive", "", "0", "x"),
+            ("remapped_row_corr_inactive", *inactive("Inactive Correctable Error")),
             ("remapped_row_unc", "Uncorrectable Error", str(r_unc)),
-            ("remapped_row_unc_inactive", "", "0", "x"),
+            ("remapped_row_unc_inactive", *inactive("Inactive Uncorrectable Error")),
             ("remapped_row_pending", "Pending", _yn(r_pending)),
             ("remapped_row_failure", "Remapping Failure Occurred", "No"),
             (
@@ -264,7 +272,7 @@ def gpu_nodes(view: GpuView, v13: bool) -> list:
                 ("access_timeout_recovery", "Access Timeout Recovery", NA),
             ]
             + ([("incorrect_configuration", "Incorrect Configuration", NA)] if v13 else [])
-            + ([("partition_assigned", "Partition Assigned", NA, "x")] if v13 else []),
+            + ([("partition_assigned", "Partition Assigned", NA)] if v13 else []),
         ),
     ]
 
@@ -586,6 +594,7 @@ def gpu_nodes(view: GpuView, v13: bool) -> list:
                 ("gpu_target_temp_min", "GPU Target Temp Min", NA),
                 ("gpu_target_temp_max", "GPU Target Temp Max", NA),
             ],
+            "x",  # XML only: no datacenter capture's text report has it
         ),
         (
             "gpu_power_readings",
@@ -633,8 +642,16 @@ def gpu_nodes(view: GpuView, v13: bool) -> list:
             ],
         ),
     ]
-    if v13:
+    if r590:
         nodes.append(("edpp_multiplier", "EDPp Multiplier", NA))
+    app_clocks = (
+        [("graphics_clock", "Graphics", DEPRECATED), ("mem_clock", "Memory", DEPRECATED)]
+        if r590
+        else [
+            ("graphics_clock", "Graphics", f"{c.get('max_graphics', 1980)} MHz"),
+            ("mem_clock", "Memory", f"{c.get('memory', 2619)} MHz"),
+        ]
+    )
     nodes += [
         (
             "clocks",
@@ -646,16 +663,8 @@ def gpu_nodes(view: GpuView, v13: bool) -> list:
                 ("video_clock", "Video", f"{c.get('video_idle', 765)} MHz"),
             ],
         ),
-        (
-            "applications_clocks",
-            "Applications Clocks",
-            [("graphics_clock", "Graphics", DEPRECATED), ("mem_clock", "Memory", DEPRECATED)],
-        ),
-        (
-            "default_applications_clocks",
-            "Default Applications Clocks",
-            [("graphics_clock", "Graphics", DEPRECATED), ("mem_clock", "Memory", DEPRECATED)],
-        ),
+        ("applications_clocks", "Applications Clocks", app_clocks),
+        ("default_applications_clocks", "Default Applications Clocks", app_clocks),
         ("deferred_clocks", "Deferred Clocks", [("mem_clock", "Memory", NA)]),
         (
             "max_clocks",
