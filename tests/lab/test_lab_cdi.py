@@ -8,7 +8,11 @@ suite. Each test here restores the host before it ends.
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 import pytest
+import yaml
 from pyinfra_runs import run_pyinfra
 from suite_runs import failed, node_of, run_suite
 
@@ -130,3 +134,53 @@ def test_a_toolkit_below_its_security_floor_is_named_by_the_deploy_and_fails_the
     assert "CVE-2025-23266" in floor and "(fixed in 1.19.1)" in floor, floor
     assert restored.returncode == 0, restored.output[-3000:]
     assert "1.20.0-1" in deployed_lab.lab.ssh(node, "dpkg-query -W nvidia-container-toolkit").stdout
+
+
+REAL_SPEC = (
+    Path(__file__).resolve().parents[1] / "fixtures" / "device" / "h200__580.159.04" / "nvidia-ctk-cdi.yaml"
+)
+# what the real driver installs that the lab's emulated driver package does not (no graphics, video or OpenCL in
+# the lab), so the lab's nvidia-ctk cannot find it: graphics libraries, ICD files and GSP firmware
+REAL_ONLY = re.compile(
+    r"^(lib(EGL|GLESv1_CM|GLESv2|GLX)_nvidia|libnv(cuvid|optix)|libnvidia-(allocator|cfg|eglcore|encode|fbc|glcore|"
+    r"glsi|glvkspirv|gpucomp|opencl|opticalflow|pkcs11-openssl3|rtcore|tls)|libvdpau_nvidia|libcudadebugger)\.so|"
+    r"^(10_nvidia|nvidia_icd)\.json$|^gsp_.*\.bin$|^nvidia-debugdump$"
+)
+
+
+def _shape(spec: dict) -> dict:
+    """What a CDI spec of NVIDIA's nvidia-ctk says regardless of the machine: naming, device nodes, env, hooks."""
+    edits = spec["containerEdits"]
+    unversioned = {
+        re.sub(r"\.so\.[\d.]+$", ".so", Path(m["containerPath"]).name) for m in edits.get("mounts", [])
+    }
+    return {
+        "kind": spec["kind"],
+        "names": sorted("index" if d["name"].isdigit() else d["name"].split("-")[0] for d in spec["devices"]),
+        "gpu nodes": sorted(
+            (n["major"], n.get("fileMode"), n.get("permissions"))
+            for d in spec["devices"]
+            if d["name"] != "all"
+            for n in d["containerEdits"]["deviceNodes"]
+        ),
+        "common nodes": sorted(n["path"] for n in edits["deviceNodes"]),
+        "env": sorted(e.split("=", 1)[0] for e in edits.get("env", [])),
+        "hooks": sorted({(h["hookName"], h["args"][1]) for h in edits.get("hooks", [])}),
+        "files": sorted(f for f in unversioned if not REAL_ONLY.search(f)),
+    }
+
+
+def test_the_lab_spec_has_the_shape_of_a_real_h200s(deployed_lab):
+    """NVIDIA's nvidia-ctk on a lab host writes what it wrote on a lent H200 (tests/fixtures/device/), model and
+    machine aside: device names (index, UUID, all), each GPU's /dev/nvidiaN, the shared device nodes, the env, the
+    hooks, and the driver's compute files mounted. The lab's driver package has no graphics stack, so those files
+    are left out of the comparison; the lab host loads nvidia-modeset, the lent VM did not."""
+    node = cdi_node(deployed_lab, "h100-sxm-8")
+    lab = yaml.safe_load(deployed_lab.lab.ssh(node, f"cat {cdi.SPEC_PATH}").stdout)
+    real = yaml.safe_load(REAL_SPEC.read_text())
+    want, got = _shape(real), _shape(lab)
+    got["common nodes"] = [p for p in got["common nodes"] if p != "/dev/nvidia-modeset"]
+    got["names"] = sorted(set(got["names"]))
+    want["names"] = sorted(set(want["names"]))
+    got["gpu nodes"], want["gpu nodes"] = sorted(set(got["gpu nodes"])), sorted(set(want["gpu nodes"]))
+    assert got == want
