@@ -129,6 +129,11 @@ class FakeNode:
                   *) echo "systemctl: unsupported here: $*" >&2; exit 2 ;;
                 esac
                 """),
+            # the kernel's ring buffer, as dmesg prints it (a timestamp before each line)
+            "dmesg": textwrap.dedent("""\
+                #!/bin/sh
+                sed 's/^/[  812.000000] /' "$GPUREADY_FAKE_NODE/journal"
+                """),
             "journalctl": textwrap.dedent("""\
                 #!/bin/sh
                 case "$*" in
@@ -142,6 +147,9 @@ class FakeNode:
             path = self.bin / name
             if name in self.missing:
                 path.unlink(missing_ok=True)
+                if shutil.which(name, path="/usr/bin:/bin"):  # this machine has one (journalctl): hide it
+                    path.write_text(f'#!/bin/sh\necho "sh: 1: {name}: not found" >&2\nexit 127\n')
+                    path.chmod(0o755)
                 continue
             path.write_text(script.replace("#!/bin/sh\n", "#!/bin/sh\n" + log, 1))
             path.chmod(0o755)

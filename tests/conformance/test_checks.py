@@ -305,10 +305,31 @@ def test_no_xids_and_journal_problems():
     clean = journal("nvidia-nvswitch0: open (major=508)")
     no_entries = journal("-- No entries --", rc=1)
     assert gpu.xid_errors(H100_REPORT, [clean, no_entries]) == []
-    with pytest.raises(CannotCheck, match="journalctl not found"):
+    with pytest.raises(CannotCheck, match="neither journalctl nor dmesg found"):
         gpu.xid_errors(H100_REPORT, [Output(127, "", "journalctl: not found")] * 2)
     with pytest.raises(CannotCheck, match=r"cannot read the journal: No journal files were found\."):
         gpu.xid_errors(H100_REPORT, [Output(2, "", "No journal files were found.")] * 2)
+
+
+def test_without_journalctl_the_ring_buffer_is_read():
+    """A node with no systemd journal (a lent H200 VM had no journalctl): dmesg's lines, timestamps and all."""
+    absent = [Output(127, "", "bash: line 1: journalctl: command not found")] * 2
+    assert gpu.needs_ring_buffer(absent) and not gpu.needs_ring_buffer([journal("x"), journal("x")])
+    ring = journal("[    0.596332] NVRM: loading NVIDIA UNIX Open Kernel Module for x86_64  580.159.04",
+                   *(f"[ 1201.5] {line}" for line in faults.journal_messages(H100_HW, "xid-79", 1)))  # fmt: skip
+    (problem,) = gpu.xid_errors(H100_REPORT, absent, ring)
+    assert problem.startswith("XID 79 on GPU 1 (PCI:0000:2a:00) since boot: GPU has fallen off the bus"), (
+        problem
+    )
+    assert gpu.xid_errors(H100_REPORT, absent, journal("[    0.5] nvidia: loading out-of-tree module")) == []
+    with pytest.raises(
+        CannotCheck, match="dmesg cannot read the kernel log: dmesg: read kernel buffer failed"
+    ):
+        gpu.xid_errors(
+            H100_REPORT, absent, Output(1, "", "dmesg: read kernel buffer failed: Operation not permitted")
+        )
+    with pytest.raises(CannotCheck, match="neither journalctl nor dmesg found"):
+        gpu.xid_errors(H100_REPORT, absent, Output(127, "", "dmesg: not found"))
 
 
 def test_a_repeated_xid_counts_as_often_as_it_was_logged():

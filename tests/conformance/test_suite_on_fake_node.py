@@ -138,6 +138,24 @@ def test_gpu_fault_fails_exactly_its_checks(make_node, run_suite, fault):
     result.stdout.re_match_lines([r"gpu-node-1\s+PASS\s+FAIL\s+-\s+-\s+-"])
 
 
+def test_without_journalctl_the_xid_check_reads_dmesg(make_node, run_suite):
+    """A node without systemd's journal (a lent H200 VM had none: the check was skipped there) still has its XIDs
+    checked, from the kernel's ring buffer: passes healthy, names the GPU of an XID 79."""
+    healthy = make_node("l4-1")
+    healthy.missing.add("journalctl")
+    healthy.activate()
+    _, report_dir = run_suite(healthy.inventory(), "-m", "gpu")
+    checks = read_verdict(report_dir)["nodes"]["gpu-node-1"]["layers"]["gpu"]["checks"]
+    assert checks["test_no_xid_errors"]["status"] == "pass", checks["test_no_xid_errors"]
+    node = make_node("h100-sxm-8")
+    node.missing.add("journalctl")
+    node.inject("xid-79", 1)
+    node.activate()
+    _, report_dir = run_suite(node.inventory(), "-m", "gpu")
+    message = failed(report_dir)["test_no_xid_errors"]
+    assert "XID 79 on" in message and "pci:0000:2a:00" in message.lower(), message
+
+
 # host-side breakage -> (the one failing host check, words in its message)
 HOST_BREAKAGE = {
     "fabricmanager-failed": (

@@ -33,6 +33,9 @@ JOURNAL_COMMANDS = (
     "journalctl -k -b --no-pager -o cat",
     "journalctl -b --no-pager -o cat -g 'NVRM: Xid'",
 )
+# Where there is no journalctl (a VM image or container without systemd, as on a lent H200 machine): the kernel's
+# ring buffer, which holds this boot's lines until it wraps.
+RING_BUFFER_COMMAND = "dmesg"
 
 
 def commands(node: NodeSpec) -> list[str]:
@@ -202,11 +205,21 @@ def pcie_link(report: SmiReport, pstates: dict[int, int]) -> list[str]:
 _PARTIAL_JOURNAL = "You are currently not seeing messages from other users and the system"
 
 
-def journal_xids(journal: list[Output]) -> list[Xid]:
-    """Xid lines from the journal outputs. The two queries overlap, so a line is counted as often as the query
-    that shows it most often (not once per query), and a line logged twice still counts twice."""
-    if journal and all(not_found(out) for out in journal):
-        raise CannotCheck("journalctl not found: cannot read the kernel log")
+def needs_ring_buffer(journal: list[Output]) -> bool:
+    """No journalctl on the node: read the kernel's ring buffer instead (:data:`RING_BUFFER_COMMAND`)."""
+    return bool(journal) and all(not_found(out) for out in journal)
+
+
+def journal_xids(journal: list[Output], ring: Output | None = None) -> list[Xid]:
+    """Xid lines from the journal outputs, or from the ring buffer (``ring``) where the node has no journalctl.
+    The two journal queries overlap, so a line is counted as often as the query that shows it most often (not
+    once per query), and a line logged twice still counts twice."""
+    if needs_ring_buffer(journal):
+        if ring is None or not_found(ring):
+            raise CannotCheck("neither journalctl nor dmesg found: cannot read the kernel log")
+        if ring.rc != 0:
+            raise CannotCheck(f"no journalctl, and dmesg cannot read the kernel log: {ring.first_line()}")
+        journal = [ring]
     usable = [out for out in journal if out.rc in (0, 1) and not not_found(out)]
     if journal and not usable:
         raise CannotCheck(f"cannot read the journal: {journal[0].first_line()}")
@@ -230,9 +243,9 @@ def journal_xids(journal: list[Output]) -> list[Xid]:
     return xids
 
 
-def xid_errors(report: SmiReport | None, journal: list[Output]) -> list[str]:
+def xid_errors(report: SmiReport | None, journal: list[Output], ring: Output | None = None) -> list[str]:
     """No XID error since boot; each one is named with what it means and which GPU logged it."""
-    xids = journal_xids(journal)
+    xids = journal_xids(journal, ring)
     names = _gpu_names(report) if report is not None else {}
     counts = Counter((x.pci, x.code) for x in xids)
     problems = []

@@ -70,7 +70,8 @@ def test_pcie_link_at_max(node, facts):
 
 def test_no_xid_errors(node, node_shell, facts):
     journal = [node_shell.run(command) for command in gpu.JOURNAL_COMMANDS]
-    judge(node, gpu.xid_errors, facts.report, journal)
+    ring = node_shell.run(gpu.RING_BUFFER_COMMAND) if gpu.needs_ring_buffer(journal) else None
+    judge(node, gpu.xid_errors, facts.report, journal, ring)
 
 
 def test_no_clock_throttling(node, facts):
