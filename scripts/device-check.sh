@@ -18,6 +18,7 @@ cd "$(dirname "$0")/.."
 OUT_DIR="${1:-${OUT:-reports/device-check}}"
 mkdir -p "$OUT_DIR"
 WORK="$(mktemp -d)"
+trap 'rm -rf "$WORK"' EXIT  # everything kept is in OUT_DIR's tarball
 CAP="$WORK/captures"
 REPORT="$WORK/report"
 mkdir -p "$CAP" "$REPORT"

@@ -103,3 +103,30 @@ def test_a_fault_fails_its_checks_naming_the_gpu(
     for name, message in failed.items():
         named = f"GPU {gpu}:" in message or bus in message.lower() or "CUDA device" in message
         assert message.startswith("gpu-node-1: ") and named, (name, message)
+
+
+def test_the_device_check_script_runs_here_as_on_a_lent_gpu(make_node, mock_library_path, tmp_path):
+    """scripts/device-check.sh, as a lent GPU machine runs it (docs/device-check.md), on the lab's H200 profile:
+    it captures the tools' outputs and NVML's answers and runs the host, gpu and diag layers one by one. What it
+    found on the real H200 is kept in tests/fixtures/device/; this keeps the script itself working."""
+    import json
+    import tarfile
+
+    node = make_node("h200-1")
+    node.activate()
+    env = {**os.environ, **node.env(), "LD_LIBRARY_PATH": mock_library_path, "PYTHON": sys.executable}
+    env.setdefault("GPUREADY_LAB_DRIVER_VERSION", "580.178.04")
+    script = Path(__file__).resolve().parents[2] / "scripts" / "device-check.sh"
+    out = tmp_path / "out"
+    proc = subprocess.run(
+        ["bash", str(script), str(out)], env=env, capture_output=True, text=True, timeout=600
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    summary = (out / "summary.txt").read_text()
+    assert "gpu layer: exit 0" in summary and "diag layer: exit 0" in summary, summary
+    with tarfile.open(out / "device-captures.tar.gz") as tar:
+        names = set(tar.getnames())
+        probe = json.load(tar.extractfile("captures/nvml-probe.json"))  # type: ignore[arg-type]
+    assert {"captures/nvidia-smi-q-x.xml", "captures/MANIFEST.tsv", "report/gpu/verdict.json"} <= names, names
+    assert probe["system"]["nvmlDeviceGetCount"] == 1
+    assert probe["gpus"][0]["nvmlDeviceGetName"] == "NVIDIA H200"
