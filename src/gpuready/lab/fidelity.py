@@ -2,22 +2,23 @@
 (``nvml-probe.json`` from ``scripts/device-check.sh``) against what the lab's mock ``libnvidia-ml.so.1`` answers for
 the lab profile of that machine, through the same probe (:mod:`gpuready.conformance.nvml_probe`).
 
-Every field is one of four kinds, and only one kind must agree:
+Every field is one of five kinds, and only one kind must agree:
 
 * ``identity``: UUID, serial, PCI location, fabric cluster: a lab host has its own, by design;
 * ``reading``: temperature, power, current clocks, utilisation, memory in use: they move on the real GPU too;
 * ``binding``: fields whose presence or size depends on the nvidia-ml-py version that read them (the structures'
   ``version`` member);
+* ``host file``: GFD labels taken from files of the machine GFD runs on (compared in the kernel-files table);
 * ``static``: everything else (model, memory size, limits, capabilities, MIG profiles and placements, the error
   code a query answers): the lab must answer exactly what the real GPU answered.
 
 The same is done for ``nvidia-smi -q`` (the capture's ``nvidia-smi-q.txt`` against the lab's emulated nvidia-smi on
-the same machine), line by line: :data:`SMI_KNOWN` names each static line where the emulator still differs from the
-real tool, and why.
+the same machine) line by line, for NVIDIA's GPU feature discovery's labels, and for the kernel driver's files
+(/dev, /proc, PCI sysfs): :data:`SMI_KNOWN` and :data:`KERNEL_KNOWN` name each static field where the lab still
+differs from the real machine, and why.
 
-``python -m gpuready.lab.fidelity tests/fixtures/device/h200__580.159.04 --profile h200-1`` prints both tables;
-``tests/unit/test_fidelity.py`` requires every static NVML field to agree and nvidia-smi to differ only in
-:data:`SMI_KNOWN`.
+``python -m gpuready.lab.fidelity tests/fixtures/device/h200__580.159.04 --profile h200-1`` prints the four tables;
+``tests/unit/test_fidelity.py`` requires every static field to agree or be named.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from gpuready.lab import hardware
+from gpuready.nvidia import smi
 
 EMULATOR = Path(hardware.__file__).parent / "emulator"
 
@@ -65,31 +67,11 @@ SMI_READINGS = ("FB Memory Usage/Free", "FB Memory Usage/Used", "GPU Power Readi
                 "GPU Power Readings/Instantaneous Power Draw", "GPU Memory Power Readings/", "PCI/Rx Throughput",
                 "PCI/Tx Throughput", "PCI/Replays Since Reset", "Temperature/GPU Current Temp",
                 "Temperature/Memory Current Temp", "Clocks/", "Utilization/")  # fmt: skip
-# Static nvidia-smi -q lines where the lab's emulated nvidia-smi differs from driver 580.159.04 (H200), and why.
-# The emulator renders R580 as the 590.48 captures show it (tests/fixtures/captures); fix one, drop its row.
+# Static nvidia-smi -q lines where the lab's emulated nvidia-smi differs from driver 580.159.04 (H200), and why;
+# fix one, drop its row (the test requires the differences to be exactly these).
 SMI_KNOWN = {
     "Display Attached": "the lent VM answered Yes (no display is attached to an H200); bare metal says No",
 }
-
-
-def smi_lines(text: str) -> dict[str, str]:
-    """``nvidia-smi -q`` as {"Section/Key": value} for the first GPU (its header line dropped from the path)."""
-    out: dict[str, str] = {}
-    stack: list[tuple[int, str]] = []
-    for line in text.splitlines():
-        if not line.strip() or line.startswith("="):
-            continue
-        indent = len(line) - len(line.lstrip())
-        key, sep, value = line.strip().partition(" : ")
-        while stack and stack[-1][0] >= indent:
-            stack.pop()
-        names = [k for _, k in stack if not k.startswith("GPU 0000")] + [key.strip()]
-        path = "/".join(names)
-        if sep:
-            out.setdefault(path, value.strip())
-        else:
-            stack.append((indent, key.strip()))
-    return out
 
 
 def smi_kind(path: str) -> str:
@@ -101,7 +83,7 @@ def smi_kind(path: str) -> str:
 
 
 def compare_smi(real_text: str, lab_text: str) -> list[Field]:
-    real, lab = smi_lines(real_text), smi_lines(lab_text)
+    real, lab = smi.query_text_fields(real_text), smi.query_text_fields(lab_text)
     return [Field(p, smi_kind(p), real.get(p), lab.get(p)) for p in sorted(set(real) | set(lab))]
 
 

@@ -684,6 +684,31 @@ def _indented_tree(lines: Sequence[tuple[int, str]], tool: str) -> _Node:
     return root
 
 
+def query_text_fields(text: str) -> dict[str, str]:
+    """``nvidia-smi -q`` text as {"Section/Key": value}: the report's own lines and its first GPU's (that GPU's
+    header left out of the paths), read as :func:`parse_query_text` reads them, to compare two reports line by
+    line (``gpuready.lab.fidelity``). A key printed twice keeps its first value."""
+    lines = text.splitlines()
+    banner = next((i for i, line in enumerate(lines) if line.strip() == _BANNER), -1)
+    root = _indented_tree([(i + 1, line) for i, line in enumerate(lines) if i > banner], _TEXT)
+    fields: dict[str, str] = {}
+
+    def visit(node: _Node, prefix: str) -> None:
+        for child in node.children:
+            path = f"{prefix}{child.key}"
+            if child.value is not None:
+                fields.setdefault(path, child.value)
+            visit(child, f"{path}/")
+
+    first_gpu = next((n for n in root.children if n.value is None and n.key.startswith("GPU ")), None)
+    for child in root.children:
+        if child.value is not None:
+            fields.setdefault(child.key, child.value)
+    if first_gpu is not None:
+        visit(first_gpu, "")
+    return fields
+
+
 def parse_query_text(text: str, *, filtered: bool = False, unlisted: int = 0) -> SmiReport:
     """Read ``nvidia-smi -q`` text into the same :class:`SmiReport` as :func:`parse_query_xml`.
 
