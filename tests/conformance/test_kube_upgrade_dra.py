@@ -25,7 +25,7 @@ from gpuready import kube
 from gpuready.conformance import SUITE_DIR
 from gpuready.conformance.dra_workloads import claim_template
 from gpuready.deploy import dra_addons, upgrade
-from gpuready.deploy.facts.host import BootId
+from gpuready.deploy.facts.host import BootId, BootTime
 from gpuready.deploy.upgrade import maintenance
 from gpuready.deploy.upgrade import operations as upgrade_ops
 from gpuready.spec import UpgradePolicy
@@ -51,9 +51,11 @@ class Host:
     def log_styled(self, message: str, **_kw: Any) -> None:
         self.errors.append(message)
 
-    def get_fact(self, fact: type) -> str:
-        assert fact is BootId
-        return self._boot_id
+    def get_fact(self, fact: type) -> str | None:
+        assert fact in (BootId, BootTime)
+        return (
+            self._boot_id if fact is BootId else None
+        )  # boot time unknown: the pods' statuses are taken as read
 
 
 def run_op(generator: Any, host: Host) -> bool:

@@ -17,7 +17,7 @@ import pytest
 
 from gpuready import kube
 from gpuready.deploy import upgrade
-from gpuready.deploy.facts.host import BootId
+from gpuready.deploy.facts.host import BootId, BootTime
 from gpuready.deploy.upgrade import maintenance
 from gpuready.deploy.upgrade import operations as upgrade_ops
 from gpuready.spec import UpgradePolicy
@@ -37,9 +37,11 @@ class Host:
     def log_styled(self, message: str, **_kw: Any) -> None:
         self.errors.append(message)
 
-    def get_fact(self, fact: type) -> str:
-        assert fact is BootId
-        return self._boot_id
+    def get_fact(self, fact: type) -> str | None:
+        assert fact in (BootId, BootTime)
+        return (
+            self._boot_id if fact is BootId else None
+        )  # boot time unknown: the pods' statuses are taken as read
 
 
 def run(generator: Any, host: Host) -> bool:

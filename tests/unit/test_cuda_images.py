@@ -256,3 +256,24 @@ def test_a_pod_resources_failure_exports_without_pods(capsys: pytest.CaptureFixt
     samples = parse_dcgm_metrics(exporter.metrics())
     assert all(s.labels.get("pod") == "" for s in samples)
     assert "pod-resources: OSError: no such socket" in capsys.readouterr().err
+
+
+def test_the_exporter_exits_0_on_sigterm(tmp_path) -> None:
+    """As its container's PID 1 the exporter would ignore a SIGTERM it has no handler for (pod deletions waited out
+    the grace period, host shutdowns systemd's 90 s); with the handler it ends its loop and exits 0, where without
+    one a process that is not PID 1 dies of the signal (-15)."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    env = {**os.environ, "DCGM_EXPORTER_LISTEN": "127.0.0.1:0", "GPUREADY_LAB_HARDWARE": str(tmp_path / "none")}
+    proc = subprocess.Popen([sys.executable, "-m", "gpuready.lab.dcgm_exporter"], env=env,
+                            stdout=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        assert proc.stdout is not None
+        assert dcgm_exporter.BANNER in proc.stdout.readline()  # serving: the handler is in place
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=10) == 0
+    finally:
+        proc.kill()

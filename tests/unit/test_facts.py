@@ -110,3 +110,20 @@ def test_swap_fact_and_swap_off_sed_on_real_files(tmp_path):
         ["sh", "-c", command], capture_output=True, text=True, check=True
     ).stdout.splitlines()
     assert Swap().process(out)["fstab"] == []
+
+
+def test_boot_time_is_when_pid_1_started_by_this_clock():
+    """Run here: the command's answer is this machine's PID 1 start, which `ps` reports the same way."""
+    import calendar
+    import time
+
+    from gpuready.deploy.facts.host import BootTime
+
+    fact = BootTime()
+    out = subprocess.run(["sh", "-c", fact.command()], capture_output=True, text=True, check=True).stdout
+    booted = fact.process(out.splitlines())
+    assert booted is not None and booted <= time.time()
+    ps = subprocess.run(["ps", "-o", "lstart=", "-p", "1"], capture_output=True, text=True, check=True,
+                        env={"LC_ALL": "C", "TZ": "UTC"}).stdout.strip()  # fmt: skip
+    assert abs(booted - calendar.timegm(time.strptime(ps, "%a %b %d %H:%M:%S %Y"))) <= 1, ps
+    assert fact.process([]) is None and fact.process(["sh: 1: getconf: not found"]) is None

@@ -296,3 +296,33 @@ def test_after_a_reboot_the_validation_waits_for_the_nodes_add_on_pods() -> None
         "gfd-y (Pending)",
         "nvidia-device-plugin-x (Running)",
     ]
+
+
+def test_after_a_reboot_a_pods_status_from_the_last_boot_does_not_count() -> None:
+    """Seen on the lab's real kubelets once a host rebooted in 2 s: the node was Ready in its new boot and its
+    device plugin pod still Running and Ready from the last one, until the kubelet reported it Pending. With the
+    boot time, a pod counts only once every container of it started in this boot."""
+    from datetime import UTC, datetime, timedelta
+
+    from kubernetes import client
+
+    from gpuready.deploy.upgrade import maintenance
+
+    boot = datetime(2026, 11, 28, 20, 32, 9, tzinfo=UTC)
+
+    def started(name: str, *ats: datetime | None) -> Any:
+        pod = _pod(name, "Running", True)
+        pod.status.container_statuses = [
+            client.V1ContainerStatus(name=f"c{i}", image="i", image_id="", ready=True, restart_count=0,
+                                     state=client.V1ContainerState(running=client.V1ContainerStateRunning(started_at=at)))
+            for i, at in enumerate(ats)
+        ]  # fmt: skip
+        return pod
+
+    before, after = boot - timedelta(seconds=40), boot + timedelta(seconds=3)
+    pods = [started("plugin", after, before), started("gfd", after, after), started("exporter", boot)]
+    assert maintenance.not_ready_pods(pods, since=boot) == ["plugin (status from before the boot)"]
+    assert maintenance.not_ready_pods(pods) == []  # without a boot time, as before
+    assert maintenance.not_ready_pods([_pod("no-statuses", "Running", True)], since=boot) == [
+        "no-statuses (status from before the boot)"
+    ]

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import http.server
 import os
+import signal
 import socket
 import sys
 import threading
@@ -301,10 +302,22 @@ def main(argv: list[str] | None = None) -> int:
     )
     address = listen_address(env.get("DCGM_EXPORTER_LISTEN", ":9400"))
     server = http.server.ThreadingHTTPServer(address, handler(exporter))
+    stop_on_sigterm(server)
     print(f"{BANNER}; listening on {env.get('DCGM_EXPORTER_LISTEN', ':9400')}, Kubernetes mapping "
           f"{'on' if kubernetes else 'off'}", flush=True)  # fmt: skip
     server.serve_forever()
+    server.server_close()
     return 0
+
+
+def stop_on_sigterm(server: http.server.HTTPServer) -> None:
+    """End ``serve_forever`` on SIGTERM, as NVIDIA's exporter exits on it.
+
+    The exporter is its container's PID 1, and the kernel drops a signal to a PID namespace's init that has no
+    handler: without one, each pod deletion waited out its grace period and each host shutdown systemd's 90 s stop
+    timeout for the container's scope (measured: a rebooting lab host took 92 s instead of 5). ``shutdown`` blocks
+    until the loop ends, so it runs on its own thread, not in the handler that interrupted the loop."""
+    signal.signal(signal.SIGTERM, lambda *_: threading.Thread(target=server.shutdown, daemon=True).start())
 
 
 if __name__ == "__main__":

@@ -76,6 +76,33 @@ class BootId(FactBase[str]):
         return output[0].strip() if output else ""
 
 
+class BootTime(FactBase[int | None]):
+    """
+    Returns when the running OS started, in seconds since the epoch by the host's own clock: its PID 1's start.
+
+    The same clock stamps the kubelet's container ``startedAt``, so a container that started before this moment
+    ran in an earlier boot (its status is stale until the kubelet reports again). PID 1 rather than the kernel's
+    boot time: in a container host (the lab's, kind's) PID 1 starts with the OS, the kernel long before.
+    ``None`` when /proc does not answer.
+
+    .. code:: python
+
+        1795984327
+    """
+
+    def command(self) -> str:
+        # /proc/1/stat field 22: PID 1's start in clock ticks after the kernel's boot (btime in /proc/stat)
+        return (
+            "echo $(( $(awk '/^btime /{print $2}' /proc/stat) "
+            "+ $(cut -d' ' -f22 /proc/1/stat) / $(getconf CLK_TCK) ))"
+        )
+
+    @staticmethod
+    def process(output: list[str]) -> int | None:
+        text = output[0].strip() if output else ""
+        return int(text) if text.isdigit() else None
+
+
 class FileText(FactBase[str | None]):
     """
     Returns the text of a file, or ``None`` if it does not exist.

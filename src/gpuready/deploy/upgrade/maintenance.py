@@ -15,6 +15,7 @@ import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from kubernetes import client
@@ -266,8 +267,13 @@ def wait_ready(
         sleep(POLL_SECONDS)
 
 
-def not_ready_pods(pods: list[client.V1Pod]) -> list[str]:
-    """``name (phase)`` of each pod that is not Running and Ready (finished pods left out: they are done)."""
+def not_ready_pods(pods: list[client.V1Pod], since: datetime | None = None) -> list[str]:
+    """``name (phase)`` of each pod that is not Running and Ready (finished pods left out: they are done).
+
+    With ``since`` (the node's boot), a pod also waits until every container of it started at or after then: right
+    after a reboot the API still holds the statuses the kubelet posted before it, Running and Ready, until the
+    kubelet reports again (seen on the lab's real kubelets: a host back in 2 s, its device plugin pod "Ready" from
+    the last boot, then Pending while its containers restarted, failing the validation)."""
     out = []
     for pod in pods:
         phase = (pod.status.phase if pod.status else None) or "Pending"
@@ -276,7 +282,19 @@ def not_ready_pods(pods: list[client.V1Pod]) -> list[str]:
         conditions = (pod.status.conditions if pod.status else None) or []
         if phase != "Running" or not any(c.type == "Ready" and c.status == "True" for c in conditions):
             out.append(f"{_meta(pod).name} ({phase})")
+        elif since is not None and not _started_since(pod, since):
+            out.append(f"{_meta(pod).name} (status from before the boot)")
     return sorted(out)
+
+
+def _started_since(pod: client.V1Pod, since: datetime) -> bool:
+    statuses = (pod.status.container_statuses if pod.status else None) or []
+    started = [s.state.running.started_at for s in statuses if s.state and s.state.running]
+    return (
+        bool(statuses)
+        and len(started) == len(statuses)
+        and all(t is not None and t >= since for t in started)
+    )
 
 
 def wait_pods_ready(
@@ -286,16 +304,18 @@ def wait_pods_ready(
     timeout: float,
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
+    since: datetime | None = None,
 ) -> list[str]:
     """Wait until every pod of ``namespace`` on ``node`` (the GPU add-ons: device plugin, GFD, dcgm-exporter, the
     DRA driver) is Running and Ready; the ones still not after ``timeout``, [] when all are.
 
     After a reboot the node is Ready before its DaemonSet pods are: they restart (a sidecar may fail once while the
-    node's network comes back) and a check run before then fails on a node that is only still starting."""
+    node's network comes back) and a check run before then fails on a node that is only still starting. ``since``:
+    the node's boot, before which no container of a Ready pod may have started (see :func:`not_ready_pods`)."""
     deadline = clock() + timeout
     while True:
         pods = cluster.core.list_namespaced_pod(namespace, field_selector=f"spec.nodeName={node}").items
-        waiting = not_ready_pods(pods)
+        waiting = not_ready_pods(pods, since)
         if not waiting or clock() >= deadline:
             return waiting
         sleep(POLL_SECONDS)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +19,7 @@ from pyinfra.api import FunctionCommand, operation
 
 from gpuready import verdict as verdicts
 from gpuready.deploy import upgrade
-from gpuready.deploy.facts.host import BootId
+from gpuready.deploy.facts.host import BootId, BootTime
 from gpuready.deploy.operations.cluster_objects import cluster
 from gpuready.deploy.upgrade import maintenance
 from gpuready.spec import UpgradePolicy, knobs
@@ -186,7 +187,11 @@ def validated(
             maintenance.wait_ready(c, node, policy.node_ready_timeout, boot_id=host.get_fact(BootId))
         except maintenance.MaintenanceError as exc:
             return _stays_cordoned(c, host, node, str(exc))
-        waiting = maintenance.wait_pods_ready(c, node, addons_namespace, policy.node_ready_timeout)
+        booted = host.get_fact(BootTime)
+        waiting = maintenance.wait_pods_ready(
+            c, node, addons_namespace, policy.node_ready_timeout,
+            since=None if booted is None else datetime.fromtimestamp(booted, UTC),
+        )  # fmt: skip
         if waiting:  # the suite says what is wrong with each
             logger.warning(f"{host.print_prefix}add-on pods still not Ready after {policy.node_ready_timeout}s: "
                            f"{', '.join(waiting)}")  # fmt: skip
