@@ -38,3 +38,25 @@ def test_a_pod_that_kept_running_is_ready_again_once_its_kubelet_is_back(
         lambda: _ready(gpus.pod("steady")), timeout=60, what="steady Ready again after its kubelet came back"
     )
     assert gpus.pod("steady")["status"]["containerStatuses"][0]["restartCount"] == 0
+
+
+def test_a_node_back_in_a_new_boot_restarts_its_pods_containers(gpus: Gpus, virtual_nodes: Any) -> None:
+    """As the real kubelet after a reboot: the pod stays, its container runs again (restart counted, the last run
+    terminated with reason Unknown), so its status no longer dates from before the boot: the rolling upgrade
+    waits for that (gpuready.deploy.upgrade.maintenance.not_ready_pods)."""
+    (node,) = virtual_nodes(1)
+    gpus.create_pod(gpu_pod("survivor", PAUSE, node, gpus=0, runtime_class=None, restart="Always"))
+    wait_for(lambda: _ready(gpus.pod("survivor")), what="survivor Ready")
+    before = gpus.pod("survivor")["status"]["containerStatuses"][0]
+    info = gpus.node(node)["status"]["nodeInfo"]
+    gpus.core.patch_node_status(node, {"status": {"nodeInfo": {**info, "bootID": "b007-2"}}})
+
+    def restarted() -> dict[str, Any] | None:
+        status = (gpus.pod("survivor") or {"status": {}})["status"].get("containerStatuses") or [{}]
+        return status[0] if status[0].get("restartCount") == 1 and "running" in status[0]["state"] else None
+
+    after = wait_for(restarted, timeout=30, what="survivor's container started again")
+    assert after["lastState"]["terminated"]["reason"] == "Unknown"
+    assert after["lastState"]["terminated"]["startedAt"] == before["state"]["running"]["startedAt"]
+    assert after["state"]["running"]["startedAt"] >= after["lastState"]["terminated"]["finishedAt"]
+    assert _ready(gpus.pod("survivor"))

@@ -70,6 +70,10 @@ def next_backoff(last: float, last_at: float, now: float) -> float:
     return min(BACKOFF_MAX_S, 2 * last)
 
 
+def boot_id(node: Obj | None) -> str:
+    return (((node or {}).get("status") or {}).get("nodeInfo") or {}).get("bootID") or ""
+
+
 def node_ready(node: Obj | None) -> bool:
     if node is None:
         return False
@@ -157,6 +161,8 @@ class Kubelet:
         if ev.key == "pods" and not self._server.manages((ev.obj.get("spec") or {}).get("nodeName") or ""):
             return
         if ev.key == "nodes":
+            if ev.type == "MODIFIED" and boot_id(ev.old) not in ("", boot_id(ev.obj)):
+                self._rebooted(ev.obj["metadata"]["name"])
             if ev.type != "DELETED" and node_ready(ev.obj) and not node_ready(ev.old):
                 for pod in self._store.pods_on_node(ev.obj["metadata"]["name"]):
                     self._maybe_start(pod)
@@ -176,6 +182,31 @@ class Kubelet:
             self._terminate(pod)
             return
         self._maybe_start(pod)
+
+    def _rebooted(self, node_name: str) -> None:
+        """The node's host came back in a new boot (its Node's bootID changed): as the real kubelet does, every
+        container of the pods it kept starts again, the last run recorded as terminated with reason Unknown and
+        the restart counted, so no status from before the boot stands (the rolling upgrade waits for that)."""
+        node = self._store.get("nodes", "", node_name)
+        with self._lock:
+            pods = [p for p in self._pods.values() if p.node == node_name and not p.done]
+        for pod in pods:
+            live = self._store.get("pods", pod.namespace, pod.name)
+            if live is None:
+                continue
+            specs = {c["name"]: c for c in live["spec"].get("containers") or []}
+            now = time.monotonic()
+            for c in pod.containers.values():
+                if "running" not in c.state or c.name not in specs:
+                    continue
+                started = c.state["running"].get("startedAt", now_rfc3339())
+                c.last_state = {"terminated": {"exitCode": 255, "reason": "Unknown", "startedAt": started,
+                                               "finishedAt": now_rfc3339(), "containerID": c.container_id}}  # fmt: skip
+                c.restarts += 1
+                c.previous_logs = c.logs
+                c.plan = self._backend(node_name).runtime.plan(live, specs[c.name], node)
+                self._begin(pod, c, now)
+            self._write(pod)
 
     def _resync(self, pod: Obj) -> None:
         """Write again the status of a pod this kubelet already runs. While the node was NotReady the node
