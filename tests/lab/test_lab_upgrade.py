@@ -84,6 +84,9 @@ def _start_workload(cluster: kube.Cluster) -> None:
             "template": {
                 "metadata": {"labels": labels},
                 "spec": {
+                    # `sleep` as its container's PID 1 ignores SIGTERM: each eviction would wait out the default
+                    # 30 s grace period on real kubelets, four times a run; the drain still waits for the exit
+                    "terminationGracePeriodSeconds": 3,
                     "runtimeClassName": "nvidia",
                     "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
                     "containers": [container],
