@@ -135,7 +135,7 @@ def test_plugin_messages_and_reports_mask_secrets(tmp_path):
 
 def test_the_join_is_one_command_with_a_trap():
     script = kubeadm.join_script()
-    assert script.count("kubeadm join") == 1
+    assert script.count("kubeadm join --config") == 1  # run once (its name recurs in the failure message)
     assert "trap" in script and "rm -f /etc/kubernetes/gpuready/join.yaml" in script
     assert TOKEN not in script  # the token comes on standard input only
 
@@ -153,7 +153,7 @@ def fake_kubeadm(tmp_path):
     return bin_
 
 
-def run_join(tmp_path: Path, bin_: Path, does: str) -> subprocess.Popen[bytes]:
+def run_join(tmp_path: Path, bin_: Path, does: str, stderr: int | None = None) -> subprocess.Popen[bytes]:
     env = {**os.environ, "PATH": f"{bin_}:{os.environ['PATH']}", "KUBEADM_DOES": does,
            "SEEN": str(tmp_path / "seen.yaml")}  # fmt: skip
     join_file = tmp_path / "etc" / "join.yaml"
@@ -162,6 +162,7 @@ def run_join(tmp_path: Path, bin_: Path, does: str) -> subprocess.Popen[bytes]:
         ["sh", "-c", kubeadm.join_script(str(join_file), leftovers)],
         env=env,
         stdin=subprocess.PIPE,
+        stderr=stderr,
         start_new_session=True,
     )
 
@@ -173,6 +174,25 @@ def test_the_join_file_is_removed_whether_kubeadm_works_or_fails(tmp_path, fake_
     assert proc.returncode == rc
     assert f"token: {TOKEN}" in (tmp_path / "seen.yaml").read_text()  # kubeadm read it
     assert not (tmp_path / "etc" / "join.yaml").exists()
+
+
+def test_a_failed_join_shows_the_kubelets_last_log_lines_and_keeps_kubeadms_status(tmp_path, fake_kubeadm):
+    (fake_kubeadm / "journalctl").write_text(
+        '#!/bin/sh\necho "args: $*"\necho "E1128 run.go:72] failed to run Kubelet"\n'
+    )
+    (fake_kubeadm / "journalctl").chmod(0o755)
+    proc = run_join(tmp_path, fake_kubeadm, "3", stderr=subprocess.PIPE)
+    _, err = proc.communicate(f"token: {TOKEN}\n".encode(), timeout=30)
+    assert proc.returncode == 3
+    lines = err.decode().splitlines()
+    assert lines[0] == "kubeadm join exited 3; the kubelet's last log lines (journalctl -u kubelet):"
+    assert lines[1:] == [f"  kubelet: args: -u kubelet -n {kubeadm.KUBELET_LOG_LINES} --no-pager -o cat",
+                         "  kubelet: E1128 run.go:72] failed to run Kubelet"]  # fmt: skip
+    assert not (tmp_path / "etc" / "join.yaml").exists()
+    proc = run_join(
+        tmp_path, fake_kubeadm, "0", stderr=subprocess.PIPE
+    )  # a join that works shows nothing more
+    assert proc.communicate(f"token: {TOKEN}\n".encode(), timeout=30) == (None, b"")
 
 
 def test_a_rerun_removes_what_an_interrupted_join_left(tmp_path, fake_kubeadm):

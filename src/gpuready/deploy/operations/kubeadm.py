@@ -18,6 +18,7 @@ JOIN_FILE = f"{JOIN_DIR}/join.yaml"
 # What kubeadm join writes before the node has joined (its kubelet-start phase), and its preflight then refuses to
 # overwrite: an interrupted join leaves them, and without kubelet.conf they belong to no finished join.
 JOIN_LEFTOVERS = ("/etc/kubernetes/pki/ca.crt", "/etc/kubernetes/bootstrap-kubelet.conf")
+KUBELET_LOG_LINES = 30  # shown after a failed join
 
 
 def join_configuration(node: NodeSpec, token: str) -> str:
@@ -76,11 +77,19 @@ def join_script(join_file: str = JOIN_FILE, leftovers: tuple[str, ...] = JOIN_LE
     the file first.
 
     It runs only on a node that has not joined (no kubelet.conf), so it first removes what an interrupted join left
-    (``leftovers``): kubeadm's preflight would refuse them and the rerun would never converge."""
+    (``leftovers``): kubeadm's preflight would refuse them and the rerun would never converge.
+
+    When the join fails, the kubelet's last journal lines follow kubeadm's own message: its usual failure ("timed
+    out waiting for the kubelet's healthz") says only where to look, and the deploy's output is where the user
+    is looking. They carry no token: the kubelet never sees the JoinConfiguration."""
     path, folder = shlex.quote(join_file), shlex.quote(join_file.rsplit("/", 1)[0] or "/")
     stale = " ".join(shlex.quote(p) for p in leftovers)
+    kubelet_log = (
+        'echo "kubeadm join exited $rc; the kubelet\'s last log lines (journalctl -u kubelet):" >&2; '
+        f"journalctl -u kubelet -n {KUBELET_LOG_LINES} --no-pager -o cat 2>&1 | sed 's/^/  kubelet: /' >&2"
+    )
     return (
         f'umask 077 && rm -f {path} {stale} && mkdir -p {folder} && trap "rm -f {path}" EXIT && '
         f"trap 'exit 129' HUP && trap 'exit 130' INT && trap 'exit 143' TERM && "
-        f"cat > {path} && kubeadm join --config {path}"
+        f"cat > {path} && {{ kubeadm join --config {path} || {{ rc=$?; {kubelet_log}; exit $rc; }}; }}"
     )
