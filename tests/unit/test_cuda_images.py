@@ -267,7 +267,11 @@ def test_the_exporter_exits_0_on_sigterm(tmp_path) -> None:
     import subprocess
     import sys
 
-    env = {**os.environ, "DCGM_EXPORTER_LISTEN": "127.0.0.1:0", "GPUREADY_LAB_HARDWARE": str(tmp_path / "none")}
+    env = {
+        **os.environ,
+        "DCGM_EXPORTER_LISTEN": "127.0.0.1:0",
+        "GPUREADY_LAB_HARDWARE": str(tmp_path / "none"),
+    }
     proc = subprocess.Popen([sys.executable, "-m", "gpuready.lab.dcgm_exporter"], env=env,
                             stdout=subprocess.PIPE, text=True)  # fmt: skip
     try:
