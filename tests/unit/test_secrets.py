@@ -195,6 +195,22 @@ def test_a_failed_join_shows_the_kubelets_last_log_lines_and_keeps_kubeadms_stat
     assert proc.communicate(f"token: {TOKEN}\n".encode(), timeout=30) == (None, b"")
 
 
+def test_a_join_failing_after_its_deploy_died_still_removes_the_token(tmp_path, fake_kubeadm):
+    """The deploy was killed (its SSH channel gone: standard error a pipe nobody reads), then kubeadm fails: the
+    shell's message about the failure hits the broken pipe, and the join file must still go (the lab's interrupt
+    test caught a version that died of SIGPIPE before its EXIT trap)."""
+    read, write = os.pipe()
+    os.close(read)
+    try:
+        proc = run_join(tmp_path, fake_kubeadm, "1", stderr=write)
+        proc.communicate(f"token: {TOKEN}\n".encode(), timeout=30)
+    finally:
+        os.close(write)
+    assert f"token: {TOKEN}" in (tmp_path / "seen.yaml").read_text()
+    assert not (tmp_path / "etc" / "join.yaml").exists()
+    assert proc.returncode == 1
+
+
 def test_a_rerun_removes_what_an_interrupted_join_left(tmp_path, fake_kubeadm):
     """kubeadm's preflight refuses the CA and bootstrap kubeconfig a killed join wrote: the join removes them."""
     for name in ("pki-ca.crt", "bootstrap-kubelet.conf"):

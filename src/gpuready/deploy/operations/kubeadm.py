@@ -84,12 +84,14 @@ def join_script(join_file: str = JOIN_FILE, leftovers: tuple[str, ...] = JOIN_LE
     is looking. They carry no token: the kubelet never sees the JoinConfiguration."""
     path, folder = shlex.quote(join_file), shlex.quote(join_file.rsplit("/", 1)[0] or "/")
     stale = " ".join(shlex.quote(p) for p in leftovers)
+    # in a subshell, and SIGPIPE trapped: after a killed deploy the SSH channel is gone, and a shell that wrote to
+    # it would die of SIGPIPE without running its EXIT trap, leaving the token (test_lab_interrupt caught that)
     kubelet_log = (
-        'echo "kubeadm join exited $rc; the kubelet\'s last log lines (journalctl -u kubelet):" >&2; '
-        f"journalctl -u kubelet -n {KUBELET_LOG_LINES} --no-pager -o cat 2>&1 | sed 's/^/  kubelet: /' >&2"
+        '( echo "kubeadm join exited $rc; the kubelet\'s last log lines (journalctl -u kubelet):" >&2; '
+        f"journalctl -u kubelet -n {KUBELET_LOG_LINES} --no-pager -o cat 2>&1 | sed 's/^/  kubelet: /' >&2 )"
     )
     return (
         f'umask 077 && rm -f {path} {stale} && mkdir -p {folder} && trap "rm -f {path}" EXIT && '
-        f"trap 'exit 129' HUP && trap 'exit 130' INT && trap 'exit 143' TERM && "
+        f"trap 'exit 129' HUP && trap 'exit 130' INT && trap 'exit 141' PIPE && trap 'exit 143' TERM && "
         f"cat > {path} && {{ kubeadm join --config {path} || {{ rc=$?; {kubelet_log}; exit $rc; }}; }}"
     )
