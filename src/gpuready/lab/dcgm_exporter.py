@@ -315,8 +315,9 @@ def stop_on_sigterm(server: http.server.HTTPServer) -> None:
 
     The exporter is its container's PID 1, and the kernel drops a signal to a PID namespace's init that has no
     handler: without one, each pod deletion waited out its grace period and each host shutdown systemd's 90 s stop
-    timeout for the container's scope (measured: a rebooting lab host took 92 s instead of 5). ``shutdown`` blocks
-    until the loop ends, so it runs on its own thread, not in the handler that interrupted the loop."""
+    timeout for the container's scope (measured: a rebooting lab host took 92 s, and 2.2 s with the handler).
+    ``shutdown`` blocks until the loop ends, so it runs on its own thread, not in the handler that interrupted the
+    loop."""
     signal.signal(signal.SIGTERM, lambda *_: threading.Thread(target=server.shutdown, daemon=True).start())
 
 

@@ -203,9 +203,7 @@ class Kubelet:
                 c.last_state = {"terminated": {"exitCode": 255, "reason": "Unknown", "startedAt": started,
                                                "finishedAt": now_rfc3339(), "containerID": c.container_id}}  # fmt: skip
                 c.restarts += 1
-                c.previous_logs = c.logs
-                c.plan = self._backend(node_name).runtime.plan(live, specs[c.name], node)
-                self._begin(pod, c, now)
+                self._restart(pod, c, live, specs[c.name], node, now)
             self._write(pod)
 
     def _resync(self, pod: Obj) -> None:
@@ -374,15 +372,19 @@ class Kubelet:
                 node = self._store.get("nodes", "", pod.node)
                 if live is None or spec is None:
                     continue
-                c.previous_logs = c.logs
-                c.plan = self._backend(pod.node).runtime.plan(live, spec, node)
-                self._begin(pod, c, now)
+                self._restart(pod, c, live, spec, node, now)
             touched[uid] = pod
         for pod in touched.values():
             self._write(pod)
             if pod.done:
                 self._backend(pod.node).pod_stopped(self._store.get("pods", pod.namespace, pod.name) or {})
                 self._server.node_changed(pod.node)
+
+    def _restart(self, pod: _Pod, c: _Container, live: Obj, spec: Obj, node: Obj | None, now: float) -> None:
+        """Run the container again from its live spec: its output so far becomes `--previous`."""
+        c.previous_logs = c.logs
+        c.plan = self._backend(pod.node).runtime.plan(live, spec, node)
+        self._begin(pod, c, now)
 
     def _exit(self, pod: _Pod, c: _Container) -> None:
         plan = c.plan
