@@ -3,11 +3,12 @@
 Brings up its own lab of N hosts (default 8), joins them (``pyinfra inventory/lab.py deploys/gpu_node.py``) and
 installs the add-ons (their DaemonSet pods then run on every node), waits 10 s for the start-up work to settle,
 then reads each part's CPU time (utime + stime of every process, from /proc) at the start and the end of the
-window: the hosts (every process in their cgroups: systemd, sshd, containerd, the emulated kubelet), each control
-plane component, the node agent, and the repository and egress servers. Prints seconds of CPU and percent of one
-core per part and in total, and the resident memory of the control plane and the agent. Nothing is asserted.
+window: the hosts (every process in their cgroups: systemd, sshd, containerd, the kubelet and its pods), each
+control plane component, the lab's helper beside it (the node agent on emulated kubelets, kube-proxy on real ones),
+and the repository and egress servers. Prints seconds of CPU and percent of one core per part and in total, and the
+resident memory of the control plane and the helper. Nothing is asserted.
 
-Run: sudo .venv/bin/python bench/lab_idle.py [--nodes 8] [--window 60]
+Run: sudo .venv/bin/python bench/lab_idle.py [--nodes 8] [--window 60] [--kubelet real]
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from gpuready.lab import hosts
+from gpuready.lab import hosts, realhost
 from gpuready.lab.state import LabPaths
 
 REPO = Path(__file__).resolve().parents[1]
@@ -47,12 +48,21 @@ def rss_mib(pid: int) -> float:
     return int(line.split()[1]) / 1024
 
 
+def helpers(api: dict) -> dict[str, int]:
+    """The processes the lab runs beside the control plane: the node agent (emulated kubelets), kube-proxy (real)."""
+    return {
+        name: api[key]["pid"]
+        for key, name in (("agent", "node agent"), ("kube_proxy", "kube-proxy"))
+        if key in api
+    }
+
+
 def parts(paths: LabPaths, state: dict) -> dict[str, list[int]]:
     """Part name -> the pids that make it up now (host cgroups are read each time: processes come and go)."""
     api = state["apiserver"]
     out = {"hosts": [p for cg in hosts.lab_cgroups(paths) for p in hosts.cgroup_pids(cg)]}
     out.update({name: [pid] for name, pid in api["pids"].items()})
-    out["node agent"] = [api["agent"]["pid"]]
+    out.update({name: [pid] for name, pid in helpers(api).items()})
     out["repo + egress"] = [state["repo"]["pid"], state["egress"]["pid"]]
     return out
 
@@ -61,12 +71,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--nodes", type=int, default=8)
     parser.add_argument("--window", type=float, default=60.0)
+    parser.add_argument("--kubelet", choices=realhost.KUBELET_MODES, default=realhost.DEFAULT_KUBELET)
     args = parser.parse_args()
     paths = LabPaths(Path(tempfile.mkdtemp(prefix="gpuready-lab-idle-", dir="/var/tmp")))
     env = {**os.environ, "GPUREADY_LAB_DIR": str(paths.root)}
     pyinfra = str(Path(sys.executable).with_name("pyinfra"))
     try:
-        state = hosts.up(paths, nodes=args.nodes)
+        state = hosts.up(paths, nodes=args.nodes, kubelet=args.kubelet)
         for deploy in ("deploys/gpu_node.py", "deploys/cluster_addons.py"):
             subprocess.run(
                 [pyinfra, "-y", "inventory/lab.py", deploy],
@@ -92,7 +103,7 @@ def main() -> None:
             print(f"  {name:<26} {used:7.2f} s CPU  {100 * used / elapsed:6.2f}% of one core")
         print(f"  {'total':<26} {total:7.2f} s CPU  {100 * total / elapsed:6.2f}% of one core (goal < 10%)")
         api = state["apiserver"]
-        for name, pid in [*api["pids"].items(), ("node agent", api["agent"]["pid"])]:
+        for name, pid in [*api["pids"].items(), *helpers(api).items()]:
             print(f"  RSS {name:<22} {rss_mib(pid):7.1f} MiB")
     finally:
         hosts.down(paths, quiet=True)
