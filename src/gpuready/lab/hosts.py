@@ -492,11 +492,12 @@ HOST_TOOLS = {
 
 def prerequisite_problems(
     cache: Path | None = None,
-    control_plane: bool = True,
+    kubernetes: bool = True,
     kubernetes_version: str = cluster.DEFAULT_VERSION,
     releases: list[str] | None = None,
 ) -> list[str]:
-    """Everything missing for `up`, each with how to get it (all at once, before anything starts)."""
+    """Everything missing for `up`, each with how to get it (all at once, before anything starts). `kubernetes`:
+    the lab builds Kubernetes binaries (for its control plane, or for its hosts' real kubelets)."""
     found: list[str] = []
     try:
         network.check_prerequisites()
@@ -510,11 +511,11 @@ def prerequisite_problems(
         for tool, package in tools.items()
         if shutil.which(tool) is None
     ]
-    if control_plane and not re.fullmatch(r"1\.\d+\.\d+", kubernetes_version):
+    if kubernetes and not re.fullmatch(r"1\.\d+\.\d+", kubernetes_version):
         found.append(
             f"Kubernetes version {kubernetes_version!r} must be a release like {cluster.DEFAULT_VERSION}"
         )
-    elif control_plane:
+    elif kubernetes:
         found += binaries.problems(kubernetes_version)
     return found
 
@@ -542,26 +543,25 @@ def up(
     (nothing by default; whatever it creates under the host's directory goes with it at `down`);
     kubelet "real" (opt-in, issue #28) gives the hosts the real kubelet and kubeadm in the lab's packages and the
     lab-only settings of gpuready.lab.realhost, and stops the node agent once the control plane is up (it would
-    play kubelet for the hosts); "emulated" (the default) keeps the emulations and the agent.
+    play kubelet for the hosts); "emulated" (the default) keeps the emulations and the agent. Without a control
+    plane a real kubelet, once installed, waits for a join as on a fresh node (no images, no kube-proxy).
     """
     if kubelet not in realhost.KUBELET_MODES:
         raise LabError(f"kubelet {kubelet!r}: one of {', '.join(realhost.KUBELET_MODES)}")
     real = kubelet == "real"
-    if real and shutil.which("nft") is None:
+    if real and control_plane and shutil.which("nft") is None:
         raise LabError(
             "--kubelet real runs kube-proxy in nftables mode: `nft` not found (apt-get install nftables)"
         )
-    if real and (virtual_nodes or not control_plane):
-        raise LabError(
-            "--kubelet real needs the control plane and no virtual nodes (the node agent is stopped)"
-        )
+    if real and virtual_nodes:
+        raise LabError("--kubelet real runs no virtual nodes: the node agent that plays them is stopped")
     # refuse a bad plan before anything else
     specs = plan_hosts(nodes, profiles, first_index, releases=releases)
     unknown = sorted({s.profile for s in specs} - set(hardware.PROFILES))
     if unknown:
         raise LabError(f"unknown profile(s) {unknown}; known: {sorted(hardware.PROFILES)}")
     suites = sorted({s.os for s in specs}, key=RELEASES.index)
-    missing = prerequisite_problems(cache, control_plane, kubernetes_version, suites)
+    missing = prerequisite_problems(cache, control_plane or real, kubernetes_version, suites)
     if missing:
         raise LabError("the lab cannot start here:\n" + "\n".join(f"- {line}" for line in missing))
     down(paths, quiet=True)
@@ -575,6 +575,7 @@ def up(
             kubeadm=binaries.build_kube(kubernetes_version, progress, cache)[0].path("kubeadm"),
             crictl=kubelet_build.ensure_crictl(k8s_packages.CRI_TOOLS_VERSION, progress, cache),
         )
+    if real and control_plane:  # images for the pods, kube-proxy for their Services: with a cluster only
         lab_images = realhost.images(kubernetes_version, progress)
         proxy_binary = kubelet_build.ensure_kubelet(
             kubernetes_version, progress, cache, kubelet_build.KUBE_PROXY_PACKAGE
