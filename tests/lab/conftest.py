@@ -58,6 +58,23 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
         pytest.skip(reason)
 
 
+# Modules that bring up a deployed multi-host lab of their own run right after test_lab_lifecycle.py, which leaves the
+# session lab up but undeployed. Beside the deployed session lab their hosts would exhaust root's inotify instances
+# on real kubelets (fs.inotify.max_user_instances, 128 by default): a deployed host takes about 20 (systemd 8,
+# kubelet 7, containerd 2, ...), a control plane 13, so two 3-host labs need ~140; the kubelet that finds none left
+# exits ("Failed to start cAdvisor: inotify_init: too many open files") and its `kubeadm join` times out (measured
+# in session 21; hosts.up refuses a lab that would not fit).
+AFTER_LIFECYCLE = ("test_lab_discover.py",)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    late = [item for item in items if item.path.name in AFTER_LIFECYCLE]
+    rest = [item for item in items if item.path.name not in AFTER_LIFECYCLE]
+    lifecycle = [n for n, item in enumerate(rest) if item.path.name == "test_lab_lifecycle.py"]
+    if late and lifecycle:
+        items[:] = rest[: lifecycle[-1] + 1] + late + rest[lifecycle[-1] + 1 :]
+
+
 # --- the session lab -------------------------------------------------------------------------------------------
 
 

@@ -9,9 +9,11 @@ import runpy
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import paramiko
 import pytest
+from suite_runs import gpu_allocatable, restore_allocatable
 
 from gpuready.lab import hosts, network
 
@@ -207,6 +209,10 @@ def test_fault_writes_hardware_and_kernel_lines_to_the_journal(lab):
     from gpuready.lab import faults, hardware
 
     path = lab.paths.machine_dir("gpu-node-1") / "hardware.json"
+    # after the earlier modules' deploys the node runs a device plugin: NVIDIA's real one (real kubelets) keeps
+    # the XID's GPU out until it restarts, and the later modules expect the node whole again
+    plugin = SimpleNamespace(lab=lab)
+    before = gpu_allocatable(plugin, "gpu-node-1") if joined(lab, "gpu-node-1") else {}
     lines = hosts.inject_fault(lab.paths, "gpu-node-1", "xid-79", gpu=2)
     try:
         assert lines == faults.journal_messages(hardware.read_hardware(path), "xid-79", 2)
@@ -217,7 +223,14 @@ def test_fault_writes_hardware_and_kernel_lines_to_the_journal(lab):
             assert line in journal.splitlines()
     finally:
         assert hosts.inject_fault(lab.paths, "gpu-node-1", None) == []
+        if before:
+            restore_allocatable(plugin, "gpu-node-1", "xid-79", before)
     assert hardware.read_hardware(path)["faults"] == []
+
+
+def joined(lab, node: str) -> bool:
+    """Whether the node has joined the lab's cluster (this module run alone leaves the hosts undeployed)."""
+    return lab.ssh(node, "test -e /etc/kubernetes/kubelet.conf", check=False).returncode == 0
 
 
 def _pyinfra_exec(lab, *extra: str) -> tuple[int, str]:

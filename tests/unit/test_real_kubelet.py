@@ -364,3 +364,31 @@ def test_the_driver_state_and_pid_files_are_readable_by_any_user(tmp_path: Path)
     target = tmp_path / "state.json"
     nvemu._atomic_write(str(target), "{}")
     assert target.stat().st_mode & 0o777 == 0o644
+
+
+def test_inotify_in_use_counts_the_users_inotify_descriptors_only(tmp_path):
+    import os
+
+    def process(pid: str, *targets: str) -> None:
+        (tmp_path / pid / "fd").mkdir(parents=True)
+        for n, target in enumerate(targets):
+            (tmp_path / pid / "fd" / str(n)).symlink_to(target)
+
+    process("10", "anon_inode:inotify", "anon_inode:inotify", "/dev/null", "socket:[123]")
+    process("11", "anon_inode:[eventfd]", "anon_inode:inotify")
+    (tmp_path / "self").mkdir()  # not a process directory
+    assert realhost.inotify_in_use(os.geteuid(), tmp_path) == 3
+    assert realhost.inotify_in_use(os.geteuid() + 1, tmp_path) == 0  # another user's processes
+
+
+def test_a_real_lab_that_would_exhaust_roots_inotify_instances_is_refused_with_the_numbers():
+    # measured in session 21: the deployed 3-host session lab (70) beside discover's 3-host lab failed to join
+    assert realhost.inotify_problem(3, True, in_use=31, limit=128) is None  # 31 + 3 * 19 + 13 = 101
+    problem = realhost.inotify_problem(3, True, in_use=70, limit=128)
+    assert problem is not None
+    assert (
+        "need about 70 inotify instances" in problem
+        and "holds 70 of fs.inotify.max_user_instances = 128" in problem
+    )
+    assert "inotify_init: too many open files" in problem and "gpuready lab down" in problem
+    assert realhost.inotify_problem(1, False, in_use=100, limit=128) is None  # no control plane: 19

@@ -564,7 +564,16 @@ def up(
     missing = prerequisite_problems(cache, control_plane or real, kubernetes_version, suites)
     if missing:
         raise LabError("the lab cannot start here:\n" + "\n".join(f"- {line}" for line in missing))
-    down(paths, quiet=True)
+    down(paths, quiet=True)  # this lab's earlier hosts first: their inotify instances are freed
+    if real and (
+        problem := realhost.inotify_problem(
+            len(specs),
+            control_plane,
+            realhost.inotify_in_use(os.geteuid()),
+            int(realhost.INOTIFY_LIMIT_FILE.read_text()),
+        )
+    ):
+        raise LabError(f"the lab cannot start here: {problem}")
     bases = {suite: ensure_base(suite, cache)[0] for suite in suites}
     real_binaries: k8s_packages.RealBinaries | None = None
     lab_images: dict[str, Path] = {}

@@ -150,6 +150,46 @@ def machine_mounts(spec):
 '''
 
 
+# Root's inotify instances (fs.inotify.max_user_instances, 128 by default) are shared by every root process on this
+# machine, the lab hosts' too: nspawn hosts share its user namespace. A real kubelet that finds none left exits
+# ("Failed to start cAdvisor" err="inotify_init: too many open files") and its `kubeadm join` times out on the
+# healthz. Measured (session 21, `ls -l /proc/*/fd`): a deployed real-kubelet host holds 19 (systemd 8, kubelet 7,
+# containerd 2, dbus 1, NVIDIA's device plugin 1), the control plane 13 (kube-apiserver 6, controller-manager 7).
+INOTIFY_PER_REAL_HOST = 19
+INOTIFY_CONTROL_PLANE = 13
+INOTIFY_LIMIT_FILE = Path("/proc/sys/fs/inotify/max_user_instances")
+
+
+def inotify_in_use(uid: int = 0, proc: Path = Path("/proc")) -> int:
+    """inotify instances held now by the processes of ``uid`` (each ``anon_inode:inotify`` descriptor)."""
+    count = 0
+    for pid_dir in proc.iterdir():
+        if not pid_dir.name.isdigit():
+            continue
+        try:
+            if pid_dir.stat().st_uid != uid:
+                continue
+            count += sum(1 for fd in (pid_dir / "fd").iterdir() if fd.readlink().name == "anon_inode:inotify")
+        except OSError:  # the process ended, or hides its descriptors
+            continue
+    return count
+
+
+def inotify_problem(hosts: int, control_plane: bool, in_use: int, limit: int) -> str | None:
+    """Why a real-kubelet lab of ``hosts`` would run out of inotify instances once deployed; None where it fits."""
+    need = hosts * INOTIFY_PER_REAL_HOST + (INOTIFY_CONTROL_PLANE if control_plane else 0)
+    if in_use + need <= limit:
+        return None
+    return (
+        f"{hosts} real-kubelet host(s){' and a control plane' if control_plane else ''} need about {need} inotify "
+        f"instances once deployed, and root already holds {in_use} of fs.inotify.max_user_instances = {limit} "
+        '(other labs?): a kubelet that finds none left exits (cAdvisor: "inotify_init: too many open files") and '
+        "its kubeadm join times out. Take other labs down (gpuready lab down), use fewer hosts, or on a machine of "
+        "your own raise the limit (sysctl fs.inotify.max_user_instances=512, as kind advises); the lab never "
+        "changes it"
+    )
+
+
 def runc_wrapper() -> str:
     """realnode's wrapper, plus the oomScoreAdj clamp (containerd keeps Debian's defaults in this mode) and the
     emulated machine's files for GPU containers (MACHINE_DIRS)."""
