@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import KUBELET
 from pyinfra_runs import run_pyinfra
 
 from gpuready.lab import hosts, ssh, supervisor
@@ -96,7 +97,8 @@ def one_host_lab(root: Path) -> Iterator[OneHostLab]:
             profiles=[PROFILE],
             control_plane=False,
             first_index=free_first_index(),
-        )  # no control plane, so no kubelet runs: the kubelet mode does not apply
+            kubelet=KUBELET,  # real: the deploy's kubelet waits for a join, as on a fresh node
+        )
         yield OneHostLab(paths, state)
     finally:
         hosts.down(paths, quiet=True)
