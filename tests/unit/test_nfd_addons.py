@@ -325,3 +325,16 @@ def test_gfd_may_publish_its_nodefeature(manifests):
         assert allowed(nfd_addons.GROUP, "nodefeatures", verb), (verb, rules)
     assert allowed("", "pods", "get"), rules
     assert allowed("", "nodes", "watch"), rules  # config-manager follows its node's label
+
+
+def test_turning_nfd_on_or_off_rolls_gfd_and_nothing_else_of_it():
+    # GFD crash-loops without NFD's API; a changed pod template restarts it now, not at its next back-off
+    with_nfd, without = (addons.gpu_feature_discovery(AddonSettings(nfd=on)) for on in (True, False))
+    annotations = [ds["spec"]["template"]["metadata"]["annotations"] for ds in (with_nfd, without)]
+    assert annotations == [{addons.GFD_NFD_ANNOTATION: "gpuready"}, {addons.GFD_NFD_ANNOTATION: "external"}]
+    for ds in (with_nfd, without):
+        del ds["spec"]["template"]["metadata"]["annotations"]
+    assert with_nfd == without
+    assert addons.gpu_feature_discovery(AddonSettings(nfd=True)) == addons.gpu_feature_discovery(
+        AddonSettings()
+    )
