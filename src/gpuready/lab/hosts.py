@@ -872,6 +872,11 @@ def down(paths: LabPaths, quiet: bool = False) -> None:
     deadline = time.monotonic() + STOP_TIMEOUT_S
     while time.monotonic() < deadline and any(_proc_start(pid) is not None for pid in supervisors.values()):
         time.sleep(0.1)
+    late = [name for name, pid in supervisors.items() if _proc_start(pid) is not None]
+    if late and not quiet:
+        progress(
+            f"{', '.join(late)} did not power off within {STOP_TIMEOUT_S:.0f} s; killing {_holders(paths)}"
+        )
     # whatever is left (a host whose supervisor was killed, one that ignored the poweroff) dies with its cgroup
     _kill_cgroup_trees(lab_cgroups(paths))
     _reap([h["pid"] for h in hosts.values()])
@@ -905,6 +910,18 @@ def down(paths: LabPaths, quiet: bool = False) -> None:
     paths.state_file.unlink(missing_ok=True)
     if hosts and not quiet:
         progress("lab down")
+
+
+def _holders(paths: LabPaths) -> str:
+    """What still runs in the lab's hosts, by program name, busiest first: a container whose PID 1 ignores SIGTERM
+    holds its host's shutdown for systemd's stop timeout (the lab's dcgm-exporter once did, 90 s)."""
+    names: dict[str, int] = {}
+    for pid in {p for cgroup in lab_cgroups(paths) for p in cgroup_pids(cgroup)}:
+        with contextlib.suppress(OSError):
+            name = Path(f"/proc/{pid}/comm").read_text().strip()
+            names[name] = names.get(name, 0) + 1
+    ranked = sorted(names.items(), key=lambda item: (-item[1], item[0]))
+    return ", ".join(f"{name} x{count}" if count > 1 else name for name, count in ranked) or "nothing"
 
 
 def _destroy_network(paths: LabPaths, entry: dict[str, Any] | None) -> None:
