@@ -153,7 +153,8 @@ spec:
   - name: main
     image: docker.io/library/busybox:1.36-lab
     imagePullPolicy: IfNotPresent
-    command: [sh, -c, "ls -l /dev/nvidia0 /dev/nvidiactl; env | grep -i nvidia; sleep 3600"]
+    # a shell that ends on SIGTERM: `sleep` as PID 1 ignores it and holds the host's shutdown for systemd's timeout
+    command: [sh, -c, "ls -l /dev/nvidia0 /dev/nvidiactl; env | grep -i nvidia; trap 'exit 0' TERM; sleep 3600 & wait"]
     resources: {claims: [{name: gpu}]}
 """
 

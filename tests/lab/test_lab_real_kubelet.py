@@ -24,6 +24,7 @@ from pyinfra_runs import PyinfraRun
 from gpuready.lab import k8s_packages, realhost
 from gpuready.lab.cluster import cluster
 
+SLEEP_UNTIL_TERM = "trap 'exit 0' TERM; /bin/busybox sleep 3600 & wait"
 pytestmark = pytest.mark.lab
 
 NODE = REAL_NODE
@@ -101,7 +102,8 @@ def test_busybox_pod_is_a_real_container(deployed: tuple[Lab, PyinfraRun, Pyinfr
                     "name": "busybox",
                     "image": realhost.BUSYBOX_IMAGE,
                     "imagePullPolicy": "IfNotPresent",
-                    "command": ["/bin/busybox", "sh", "-c", "echo real; /bin/busybox sleep 3600"],
+                    # ends on SIGTERM (`sleep` as PID 1 ignores it and would hold the host's shutdown)
+                    "command": ["/bin/busybox", "sh", "-c", f"echo real; {SLEEP_UNTIL_TERM}"],
                 }
             ],
         },
@@ -224,7 +226,7 @@ def test_the_api_servers_pod_proxy_and_port_forward_reach_a_pod(
            "spec": {"nodeName": NODE, "tolerations": [{"operator": "Exists"}], "containers": [{
                "name": "httpd", "image": realhost.BUSYBOX_IMAGE, "imagePullPolicy": "IfNotPresent",
                "command": ["/bin/busybox", "sh", "-c", "/bin/busybox mkdir -p /www && echo served-by-real-httpd > "
-                           "/www/index.html && exec /bin/busybox httpd -f -p 8080 -h /www"]}]}}  # fmt: skip
+                           "/www/index.html; trap 'exit 0' TERM; /bin/busybox httpd -f -p 8080 -h /www & wait"]}]}}  # fmt: skip
     created = _kubectl(lab.state, "apply", "-f", "-", stdin=json.dumps(pod))
     assert created.returncode == 0, created.stderr
 
