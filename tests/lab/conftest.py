@@ -60,10 +60,8 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
 
 # Modules that bring up a deployed multi-host lab of their own run right after test_lab_lifecycle.py, which leaves the
 # session lab up but undeployed. Beside the deployed session lab their hosts would exhaust root's inotify instances
-# on real kubelets (fs.inotify.max_user_instances, 128 by default): a deployed host takes about 20 (systemd 8,
-# kubelet 7, containerd 2, ...), a control plane 13, so two 3-host labs need ~140; the kubelet that finds none left
-# exits ("Failed to start cAdvisor: inotify_init: too many open files") and its `kubeadm join` times out (measured
-# in session 21; hosts.up refuses a lab that would not fit).
+# on real kubelets (fs.inotify.max_user_instances): what a host and a control plane take is declared in
+# gpuready.lab.realhost (INOTIFY_PER_REAL_HOST, INOTIFY_CONTROL_PLANE), and hosts.up refuses a lab that would not fit.
 AFTER_LIFECYCLE = ("test_lab_discover.py",)
 
 

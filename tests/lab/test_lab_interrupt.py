@@ -253,9 +253,8 @@ def test_a_node_deploy_killed_while_it_joins_leaves_no_secret_and_the_rerun_conv
         wait_for(ready, timeout=300, what=f"{node} registered and Ready after the rerun")
     except AssertionError as exc:
         kubelet = lab.ssh(node, "systemctl status kubelet --no-pager | head -12", check=False).stdout
-        agent = lab.state["apiserver"].get(
-            "agent"
-        )  # the node agent plays the kubelet in the emulated mode only
+        # the node agent plays the kubelet in the emulated mode only
+        agent = lab.state["apiserver"].get("agent")
         if agent:
             log = Path(agent["log"]).read_text(errors="replace").splitlines()
             about = "--- agent log\n" + "\n".join([line for line in log if node in line][-40:])

@@ -4,6 +4,7 @@ processes in the host's cgroup: checked here against this test's own process in 
 from __future__ import annotations
 
 import os
+import subprocess
 from pathlib import Path
 
 from gpuready.lab import cli as lab_cli
@@ -49,3 +50,22 @@ def test_hosts_straight_from_up_have_no_memory_column(capsys):
     lab_cli._print_hosts(state)
     out = capsys.readouterr().out
     assert "MEMORY" not in out and out.splitlines()[1].endswith(" up")
+
+
+def test_lab_down_names_what_still_runs_in_the_hosts_busiest_first(tmp_path, monkeypatch):
+    """`lab down` names a host that did not power off and the programs still in the lab's cgroups (each pid once,
+    vanished pids skipped): here two `sleep` children and this test's process in two stand-in cgroups."""
+    sleepers = [subprocess.Popen(["sleep", "60"]) for _ in range(2)]
+    try:
+        own = os.getpid()
+        groups = {tmp_path / "a": [own, sleepers[0].pid, 999999999], tmp_path / "b": [own, sleepers[1].pid]}
+        monkeypatch.setattr(hosts, "lab_cgroups", lambda paths: list(groups))
+        monkeypatch.setattr(hosts, "cgroup_pids", lambda cgroup: groups[cgroup])
+        comm = Path("/proc/self/comm").read_text().strip()
+        assert hosts._holders(object()) == f"sleep x2, {comm}"  # type: ignore[arg-type]
+        monkeypatch.setattr(hosts, "cgroup_pids", lambda cgroup: [])
+        assert hosts._holders(object()) == "nothing"  # type: ignore[arg-type]
+    finally:
+        for proc in sleepers:
+            proc.kill()
+            proc.wait()
