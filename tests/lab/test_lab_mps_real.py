@@ -73,6 +73,29 @@ def _allocatable(lab: Lab) -> str:
     return r.stdout.strip()
 
 
+def _sidecar_settled(lab: Lab) -> bool:
+    """config-manager's sidecar has applied the node's config label and waits for its next change. Until then the
+    daemon can still restart: the sidecar starts before the daemon's container, often exits finding no process to
+    signal, and its next run applies ``default`` (the label is read before its informer lists the Node), then the
+    label's config, each with a SIGHUP that stops MPS (compute mode back to DEFAULT) and starts it again."""
+    name = _daemon_pod(lab).get("metadata", {}).get("name", "")
+    logs = _kubectl(lab.state, "logs", "-n", NAMESPACE, name, "-c", "config-manager").stdout
+    label = _kubectl(
+        lab.state,
+        "get",
+        "node",
+        NODE,
+        "-o",
+        f"jsonpath={{.metadata.labels.{_escaped(addons.DEVICE_PLUGIN_CONFIG_LABEL)}}}",
+    ).stdout.strip()
+    detected = f"Label change detected: {addons.DEVICE_PLUGIN_CONFIG_LABEL}={label}"
+    return bool(label) and detected in logs and "Waiting for change" in logs.rsplit(detected, 1)[1]
+
+
+def _escaped(label: str) -> str:
+    return label.replace(".", "\\.")
+
+
 def _threads(lab: Lab) -> str:
     """The default active thread percentage, as a client on the host reads it from the daemon's control pipe."""
     ask = (
@@ -83,9 +106,9 @@ def _threads(lab: Lab) -> str:
 
 
 def test_nvidias_mps_control_daemon_starts_mps_on_every_gpu(mps_lab: Lab) -> None:
-    """Ready, MPS started for nvidia.com/gpu, and the daemon set for 2 clients per GPU (50 % of the SMs each).
-    The daemon may start twice: config-manager's one-shot init can read the node's config label before its
-    informer has listed the node (it then picks the default config), and its sidecar switches to the label's."""
+    """Ready, MPS started for nvidia.com/gpu, and the daemon set for 2 clients per GPU (50 % of the SMs each),
+    once config-manager's sidecar has settled on the node's config (:func:`_sidecar_settled`: until then MPS may
+    stop and start again, and the compute mode reads DEFAULT in between)."""
 
     def started() -> bool:
         pod = _daemon_pod(mps_lab)
@@ -93,11 +116,14 @@ def test_nvidias_mps_control_daemon_starts_mps_on_every_gpu(mps_lab: Lab) -> Non
             s.get("ready") for s in pod.get("status", {}).get("containerStatuses", [{}])
         )
         marked = mps_lab.ssh(NODE, f"test -e {RESOURCE_DIR}/.started", check=False).returncode == 0
-        return ready and marked and _threads(mps_lab) == "50.0"
+        settled = ready and _sidecar_settled(mps_lab) and marked and _threads(mps_lab) == "50.0"
+        return settled and _compute_modes(mps_lab) == ["Exclusive_Process", "Exclusive_Process"]
 
     try:
         wait_for(
-            started, 300, f"the MPS control daemon Ready on {NODE} and MPS started for 2 clients per GPU"
+            started,
+            300,
+            f"the MPS control daemon Ready on {NODE}, MPS started for 2 clients per GPU in EXCLUSIVE_PROCESS mode",
         )
     except AssertionError as exc:
         log = mps_lab.ssh(NODE, f"tail -20 {RESOURCE_DIR}/log/control.log", check=False).stdout
