@@ -1,20 +1,43 @@
 """One emulated lab machine for unit tests: a hardware file (with faults), driver state, daemons up or down.
 
 The emulated NVIDIA tools run as on a lab host: the system's python3 (stdlib only, ``-E -s``) on the module's
-source file, with the hardware file, driver state, boot id and the daemons' pid files named by environment.
+source file, or the lab's static ``nvidia-emu-tools`` for the tools written in Go (``GO_TOOLS``: built from
+gpuready/lab/silicon/tools into the lab cache, the test skipped without Go), with the hardware file, driver
+state, boot id and the daemons' pid files named by environment.
 """
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from gpuready.lab import faults, hardware
 
 EMULATOR = Path(hardware.__file__).parent / "emulator"
 PYTHON = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else shutil.which("python3")
+GO_TOOLS = {"nvbandwidth"}  # run by nvidia-emu-tools (gpuready/lab/silicon/tools/main.go)
+
+
+@functools.cache
+def _static_tools() -> str:
+    from gpuready.lab.silicon import build
+
+    return str(build.ensure_libraries(lambda _line: None, names=["tools"])["tools"])
+
+
+def static_tools() -> str:
+    """The lab's ``nvidia-emu-tools``, built once per source; skips the test where Go is missing."""
+    from gpuready.lab.gobuild import PrerequisiteError
+
+    try:
+        return _static_tools()
+    except PrerequisiteError as exc:
+        pytest.skip(f"the lab's Go tools cannot be built here: {exc}")
 
 
 class Machine:
@@ -52,9 +75,12 @@ class Machine:
         }
 
     def run(self, tool: str, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
-        """Run ``gpuready/lab/emulator/<tool>.py`` with ``args``."""
+        """Run ``gpuready/lab/emulator/<tool>.py``, or the static tools' ``tool``, with ``args``."""
+        command = (
+            [static_tools(), tool] if tool in GO_TOOLS else [PYTHON, "-E", "-s", str(EMULATOR / f"{tool}.py")]
+        )
         return subprocess.run(
-            [PYTHON, "-E", "-s", str(EMULATOR / f"{tool}.py"), *args],
+            [*command, *args],
             env={**self.env, **env},
             capture_output=True,
             text=True,

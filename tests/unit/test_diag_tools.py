@@ -87,8 +87,10 @@ def test_apt_candidate(output, candidate):
     )
 
 
-def test_the_lab_serves_dcgm_under_the_real_names_with_its_unit():
-    debs = {deb.name: deb for deb in packages.diag_debs()}
+def test_the_lab_serves_dcgm_under_the_real_names_with_its_unit(tmp_path: Path):
+    tools = tmp_path / "nvidia-emu-tools"
+    tools.write_bytes(b"\x7fELF")
+    debs = {deb.name: deb for deb in packages.diag_debs(tools)}
     assert sorted(debs) == [
         "datacenter-gpu-manager-4-core",
         "datacenter-gpu-manager-4-cuda12",
@@ -105,6 +107,7 @@ def test_the_lab_serves_dcgm_under_the_real_names_with_its_unit():
     for major in (12, 13):
         deb = debs[f"datacenter-gpu-manager-4-cuda{major}"]
         assert deb.depends == [f"datacenter-gpu-manager-4-core (= {packages.DCGM_VERSION})"]
+    assert debs["nvbandwidth"].executables == {"/usr/bin/nvbandwidth": tools}  # the static tools, by its name
     # every package the deploy asks for on the lab's drivers is served
     for driver in packages.DRIVER_VERSIONS:
         assert set(diag_packages.dcgm_packages(driver)) <= set(debs)

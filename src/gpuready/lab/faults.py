@@ -27,9 +27,9 @@ class Effects:
 
     GPU effects:
 
-    * ``off_bus``: the GPU fell off the PCIe bus. nvemu.Driver.off_bus (nvidia-smi, dcgmi, nvbandwidth
-      leave it out; kernel_files reads its config space as all ones), machine.OffBus (mock NVML: no
-      handle; mock CUDA: not a device), agent gpu_host.Gpu.off_bus (device plugin, vectorAdd).
+    * ``off_bus``: the GPU fell off the PCIe bus. nvemu.Driver.off_bus (nvidia-smi, dcgmi leave it out;
+      kernel_files reads its config space as all ones), machine.OffBus (mock NVML: no handle; cudadev:
+      not a CUDA device, for the mock CUDA and nvbandwidth), agent gpu_host.Gpu.off_bus (device plugin, vectorAdd).
     * ``xid``: the XID the driver raises (0: none). machine.XIDs (mock NVML XID events), agent
       gpu_host.Gpu.xid (dcgm-exporter's DCGM_FI_DEV_XID_ERRORS, the device plugin's health check).
     * ``ecc_uncorrected``: uncorrectable DRAM ECC errors, volatile and aggregate alike. gpu_tree
@@ -43,17 +43,18 @@ class Effects:
       machine View.
     * ``pcie_gen_drop`` / ``pcie_width_divisor``: the link trained this many generations below its
       maximum (at least gen 1) and at its maximum width divided by this (at least x1). gpu_tree
-      pcie_current (nvidia-smi, nvbandwidth, kernel_files' sysfs link), dcgmi pcie_current, machine View.
-    * ``nvlink_down``: all the GPU's NVLinks inactive. nvidia_smi (nvlink, topo), nvbandwidth, machine
-      View.NVLinkActive (NVML, CUDA peer copies).
+      pcie_current (nvidia-smi, kernel_files' sysfs link), dcgmi pcie_current, machine View (NVML, and
+      machine/bandwidth.go: mock CUDA, nvbandwidth).
+    * ``nvlink_down``: all the GPU's NVLinks inactive. nvidia_smi (nvlink, topo), machine
+      View.NVLinkActive (NVML; peer copies of the mock CUDA and nvbandwidth).
     * ``bandwidth_factor``: every copy involving the GPU moves at this fraction of its normal rate.
-      nvbandwidth, dcgmi's PCIe test, machine View.BandwidthFactor (mock CUDA).
+      dcgmi's PCIe test, machine View.BandwidthFactor (mock CUDA, nvbandwidth).
     * ``dcgm_memory_fails``: DCGM's memory test finds a faulty memory element. dcgmi test_memory.
 
     Host effects (a host-wide fault):
 
     * ``fabric_failed``: NVIDIA Fabric Manager fails to start, the GPU fabric stays In Progress.
-      nv_fabricmanager, gpu_tree fabric (nvidia-smi, nvbandwidth), machine.Fabric (NVML, CUDA).
+      nv_fabricmanager, gpu_tree fabric (nvidia-smi), machine.Fabric (NVML; cudadev: CUDA, nvbandwidth).
     * ``driver_mismatch``: NVML init fails with 'Driver/library version mismatch'. nvemu.Driver
       check_loaded, machine.CheckLoaded, agent gpu_host snapshots (nvml_error).
     """

@@ -301,14 +301,15 @@ DCGM_CUDA_MAJORS = (12, 13)  # the lab's drivers: R570 (CUDA 12.8), R580 and R59
 DCGM_SERVICE = "nvidia-dcgm"
 
 
-def diag_debs() -> list[Deb]:
+def diag_debs(tools: Path) -> list[Deb]:
     """What the diag layer runs on a node: DCGM's ``dcgmi`` and ``nvbandwidth``, for lab hosts that install them.
 
     ``datacenter-gpu-manager-4-core`` is the real name of DCGM 4's package in NVIDIA's CUDA repository, with
     ``dcgmi``, ``nv-hostengine`` and the ``nvidia-dcgm`` unit (not enabled by the package), and
     ``datacenter-gpu-manager-4-cuda12``/``-cuda13`` its per-CUDA diagnostics. nvbandwidth has no NVIDIA package
     (Debian and Ubuntu package it as ``nvbandwidth``); the lab serves its emulation under that name from the CUDA
-    repository, so a node deploy with ``diag_tools`` finds it there.
+    repository, so a node deploy with ``diag_tools`` finds it there: ``tools``, the static ``nvidia-emu-tools``
+    (:mod:`gpuready.lab.silicon.build`), which prints the figures the mock libcuda.so.1 times copies by.
     """
     drv_path = [DRIVER_LIB]
     dcgm = Deb(
@@ -350,8 +351,7 @@ def diag_debs() -> list[Deb]:
         "NVIDIA nvbandwidth: copy bandwidth between host and GPUs and between GPUs",
         ["libcuda1"],
     )
-    nvbw.add_module(DRIVER_LIB, "nvbandwidth.py")
-    nvbw.add_wrapper("nvbandwidth", drv_path, "nvbandwidth", "main")
+    nvbw.executables["/usr/bin/nvbandwidth"] = tools
     return [dcgm, *cuda, nvbw]
 
 
@@ -394,7 +394,10 @@ def build_packages(
     else:
         libraries = driver_libraries()
     by_repo = {
-        "cuda": [*(d for ver in driver_versions for d in driver_debs(ver, libraries)), *diag_debs()],
+        "cuda": [
+            *(d for ver in driver_versions for d in driver_debs(ver, libraries)),
+            *diag_debs(libraries["tools"]),
+        ],
         "libnvidia-container": [d for ver in toolkit_versions for d in toolkit_debs(ver, built[ver])],
     }
     result = {key: [outdir / d.filename for d in debs] for key, debs in by_repo.items()}

@@ -24,6 +24,7 @@ import (
 	"time"
 	"unsafe"
 
+	"gpuready.lab/silicon/cudadev"
 	"gpuready.lab/silicon/machine"
 )
 
@@ -39,7 +40,7 @@ func result(code int) C.CUresult { return C.CUresult(code) }
 func call(body func() int) C.CUresult {
 	drv.mu.Lock()
 	defer drv.mu.Unlock()
-	if r := drv.ready(); r != cudaSuccess {
+	if r := drv.ready(); r != cudadev.Success {
 		return result(r)
 	}
 	return result(body())
@@ -51,7 +52,7 @@ func callOn[T any](p unsafe.Pointer, body func(T) int) C.CUresult {
 	return call(func() int {
 		obj, ok := drv.handles[h(p)].(T)
 		if !ok {
-			return cudaErrorInvalidHandle
+			return cudadev.ErrorInvalidHandle
 		}
 		return body(obj)
 	})
@@ -60,7 +61,7 @@ func callOn[T any](p unsafe.Pointer, body func(T) int) C.CUresult {
 //export cuInit
 func cuInit(flags C.uint) C.CUresult {
 	if flags != 0 {
-		return result(cudaErrorInvalidValue)
+		return result(cudadev.ErrorInvalidValue)
 	}
 	drv.mu.Lock()
 	defer drv.mu.Unlock()
@@ -70,23 +71,23 @@ func cuInit(flags C.uint) C.CUresult {
 //export cuDriverGetVersion
 func cuDriverGetVersion(version *C.int) C.CUresult {
 	if version == nil {
-		return result(cudaErrorInvalidValue)
+		return result(cudadev.ErrorInvalidValue)
 	}
 	major, minor, _ := strings.Cut(machine.CUDAVersion(machine.LibraryVersion()), ".")
 	a, _ := strconv.Atoi(major)
 	b, _ := strconv.Atoi(minor)
 	*version = C.int(a*1000 + b*10)
-	return result(cudaSuccess)
+	return result(cudadev.Success)
 }
 
 //export cuDeviceGetCount
 func cuDeviceGetCount(count *C.int) C.CUresult {
 	return call(func() int {
 		if count == nil {
-			return cudaErrorInvalidValue
+			return cudadev.ErrorInvalidValue
 		}
 		*count = C.int(len(drv.devices))
-		return cudaSuccess
+		return cudadev.Success
 	})
 }
 
@@ -94,13 +95,13 @@ func cuDeviceGetCount(count *C.int) C.CUresult {
 func cuDeviceGet(dev *C.CUdevice, ordinal C.int) C.CUresult {
 	return call(func() int {
 		if dev == nil {
-			return cudaErrorInvalidValue
+			return cudadev.ErrorInvalidValue
 		}
 		if drv.device(int(ordinal)) == nil {
-			return cudaErrorInvalidDevice
+			return cudadev.ErrorInvalidDevice
 		}
 		*dev = C.CUdevice(ordinal)
-		return cudaSuccess
+		return cudadev.Success
 	})
 }
 
@@ -109,15 +110,15 @@ func cuDeviceGetName(name *C.char, length C.int, dev C.CUdevice) C.CUresult {
 	return call(func() int {
 		d := drv.device(int(dev))
 		if d == nil {
-			return cudaErrorInvalidDevice
+			return cudadev.ErrorInvalidDevice
 		}
 		if name == nil || length <= 0 {
-			return cudaErrorInvalidValue
+			return cudadev.ErrorInvalidValue
 		}
 		out := unsafe.Slice((*byte)(unsafe.Pointer(name)), int(length))
 		n := copy(out[:len(out)-1], d.name)
 		out[n] = 0
-		return cudaSuccess
+		return cudadev.Success
 	})
 }
 
@@ -187,14 +188,14 @@ func cuDeviceGetAttribute(pi *C.int, attrib C.CUdevice_attribute, dev C.CUdevice
 	return call(func() int {
 		d := drv.device(int(dev))
 		if d == nil {
-			return cudaErrorInvalidDevice
+			return cudadev.ErrorInvalidDevice
 		}
 		v, ok := attribute(d.gpu, int(attrib))
 		if pi == nil || !ok {
-			return cudaErrorInvalidValue
+			return cudadev.ErrorInvalidValue
 		}
 		*pi = C.int(v)
-		return cudaSuccess
+		return cudadev.Success
 	})
 }
 
@@ -203,18 +204,18 @@ func cuDeviceCanAccessPeer(can *C.int, dev, peer C.CUdevice) C.CUresult {
 	return call(func() int {
 		a, b := drv.device(int(dev)), drv.device(int(peer))
 		if a == nil || b == nil {
-			return cudaErrorInvalidDevice
+			return cudadev.ErrorInvalidDevice
 		}
 		if can == nil {
-			return cudaErrorInvalidValue
+			return cudadev.ErrorInvalidValue
 		}
 		*can = 0
 		if a != b {
-			if _, ok := drv.model.peer(a.gpu.Index, b.gpu.Index); ok {
+			if _, ok := drv.machine.PeerGBps(a.gpu.Index, b.gpu.Index); ok {
 				*can = 1
 			}
 		}
-		return cudaSuccess
+		return cudadev.Success
 	})
 }
 
@@ -223,14 +224,14 @@ func cuDevicePrimaryCtxRetain(pctx *C.CUcontext, dev C.CUdevice) C.CUresult {
 	return call(func() int {
 		d := drv.device(int(dev))
 		if d == nil {
-			return cudaErrorInvalidDevice
+			return cudadev.ErrorInvalidDevice
 		}
 		if pctx == nil {
-			return cudaErrorInvalidValue
+			return cudadev.ErrorInvalidValue
 		}
 		d.primary.retained++
 		putHandle(unsafe.Pointer(pctx), d.primary.handle)
-		return cudaSuccess
+		return cudadev.Success
 	})
 }
 
@@ -239,10 +240,10 @@ func cuDevicePrimaryCtxRelease_v2(dev C.CUdevice) C.CUresult {
 	return call(func() int {
 		d := drv.device(int(dev))
 		if d == nil {
-			return cudaErrorInvalidDevice
+			return cudadev.ErrorInvalidDevice
 		}
 		if d.primary.retained == 0 {
-			return cudaErrorInvalidContext
+			return cudadev.ErrorInvalidContext
 		}
 		d.primary.retained--
 		if d.primary.retained == 0 {
@@ -259,9 +260,9 @@ func cuDevicePrimaryCtxRelease_v2(dev C.CUdevice) C.CUresult {
 				delete(other.primary.peers, d.primary)
 			}
 			d.primary.peers = map[*context]bool{}
-			d.primary.sticky = cudaSuccess
+			d.primary.sticky = cudadev.Success
 		}
-		return cudaSuccess
+		return cudadev.Success
 	})
 }
 
@@ -271,28 +272,28 @@ func cuCtxSetCurrent(ctx C.CUcontext) C.CUresult {
 		tid := currentThread()
 		if ctx == nil {
 			delete(drv.current, tid)
-			return cudaSuccess
+			return cudadev.Success
 		}
 		c := drv.context(h(unsafe.Pointer(ctx)))
 		if c == nil {
-			return cudaErrorInvalidContext
+			return cudadev.ErrorInvalidContext
 		}
 		drv.current[tid] = c
-		return cudaSuccess
+		return cudadev.Success
 	})
 }
 
 //export cuCtxSynchronize
 func cuCtxSynchronize() C.CUresult {
 	drv.mu.Lock()
-	if r := drv.ready(); r != cudaSuccess {
+	if r := drv.ready(); r != cudadev.Success {
 		drv.mu.Unlock()
 		return result(r)
 	}
 	ctx := drv.currentContext()
 	if ctx == nil {
 		drv.mu.Unlock()
-		return result(cudaErrorInvalidContext)
+		return result(cudadev.ErrorInvalidContext)
 	}
 	var due time.Time
 	for _, s := range drv.streams() {
@@ -312,24 +313,24 @@ func cuCtxSynchronize() C.CUresult {
 func cuCtxEnablePeerAccess(peer C.CUcontext, flags C.uint) C.CUresult {
 	return call(func() int {
 		if flags != 0 {
-			return cudaErrorInvalidValue
+			return cudadev.ErrorInvalidValue
 		}
 		ctx := drv.currentContext()
 		other := drv.context(h(unsafe.Pointer(peer)))
 		if ctx == nil || other == nil {
-			return cudaErrorInvalidContext
+			return cudadev.ErrorInvalidContext
 		}
 		if ctx == other {
-			return cudaErrorInvalidDevice
+			return cudadev.ErrorInvalidDevice
 		}
-		if _, ok := drv.model.peer(ctx.dev.gpu.Index, other.dev.gpu.Index); !ok {
-			return cudaErrorPeerAccessUnsupported
+		if _, ok := drv.machine.PeerGBps(ctx.dev.gpu.Index, other.dev.gpu.Index); !ok {
+			return cudadev.ErrorPeerAccessUnsupported
 		}
 		if ctx.peers[other] {
-			return cudaErrorPeerAccessAlreadyEnabled
+			return cudadev.ErrorPeerAccessAlreadyEnabled
 		}
 		ctx.peers[other] = true
-		return cudaSuccess
+		return cudadev.Success
 	})
 }
 
@@ -338,18 +339,18 @@ func cuModuleLoadData(mod *C.CUmodule, image unsafe.Pointer) C.CUresult {
 	return call(func() int {
 		ctx := drv.currentContext()
 		if ctx == nil {
-			return cudaErrorInvalidContext
+			return cudadev.ErrorInvalidContext
 		}
 		if mod == nil || image == nil {
-			return cudaErrorInvalidValue
+			return cudadev.ErrorInvalidValue
 		}
 		kernels, ok := parsePTX(C.GoString((*C.char)(image)))
 		if !ok {
-			return cudaErrorInvalidImage
+			return cudadev.ErrorInvalidImage
 		}
 		m := &module{ctx: ctx, kernels: kernels}
 		m.handle = drv.give(m, unsafe.Pointer(mod))
-		return cudaSuccess
+		return cudadev.Success
 	})
 }
 
@@ -357,15 +358,15 @@ func cuModuleLoadData(mod *C.CUmodule, image unsafe.Pointer) C.CUresult {
 func cuModuleGetFunction(fn *C.CUfunction, mod C.CUmodule, name *C.char) C.CUresult {
 	return callOn(unsafe.Pointer(mod), func(m *module) int {
 		if fn == nil || name == nil {
-			return cudaErrorInvalidValue
+			return cudadev.ErrorInvalidValue
 		}
 		entry := C.GoString(name)
 		if !m.kernels[entry] {
-			return cudaErrorNotFound
+			return cudadev.ErrorNotFound
 		}
 		f := &function{module: m, name: entry}
 		f.handle = drv.give(f, unsafe.Pointer(fn))
-		return cudaSuccess
+		return cudadev.Success
 	})
 }
 
@@ -378,7 +379,7 @@ func cuModuleUnload(mod C.CUmodule) C.CUresult {
 			}
 		}
 		delete(drv.handles, m.handle)
-		return cudaSuccess
+		return cudadev.Success
 	})
 }
 
@@ -387,25 +388,25 @@ func cuLaunchKernel(fn C.CUfunction, gridX, gridY, gridZ, blockX, blockY, blockZ
 	hStream C.CUstream, params *unsafe.Pointer, extra *unsafe.Pointer) C.CUresult {
 	return callOn(unsafe.Pointer(fn), func(f *function) int {
 		s, r := drv.stream(h(unsafe.Pointer(hStream)))
-		if r != cudaSuccess {
+		if r != cudadev.Success {
 			return r
 		}
 		if ctx := drv.currentContext(); ctx == nil || ctx != f.module.ctx || s.ctx != ctx {
-			return cudaErrorInvalidContext
+			return cudadev.ErrorInvalidContext
 		}
 		threads := uint64(blockX) * uint64(blockY) * uint64(blockZ)
 		if gridX == 0 || gridY == 0 || gridZ == 0 || threads == 0 || threads > 1024 || params == nil {
-			return cudaErrorInvalidValue
+			return cudadev.ErrorInvalidValue
 		}
 		drv.flushAll() // the kernel sees every copy queued before it
 		args := unsafe.Slice(params, len(known[f.name]))
 		if f.name == "vectorAdd" {
-			if code := drv.vectorAdd(args, uint64(gridX)*uint64(blockX)); code != cudaSuccess {
+			if code := drv.vectorAdd(args, uint64(gridX)*uint64(blockX)); code != cudadev.Success {
 				s.ctx.sticky = code // reported by the next synchronization, as a GPU fault is
 			}
 		}
 		drv.enqueue(s, nil, kernelTime)
-		return cudaSuccess
+		return cudadev.Success
 	})
 }
 
@@ -414,13 +415,13 @@ func cuMemAlloc_v2(dptr *C.CUdeviceptr, size C.size_t) C.CUresult {
 	return call(func() int {
 		ctx := drv.currentContext()
 		if ctx == nil {
-			return cudaErrorInvalidContext
+			return cudadev.ErrorInvalidContext
 		}
 		if dptr == nil {
-			return cudaErrorInvalidValue
+			return cudadev.ErrorInvalidValue
 		}
 		base, r := drv.alloc(ctx.dev, uint64(size))
-		if r == cudaSuccess {
+		if r == cudadev.Success {
 			putU64(unsafe.Pointer(dptr), base)
 		}
 		return r
@@ -438,18 +439,18 @@ func cuMemFree_v2(dptr C.CUdeviceptr) C.CUresult {
 func cuMemHostAlloc(pp *unsafe.Pointer, size C.size_t, flags C.uint) C.CUresult {
 	return call(func() int {
 		if drv.currentContext() == nil {
-			return cudaErrorInvalidContext
+			return cudadev.ErrorInvalidContext
 		}
 		if pp == nil || size == 0 || flags&^0x7 != 0 { // PORTABLE | DEVICEMAP | WRITECOMBINED
-			return cudaErrorInvalidValue
+			return cudadev.ErrorInvalidValue
 		}
 		p := cAlloc(uint64(size))
 		if p == nil {
-			return cudaErrorOutOfMemory
+			return cudadev.ErrorOutOfMemory
 		}
 		drv.host[uintptr(p)] = uint64(size)
 		putHandle(unsafe.Pointer(pp), uintptr(p))
-		return cudaSuccess
+		return cudadev.Success
 	})
 }
 
@@ -458,87 +459,87 @@ func cuMemFreeHost(p unsafe.Pointer) C.CUresult {
 	return call(func() int {
 		size, ok := drv.host[uintptr(p)]
 		if !ok {
-			return cudaErrorInvalidValue
+			return cudadev.ErrorInvalidValue
 		}
 		drv.flushAll()
 		delete(drv.host, uintptr(p))
 		cFree(p, size)
-		return cudaSuccess
+		return cudadev.Success
 	})
 }
 
-// copyRate is the modelled GB/s of op (model.go); the copy was checked, so its allocations exist.
+// copyRate is the modelled GB/s of op (machine/bandwidth.go); the copy was checked, so its allocations exist.
 func (d *driver) copyRate(op copyOp) float64 {
 	switch op.kind {
 	case hostToDevice:
 		a, _ := d.lookup(op.dst, op.n)
-		return d.model.host(a.dev.gpu.Index, "h2d")
+		return d.machine.HostGBps(a.dev.gpu.Index, "h2d")
 	case deviceToHost:
 		a, _ := d.lookup(op.src, op.n)
-		return d.model.host(a.dev.gpu.Index, "d2h")
+		return d.machine.HostGBps(a.dev.gpu.Index, "d2h")
 	}
 	dst, _ := d.lookup(op.dst, op.n)
 	src, _ := d.lookup(op.src, op.n)
 	if dst.dev == src.dev {
 		return localCopyGBps
 	}
-	if rate, ok := d.model.peer(dst.dev.gpu.Index, src.dev.gpu.Index); ok {
+	if rate, ok := d.machine.PeerGBps(dst.dev.gpu.Index, src.dev.gpu.Index); ok {
 		return rate
 	}
 	// No peer path: the driver stages the copy through host memory, one PCIe hop after the other.
-	up, down := d.model.host(src.dev.gpu.Index, "d2h"), d.model.host(dst.dev.gpu.Index, "h2d")
+	up, down := d.machine.HostGBps(src.dev.gpu.Index, "d2h"), d.machine.HostGBps(dst.dev.gpu.Index, "h2d")
 	return 1 / (1/up + 1/down)
 }
 
 // check validates a copy's addresses (CUDA_ERROR_INVALID_VALUE where a device range is not allocated).
 func (d *driver) check(op copyOp) int {
 	if op.n == 0 {
-		return cudaSuccess
+		return cudadev.Success
 	}
 	if op.kind != deviceToHost {
 		if a, _ := d.lookup(op.dst, op.n); a == nil {
-			return cudaErrorInvalidValue
+			return cudadev.ErrorInvalidValue
 		}
 	}
 	if op.kind != hostToDevice {
 		if a, _ := d.lookup(op.src, op.n); a == nil {
-			return cudaErrorInvalidValue
+			return cudadev.ErrorInvalidValue
 		}
 	}
 	if op.kind != deviceToDevice && op.host == nil {
-		return cudaErrorInvalidValue
+		return cudadev.ErrorInvalidValue
 	}
-	return cudaSuccess
+	return cudadev.Success
 }
 
 // copyAsync queues op on hStream.
 func copyAsync(op copyOp, hStream C.CUstream) C.CUresult {
 	return call(func() int {
 		s, r := drv.stream(h(unsafe.Pointer(hStream)))
-		if r != cudaSuccess {
+		if r != cudadev.Success {
 			return r
 		}
-		if r := drv.check(op); r != cudaSuccess || op.n == 0 {
+		if r := drv.check(op); r != cudadev.Success || op.n == 0 {
 			return r
 		}
 		drv.enqueue(s, &op, modelled(op.n, drv.copyRate(op)))
-		return cudaSuccess
+		return cudadev.Success
 	})
 }
 
 // copySync is a cuMemcpy without a stream: on the current context's default stream, returning when done.
 func copySync(op copyOp) C.CUresult {
 	drv.mu.Lock()
-	if r := drv.ready(); r != cudaSuccess {
+	if r := drv.ready(); r != cudadev.Success {
 		drv.mu.Unlock()
 		return result(r)
 	}
 	ctx := drv.currentContext()
 	if ctx == nil {
 		drv.mu.Unlock()
-		return result(cudaErrorInvalidContext)
+		return result(cudadev.ErrorInvalidContext)
 	}
-	if r := drv.check(op); r != cudaSuccess || op.n == 0 {
+	if r := drv.check(op); r != cudadev.Success || op.n == 0 {
 		drv.mu.Unlock()
 		return result(r)
 	}
@@ -577,19 +578,19 @@ func cuMemcpyPeerAsync(dst C.CUdeviceptr, dstCtx C.CUcontext, src C.CUdeviceptr,
 	drv.mu.Lock()
 	dc, sc := drv.context(h(unsafe.Pointer(dstCtx))), drv.context(h(unsafe.Pointer(srcCtx)))
 	op := copyOp{kind: deviceToDevice, dst: uint64(dst), src: uint64(src), n: uint64(n)}
-	bad := drv.ready() == cudaSuccess && (dc == nil || sc == nil)
+	bad := drv.ready() == cudadev.Success && (dc == nil || sc == nil)
 	if !bad && dc != nil && sc != nil && n > 0 {
 		a, _ := drv.lookup(op.dst, op.n)
 		b, _ := drv.lookup(op.src, op.n)
 		bad = a == nil || b == nil || a.dev != dc.dev || b.dev != sc.dev
 		if bad {
 			drv.mu.Unlock()
-			return result(cudaErrorInvalidValue)
+			return result(cudadev.ErrorInvalidValue)
 		}
 	}
 	drv.mu.Unlock()
 	if bad {
-		return result(cudaErrorInvalidContext)
+		return result(cudadev.ErrorInvalidContext)
 	}
 	return copyAsync(op, hStream)
 }
@@ -599,14 +600,14 @@ func cuStreamCreate(ph *C.CUstream, flags C.uint) C.CUresult {
 	return call(func() int {
 		ctx := drv.currentContext()
 		if ctx == nil {
-			return cudaErrorInvalidContext
+			return cudadev.ErrorInvalidContext
 		}
 		if ph == nil || flags&^1 != 0 { // CU_STREAM_NON_BLOCKING
-			return cudaErrorInvalidValue
+			return cudadev.ErrorInvalidValue
 		}
 		s := &stream{ctx: ctx, idle: true}
 		s.handle = drv.give(s, unsafe.Pointer(ph))
-		return cudaSuccess
+		return cudadev.Success
 	})
 }
 
@@ -615,19 +616,19 @@ func cuStreamDestroy_v2(hStream C.CUstream) C.CUresult {
 	return callOn(unsafe.Pointer(hStream), func(s *stream) int {
 		drv.flush(s) // queued work still completes, as on a GPU
 		delete(drv.handles, s.handle)
-		return cudaSuccess
+		return cudadev.Success
 	})
 }
 
 //export cuStreamSynchronize
 func cuStreamSynchronize(hStream C.CUstream) C.CUresult {
 	drv.mu.Lock()
-	if r := drv.ready(); r != cudaSuccess {
+	if r := drv.ready(); r != cudadev.Success {
 		drv.mu.Unlock()
 		return result(r)
 	}
 	s, r := drv.stream(h(unsafe.Pointer(hStream)))
-	if r != cudaSuccess {
+	if r != cudadev.Success {
 		drv.mu.Unlock()
 		return result(r)
 	}
@@ -643,14 +644,14 @@ func cuEventCreate(ph *C.CUevent, flags C.uint) C.CUresult {
 	return call(func() int {
 		ctx := drv.currentContext()
 		if ctx == nil {
-			return cudaErrorInvalidContext
+			return cudadev.ErrorInvalidContext
 		}
 		if ph == nil || flags&^0xF != 0 { // BLOCKING_SYNC | DISABLE_TIMING | INTERPROCESS
-			return cudaErrorInvalidValue
+			return cudadev.ErrorInvalidValue
 		}
 		e := &event{ctx: ctx}
 		e.handle = drv.give(e, unsafe.Pointer(ph))
-		return cudaSuccess
+		return cudadev.Success
 	})
 }
 
@@ -658,31 +659,31 @@ func cuEventCreate(ph *C.CUevent, flags C.uint) C.CUresult {
 func cuEventRecord(hEvent C.CUevent, hStream C.CUstream) C.CUresult {
 	return callOn(unsafe.Pointer(hEvent), func(e *event) int {
 		s, r := drv.stream(h(unsafe.Pointer(hStream)))
-		if r != cudaSuccess {
+		if r != cudadev.Success {
 			return r
 		}
 		if s.ctx != e.ctx {
-			return cudaErrorInvalidHandle
+			return cudadev.ErrorInvalidHandle
 		}
 		drv.record(e, s)
-		return cudaSuccess
+		return cudadev.Success
 	})
 }
 
 //export cuEventSynchronize
 func cuEventSynchronize(hEvent C.CUevent) C.CUresult {
 	drv.mu.Lock()
-	if r := drv.ready(); r != cudaSuccess {
+	if r := drv.ready(); r != cudadev.Success {
 		drv.mu.Unlock()
 		return result(r)
 	}
 	e, ok := drv.handles[h(unsafe.Pointer(hEvent))].(*event)
 	if !ok {
 		drv.mu.Unlock()
-		return result(cudaErrorInvalidHandle)
+		return result(cudadev.ErrorInvalidHandle)
 	}
 	var due time.Time
-	sticky := cudaSuccess
+	sticky := cudadev.Success
 	if e.recorded {
 		drv.flush(e.stream)
 		if e.at == e.stream.clock {
@@ -701,16 +702,16 @@ func cuEventElapsedTime(ms *C.float, hStart, hEnd C.CUevent) C.CUresult {
 		start, ok1 := drv.handles[h(unsafe.Pointer(hStart))].(*event)
 		end, ok2 := drv.handles[h(unsafe.Pointer(hEnd))].(*event)
 		if !ok1 || !ok2 || !start.recorded || !end.recorded {
-			return cudaErrorInvalidHandle
+			return cudadev.ErrorInvalidHandle
 		}
 		if ms == nil {
-			return cudaErrorInvalidValue
+			return cudadev.ErrorInvalidValue
 		}
 		if now := time.Now(); now.Before(start.due) || now.Before(end.due) {
-			return cudaErrorNotReady
+			return cudadev.ErrorNotReady
 		}
 		*ms = C.float(float64(end.at-start.at) / 1e6)
-		return cudaSuccess
+		return cudadev.Success
 	})
 }
 
@@ -723,7 +724,7 @@ func cuEventElapsedTime_v2(ms *C.float, hStart, hEnd C.CUevent) C.CUresult {
 func cuEventDestroy_v2(hEvent C.CUevent) C.CUresult {
 	return callOn(unsafe.Pointer(hEvent), func(e *event) int {
 		delete(drv.handles, e.handle)
-		return cudaSuccess
+		return cudadev.Success
 	})
 }
 
@@ -743,23 +744,23 @@ func cString(s string) *C.char {
 
 //export cuGetErrorName
 func cuGetErrorName(code C.CUresult, out **C.char) C.CUresult {
-	return errorText(errorNames, code, out)
+	return errorText(cudadev.Names, code, out)
 }
 
 //export cuGetErrorString
 func cuGetErrorString(code C.CUresult, out **C.char) C.CUresult {
-	return errorText(errorStrings, code, out)
+	return errorText(cudadev.Texts, code, out)
 }
 
 func errorText(table map[int]string, code C.CUresult, out **C.char) C.CUresult {
 	if out == nil {
-		return result(cudaErrorInvalidValue)
+		return result(cudadev.ErrorInvalidValue)
 	}
 	text, ok := table[int(code)]
 	if !ok {
 		*out = nil
-		return result(cudaErrorInvalidValue)
+		return result(cudadev.ErrorInvalidValue)
 	}
 	*out = cString(text)
-	return result(cudaSuccess)
+	return result(cudadev.Success)
 }

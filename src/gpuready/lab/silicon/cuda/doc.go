@@ -8,21 +8,10 @@
 // types; only a real shared library at that interface tests the product's ctypes declarations,
 // argument types and error handling (the DESIGN's "emulate only the silicon").
 //
-// Devices and cuInit (the machine is read once, at the first cuInit, as a driver enumerates once):
-//   - devices are the machine's GPUs in index order, less those off the bus (off_bus effect): later
-//     ordinals move up, as when a GPU falls off the bus; none left: CUDA_ERROR_NO_DEVICE.
-//   - a process sees the GPUs whose device nodes it has (/dev/nvidia<minor>; GPUREADY_LAB_DEV moves /dev):
-//     in a container, those the runtime gave it. Where /dev/nvidiactl is absent device nodes are not
-//     modelled (the unit tests' machines) and every GPU counts.
-//   - a GPU in MIG mode (driver state mig_current) is not a CUDA device: its MIG devices are, and, as
-//     in CUDA, a process uses one: the first whose GPU instance's access capability node
-//     (/dev/nvidia-caps/nvidia-cap<minor>) it has, with that instance's memory, named
-//     "<GPU> MIG <profile>". A container given one MIG device sees exactly that one. This library does not
-//     read CUDA_VISIBLE_DEVICES.
-//   - a driver_mismatch fault, or a loaded module of another version than the library:
-//     CUDA_ERROR_SYSTEM_DRIVER_MISMATCH (803); no machine file or no kernel module: CUDA_ERROR_NO_DEVICE;
-//     an NVSwitch machine whose fabric is not up (Fabric Manager not running, fabric_failed):
-//     CUDA_ERROR_SYSTEM_NOT_READY (802). The same rules as the emulated nvbandwidth's cuinit_error.
+// Devices and cuInit (the machine is read once, at the first cuInit, as a driver enumerates once): the
+// devices and the answer are package cudadev's (Enumerate: GPUs off the bus missing, the device nodes this
+// process has, one MIG device per process, the driver mismatch and fabric errors), which the emulated
+// nvbandwidth reads too. This library does not read CUDA_VISIBLE_DEVICES.
 //   - before a successful cuInit every call but cuDriverGetVersion and cuGetError* returns
 //     CUDA_ERROR_NOT_INITIALIZED.
 //
@@ -42,8 +31,7 @@
 // over the launched grid); any other entry is CUDA_ERROR_NOT_FOUND. An operand outside its allocation
 // is CUDA_ERROR_ILLEGAL_ADDRESS, returned by the next synchronisation as a GPU fault is.
 //
-// Timing (model.go: the emulated nvbandwidth's model, same constants, same hardware-file fields):
-// host<->device copies move at 85% of the GPU's current PCIe link (a fault's PCIe effects lower it), peer
+// Timing (machine/bandwidth.go: the model the emulated nvbandwidth prints): host<->device copies move at 85% of the GPU's current PCIe link (a fault's PCIe effects lower it), peer
 // copies at 80% of the NVLink rate (links x per-link rate) or, without NVLink (nvlink_down on either
 // GPU), at 80% of the slower PCIe link on the same NUMA node; across NUMA nodes peer access is
 // impossible (cuDeviceCanAccessPeer 0, cuCtxEnablePeerAccess CUDA_ERROR_PEER_ACCESS_UNSUPPORTED) and

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"gpuready.lab/silicon/cudadev"
+
 	"regexp"
 	"strings"
 	"unsafe"
@@ -53,7 +55,7 @@ func (d *driver) vectorAdd(params []unsafe.Pointer, threads uint64) int {
 	pc := *(*uint64)(params[2])
 	signed := *(*int32)(params[3])
 	if signed <= 0 {
-		return cudaSuccess // every thread fails `setp.ge.s32 i, n` and returns
+		return cudadev.Success // every thread fails `setp.ge.s32 i, n` and returns
 	}
 	n := uint64(signed)
 	count := min(n, threads)
@@ -62,7 +64,7 @@ func (d *driver) vectorAdd(params []unsafe.Pointer, threads uint64) int {
 	b, boff := d.lookup(pb, bytes)
 	c, coff := d.lookup(pc, bytes)
 	if a == nil || b == nil || c == nil {
-		return cudaErrorIllegalAddress
+		return cudadev.ErrorIllegalAddress
 	}
 	writable(c, coff == 0 && bytes == c.size)
 	x := unsafe.Slice((*float32)(a.at(aoff)), count)
@@ -71,5 +73,5 @@ func (d *driver) vectorAdd(params []unsafe.Pointer, threads uint64) int {
 	for i := range z {
 		z[i] = x[i] + y[i]
 	}
-	return cudaSuccess
+	return cudadev.Success
 }

@@ -1,15 +1,13 @@
 package main
 
 import (
-	"errors"
-	"fmt"
 	"os"
-	"path/filepath"
 	"strconv"
 	"sync"
 	"time"
 	"unsafe"
 
+	"gpuready.lab/silicon/cudadev"
 	"gpuready.lab/silicon/machine"
 )
 
@@ -108,7 +106,6 @@ type driver struct {
 	initResult  int
 	initialized bool
 	machine     *machine.Machine
-	model       linkModel
 	devices     []*device
 	handles     map[uintptr]any
 	nextHandle  uintptr
@@ -164,67 +161,29 @@ func (d *driver) init() int {
 }
 
 func (d *driver) enumerate() int {
-	m, err := machine.Current()
-	if err != nil {
-		return cudaErrorNoDevice // no machine: no driver for libcuda to talk to
+	m, found, result := cudadev.Enumerate()
+	if result != cudadev.Success {
+		return result
 	}
-	if err := m.CheckLoaded(); err != nil {
-		if errors.Is(err, machine.ErrMismatch) {
-			return cudaErrorSystemDriverMismatch
-		}
-		return cudaErrorNoDevice
+	devices := make([]*device, len(found))
+	for i, f := range found {
+		devices[i] = &device{ordinal: i, gpu: f.GPU, name: f.Name, total: f.Total}
 	}
-	var devices []*device
-	nodes := exists(filepath.Join(machine.DevDir(), "nvidiactl")) // else device nodes are not modelled (doc.go)
-	migSeen := false
-	for i := range m.Hardware.GPUs {
-		g := &m.Hardware.GPUs[i]
-		v := m.View(g.Index)
-		if v.OffBus {
-			continue // lost by the driver
-		}
-		if nodes && !exists(filepath.Join(machine.DevDir(), fmt.Sprintf("nvidia%d", g.MinorNumber))) {
-			continue // not this process's: a container the runtime gave other GPUs
-		}
-		if v.MigCurrent {
-			// CUDA sees MIG devices only, one per process: the first whose GPU instance this process may use
-			for k := range v.MigDevices {
-				mig := &v.MigDevices[k]
-				cap := filepath.Join(machine.DevDir(), "nvidia-caps", fmt.Sprintf("nvidia-cap%d", machine.GIMinor(g.MinorNumber, mig.GI)))
-				if migSeen || (nodes && !exists(cap)) {
-					continue
-				}
-				migSeen = true
-				name := fmt.Sprintf("%s MIG %s", g.Name, mig.Name)
-				devices = append(devices, &device{ordinal: len(devices), gpu: g, name: name, total: uint64(mig.MemoryMiB) << 20})
-			}
-			continue
-		}
-		free := uint64(max(g.MemoryMiB-g.ReservedMiB, 0)) << 20
-		dev := &device{ordinal: len(devices), gpu: g, name: g.Name, total: free}
-		devices = append(devices, dev)
-	}
-	if len(devices) == 0 {
-		return cudaErrorNoDevice
-	}
-	if state, _ := m.Fabric(); m.Hardware.System.NVSwitch && state != "Completed" {
-		return cudaErrorSystemNotReady // NVSwitch GPUs are unusable until Fabric Manager set up the fabric
-	}
-	d.machine, d.model, d.devices = m, linkModel{m}, devices
+	d.machine, d.devices = m, devices
 	for _, dev := range devices {
 		ctx := &context{dev: dev, peers: map[*context]bool{}}
 		ctx.handle = d.newHandle(ctx)
 		ctx.null = &stream{ctx: ctx, idle: true}
 		dev.primary = ctx
 	}
-	return cudaSuccess
+	return cudadev.Success
 }
 
 func (d *driver) ready() int {
-	if !d.initialized || d.initResult != cudaSuccess {
-		return cudaErrorNotInitialized
+	if !d.initialized || d.initResult != cudadev.Success {
+		return cudadev.ErrorNotInitialized
 	}
-	return cudaSuccess
+	return cudadev.Success
 }
 
 func (d *driver) device(ordinal int) *device {
@@ -248,15 +207,15 @@ func (d *driver) stream(h uintptr) (*stream, int) {
 	if h == 0 {
 		ctx := d.currentContext()
 		if ctx == nil {
-			return nil, cudaErrorInvalidContext
+			return nil, cudadev.ErrorInvalidContext
 		}
-		return ctx.null, cudaSuccess
+		return ctx.null, cudadev.Success
 	}
 	s, ok := d.handles[h].(*stream)
 	if !ok {
-		return nil, cudaErrorInvalidHandle
+		return nil, cudadev.ErrorInvalidHandle
 	}
-	return s, cudaSuccess
+	return s, cudadev.Success
 }
 
 func (d *driver) streams() []*stream {
@@ -296,20 +255,20 @@ func (d *driver) lookup(addr, n uint64) (*allocation, uint64) {
 
 func (d *driver) alloc(dev *device, size uint64) (uint64, int) {
 	if size == 0 {
-		return 0, cudaErrorInvalidValue
+		return 0, cudadev.ErrorInvalidValue
 	}
 	if dev.used+size > dev.total {
-		return 0, cudaErrorOutOfMemory
+		return 0, cudadev.ErrorOutOfMemory
 	}
 	p := cAlloc(size)
 	if p == nil {
-		return 0, cudaErrorOutOfMemory
+		return 0, cudadev.ErrorOutOfMemory
 	}
 	base := d.nextVA
 	d.nextVA += (size+vaAlign-1)/vaAlign*vaAlign + vaAlign // a gap, so an overrun is an illegal address
 	d.allocs[base] = &allocation{base: base, size: size, dev: dev, data: &backing{ptr: p, size: size, refs: 1}}
 	dev.used += size
-	return base, cudaSuccess
+	return base, cudadev.Success
 }
 
 func release(b *backing) {
@@ -322,13 +281,13 @@ func release(b *backing) {
 func (d *driver) free(base uint64) int {
 	a, ok := d.allocs[base]
 	if !ok {
-		return cudaErrorInvalidValue
+		return cudadev.ErrorInvalidValue
 	}
 	d.flushAll()
 	release(a.data)
 	a.dev.used -= a.size
 	delete(d.allocs, base)
-	return cudaSuccess
+	return cudadev.Success
 }
 
 // writable gives the allocation memory of its own before a write (device-to-device copies of whole
@@ -439,9 +398,4 @@ func (d *driver) record(e *event, s *stream) {
 	}
 	e.recorded, e.stream, e.at = true, s, s.clock
 	e.due = s.due
-}
-
-func exists(path string) bool {
-	_, err := os.Stat(path)
-	return err == nil
 }

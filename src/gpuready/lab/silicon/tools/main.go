@@ -1,6 +1,7 @@
 // Command nvidia-emu-tools is the lab's NVIDIA command-line tools that must run where Python does not: in
 // NVIDIA's own images (busybox and glibc only) that the nvidia runtime gives the host's driver files through
-// CDI. One static binary, two tools, picked by the name it is run as or by its first argument:
+// CDI, and the tools whose figures must match the mock libraries' exactly. One static binary, picked by the name
+// it is run as or by its first argument:
 //
 //   - nvidia-cuda-mps-control (installed as /usr/bin/nvidia-cuda-mps-control by the lab's driver package, so the
 //     real nvidia-ctk lists it in the CDI spec as it lists NVIDIA's): the MPS control daemon and its client, as
@@ -8,7 +9,9 @@
 //     mode drive it;
 //   - nvidia-smi, compute mode only (-i ID -c MODE): what the MPS control daemon runs before it starts MPS. The
 //     host's nvidia-smi is the Python emulator (src/gpuready/lab/emulator/nvidia_smi.py); its launcher runs this
-//     one when it is called from a root without Python. Both change the same driver state (package machine).
+//     one when it is called from a root without Python. Both change the same driver state (package machine);
+//   - nvbandwidth (nvbandwidth.go; installed as /usr/bin/nvbandwidth by the lab's nvbandwidth package): the copy
+//     bandwidth of the devices cuInit finds, by the model the mock libcuda.so.1 times copies with.
 package main
 
 import (
@@ -20,6 +23,7 @@ import (
 var tools = map[string]func(args []string) int{
 	"nvidia-cuda-mps-control": mpsControl,
 	"nvidia-smi":              smi,
+	"nvbandwidth":             nvbandwidth,
 }
 
 func main() {
@@ -31,6 +35,6 @@ func main() {
 			os.Exit(tool(os.Args[2:]))
 		}
 	}
-	fmt.Fprintf(os.Stderr, "usage: %s nvidia-cuda-mps-control|nvidia-smi [ARGS]\n", filepath.Base(os.Args[0]))
+	fmt.Fprintf(os.Stderr, "usage: %s nvidia-cuda-mps-control|nvidia-smi|nvbandwidth [ARGS]\n", filepath.Base(os.Args[0]))
 	os.Exit(2)
 }
