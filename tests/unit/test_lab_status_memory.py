@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import time
 from pathlib import Path
 
 from gpuready.lab import cli as lab_cli
@@ -57,6 +58,10 @@ def test_lab_down_names_what_still_runs_in_the_hosts_busiest_first(tmp_path, mon
     vanished pids skipped): here two `sleep` children and this test's process in two stand-in cgroups."""
     sleepers = [subprocess.Popen(["sleep", "60"]) for _ in range(2)]
     try:
+        deadline = time.monotonic() + 10
+        while any(Path(f"/proc/{p.pid}/comm").read_text().strip() != "sleep" for p in sleepers):
+            assert time.monotonic() < deadline, "the sleep children never exec'd"  # forked, not yet sleep
+            time.sleep(0.01)
         own = os.getpid()
         groups = {tmp_path / "a": [own, sleepers[0].pid, 999999999], tmp_path / "b": [own, sleepers[1].pid]}
         monkeypatch.setattr(hosts, "lab_cgroups", lambda paths: list(groups))
