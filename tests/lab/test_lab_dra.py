@@ -32,6 +32,11 @@ FIRST_INDEX = 61
 PROFILES, RELEASES = ["a100-80gb-4", "l4-1"], ["sid", "trixie"]
 DRA_NODE, PLUGIN_NODE = f"gpu-node-{FIRST_INDEX}", f"gpu-node-{FIRST_INDEX + 1}"
 DRA_ENV = {"GPUREADY_LAB_DRA": "a100-80gb-4"}
+# Still the emulated kubelet and node agent (issue #28), whatever the session's mode. On real kubelets (session 22)
+# the whole suite passes here once the add-ons are Ready, but the fault test's expectations are the node agent's:
+# NVIDIA's DRA driver (v0.4.1) keeps publishing a GPU that falls off the bus while its plugin runs (a restarted
+# plugin drops it), and GFD's gpu.count label did not drop to 3 within 120 s. Rework them before switching.
+KUBELET = "emulated"
 ADDONS_NAMESPACE = "gpu-system"  # group_data/all.py: addons_namespace
 # the A100 in DRA mode: 4 MIG devices on GPU 0 (named gpu-0-mig-<profile id>-<start>-<size>), GPUs 1-3 whole
 WHOLE = ["gpu-1", "gpu-2", "gpu-3"]
@@ -45,7 +50,14 @@ def dra_lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Lab, kub
     try:
         lab = Lab(
             paths,
-            hosts.up(paths, nodes=2, profiles=PROFILES, releases=RELEASES, first_index=FIRST_INDEX),
+            hosts.up(
+                paths,
+                nodes=2,
+                profiles=PROFILES,
+                releases=RELEASES,
+                first_index=FIRST_INDEX,
+                kubelet=KUBELET,
+            ),
             extra_env=DRA_ENV,
         )
         for deploy in ("deploys/gpu_node.py", "deploys/cluster_addons.py"):
