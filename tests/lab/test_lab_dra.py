@@ -32,7 +32,7 @@ FIRST_INDEX = 61
 PROFILES, RELEASES = ["a100-80gb-4", "l4-1"], ["sid", "trixie"]
 DRA_NODE, PLUGIN_NODE = f"gpu-node-{FIRST_INDEX}", f"gpu-node-{FIRST_INDEX + 1}"
 DRA_ENV = {"GPUREADY_LAB_DRA": "a100-80gb-4"}
-# Still the emulated kubelet and node agent (issue #28), whatever the session's mode. On real kubelets (session 22)
+# The emulated kubelet and node agent (issue #28), whatever the session's mode. On real kubelets (session 22)
 # the whole suite passes here once the add-ons are Ready, but the fault test's expectations are the node agent's:
 # NVIDIA's DRA driver (v0.4.1) keeps publishing a GPU that falls off the bus while its plugin runs (a restarted
 # plugin drops it), and GFD's gpu.count label did not drop to 3 within 120 s. Rework them before switching.
