@@ -36,7 +36,7 @@ DRA_ENV = {"GPUREADY_LAB_DRA": "a100-80gb-4"}
 # the whole suite passes here once the add-ons are Ready, but the fault test's expectations are the node agent's:
 # NVIDIA's DRA driver (v0.4.1) keeps publishing a GPU that falls off the bus while its plugin runs (a restarted
 # plugin drops it), and GFD's gpu.count label did not drop to 3 within 120 s. Rework them before switching.
-KUBELET = "emulated"
+DRA_LAB_KUBELET = "emulated"
 ADDONS_NAMESPACE = "gpu-system"  # group_data/all.py: addons_namespace
 # the A100 in DRA mode: 4 MIG devices on GPU 0 (named gpu-0-mig-<profile id>-<start>-<size>), GPUs 1-3 whole
 WHOLE = ["gpu-1", "gpu-2", "gpu-3"]
@@ -56,7 +56,7 @@ def dra_lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Lab, kub
                 profiles=PROFILES,
                 releases=RELEASES,
                 first_index=FIRST_INDEX,
-                kubelet=KUBELET,
+                kubelet=DRA_LAB_KUBELET,
             ),
             extra_env=DRA_ENV,
         )

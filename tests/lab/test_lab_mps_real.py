@@ -80,20 +80,17 @@ def _sidecar_settled(lab: Lab) -> bool:
     label's config, each with a SIGHUP that stops MPS (compute mode back to DEFAULT) and starts it again."""
     name = _daemon_pod(lab).get("metadata", {}).get("name", "")
     logs = _kubectl(lab.state, "logs", "-n", NAMESPACE, name, "-c", "config-manager").stdout
+    key = addons.DEVICE_PLUGIN_CONFIG_LABEL.replace(".", "\\.")  # a jsonpath key with dots in it
     label = _kubectl(
         lab.state,
         "get",
         "node",
         NODE,
         "-o",
-        f"jsonpath={{.metadata.labels.{_escaped(addons.DEVICE_PLUGIN_CONFIG_LABEL)}}}",
+        f"jsonpath={{.metadata.labels.{key}}}",
     ).stdout.strip()
     detected = f"Label change detected: {addons.DEVICE_PLUGIN_CONFIG_LABEL}={label}"
     return bool(label) and detected in logs and "Waiting for change" in logs.rsplit(detected, 1)[1]
-
-
-def _escaped(label: str) -> str:
-    return label.replace(".", "\\.")
 
 
 def _threads(lab: Lab) -> str:

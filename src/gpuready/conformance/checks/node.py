@@ -117,11 +117,16 @@ def _unhealthy(node: NodeSpec, obj: Obj | None, field: str, key: str) -> str:
     capacity = nvidia_resources(obj, "capacity").get(key, 0)
     allocatable = nvidia_resources(obj, "allocatable").get(key, 0)
     if allocatable == 0 < capacity:
-        # the kubelet also zeroes allocatable (and keeps capacity a while) when the plugin itself is gone
+        # the kubelet also zeroes allocatable (and keeps capacity a while) when the plugin itself is gone, and when
+        # it drops a running plugin's registration: v1.36.3's devicemanager disconnects whichever client holds the
+        # resource name when an old plugin's stream ends, so a quick re-registration (NVIDIA's config-manager
+        # sidecar SIGHUPs the plugin right after it starts) can lose to the old one (kubernetes/kubernetes#121994)
         return (
             f"; none of the {capacity} in capacity is usable: the device plugin marked every one unhealthy (NVIDIA's "
             "does when it cannot tell which GPU a critical XID came from, or NVML's event wait fails), or it is "
-            "gone (node/test_device_plugin_ready tells which)"
+            "gone (node/test_device_plugin_ready tells which), or, with its pod Ready, the kubelet dropped its "
+            "registration after a quick restart of the plugin (kubernetes/kubernetes#121994: delete the node's "
+            "device plugin pod)"
         )
     if not 0 < allocatable < capacity:
         return ""
