@@ -37,7 +37,8 @@ NODES = 3
 # (containerd 2.x) run CDI mode, the time-sliced L4 on bookworm (containerd 1.6) runtime-class mode, so the whole
 # suite proves both modes (inventory/lab.py picks the mode from the release)
 RELEASES = ["trixie", "sid", "bookworm"]
-# the session lab's kubelet: "emulated" (the node agent) or "real" (issue #28); GPUREADY_LAB_KUBELET picks it
+# the labs' kubelet: "real" (the default) or "emulated" (the node agent, being retired: issue #28); GPUREADY_LAB_KUBELET
+# picks it
 KUBELET = os.environ.get("GPUREADY_LAB_KUBELET", realhost.DEFAULT_KUBELET)
 
 
@@ -118,6 +119,18 @@ def hold_wildcard_port(port: int = 22) -> socket.socket | None:
     return sock
 
 
+# The session lab goes down right after the last test that uses it (test_lab_lifecycle.py's, in a whole run), not
+# at the end of the session: the labs of the modules after it (the upgrade's 4 real-kubelet hosts) would not fit
+# beside it in root's inotify instances, with the session's virtual-node cluster (tests/conftest.py) still up too.
+_session_lab: dict[str, Any] = {}  # "last": the nodeid of its last test; "paths": while it is up
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    users = [item.nodeid for item in session.items if "lab" in getattr(item, "fixturenames", ())]
+    if users:
+        _session_lab["last"] = users[-1]
+
+
 @pytest.fixture(scope="session")
 def lab(tmp_path_factory: pytest.TempPathFactory) -> Any:
     if reason := lab_skip_reason():
@@ -130,6 +143,7 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Any:
         finally:
             if listener is not None:
                 listener.close()
+        _session_lab["paths"] = paths
         yield Lab(paths, state)
     finally:
         with contextlib.suppress(Exception):
@@ -264,6 +278,8 @@ def _take_down_shared() -> None:
 def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:
     if "stack" in _shared and (nextitem is None or "real_l4_lab" not in nextitem.fixturenames):
         _take_down_shared()
+    if item.nodeid == _session_lab.get("last") and "paths" in _session_lab:
+        hosts.down(_session_lab.pop("paths"), quiet=True)  # the fixture's own teardown finds nothing left
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:

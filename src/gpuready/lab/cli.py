@@ -192,9 +192,10 @@ def _add_lab_commands(sub: Any) -> None:
         "--kubelet",
         choices=realhost.KUBELET_MODES,
         default=realhost.DEFAULT_KUBELET,
-        help="the hosts' kubelet and kubeadm: 'emulated' (default: the lab's emulations and node agent) or 'real' "
-        "(opt-in, issue #28: the real binaries in the lab's packages, Debian's containerd and runc run real "
-        "containers; lab-only settings of gpuready.lab.realhost, see docs/lab-real-kubelet.md; no virtual nodes)",
+        help="the hosts' kubelet and kubeadm: 'real' (default: the real binaries in the lab's packages, Debian's "
+        "containerd and runc run real containers; lab-only settings of gpuready.lab.realhost, see "
+        "docs/lab-real-kubelet.md; no virtual nodes) or 'emulated' (the lab's emulations and node agent, being "
+        "retired: issue #28)",
     )
     p.add_argument(
         "--virtual-nodes",

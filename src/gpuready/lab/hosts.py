@@ -541,18 +541,15 @@ def up(
     releases are the Debian releases cycled over the hosts (default: DEFAULT_RELEASE for every host);
     nspawn_args, called once per host after its directory exists and before it boots, gives extra nspawn options
     (nothing by default; whatever it creates under the host's directory goes with it at `down`);
-    kubelet "real" (opt-in, issue #28) gives the hosts the real kubelet and kubeadm in the lab's packages and the
-    lab-only settings of gpuready.lab.realhost, and stops the node agent once the control plane is up (it would
-    play kubelet for the hosts); "emulated" (the default) keeps the emulations and the agent. Without a control
-    plane a real kubelet, once installed, waits for a join as on a fresh node (no images, no kube-proxy).
+    kubelet "real" (the default, issue #28) gives the hosts the real kubelet and kubeadm in the lab's packages and
+    the lab-only settings of gpuready.lab.realhost, and stops the node agent once the control plane is up (it would
+    play kubelet for the hosts); "emulated" keeps the emulated kubelet and kubeadm and the agent (being retired).
+    Without a control plane a real kubelet, once installed, waits for a join as on a fresh node (no images, no
+    kube-proxy).
     """
     if kubelet not in realhost.KUBELET_MODES:
         raise LabError(f"kubelet {kubelet!r}: one of {', '.join(realhost.KUBELET_MODES)}")
     real = kubelet == "real"
-    if real and control_plane and shutil.which("nft") is None:
-        raise LabError(
-            "--kubelet real runs kube-proxy in nftables mode: `nft` not found (apt-get install nftables)"
-        )
     if real and virtual_nodes:
         raise LabError("--kubelet real runs no virtual nodes: the node agent that plays them is stopped")
     # refuse a bad plan before anything else
@@ -562,6 +559,10 @@ def up(
         raise LabError(f"unknown profile(s) {unknown}; known: {sorted(hardware.PROFILES)}")
     suites = sorted({s.os for s in specs}, key=RELEASES.index)
     missing = prerequisite_problems(cache, control_plane or real, kubernetes_version, suites)
+    if real and control_plane and shutil.which("nft") is None:
+        missing.append(
+            "nft not found: the real kubelets' kube-proxy runs in nftables mode (apt-get install nftables)"
+        )
     if missing:
         raise LabError("the lab cannot start here:\n" + "\n".join(f"- {line}" for line in missing))
     down(paths, quiet=True)  # this lab's earlier hosts first: their inotify instances are freed

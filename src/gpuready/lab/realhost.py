@@ -1,5 +1,6 @@
-"""The lab's opt-in real-kubelet mode (``gpuready lab up --kubelet real``, issue #28 stage 2): what the LAB puts on
-a host so that gpuready's own node deploy (``deploys/gpu_node.py``, unchanged) gives it the real kubelet.
+"""The lab's real-kubelet mode (``gpuready lab up``; ``--kubelet emulated`` is the retiring alternative, issue #28):
+what the LAB puts on a host so that gpuready's own node deploy (``deploys/gpu_node.py``, unchanged) gives it the
+real kubelet.
 
 The deploy installs the lab's ``kubelet``/``kubeadm`` packages (real binaries in this mode, see
 :func:`gpuready.lab.k8s_packages.build_kubernetes_packages`), Debian's containerd and runc, and runs the real
@@ -33,7 +34,7 @@ from gpuready.lab.gobuild import Progress
 from gpuready.lab.state import cache_dir, link_or_copy, locked
 
 KUBELET_MODES = ("emulated", "real")
-DEFAULT_KUBELET = "emulated"
+DEFAULT_KUBELET = "real"
 PATCHES_DIR = "/etc/gpuready-lab/kubeadm-patches"
 # kubeadm preflight checks the real-kubelet lab's joins skip, lab-only: SystemVerification (the hosts' cgroup2 has
 # no cpu/memory/pids controllers) and Port-10250 (the hosts share one network namespace, and kubeadm tries the
