@@ -86,13 +86,15 @@ def test_resources_name_key_expected_actual_and_why(specs):
     assert node.gpu_resources(l4, never, "allocatable") == [
         "allocatable nvidia.com/gpu = absent, expected 4 (time-slicing replicas 4 x 1 GPU)"
     ]
-    # every device unhealthy (NVIDIA's plugin when it cannot tell an XID's GPU) or the plugin gone
+    # every device unhealthy (NVIDIA's plugin when it cannot tell an XID's GPU), the plugin gone, or the kubelet's
+    # re-registration race (the plugin Ready, its registration dropped)
     all_out = node_obj(allocatable={"nvidia.com/gpu": "0"}, capacity={"nvidia.com/gpu": "4"})
     assert node.gpu_resources(l4, all_out, "allocatable") == [
         "allocatable nvidia.com/gpu = 0, expected 4 (time-slicing replicas 4 x 1 GPU); none of the 4 in capacity "
         "is usable: the device plugin marked every one unhealthy (NVIDIA's does when it cannot tell which GPU a "
         "critical XID came from, or NVML's event wait fails), or it is gone (node/test_device_plugin_ready tells "
-        "which)"
+        "which), or, with its pod Ready, the kubelet dropped its registration after a quick restart of the plugin "
+        "(kubernetes/kubernetes#121994: delete the node's device plugin pod)"
     ]
     assert node.gpu_resources(l4, obj, "capacity") == []
     zero = node_obj(allocatable={"nvidia.com/gpu": "4", "nvidia.com/mig-1g.10gb": "0"})
