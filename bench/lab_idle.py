@@ -4,11 +4,10 @@ Brings up its own lab of N hosts (default 8), joins them (``pyinfra inventory/la
 installs the add-ons (their DaemonSet pods then run on every node), waits 10 s for the start-up work to settle,
 then reads each part's CPU time (utime + stime of every process, from /proc) at the start and the end of the
 window: the hosts (every process in their cgroups: systemd, sshd, containerd, the kubelet and its pods), each
-control plane component, the lab's helper beside it (the node agent on emulated kubelets, kube-proxy on real ones),
-and the repository and egress servers. Prints seconds of CPU and percent of one core per part and in total, and the
+control plane component, the lab's kube-proxy beside it, and the repository and egress servers. Prints seconds of CPU and percent of one core per part and in total, and the
 resident memory of the control plane and the helper. Nothing is asserted.
 
-Run: sudo .venv/bin/python bench/lab_idle.py [--nodes 8] [--window 60] [--kubelet real]
+Run: sudo .venv/bin/python bench/lab_idle.py [--nodes 8] [--window 60]
 """
 
 from __future__ import annotations
@@ -22,7 +21,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from gpuready.lab import hosts, realhost
+from gpuready.lab import hosts
 from gpuready.lab.state import LabPaths
 
 REPO = Path(__file__).resolve().parents[1]
@@ -49,12 +48,8 @@ def rss_mib(pid: int) -> float:
 
 
 def helpers(api: dict) -> dict[str, int]:
-    """The processes the lab runs beside the control plane: the node agent (emulated kubelets), kube-proxy (real)."""
-    return {
-        name: api[key]["pid"]
-        for key, name in (("agent", "node agent"), ("kube_proxy", "kube-proxy"))
-        if key in api
-    }
+    """The processes the lab runs beside the control plane: kube-proxy."""
+    return {"kube-proxy": api["kube_proxy"]["pid"]} if "kube_proxy" in api else {}
 
 
 def parts(paths: LabPaths, state: dict) -> dict[str, list[int]]:
@@ -71,13 +66,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--nodes", type=int, default=8)
     parser.add_argument("--window", type=float, default=60.0)
-    parser.add_argument("--kubelet", choices=realhost.KUBELET_MODES, default=realhost.DEFAULT_KUBELET)
     args = parser.parse_args()
     paths = LabPaths(Path(tempfile.mkdtemp(prefix="gpuready-lab-idle-", dir="/var/tmp")))
     env = {**os.environ, "GPUREADY_LAB_DIR": str(paths.root)}
     pyinfra = str(Path(sys.executable).with_name("pyinfra"))
     try:
-        state = hosts.up(paths, nodes=args.nodes, kubelet=args.kubelet)
+        state = hosts.up(paths, nodes=args.nodes)
         for deploy in ("deploys/gpu_node.py", "deploys/cluster_addons.py"):
             subprocess.run(
                 [pyinfra, "-y", "inventory/lab.py", deploy],

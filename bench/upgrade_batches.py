@@ -4,9 +4,9 @@ The fleet is deployed at 570; each run upgrades the driver (570 -> 580, then 580
 validation, every older driver being below a security fix), so every node is cordoned, drained, upgraded,
 rebooted, validated by the conformance layers and uncordoned. Prints the wall time of each run, per node, the ratio
 of batches of one to batches of all (what larger batches buy on this machine), and a no-change run (every node at
-the pinned versions: plan only, nothing cordoned). ``--kubelet real`` runs it on the real kubelet, containerd and
-NVIDIA's add-ons (where a host's reboot includes stopping and restarting its containers).
-Run (as root): .venv/bin/python bench/upgrade_batches.py [--hosts 4] [--kubelet emulated|real]
+the pinned versions: plan only, nothing cordoned). The hosts run the real kubelet, containerd and NVIDIA's add-ons
+(a host's reboot includes stopping and restarting its containers).
+Run (as root): .venv/bin/python bench/upgrade_batches.py [--hosts 4]
 """
 
 from __future__ import annotations
@@ -48,7 +48,6 @@ def pyinfra(env: dict[str, str], deploy: str, driver: tuple[str, str], *args: st
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--hosts", type=int, default=4)
-    parser.add_argument("--kubelet", choices=("emulated", "real"), default="emulated")
     args = parser.parse_args()
     sizes = [1, args.hosts]
     times: dict[int, float] = {}
@@ -56,7 +55,7 @@ def main() -> int:
         paths = LabPaths(Path(tmp))
         env = {**os.environ, "GPUREADY_LAB_DIR": tmp}
         try:
-            hosts.up(paths, nodes=args.hosts, profiles=["l4-1"], first_index=201, kubelet=args.kubelet)
+            hosts.up(paths, nodes=args.hosts, profiles=["l4-1"], first_index=201)
             pyinfra(env, "deploys/gpu_node.py", DRIVERS[0])
             pyinfra(env, "deploys/cluster_addons.py", DRIVERS[0])
             for driver, size in zip(DRIVERS[1:], sizes, strict=True):
@@ -67,7 +66,7 @@ def main() -> int:
             unchanged = pyinfra(env, "deploys/upgrade_driver.py", DRIVERS[-1])
         finally:
             hosts.down(paths, quiet=True)
-    print(f"{args.kubelet} kubelets, {args.hosts} hosts:")
+    print(f"{args.hosts} hosts:")
     for size, seconds in times.items():
         print(
             f"batches of {size}: {seconds:6.1f} s, {seconds / args.hosts:5.1f} s/node, "

@@ -29,11 +29,11 @@ _cluster: dict[str, Any] = (
     if _api
     else {"kube_join": False}
 )
-# `lab up --kubelet real` (opt-in): the real kubeadm join needs the lab's kubelet patch (no QoS cgroups: the hosts'
+# The hosts' real kubeadm join needs the lab's kubelet patch (no QoS cgroups: the hosts'
 # cgroup2 has no cpu/memory/pids controllers) and to ignore its SystemVerification check for the same reason.
 # Lab-only: a real node leaves both knobs unset. Its pods are real containers of the lab's images: the device
 # plugin's is the one the lab builds (v0.19.3, the newest the Go module proxy serves; the product default is newer).
-if _api and _state.get("kubelet") == "real":
+if _api:
     from gpuready.lab import nvidia_addons, realhost
 
     _cluster["kube_join_patches_dir"] = realhost.PATCHES_DIR

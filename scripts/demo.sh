@@ -13,26 +13,20 @@ if [ "$(id -u)" -ne 0 ]; then
 fi
 export GPUREADY_LAB_DIR="${GPUREADY_LAB_DIR:-/var/lib/gpuready-lab}"
 REPORTS="${REPORTS:-reports/demo}"
-# The hosts' kubelet: "real" (the real kubelet, kubeadm, containerd and runc; NVIDIA's real device plugin, GFD, NFD
-# as images: docs/lab-real-kubelet.md) or "emulated" (the lab's node agent plays kubelet and runtime; faster to boot).
-KUBELET="${GPUREADY_DEMO_KUBELET:-real}"
-case "$KUBELET" in
-  real | emulated) ;;
-  *) echo "gpuready demo: GPUREADY_DEMO_KUBELET=$KUBELET: use 'real' or 'emulated'" >&2; exit 2 ;;
-esac
+# The hosts run the real kubelet, kubeadm, containerd and runc, and NVIDIA's real device plugin, GFD and NFD as
+# images (docs/lab-real-kubelet.md).
 # The L40S pool allocates GPUs through Dynamic Resource Allocation (NVIDIA's DRA driver, not the device plugin):
 # inventory/lab.py reads GPUREADY_LAB_DRA. Set it empty to give every pool the device plugin.
 export GPUREADY_LAB_DRA="${GPUREADY_LAB_DRA-l40s-2}"
-# The T4 pool shares its GPU by MPS (NVIDIA's MPS control daemon beside the device plugin; real kubelets only: the
-# emulated lab's node agent starts no MPS): inventory/lab.py reads GPUREADY_LAB_MPS. Set it empty to leave it unshared.
-if [ "$KUBELET" = real ]; then MPS_DEFAULT=t4-1; else MPS_DEFAULT=; fi
-export GPUREADY_LAB_MPS="${GPUREADY_LAB_MPS-$MPS_DEFAULT}"
+# The T4 pool shares its GPU by MPS (NVIDIA's MPS control daemon beside the device plugin): inventory/lab.py reads
+# GPUREADY_LAB_MPS. Set it empty to leave it unshared.
+export GPUREADY_LAB_MPS="${GPUREADY_LAB_MPS-t4-1}"
 trap '"$BIN/gpuready" lab down' EXIT
 
 step() { printf '\n==> %s\n' "$*" >&2; }
 
-step "gpuready lab up --kubelet $KUBELET: 5 hosts on the 3 Debian releases"
-"$BIN/gpuready" lab up --kubelet "$KUBELET" --nodes 5 --profile h100-sxm-8 --profile a100-80gb-4 --profile l4-1 \
+step "gpuready lab up: 5 hosts on the 3 Debian releases"
+"$BIN/gpuready" lab up --nodes 5 --profile h100-sxm-8 --profile a100-80gb-4 --profile l4-1 \
   --profile l40s-2 --profile t4-1 --os bookworm --os trixie --os sid --os trixie --os trixie
 step "gpuready plan inventory/lab.py: what the deploy installs and the suite expects"
 "$BIN/gpuready" plan inventory/lab.py

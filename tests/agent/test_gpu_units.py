@@ -3,13 +3,12 @@ images, the lab's host views."""
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 
 import pytest
 
-from gpuready.lab.agent.gpu import LabGpuBackend, lab_host_views, virtual_hardware
+from gpuready.lab.agent.gpu import LabGpuBackend, virtual_hardware
 from gpuready.lab.agent.gpu_host import HostView, VirtualGpuView, containerd_runtimes
 from gpuready.lab.agent.gpu_images import VECTOR_ADD_OK, Exposure, container_devices, run_with_smi, vector_add
 from gpuready.lab.agent.gpu_metrics import dcgm_scrape, hostname_label
@@ -226,15 +225,12 @@ def test_virtual_hardware_matches_virtual_profiles() -> None:
     assert len(virtual_hardware("dgx-h100", 0)["gpus"]) == 8
 
 
-def test_lab_host_views_follow_the_lab_state(tmp_path: Path) -> None:
-    """What the agent attaches for `--lab-state`: one host view per host of the lab's state.json, reading that
-    host's own files."""
-    lab = tmp_path / "lab"
-    make_host(lab / "hosts", "gpu-host-a", "l4-1")
-    (lab / "state.json").write_text(json.dumps({"version": 1, "hosts": {"gpu-host-a": {"index": 0}}}))
-    views = lab_host_views(lab)
-    assert [(v.name, v.root) for v in views] == [("gpu-host-a", lab / "hosts/gpu-host-a/merged")]
-    state = views[0].snapshot()
+def test_a_host_view_reads_the_hosts_own_files(tmp_path: Path) -> None:
+    """A HostView (what the dcgm-exporter image and stand-in hosts read) sees the driver, runtimes and GPUs of the
+    root it is given."""
+    make_host(tmp_path / "hosts", "gpu-host-a", "l4-1")
+    host = tmp_path / "hosts/gpu-host-a"
+    state = HostView("gpu-host-a", host / "merged", host / "machine/hardware.json").snapshot()
     assert (state.driver_version, state.default_runtime, state.nvml_error) == ("580.178.04", "runc", None)
     assert state.runtimes["nvidia"].nvidia and [g.uuid for g in state.gpus] == [
         make_hardware("l4-1", 0)["gpus"][0]["uuid"]

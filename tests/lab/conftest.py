@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from gpuready.lab import hosts, realhost
+from gpuready.lab import hosts
 from gpuready.lab.state import LabPaths
 
 LAB_TOOLS = (
@@ -37,9 +37,6 @@ NODES = 3
 # (containerd 2.x) run CDI mode, the time-sliced L4 on bookworm (containerd 1.6) runtime-class mode, so the whole
 # suite proves both modes (inventory/lab.py picks the mode from the release)
 RELEASES = ["trixie", "sid", "bookworm"]
-# the labs' kubelet: "real" (the default) or "emulated" (the node agent, being retired: issue #28); GPUREADY_LAB_KUBELET
-# picks it
-KUBELET = os.environ.get("GPUREADY_LAB_KUBELET", realhost.DEFAULT_KUBELET)
 
 
 def lab_skip_reason() -> str | None:
@@ -95,7 +92,7 @@ class Lab:
         return {**os.environ, "GPUREADY_LAB_DIR": str(self.paths.root), **self.extra_env}
 
     def bring_up(self) -> None:
-        self.state = hosts.up(self.paths, nodes=NODES, releases=RELEASES, kubelet=KUBELET)
+        self.state = hosts.up(self.paths, nodes=NODES, releases=RELEASES)
 
 
 def hold_wildcard_port(port: int = 22) -> socket.socket | None:
@@ -139,7 +136,7 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Any:
     listener = hold_wildcard_port()
     try:
         try:
-            state = hosts.up(paths, nodes=NODES, releases=RELEASES, kubelet=KUBELET)
+            state = hosts.up(paths, nodes=NODES, releases=RELEASES)
         finally:
             if listener is not None:
                 listener.close()
@@ -168,7 +165,6 @@ def real_kubelet_lab(
             releases=[release],
             first_index=index,
             subnet=f"10.{index}.0.0/16",
-            kubelet="real",
         )
         yield Lab(paths, state)
     finally:
@@ -223,10 +219,8 @@ def deployed_lab(lab: Lab) -> DeployedLab:
     assert addons_first.returncode == 0, addons_first.failure
     addons_second = run_pyinfra(lab, deploy="deploys/cluster_addons.py")
     deployed = DeployedLab(lab, first, second, addons_first, addons_second)
-    if (
-        KUBELET == "real"
-    ):  # the real add-ons roll out and register after the deploy returns, as on a real cluster
-        wait_until_settled(deployed)
+    # the add-ons roll out and register after the deploy returns, as on a real cluster
+    wait_until_settled(deployed)
     return deployed
 
 

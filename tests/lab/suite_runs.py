@@ -58,7 +58,8 @@ def wait_until_settled(deployed_lab: Any, timeout: float = 300.0) -> None:
     """Every Node Ready with GPUs allocatable and every add-on pod (gpu-system) Running and Ready: the healthy lab a
     test compares with.
     A test before may have restarted a node's add-ons (a pool change, a reboot); the suite reports a pod that is
-    Running but not yet Ready as a failure, rightly, so a test that expects a pass waits for this first."""
+    Running but not yet Ready as a failure, rightly, so a test that expects a pass waits for this first. A device
+    plugin the kubelet dropped is restarted once (:func:`_restart_dropped_plugins`)."""
     from polling import wait_for
 
     from gpuready import kube
@@ -69,8 +70,7 @@ def wait_until_settled(deployed_lab: Any, timeout: float = 300.0) -> None:
 
     def unsettled() -> list[str]:
         nodes = core.list_node().items
-        if state.get("kubelet") == "real":
-            _restart_dropped_plugins(core, nodes, restarted)
+        _restart_dropped_plugins(core, nodes, restarted)
         waiting = [f"node {n.metadata.name}" for n in nodes
                    if not any(c.type == "Ready" and c.status == "True" for c in n.status.conditions or [])]  # fmt: skip
         # every lab node is a GPU node: its device plugin has registered once some nvidia.com/* is allocatable (a
@@ -161,8 +161,7 @@ def restore_allocatable(deployed_lab: Any, node: str, fault: str, before: dict[s
     after the repair, and the DaemonSet's new pod is waited for until the allocatable is what it was."""
     from polling import wait_for
 
-    state = load_state(deployed_lab.lab.paths) or {}
-    if state.get("kubelet") != "real" or not faults.FAULTS[fault].effects.xid:
+    if not faults.FAULTS[fault].effects.xid:
         return
     core = _core(deployed_lab)
     selector = "app.kubernetes.io/name=nvidia-device-plugin"

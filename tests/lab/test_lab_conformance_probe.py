@@ -1,5 +1,5 @@
 """``--connection pod`` on the deployed session lab: the host and gpu layers through probe pods only (the suite
-opens no SSH session; the node agent runs each probe's command on its lab host, so the answers are the hosts' real
+opens no SSH session; the kubelet runs each probe pod on its lab host, so the answers are the hosts' real
 state). Healthy, every node passes. Then every fault of ``gpuready.lab.faults`` that the host or gpu layer judges
 (all but the diag layer's slow-gpu and dcgm-memory, and retired-pages-pending, which needs a pre-Ampere board the
 session lab has none of: tests/conformance/test_kube_probe.py proves it on a stand-in T4) is injected on a real
@@ -166,10 +166,9 @@ def test_faults_fail_their_checks_through_the_probe_on_the_faulted_nodes_only(
     faulted = {node: f"{i.fault} on {i.profile}" for node, i in where.items()}
     assert set(bad) == set(where), f"faulted {faulted}; failing nodes: {bad}"
     assert sorted(verdict["nodes"]) == lab_hosts(deployed_lab), "every lab host is in the verdict"
-    real = (load_state(lab.paths) or {}).get("kubelet") == "real"
     for node, i in where.items():
         what = f"{i.fault} on {node} ({i.profile}, GPU {i.gpu})"
-        if source == DISCOVER and real:  # the cluster's view may still be from before the fault: any of these
+        if source == DISCOVER:  # the cluster's view may still be from before the fault: any of these
             ways = [
                 (i.check, i.words),
                 *(w[i.fault] for w in (FOUND_BY_DISCOVERY, STALE_LABELS) if i.fault in w),
@@ -177,8 +176,6 @@ def test_faults_fail_their_checks_through_the_probe_on_the_faulted_nodes_only(
             caught = [(c, w) for c, w in ways if w in bad[node].get(c, "")]
             assert caught, f"{what}: none of {ways} failed; what failed there: {bad[node]}"
             continue
-        if source == DISCOVER and i.fault in FOUND_BY_DISCOVERY:
-            i = i._replace(check=FOUND_BY_DISCOVERY[i.fault][0], words=FOUND_BY_DISCOVERY[i.fault][1])
         assert i.check in bad[node], f"{what}: {i.check} did not fail; what failed there: {bad[node]}"
         message = bad[node][i.check]
         assert message.startswith(f"{node}: ") and i.words in message, f"{what}: {i.check} says {message!r}"

@@ -34,7 +34,7 @@ from typing import Any
 
 import pytest
 import yaml
-from conftest import KUBELET, Lab, lab_skip_reason
+from conftest import Lab, lab_skip_reason
 from polling import wait_for
 from pyinfra_runs import REPO, run_pyinfra
 from suite_runs import failed, wait_until_settled
@@ -64,9 +64,7 @@ def discover_lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Lab
     paths = LabPaths(tmp_path_factory.mktemp("discover-lab"))
     try:
         started = time.monotonic()
-        lab = Lab(
-            paths, hosts.up(paths, nodes=3, profiles=PROFILES, first_index=FIRST_INDEX, kubelet=KUBELET)
-        )
+        lab = Lab(paths, hosts.up(paths, nodes=3, profiles=PROFILES, first_index=FIRST_INDEX))
         print(f"discover lab up: {time.monotonic() - started:.1f} s")
         for deploy in ("deploys/gpu_node.py", "deploys/cluster_addons.py"):
             started = time.monotonic()
@@ -77,8 +75,8 @@ def discover_lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Lab
         wait_for(
             lambda: all(allocatable(cluster, n) == "4" for n in NODES), what="4 time-sliced GPUs per node"
         )
-        if KUBELET == "real":  # the real add-ons roll out and become Ready after the deploy returns
-            wait_until_settled(SimpleNamespace(lab=lab))
+        # the add-ons roll out and become Ready after the deploy returns
+        wait_until_settled(SimpleNamespace(lab=lab))
         yield lab, cluster
     finally:
         with contextlib.suppress(Exception):
@@ -186,20 +184,13 @@ def pods_of(cluster: kube.Cluster, daemonset: str) -> list[Any]:
 def freeze_gfd_labels(lab: Lab, cluster: kube.Cluster) -> None:
     """Leave the Nodes' GFD labels as they are while the nodes change.
 
-    On real kubelets, by stopping NFD's master, which alone writes Node labels: GFD publishes its labels as a
-    NodeFeature owned by its pod, so stopping GFD would have the garbage collector delete that NodeFeature and
-    nfd-master drop the labels. On the node agent, which applies GFD's labels itself, by stopping GFD."""
+    By stopping NFD's master, which alone writes Node labels: GFD publishes its labels as a NodeFeature owned by
+    its pod, so stopping GFD would have the garbage collector delete that NodeFeature and nfd-master drop the
+    labels."""
     from kubernetes import client
 
-    apps = client.AppsV1Api(cluster.api)
-    if lab.state.get("kubelet") == "real":
-        apps.delete_namespaced_deployment("nfd-master", ADDONS_NAMESPACE)
-        wait_for(lambda: not pods_of(cluster, "nfd-master"), what="nfd-master pods gone")
-    else:
-        apps.delete_namespaced_daemon_set("gpu-feature-discovery", ADDONS_NAMESPACE)
-        wait_for(
-            lambda: not pods_of(cluster, "gpu-feature-discovery"), what="gpu-feature-discovery pods gone"
-        )
+    client.AppsV1Api(cluster.api).delete_namespaced_deployment("nfd-master", ADDONS_NAMESPACE)
+    wait_for(lambda: not pods_of(cluster, "nfd-master"), what="nfd-master pods gone")
 
 
 def driver_of(lab: Lab, node: str) -> str:

@@ -1,7 +1,7 @@
 """NVIDIA's real DRA driver on a real-kubelet lab host (issue #29 item 1).
 
 Its own one-host lab (trixie: containerd 1.7, CDI mode; the L4 profile: 1 GPU, its pool in DRA mode through
-GPUREADY_LAB_DRA=l4-1; subnet 10.233.0.0/16, host number 233) in `lab up --kubelet real` mode. After gpuready's
+GPUREADY_LAB_DRA=l4-1; subnet 10.233.0.0/16, host number 233) on the real kubelet. After gpuready's
 node deploy and add-ons deploy (gpuready's own DRA manifests, gpuready.deploy.dra_addons), the kubelet plugin pod
 is a real container of the lab's image ``registry.k8s.io/dra-driver-nvidia/dra-driver-nvidia-gpu:v0.4.1``
 (gpuready.lab.dra_image: NVIDIA's gpu-kubelet-plugin built from the Go module) over the mock NVML; it registers

@@ -253,13 +253,7 @@ def test_a_node_deploy_killed_while_it_joins_leaves_no_secret_and_the_rerun_conv
         wait_for(ready, timeout=300, what=f"{node} registered and Ready after the rerun")
     except AssertionError as exc:
         kubelet = lab.ssh(node, "systemctl status kubelet --no-pager | head -12", check=False).stdout
-        # the node agent plays the kubelet in the emulated mode only
-        agent = lab.state["apiserver"].get("agent")
-        if agent:
-            log = Path(agent["log"]).read_text(errors="replace").splitlines()
-            about = "--- agent log\n" + "\n".join([line for line in log if node in line][-40:])
-        else:
-            about = lab.ssh(node, "journalctl -u kubelet -n 40 --no-pager -o cat", check=False).stdout
+        about = lab.ssh(node, "journalctl -u kubelet -n 40 --no-pager -o cat", check=False).stdout
         raise AssertionError(f"{exc}\n--- kubelet on {node}\n{kubelet}\n{about}") from exc
     again = run_pyinfra(lab, "--limit", node)
     assert again.returncode == 0 and again.total[0] == 0, again.output[-3000:]  # converged: no change

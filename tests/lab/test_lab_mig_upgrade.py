@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import KUBELET, Lab, lab_skip_reason
+from conftest import Lab, lab_skip_reason
 from pyinfra_runs import PyinfraRun, run_pyinfra
 from test_lab_upgrade import OLD, UPGRADE, driver_on, summary
 
@@ -85,7 +85,6 @@ def mig_fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MigFleet]:
             profiles=[PROFILE],
             releases=["sid"],
             first_index=free_first_index(),
-            kubelet=KUBELET,
         )
         lab = Lab(paths, state)
         first = run_pyinfra(lab, *OLD)

@@ -1,7 +1,7 @@
 """An MPS pool on a real-kubelet lab host, through NVIDIA's real device plugin and MPS control daemon (issue #29).
 
 Its own one-host lab (trixie: containerd 1.7, CDI mode; the L40S profile: 2 GPUs, shared by MPS with 2 clients
-each through GPUREADY_LAB_MPS=l40s-2; subnet 10.236.0.0/16, host number 236) in `lab up --kubelet real` mode.
+each through GPUREADY_LAB_MPS=l40s-2; subnet 10.236.0.0/16, host number 236) on the real kubelet.
 After gpuready's node and add-ons deploys, NVIDIA's GFD (real) labels the node ``nvidia.com/mps.capable=true``
 through NFD, gpuready's MPS control daemon DaemonSet runs NVIDIA's ``mps-control-daemon`` (the image the lab builds
 from k8s-device-plugin v0.19.3) there: it mounts the clients' shm, sets each GPU to EXCLUSIVE_PROCESS with

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 import tomlkit
-from conftest import KUBELET, Lab, lab_skip_reason
+from conftest import Lab, lab_skip_reason
 from kubernetes import client, config
 from pyinfra_runs import PYINFRA, REPO, PyinfraRun, run_pyinfra
 
@@ -74,7 +74,6 @@ def os_lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
             nodes=len(RELEASES),
             releases=list(RELEASES),
             first_index=free_first_index(3),
-            kubelet=KUBELET,
         )
         yield Lab(paths, state)
     finally:

@@ -1,7 +1,7 @@
 """NVIDIA's real device plugin on a real-kubelet lab host (issue #29 item 1, first step).
 
 On the shared real-kubelet lab (conftest.real_l4_lab: trixie, the L4 profile: 1 GPU, time-sliced 4 ways by
-inventory/lab.py) in `lab up --kubelet real` mode. After gpuready's node deploy and add-ons deploy
+inventory/lab.py) on the real kubelet. After gpuready's node deploy and add-ons deploy
 (deploys/cluster_addons.py, gpuready's own manifests), the device plugin pod is a real container of the lab's
 image ``nvcr.io/nvidia/k8s-device-plugin:v0.19.3`` (gpuready.lab.nvidia_addons: NVIDIA's binaries built from the Go
 module), it loads the mock NVML through the nvidia runtime as on a real node, registers with the real kubelet

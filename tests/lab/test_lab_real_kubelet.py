@@ -1,4 +1,4 @@
-"""The lab's opt-in real-kubelet mode (`gpuready lab up --kubelet real`, issue #28 stage 2): gpuready's own node
+"""The lab's real kubelet (`gpuready lab up`, issue #28): gpuready's own node
 deploy, unchanged, gives a lab host the REAL kubelet and kubeadm v1.36.3 (the lab's packages carry them), joins it
 with the real `kubeadm join`, and a pod runs as a real runc container of the host's Debian containerd.
 

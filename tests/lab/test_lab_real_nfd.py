@@ -4,7 +4,7 @@ real GFD published, all started by gpuready's own add-on manifests.
 
 On the shared real-kubelet lab (conftest.real_l4_lab: trixie, the L4 profile: one L4, time-sliced 4 ways by
 inventory/lab.py), whose Node no nfd-master has labelled yet (test_lab_real_device_plugin.py, which runs before,
-deploys the add-ons without NFD), in `lab up --kubelet real` mode (where the ``kubernetes`` Service reaches the API server from
+deploys the add-ons without NFD), on the real kubelet (where the ``kubernetes`` Service reaches the API server from
 pods, as on a real node: GFD, nfd-master and nfd-worker all need it). The add-ons are deployed twice, in this
 order:
 

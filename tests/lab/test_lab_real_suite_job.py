@@ -1,7 +1,6 @@
 """The suite's Job and CronJob run the conformance suite inside a real-kubelet lab (issue #30, done-when item 2).
 
-On the shared real-kubelet lab (conftest.real_l4_lab: trixie, the L4 profile: 1 GPU) in ``lab up --kubelet real``
-mode, converged by gpuready's node deploy and add-ons deploy (NVIDIA's real device plugin gives the node its
+On the shared real-kubelet lab (conftest.real_l4_lab: trixie, the L4 profile: 1 GPU), converged by gpuready's node deploy and add-ons deploy (NVIDIA's real device plugin gives the node its
 ``nvidia.com/gpu``, which is how ``--discover`` finds it). The lab makes the suite's image and the probe image
 (:mod:`gpuready.lab.suite_image`: the wheel of this checkout and its dependencies on the lab's trixie base root) and
 imports both into the host's containerd. Then ``gpuready manifests --layers host,gpu --write-back --taint-failed

@@ -2,7 +2,7 @@
 
 Its own one-host lab (trixie: containerd 1.7, CDI mode; the L40S profile: 2 GPUs, time-sliced 2 ways (inventory/lab.py),
 so 4 allocatable; subnet
-10.237.0.0/16, host number 237) in `lab up --kubelet real` mode, its pool tainted ``team=ml:NoSchedule`` besides
+10.237.0.0/16, host number 237) on the real kubelet, its pool tainted ``team=ml:NoSchedule`` besides
 the default GPU taint (GPUREADY_LAB_EXTRA_TAINTS). The host is the cluster's only node, so every add-on, NFD's
 master Deployment included, must tolerate the pool's taints to run at all, and the suite's pods too.
 

@@ -21,7 +21,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import KUBELET
 from pyinfra_runs import run_pyinfra
 
 from gpuready.lab import hosts, ssh, supervisor
@@ -97,7 +96,6 @@ def one_host_lab(root: Path) -> Iterator[OneHostLab]:
             profiles=[PROFILE],
             control_plane=False,
             first_index=free_first_index(),
-            kubelet=KUBELET,  # real: the deploy's kubelet waits for a join, as on a fresh node
         )
         yield OneHostLab(paths, state)
     finally:

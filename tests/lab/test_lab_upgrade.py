@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import KUBELET, Lab, lab_skip_reason
+from conftest import Lab, lab_skip_reason
 from pyinfra_runs import PYINFRA, REPO, PyinfraRun, run_pyinfra
 
 from gpuready import kube
@@ -47,7 +47,7 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Lab, kube.
         pytest.skip(reason)
     paths = LabPaths(tmp_path_factory.mktemp("upgrade-lab"))
     try:
-        lab = Lab(paths, hosts.up(paths, nodes=4, profiles=PROFILES, first_index=101, kubelet=KUBELET))
+        lab = Lab(paths, hosts.up(paths, nodes=4, profiles=PROFILES, first_index=101))
         for deploy in ("deploys/gpu_node.py", "deploys/cluster_addons.py"):
             run = run_pyinfra(lab, *OLD, deploy=deploy)
             assert run.returncode == 0, run.failure

@@ -739,20 +739,3 @@ def test_write_and_read_hardware(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="schema 99"):
         hardware.read_hardware(path)
     assert hardware.HOST_MACHINE_DIR == "/opt/gpuready-lab/machine"
-
-
-@pytest.mark.parametrize(
-    ("config", "status", "renew"),
-    [
-        ({"nodeStatusUpdateFrequency": "0s"}, 10.0, 10.0),  # kubeadm writes 0s: the kubelet's default applies
-        ({}, 10.0, 10.0),
-        ({"nodeStatusUpdateFrequency": "4s", "nodeLeaseDurationSeconds": 20}, 4.0, 5.0),
-    ],
-)
-def test_kubelet_heartbeat_periods_are_the_real_kubelets(config, status, renew):
-    from types import SimpleNamespace
-
-    from gpuready.lab.emulator.kubelet import Kubelet
-
-    kubelet = Kubelet(SimpleNamespace(server="https://127.0.0.1:6443"), "n", {"node-ip": "10.0.0.2"}, config)
-    assert (kubelet.status_interval, kubelet.renew_interval) == (status, renew)

@@ -298,19 +298,17 @@ def test_real_mode_host_files_are_lab_owned_and_per_host() -> None:
 def test_real_mode_packages_carry_the_binaries(tmp_path: Path) -> None:
     from gpuready.lab import k8s_packages
 
-    kubelet, kubeadm = tmp_path / "kubelet", tmp_path / "kubeadm"
+    kubelet, kubeadm, crictl = tmp_path / "kubelet", tmp_path / "kubeadm", tmp_path / "crictl"
     kubelet.write_bytes(b"\x7fELFkubelet")
     kubeadm.write_bytes(b"\x7fELFkubeadm")
-    real = k8s_packages.RealBinaries(kubelet=kubelet, kubeadm=kubeadm)
+    crictl.write_bytes(b"\x7fELFcrictl")
+    real = k8s_packages.RealBinaries(kubelet=kubelet, kubeadm=kubeadm, crictl=crictl)
     debs = {d.name: d for d in k8s_packages.kubernetes_debs("1.36.3", b"kubectl", real)}
     assert debs["kubelet"].files["/usr/bin/kubelet"][0] == b"\x7fELFkubelet"
     assert debs["kubeadm"].files["/usr/bin/kubeadm"][0] == b"\x7fELFkubeadm"
-    assert not any(path.startswith(k8s_packages.EMU_LIB) for d in debs.values() for path in d.files)
     assert "/usr/lib/systemd/system/kubelet.service.d/10-kubeadm.conf" in debs["kubeadm"].files
     tools = {d.name: d for d in k8s_packages.tool_debs(real)}
     assert tools["kubernetes-cni"].depends == ["containernetworking-plugins"]
-    emulated = {d.name: d for d in k8s_packages.kubernetes_debs("1.36.3", b"kubectl")}
-    assert b"emulated" in emulated["kubelet"].files["/usr/bin/kubelet"][0]
 
 
 def test_kube_proxy_is_built_the_same_way_into_its_own_entry(tmp_path: Path) -> None:

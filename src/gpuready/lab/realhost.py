@@ -1,8 +1,7 @@
-"""The lab's real-kubelet mode (``gpuready lab up``; ``--kubelet emulated`` is the retiring alternative, issue #28):
-what the LAB puts on a host so that gpuready's own node deploy (``deploys/gpu_node.py``, unchanged) gives it the
-real kubelet.
+"""What the LAB puts on a host so that gpuready's own node deploy (``deploys/gpu_node.py``, unchanged) gives it the
+real kubelet (``gpuready lab up``, issue #28).
 
-The deploy installs the lab's ``kubelet``/``kubeadm`` packages (real binaries in this mode, see
+The deploy installs the lab's ``kubelet``/``kubeadm`` packages (the real binaries, see
 :func:`gpuready.lab.k8s_packages.build_kubernetes_packages`), Debian's containerd and runc, and runs the real
 ``kubeadm join``. Everything this machine forces on top (docs/lab-real-kubelet.md, "Workarounds") is lab-owned,
 written into the host's root before it boots, never by the deploy:
@@ -17,8 +16,7 @@ written into the host's root before it boots, never by the deploy:
 * kubeadm's ``kubeletconfiguration`` patch in :data:`PATCHES_DIR`, which the lab inventory gives the deploy as the
   knob ``kube_join_patches_dir`` (with ``kube_join_ignore_preflight_errors = ["SystemVerification"]``);
 * a CNI bridge conflist of the host's own (bridge ``labbr<N>``, subnet 10.246.<N>.0/24: the hosts share one network
-  namespace) for Debian's ``containernetworking-plugins`` (the lab's ``kubernetes-cni`` package depends on it in
-  this mode), ``/etc/crictl.yaml`` and the cached real crictl as ``/usr/local/bin/crictl`` (the deploy installs no
+  namespace) for Debian's ``containernetworking-plugins`` (the lab's ``kubernetes-cni`` package depends on it), ``/etc/crictl.yaml`` and the cached real crictl as ``/usr/local/bin/crictl`` (the deploy installs no
   cri-tools).
 """
 
@@ -33,8 +31,6 @@ from gpuready.lab import realnode
 from gpuready.lab.gobuild import Progress
 from gpuready.lab.state import cache_dir, link_or_copy, locked
 
-KUBELET_MODES = ("emulated", "real")
-DEFAULT_KUBELET = "real"
 PATCHES_DIR = "/etc/gpuready-lab/kubeadm-patches"
 # kubeadm preflight checks the real-kubelet lab's joins skip, lab-only: SystemVerification (the hosts' cgroup2 has
 # no cpu/memory/pids controllers) and Port-10250 (the hosts share one network namespace, and kubeadm tries the

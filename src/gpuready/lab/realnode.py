@@ -1,7 +1,6 @@
 """What a lab host needs to run the REAL kubelet, containerd and runc under systemd-nspawn (issue #28, first stage).
 
-The lab's default is still the emulated kubelet and node agent; this module holds the pieces a probe proved and the
-opt-in mode ``gpuready lab up --kubelet real`` (:mod:`gpuready.lab.realhost`) uses. Each is a lab-only setting for
+This module holds the pieces a probe proved and ``gpuready lab up`` (:mod:`gpuready.lab.realhost`) uses. Each is a lab-only setting for
 what this machine (a VM with hybrid cgroups and no CAP_SYS_RESOURCE) cannot give a container, and each must never
 be copied to a real node:
 

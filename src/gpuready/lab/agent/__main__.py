@@ -22,7 +22,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--kubeconfig", required=True, help="admin kubeconfig of the lab's control plane")
     parser.add_argument("--state-dir", required=True, type=Path, help="where the agent keeps its certificate")
     parser.add_argument("--kubelet-version", required=True, help="what virtual nodes report, e.g. v1.36.3")
-    parser.add_argument("--lab-state", type=Path, help="lab state directory: run pods for its hosts")
     parser.add_argument("--node-addresses", default=VIRTUAL_NET, help="CIDR for virtual nodes' InternalIPs")
     parser.add_argument(
         "--heartbeat",
@@ -39,7 +38,6 @@ def main(argv: list[str] | None = None) -> int:
         args.kubeconfig,
         args.state_dir,
         args.kubelet_version,
-        args.lab_state,
         args.node_addresses,
         args.heartbeat,
     )

@@ -1,9 +1,10 @@
-"""The lab's node agent: the pod half of every lab node's kubelet, against the real control plane.
+"""The lab's node agent: the kubelet of the virtual nodes (no host behind them) that the scale benches and the
+cluster tests register, against the real control plane. Lab hosts run the real kubelet instead.
 
 One process for the whole lab, inside the lab's network namespace, with the admin kubeconfig (as kwok's
 controller runs). It mirrors pods, nodes, ConfigMaps and RuntimeClasses from the real API server, runs every pod
-the real scheduler binds to one of its nodes (the lab hosts, whose own emulated kubelets register and heartbeat
-them, and the virtual nodes it registers itself), decides each container's fate from that host's real state
+the real scheduler binds to one of its nodes (the virtual nodes it registers itself, and the stand-in hosts tests
+attach), decides each container's fate from that host's real state
 (device plugin and GFD from ConfigMap + node label + MIG state, allocation, the nvidia runtime handler,
 dcgm-exporter metrics, faults), and serves what the API server dials: the kubelet API for logs and the pods'
 ports for the pod proxy.
@@ -18,7 +19,7 @@ from typing import Any
 
 from .api import Client, Mirror
 from .endpoints import Endpoints
-from .gpu import ENDPOINT_GRACE_S, GpuSync, attach, attach_virtual, lab_host_views
+from .gpu import ENDPOINT_GRACE_S, GpuSync, attach, attach_virtual
 from .gpu_host import HostView
 from .kubelet import Kubelet
 from .runtime import NodeBackend, ProxyResponse
@@ -36,7 +37,6 @@ class Agent:
         kubeconfig: str,
         state_dir: Path,
         kubelet_version: str,
-        lab_state: Path | None = None,
         node_addresses: str = VIRTUAL_NET,
         heartbeat_s: float = 10.0,
     ) -> None:
@@ -45,7 +45,6 @@ class Agent:
         self._backends: dict[str, NodeBackend] = {}
         self._default_backend = NodeBackend()
         self._managed: set[str] = set()
-        self._lab_state = lab_state
         self.kubelet = Kubelet(self)
         self.gpu_sync = GpuSync(self)
         self.virtual = VirtualNodes(self, kubelet_version, node_addresses, heartbeat_s)
@@ -84,10 +83,6 @@ class Agent:
         self.store.start()
         self.endpoints.start()
         self.endpoints.ensure_pod_port(DCGM_PORT)
-        if self._lab_state is not None:
-            for view in lab_host_views(self._lab_state):
-                self._managed.add(view.name)
-                attach(self, self.gpu_sync, view.name, view)
         if virtual_nodes:
             self.add_virtual_nodes(virtual_nodes, virtual_profile)
         self.kubelet.start()

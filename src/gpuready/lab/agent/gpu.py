@@ -26,11 +26,9 @@ import json
 import threading
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gpuready.lab import hardware as lab_hardware
-from gpuready.lab.state import LabPaths, load_state
 from gpuready.nvidia.catalogue import lookup_model, mig_profiles, mig_slices
 
 from .api import Event
@@ -641,24 +639,6 @@ def attach(
     if server.store.get("nodes", "", node_name) is not None:
         backend.sync_node(server, node_name)
     return backend
-
-
-def lab_host_views(state_dir: Path) -> list[HostView]:
-    """A view per host of the lab whose state directory is `state_dir` (its ``state.json``)."""
-    from gpuready.lab.hosts import lab_cgroups
-
-    paths = LabPaths(Path(state_dir))
-    state = load_state(paths) or {}
-    cgroups = lab_cgroups(paths)
-    return [
-        HostView(
-            name,
-            paths.host_dir(name) / "merged",
-            paths.machine_dir(name) / "hardware.json",
-            tuple(c / name for c in cgroups),
-        )
-        for name in sorted(state.get("hosts") or {})
-    ]
 
 
 # Virtual node profiles (apiserver.virtual.PROFILES) -> (lab hardware profile, model the profile names).

@@ -46,12 +46,11 @@ def up(
     version: str = DEFAULT_VERSION,
     virtual_nodes: int = 0,
     virtual_profile: str = "dgx-h100",
-    lab_state: Path | None = None,
     node_monitor_grace_period: str = "40s",
     agent: bool = True,
 ) -> dict[str, Any]:
-    """Start the control plane and (unless `agent` is False: the real-kubelet lab's hosts have their own kubelets)
-    the node agent for the lab whose state dir is `root`; return the state entry."""
+    """Start the control plane and (unless `agent` is False: a lab of hosts, whose kubelets are real) the node
+    agent of virtual nodes for the lab whose state dir is `root`; return the state entry."""
     kube, _ = binaries.build_kube(version, progress)
     etcd = binaries.ensure_etcd(progress)
     entry = controlplane.start(
@@ -80,7 +79,6 @@ def up(
             progress,
             virtual_nodes=virtual_nodes,
             virtual_profile=virtual_profile,
-            lab_state=lab_state,
             heartbeat_s=heartbeat_for(node_monitor_grace_period),
         )
     except BaseException:
@@ -113,7 +111,6 @@ def start_agent(
     *,
     virtual_nodes: int = 0,
     virtual_profile: str = "dgx-h100",
-    lab_state: Path | None = None,
     heartbeat_s: float = 10.0,
 ) -> dict[str, Any]:
     state_dir.mkdir(parents=True, exist_ok=True)
@@ -124,8 +121,6 @@ def start_agent(
         "--kubelet-version", kubelet_version, "--node-addresses", net.pod_cidr, "--ready-file", str(ready),
         "--virtual-nodes", str(virtual_nodes), "--virtual-profile", virtual_profile, "--heartbeat", str(heartbeat_s),
     ]  # fmt: skip
-    if lab_state is not None:
-        argv += ["--lab-state", str(lab_state)]
     log = state_dir / "agent.log"
     with open(log, "ab") as out:
         proc = subprocess.Popen(
