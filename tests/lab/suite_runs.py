@@ -7,7 +7,8 @@ import json
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -59,18 +60,18 @@ def wait_until_settled(deployed_lab: Any, timeout: float = 300.0) -> None:
     test compares with.
     A test before may have restarted a node's add-ons (a pool change, a reboot); the suite reports a pod that is
     Running but not yet Ready as a failure, rightly, so a test that expects a pass waits for this first. A device
-    plugin the kubelet dropped is restarted once (:func:`_restart_dropped_plugins`)."""
+    plugin the kubelet dropped is restarted (:class:`PluginHealer`)."""
     from polling import wait_for
 
     from gpuready import kube
 
     state = load_state(deployed_lab.lab.paths) or {}
     core = kube.connect(state["apiserver"]["kubeconfig"]).core
-    restarted: set[str] = set()
+    healer = PluginHealer(core)
 
     def unsettled() -> list[str]:
         nodes = core.list_node().items
-        _restart_dropped_plugins(core, nodes, restarted)
+        healer.heal(nodes)
         waiting = [f"node {n.metadata.name}" for n in nodes
                    if not any(c.type == "Ready" and c.status == "True" for c in n.status.conditions or [])]  # fmt: skip
         # every lab node is a GPU node: its device plugin has registered once some nvidia.com/* is allocatable (a
@@ -97,46 +98,78 @@ def wait_until_settled(deployed_lab: Any, timeout: float = 300.0) -> None:
         raise AssertionError(f"{exc}; still waiting for: {', '.join(last)}") from None
 
 
-# how long a device plugin pod is Ready before a node whose allocatable it zeroed counts as dropped by the kubelet
-# (its registration after a start or a SIGHUP takes a second or two here; an MPS node's plugin first waits for
-# the MPS daemon)
-DROPPED_AFTER_S = 45.0
+# A node counts as dropped by the kubelet when it has had nvidia.com/* capacity and none allocatable for
+# DROPPED_FOR_S while its device plugin pod has been Ready for DROPPED_FOR_S too: a plugin's registration after a
+# start or a SIGHUP takes a second or two here (an MPS node's plugin first waits for the MPS daemon).
+DROPPED_FOR_S = 20.0
+MAX_RESTARTS = 3  # per node and wait: a restarted plugin gets the sidecar's SIGHUPs, and so the race, again
 
 
-def _restart_dropped_plugins(core: Any, nodes: list[Any], restarted: set[str]) -> None:
-    """Restart, once per node, a device plugin the real kubelet dropped while it runs.
+@dataclass
+class PluginHealer:
+    """Restarts a device plugin the real kubelet dropped while it runs, as an operator does, and says so.
 
     The kubelet (v1.36.3 ``devicemanager/plugin/v1beta1/handler.go`` ``runClient``) disconnects whichever client
     is registered under the resource name when an old plugin's ListAndWatch ends, so a plugin that re-registers
     quickly can lose its new registration to the old one's end: capacity stays, allocatable drops to 0, and the
     plugin, still Running and Ready, never registers again (kubernetes/kubernetes#121994, #127803). NVIDIA's
     config-manager sidecar makes such quick re-registrations: a SIGHUP for the default config and one for the
-    node's label right after the pod starts. The suite reports such a node (node/test_allocatable says so); the lab
-    does what an operator does, deleting the node's plugin pod, and says so."""
-    from datetime import UTC, datetime
+    node's label right after the pod starts, and one at each change of the label. The suite reports such a node
+    (node/test_allocatable names the cause); a test waiting for a node's allocatable calls :meth:`heal` between
+    its polls (:func:`wait_until_settled`, :func:`wait_for_allocatable`)."""
 
-    now = datetime.now(UTC)
-    dropped = {n.metadata.name for n in nodes
-               if (n.metadata.labels or {}).get(ALLOCATION_LABEL) != "dra"
-               and any(k.startswith("nvidia.com/") and v != "0" for k, v in (n.status.capacity or {}).items())
-               and not any(k.startswith("nvidia.com/") and v != "0"
-                           for k, v in (n.status.allocatable or {}).items())}  # fmt: skip
-    if not dropped - restarted:
-        return
-    pods = core.list_namespaced_pod(
-        "gpu-system", label_selector="app.kubernetes.io/name=nvidia-device-plugin"
-    ).items
-    for pod in pods:
-        node = pod.spec.node_name
-        ready = [c for c in pod.status.conditions or [] if c.type == "Ready" and c.status == "True"]
-        if node not in dropped - restarted or not ready or pod.metadata.deletion_timestamp:
-            continue
-        if (now - ready[0].last_transition_time).total_seconds() < DROPPED_AFTER_S:
-            continue
-        print(f"{node}: nvidia.com/* in capacity, none allocatable, its device plugin {pod.metadata.name} Ready: "
-              "the kubelet dropped the plugin's registration (kubernetes/kubernetes#121994); deleting the pod")  # fmt: skip
-        core.delete_namespaced_pod(pod.metadata.name, "gpu-system")
-        restarted.add(node)
+    core: Any
+    dropped_since: dict[str, float] = field(default_factory=dict)
+    restarts: dict[str, int] = field(default_factory=dict)
+
+    def heal(self, nodes: list[Any] | None = None) -> None:
+        from datetime import UTC, datetime
+
+        nodes = self.core.list_node().items if nodes is None else nodes
+        now = time.monotonic()
+        dropped = {n.metadata.name for n in nodes
+                   if (n.metadata.labels or {}).get(ALLOCATION_LABEL) != "dra"
+                   and any(k.startswith("nvidia.com/") and v != "0" for k, v in (n.status.capacity or {}).items())
+                   and not any(k.startswith("nvidia.com/") and v != "0"
+                               for k, v in (n.status.allocatable or {}).items())}  # fmt: skip
+        self.dropped_since = {node: self.dropped_since.get(node, now) for node in dropped}
+        due = {node for node, since in self.dropped_since.items()
+               if now - since >= DROPPED_FOR_S and self.restarts.get(node, 0) < MAX_RESTARTS}  # fmt: skip
+        if not due:
+            return
+        pods = self.core.list_namespaced_pod(
+            "gpu-system", label_selector="app.kubernetes.io/name=nvidia-device-plugin"
+        ).items
+        wall = datetime.now(UTC)
+        for pod in pods:
+            node = pod.spec.node_name
+            ready = [c for c in pod.status.conditions or [] if c.type == "Ready" and c.status == "True"]
+            if node not in due or not ready or pod.metadata.deletion_timestamp:
+                continue
+            if (wall - ready[0].last_transition_time).total_seconds() < DROPPED_FOR_S:
+                continue
+            print(f"{node}: nvidia.com/* in capacity, none allocatable for {now - self.dropped_since[node]:.0f} s, "
+                  f"its device plugin {pod.metadata.name} Ready: the kubelet dropped the plugin's registration "
+                  "(kubernetes/kubernetes#121994); deleting the pod")  # fmt: skip
+            self.core.delete_namespaced_pod(pod.metadata.name, "gpu-system")
+            self.restarts[node] = self.restarts.get(node, 0) + 1
+            self.dropped_since.pop(node)
+
+
+def wait_for_allocatable(
+    deployed_lab: Any, check: Callable[[], Any], what: str, timeout: float = 180.0
+) -> Any:
+    """wait_for(check) for a test that waits for a node's nvidia.com/* allocatable after a change that restarts
+    or re-signals its device plugin, healing a plugin the kubelet dropped meanwhile (:class:`PluginHealer`)."""
+    from polling import wait_for
+
+    healer = PluginHealer(_core(deployed_lab))
+
+    def healed() -> Any:
+        healer.heal()
+        return check()
+
+    return wait_for(healed, timeout=timeout, what=what)
 
 
 def _core(deployed_lab: Any) -> Any:

@@ -37,7 +37,7 @@ import yaml
 from conftest import Lab, lab_skip_reason
 from polling import wait_for
 from pyinfra_runs import REPO, run_pyinfra
-from suite_runs import failed, wait_until_settled
+from suite_runs import failed, wait_for_allocatable, wait_until_settled
 
 from gpuready import kube
 from gpuready.deploy.addons import DEVICE_PLUGIN_CONFIGMAP
@@ -72,8 +72,10 @@ def discover_lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Lab
             assert done.returncode == 0, done.failure
             print(f"{deploy}: {time.monotonic() - started:.1f} s")
         cluster = kube.connect(lab.state["apiserver"]["kubeconfig"])
-        wait_for(
-            lambda: all(allocatable(cluster, n) == "4" for n in NODES), what="4 time-sliced GPUs per node"
+        wait_for_allocatable(
+            SimpleNamespace(lab=lab),
+            lambda: all(allocatable(cluster, n) == "4" for n in NODES),
+            what="4 time-sliced GPUs per node",
         )
         # the add-ons roll out and become Ready after the deploy returns
         wait_until_settled(SimpleNamespace(lab=lab))
@@ -219,7 +221,10 @@ def test_discover_catches_allocatable_against_labels_and_a_driver_against_its_po
     freeze_gfd_labels(lab, cluster)
     key = two_replicas(cluster, STALE)
     cluster.core.patch_node(STALE, {"metadata": {"labels": {DEVICE_PLUGIN_CONFIG_LABEL: key}}})
-    wait_for(lambda: allocatable(cluster, STALE) == "2", what=f"2 replicas on {STALE}")
+    # the label's change SIGHUPs the plugin: a quick re-registration the kubelet may drop (PluginHealer)
+    wait_for_allocatable(
+        SimpleNamespace(lab=lab), lambda: allocatable(cluster, STALE) == "2", what=f"2 replicas on {STALE}"
+    )
     assert cluster.core.read_node(STALE).metadata.labels["nvidia.com/gpu.replicas"] == "4"  # stale
 
     done, verdict = suite(lab, tmp_path / "faults", "--discover", "-m", "host or gpu or node")

@@ -25,7 +25,7 @@ from typing import Any
 import pytest
 from conftest import Lab, deployed_real_kubelet_lab
 from polling import wait_for
-from suite_runs import failed, faulted, gpu_allocatable, run_suite, wait_until_settled
+from suite_runs import failed, faulted, gpu_allocatable, run_suite, wait_for_allocatable, wait_until_settled
 from test_lab_real_kubelet import _kubectl
 
 pytestmark = pytest.mark.lab
@@ -83,7 +83,7 @@ def test_an_xid_79_through_nvidias_plugin_takes_one_device_out_and_the_suite_nam
         return seen[-1] == {"nvidia.com/gpu": "4"}
 
     try:
-        wait_for(all_replicas, 240, f"{NODE}'s 4 replicas (2 GPUs x 2) allocatable")
+        wait_for_allocatable(tainted_lab, all_replicas, f"{NODE}'s 4 replicas (2 GPUs x 2) allocatable", 240)
     except AssertionError as exc:
         logs = _kubectl(tainted_lab.lab.state, "logs", "-n", NAMESPACE, "-l",
                         "app.kubernetes.io/name=nvidia-device-plugin", "--all-containers", "--tail=30")  # fmt: skip
