@@ -56,11 +56,12 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
         pytest.skip(reason)
 
 
-# Modules that bring up a deployed multi-host lab of their own run right after test_lab_lifecycle.py, which leaves the
-# session lab up but undeployed. Beside the deployed session lab their hosts would exhaust root's inotify instances
-# on real kubelets (fs.inotify.max_user_instances): what a host and a control plane take is declared in
-# gpuready.lab.realhost (INOTIFY_PER_REAL_HOST, INOTIFY_CONTROL_PLANE), and hosts.up refuses a lab that would not fit.
-AFTER_LIFECYCLE = ("test_lab_discover.py",)
+# Modules that bring up a deployed multi-host lab of their own run right after test_lab_lifecycle.py, the session
+# lab's last user, after which it goes down (_session_lab below). Beside the deployed session lab their hosts would
+# exhaust root's inotify instances (fs.inotify.max_user_instances): what a host and a control plane take is declared
+# in gpuready.lab.realhost (INOTIFY_PER_REAL_HOST, INOTIFY_CONTROL_PLANE), and hosts.up refuses a lab that would not
+# fit (CI at e0092f3: test_lab_dra's two hosts, on real kubelets since that commit, were refused there).
+AFTER_LIFECYCLE = ("test_lab_discover.py", "test_lab_dra.py")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

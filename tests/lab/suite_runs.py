@@ -98,7 +98,7 @@ def wait_until_settled(deployed_lab: Any, timeout: float = 300.0) -> None:
         raise AssertionError(f"{exc}; still waiting for: {', '.join(last)}") from None
 
 
-# A node counts as dropped by the kubelet when it has had nvidia.com/* capacity and none allocatable for
+# A node counts as dropped by the kubelet when it has had no nvidia.com/* allocatable for
 # DROPPED_FOR_S while its device plugin pod has been Ready for DROPPED_FOR_S too: a plugin's registration after a
 # start or a SIGHUP takes a second or two here (an MPS node's plugin first waits for the MPS daemon).
 DROPPED_FOR_S = 20.0
@@ -127,9 +127,10 @@ class PluginHealer:
 
         nodes = self.core.list_node().items if nodes is None else nodes
         now = time.monotonic()
+        # nothing allocatable: 0 while the kubelet keeps the dropped resource's capacity, absent once its 5-minute
+        # grace is over (the pod's Ready age below tells a dropped plugin from one still starting)
         dropped = {n.metadata.name for n in nodes
                    if (n.metadata.labels or {}).get(ALLOCATION_LABEL) != "dra"
-                   and any(k.startswith("nvidia.com/") and v != "0" for k, v in (n.status.capacity or {}).items())
                    and not any(k.startswith("nvidia.com/") and v != "0"
                                for k, v in (n.status.allocatable or {}).items())}  # fmt: skip
         self.dropped_since = {node: self.dropped_since.get(node, now) for node in dropped}
