@@ -12,8 +12,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gpuready.deploy.upgrade import registration
 from gpuready.lab import faults, hosts
 from gpuready.lab.state import load_state
+from gpuready.spec import knobs
 from gpuready.spec.dra import ALLOCATION_LABEL
 
 REPO = Path(__file__).resolve().parents[2]
@@ -21,6 +23,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 INVENTORY = ("--inventory", "inventory/lab.py")
 DISCOVER = ("--discover",)  # no inventory: the expectations from the cluster itself
+ADDONS = knobs.KNOBS["addons_namespace"].default  # inventory/lab.py leaves the knob at its default
 
 
 def run_suite(deployed_lab: Any, report_dir: Path, *args: str, source: tuple[str, ...] = INVENTORY) -> dict:
@@ -80,7 +83,7 @@ def wait_until_settled(deployed_lab: Any, timeout: float = 300.0) -> None:
                     if (n.metadata.labels or {}).get(ALLOCATION_LABEL) != "dra"
                     and not any(k.startswith("nvidia.com/") and v != "0"
                                 for k, v in (n.status.allocatable or {}).items())]  # fmt: skip
-        for pod in core.list_namespaced_pod("gpu-system").items:
+        for pod in core.list_namespaced_pod(ADDONS).items:
             ready = any(c.type == "Ready" and c.status == "True" for c in pod.status.conditions or [])
             if pod.status.phase != "Running" or not ready:
                 waiting.append(f"pod {pod.metadata.name} ({pod.status.phase})")
@@ -98,63 +101,35 @@ def wait_until_settled(deployed_lab: Any, timeout: float = 300.0) -> None:
         raise AssertionError(f"{exc}; still waiting for: {', '.join(last)}") from None
 
 
-# A node counts as dropped by the kubelet when it has had no nvidia.com/* allocatable for
-# DROPPED_FOR_S while its device plugin pod has been Ready for DROPPED_FOR_S too: a plugin's registration after a
-# start or a SIGHUP takes a second or two here (an MPS node's plugin first waits for the MPS daemon).
-DROPPED_FOR_S = 20.0
-MAX_RESTARTS = 3  # per node and wait: a restarted plugin gets the sidecar's SIGHUPs, and so the race, again
-
-
 @dataclass
 class PluginHealer:
-    """Restarts a device plugin the real kubelet dropped while it runs, as an operator does, and says so.
+    """Restarts a device plugin the real kubelet dropped, as an operator does and as the rolling upgrade does
+    (:class:`gpuready.deploy.upgrade.registration.PluginRestarts`, which says why), printing each restart.
 
-    The kubelet (v1.36.3 ``devicemanager/plugin/v1beta1/handler.go`` ``runClient``) disconnects whichever client
-    is registered under the resource name when an old plugin's ListAndWatch ends, so a plugin that re-registers
-    quickly can lose its new registration to the old one's end: capacity stays, allocatable drops to 0, and the
-    plugin, still Running and Ready, never registers again (kubernetes/kubernetes#121994, #127803). NVIDIA's
-    config-manager sidecar makes such quick re-registrations: a SIGHUP for the default config and one for the
-    node's label right after the pod starts, and one at each change of the label. The suite reports such a node
-    (node/test_allocatable names the cause); a test waiting for a node's allocatable calls :meth:`heal` between
-    its polls (:func:`wait_until_settled`, :func:`wait_for_allocatable`)."""
+    A node counts as dropped when it has nothing of ``expected[node]`` allocatable or, for a node not in
+    ``expected``, no ``nvidia.com/*`` allocatable at all (a DRA node has none by design). The suite reports such a
+    node (node/test_allocatable names the cause); a test waiting for a node's allocatable calls :meth:`heal` between
+    its polls (:func:`wait_until_settled`, :func:`wait_for_allocatable`, :func:`restore_allocatable`)."""
 
     core: Any
-    dropped_since: dict[str, float] = field(default_factory=dict)
-    restarts: dict[str, int] = field(default_factory=dict)
+    restarts: registration.PluginRestarts = field(init=False)
 
-    def heal(self, nodes: list[Any] | None = None) -> None:
-        from datetime import UTC, datetime
+    def __post_init__(self) -> None:
+        self.restarts = registration.PluginRestarts(self.core, ADDONS, print, max_restarts=3)
 
+    def heal(self, nodes: list[Any] | None = None, expected: dict[str, list[str]] | None = None) -> None:
         nodes = self.core.list_node().items if nodes is None else nodes
-        now = time.monotonic()
-        # nothing allocatable: 0 while the kubelet keeps the dropped resource's capacity, absent once its 5-minute
-        # grace is over (the pod's Ready age below tells a dropped plugin from one still starting)
-        dropped = {n.metadata.name for n in nodes
-                   if (n.metadata.labels or {}).get(ALLOCATION_LABEL) != "dra"
-                   and not any(k.startswith("nvidia.com/") and v != "0"
-                               for k, v in (n.status.allocatable or {}).items())}  # fmt: skip
-        self.dropped_since = {node: self.dropped_since.get(node, now) for node in dropped}
-        due = {node for node, since in self.dropped_since.items()
-               if now - since >= DROPPED_FOR_S and self.restarts.get(node, 0) < MAX_RESTARTS}  # fmt: skip
-        if not due:
-            return
-        pods = self.core.list_namespaced_pod(
-            "gpu-system", label_selector="app.kubernetes.io/name=nvidia-device-plugin"
-        ).items
-        wall = datetime.now(UTC)
-        for pod in pods:
-            node = pod.spec.node_name
-            ready = [c for c in pod.status.conditions or [] if c.type == "Ready" and c.status == "True"]
-            if node not in due or not ready or pod.metadata.deletion_timestamp:
-                continue
-            if (wall - ready[0].last_transition_time).total_seconds() < DROPPED_FOR_S:
-                continue
-            print(f"{node}: nvidia.com/* in capacity, none allocatable for {now - self.dropped_since[node]:.0f} s, "
-                  f"its device plugin {pod.metadata.name} Ready: the kubelet dropped the plugin's registration "
-                  "(kubernetes/kubernetes#121994); deleting the pod")  # fmt: skip
-            self.core.delete_namespaced_pod(pod.metadata.name, "gpu-system")
-            self.restarts[node] = self.restarts.get(node, 0) + 1
-            self.dropped_since.pop(node)
+        missing = {}
+        for n in nodes:
+            name, expected_here = n.metadata.name, (expected or {}).get(n.metadata.name)
+            if expected_here is not None:
+                missing[name] = registration.unregistered(n, expected_here)
+            elif (n.metadata.labels or {}).get(ALLOCATION_LABEL) != "dra" and not any(
+                k.startswith("nvidia.com/") and v != "0" for k, v in (n.status.allocatable or {}).items()
+            ):
+                held = [k for k in n.status.capacity or {} if k.startswith("nvidia.com/")]
+                missing[name] = held or ["nvidia.com/*"]
+        self.restarts.observe(missing)
 
 
 def wait_for_allocatable(
@@ -198,21 +173,24 @@ def restore_allocatable(deployed_lab: Any, node: str, fault: str, before: dict[s
     if not faults.FAULTS[fault].effects.xid:
         return
     core = _core(deployed_lab)
-    selector = "app.kubernetes.io/name=nvidia-device-plugin"
+    healer = PluginHealer(core)
+    wanted = {node: [k for k, v in before.items() if v != "0"]}
 
     def plugin_pods() -> list[Any]:
-        pods = core.list_namespaced_pod("gpu-system", label_selector=selector).items
+        pods = core.list_namespaced_pod(ADDONS, label_selector=registration.DEVICE_PLUGIN_SELECTOR).items
         return [pod for pod in pods if pod.spec.node_name == node]
 
     gone = set()
     for pod in plugin_pods():
-        core.delete_namespaced_pod(pod.metadata.name, "gpu-system")
+        core.delete_namespaced_pod(pod.metadata.name, ADDONS)
         gone.add(pod.metadata.uid)
     seen: list[dict[str, str]] = []
 
     def back() -> bool:
         # the allocatable from before the fault, served by a new plugin pod: while the old pod terminates, the
-        # kubelet may still show the old allocatable, and drops it to 0 once that plugin is gone
+        # kubelet may still show the old allocatable, and drops it to 0 once that plugin is gone; the new one can
+        # lose its registration to the old one's end (PluginHealer)
+        healer.heal([core.read_node(node)], expected=wanted)
         seen.append(gpu_allocatable(deployed_lab, node))
         fresh = [p for p in plugin_pods() if p.metadata.uid not in gone]
         statuses = [p.status.container_statuses or [] for p in fresh]
@@ -227,7 +205,7 @@ def restore_allocatable(deployed_lab: Any, node: str, fault: str, before: dict[s
         pods = [(p.metadata.name, p.status.phase, [(c.name, c.ready, c.restart_count)
                  for c in p.status.container_statuses or []]) for p in plugin_pods()]  # fmt: skip
         logs = "".join(
-            core.read_namespaced_pod_log(name, "gpu-system", container="nvidia-device-plugin", tail_lines=15)
+            core.read_namespaced_pod_log(name, ADDONS, container="nvidia-device-plugin", tail_lines=15)
             for name, phase, _ in pods
             if phase == "Running"
         )

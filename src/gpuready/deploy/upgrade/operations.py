@@ -21,7 +21,7 @@ from gpuready import verdict as verdicts
 from gpuready.deploy import upgrade
 from gpuready.deploy.facts.host import BootId, BootTime
 from gpuready.deploy.operations.cluster_objects import cluster
-from gpuready.deploy.upgrade import maintenance
+from gpuready.deploy.upgrade import maintenance, registration
 from gpuready.spec import UpgradePolicy, knobs
 
 CONFORMANCE_LAYERS = (
@@ -167,17 +167,20 @@ def validated(
     report_dir: str,
     kubeconfig: str | None = None,
     addons_namespace: str = knobs.KNOBS["addons_namespace"].default,
+    resources: list[str] | None = None,
 ):
     """
-    Wait for the node to be Ready in its current boot and its add-on pods (``addons_namespace``) Ready again, run
-    the conformance layers for it, and uncordon it only if they pass; otherwise leave it cordoned with
-    ``upgrade-state=failed`` and the failed checks.
+    Wait for the node to be Ready in its current boot, its add-on pods (``addons_namespace``) Ready again and its
+    ``resources`` allocatable, run the conformance layers for it, and uncordon it only if they pass; otherwise
+    leave it cordoned with ``upgrade-state=failed`` and the failed checks.
 
     + node: the Node's name
     + policy: node_ready_timeout
     + conformance: the command that runs the conformance suite for this node (see conformance_command)
     + report_dir: where that command writes verdict.json
     + addons_namespace: where the GPU add-ons run (the addons_namespace knob)
+    + resources: the nvidia.com/* resources the node's device plugin serves (none on a DRA node); a plugin whose
+      registration the kubelet dropped after the reboot is restarted (see ``registration``)
     """
 
     def validate(state: Any, host: Any) -> bool:
@@ -195,6 +198,13 @@ def validated(
         if waiting:  # the suite says what is wrong with each
             logger.warning(f"{host.print_prefix}add-on pods still not Ready after {policy.node_ready_timeout}s: "
                            f"{', '.join(waiting)}")  # fmt: skip
+        unregistered = registration.wait_registered(
+            c, node, resources or [], addons_namespace, policy.node_ready_timeout,
+            say=lambda line: logger.warning(f"{host.print_prefix}{line}"),
+        )  # fmt: skip
+        if unregistered:  # node/test_allocatable says why
+            logger.warning(f"{host.print_prefix}nothing allocatable after {policy.node_ready_timeout}s: "
+                           f"{', '.join(unregistered)}")  # fmt: skip
         logger.info(f"{host.print_prefix}Ready; running conformance ({', '.join(CONFORMANCE_LAYERS)})")
         verdict_path = Path(report_dir) / "verdict.json"
         verdict_path.unlink(missing_ok=True)  # an earlier run's verdict must not stand in for this one

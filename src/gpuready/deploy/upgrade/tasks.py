@@ -192,6 +192,7 @@ def upgrade_node(plan: UpgradePlan, conformance_dir: Path) -> None:
         report_dir=str(report_dir),
         kubeconfig=kc,
         addons_namespace=host.data.get("addons_namespace", knobs.KNOBS["addons_namespace"].default),
+        resources=list(node.expected_allocatable),
     )
 
 
