@@ -161,7 +161,7 @@ def test_config_manager_init_and_sidecar(example_specs, name):
     spec = example_specs[name]
     assert spec["shareProcessNamespace"] is True  # the sidecar's SIGHUP must find the program's process
     (init,) = spec["initContainers"]
-    sidecar, main = spec["containers"]
+    main, sidecar = spec["containers"]  # the program first: see deploy/addons.py _plugin_pod
     assert init["command"] == sidecar["command"] == ["config-manager"]
     assert main["command"] == [name]
     common = {
@@ -191,7 +191,7 @@ def test_config_manager_init_and_sidecar(example_specs, name):
 
 def test_device_plugin_mounts_the_hosts_cdi_and_mps_dirs(example_specs):
     spec = example_specs["nvidia-device-plugin"]
-    main = spec["containers"][-1]
+    main = spec["containers"][0]
     mounts = {m["name"]: m["mountPath"] for m in main["volumeMounts"]}
     volumes = {v["name"]: v["hostPath"] for v in spec["volumes"] if "hostPath" in v}
     assert mounts["cdi-root"] == "/var/run/cdi"
@@ -221,7 +221,7 @@ def test_device_plugin_mounts_the_hosts_cdi_and_mps_dirs(example_specs):
 def test_mig_monitor_and_sys_admin_only_where_a_pool_uses_mig(example_specs, tmp_path):
     # the example fleet has an A100 MIG pool
     for name in ("nvidia-device-plugin", "gpu-feature-discovery"):
-        init, sidecar, main = example_specs[name]["initContainers"][0], *example_specs[name]["containers"]
+        init, main, sidecar = example_specs[name]["initContainers"][0], *example_specs[name]["containers"]
         assert env(main)["NVIDIA_MIG_MONITOR_DEVICES"] == "all"
         assert main["securityContext"] == {"capabilities": {"add": ["SYS_ADMIN"]}}
         for helper in (init, sidecar):
@@ -238,7 +238,7 @@ def test_mig_monitor_and_sys_admin_only_where_a_pool_uses_mig(example_specs, tmp
     )
     specs = pod_specs(render_all(fleet, AddonSettings()))
     for name in ("nvidia-device-plugin", "gpu-feature-discovery"):
-        main = specs[name]["containers"][-1]
+        main = specs[name]["containers"][0]
         assert "NVIDIA_MIG_MONITOR_DEVICES" not in env(main)
         assert main["securityContext"] == {
             "allowPrivilegeEscalation": False,
@@ -247,7 +247,7 @@ def test_mig_monitor_and_sys_admin_only_where_a_pool_uses_mig(example_specs, tmp
 
 
 def test_gfd_knows_its_node_namespace_and_pod(example_specs):
-    values = env(example_specs["gpu-feature-discovery"]["containers"][-1])
+    values = env(example_specs["gpu-feature-discovery"]["containers"][0])
     assert values["NODE_NAME"] == {"fieldRef": {"fieldPath": "spec.nodeName"}}
     assert values["NAMESPACE"] == {"fieldRef": {"fieldPath": "metadata.namespace"}}
     assert values["POD_NAME"] == {"fieldRef": {"fieldPath": "metadata.name"}}
@@ -287,7 +287,7 @@ def test_mps_pools_get_the_mps_control_daemon(tmp_path):
         {"name": "mps-root", "mountPath": "/mps", "mountPropagation": "Bidirectional"}
     ]
     assert init["command"] == ["config-manager"] and env(init)["ONESHOT"] == "true"
-    sidecar, main = spec["containers"]
+    main, sidecar = spec["containers"]
     assert (
         env(sidecar)["PROCESS_TO_SIGNAL"] == "/usr/bin/mps-control-daemon" and env(sidecar)["SIGNAL"] == "1"
     )

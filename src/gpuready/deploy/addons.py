@@ -287,15 +287,13 @@ def _plugin_pod(
                 "volumeMounts": config_mounts,
             }
         ],
+        # The program first, unlike the chart (sidecar first): the kubelet starts a pod's containers in order, and
+        # v0.19.3's sidecar exits on "error finding pid: no process found" when it signals a program not yet
+        # started, which it does at each start on a node whose config label is not the default (its first read
+        # of the label is "", so it applies the default, then the label). Seen after the rolling upgrade's reboot
+        # in CI: the sidecar started 1 s before the plugin, crash-looped into CrashLoopBackOff, and the node
+        # stayed cordoned on node/test_device_plugin_ready.
         "containers": [
-            {
-                "name": "config-manager",
-                "image": image,
-                "command": ["config-manager"],
-                "env": _config_env(False, program),
-                "securityContext": _no_privilege(),
-                "volumeMounts": config_mounts,
-            },
             {
                 "name": name,
                 "image": image,
@@ -303,6 +301,14 @@ def _plugin_pod(
                 "env": main_env,
                 "securityContext": _security(mig),
                 "volumeMounts": config_mounts + mounts,
+            },
+            {
+                "name": "config-manager",
+                "image": image,
+                "command": ["config-manager"],
+                "env": _config_env(False, program),
+                "securityContext": _no_privilege(),
+                "volumeMounts": config_mounts,
             },
         ],
         "volumes": [
@@ -423,7 +429,7 @@ def mps_control_daemon(
     # hostPID instead of a shared process namespace (the API refuses both)
     del pod["shareProcessNamespace"]
     pod["hostPID"] = True
-    sidecar, main = pod["containers"]
+    main, sidecar = pod["containers"]  # the program first (_plugin_pod)
     for env in sidecar["env"]:
         if env["name"] == "PROCESS_TO_SIGNAL":
             env["value"] = MPS_DAEMON_PATH
