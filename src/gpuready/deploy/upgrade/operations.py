@@ -203,8 +203,7 @@ def validated(
             say=lambda line: logger.warning(f"{host.print_prefix}{line}"),
         )  # fmt: skip
         if unregistered:  # node/test_allocatable says why
-            logger.warning(f"{host.print_prefix}nothing allocatable after {policy.node_ready_timeout}s: "
-                           f"{', '.join(unregistered)}")  # fmt: skip
+            logger.warning(f"{host.print_prefix}nothing allocatable of: {', '.join(unregistered)}")
         logger.info(f"{host.print_prefix}Ready; running conformance ({', '.join(CONFORMANCE_LAYERS)})")
         verdict_path = Path(report_dir) / "verdict.json"
         verdict_path.unlink(missing_ok=True)  # an earlier run's verdict must not stand in for this one
