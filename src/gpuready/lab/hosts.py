@@ -861,7 +861,7 @@ def down(paths: LabPaths, quiet: bool = False) -> None:
     api = state.get("apiserver") or {}
     if api:
         cluster.down(api)  # each process by its recorded pid, checked to still be that program
-    _reap([pid for pid in [*(api.get("pids") or {}).values(), (api.get("agent") or {}).get("pid")] if pid])
+    _reap([pid for pid in (api.get("pids") or {}).values() if pid])
 
     for server in (state.get("repo") or {}, state.get("egress") or {}):
         if _alive(server.get("pid"), server.get("pid_start")):
@@ -882,8 +882,8 @@ def down(paths: LabPaths, quiet: bool = False) -> None:
     shutil.rmtree(paths.hosts_dir, ignore_errors=True)
     shutil.rmtree(paths.repo_root, ignore_errors=True)
     shutil.rmtree(paths.packages_dir, ignore_errors=True)
-    for cluster_dir in ("controlplane", "agent"):  # a fresh PKI and etcd per lab: the subnet may differ
-        shutil.rmtree(paths.root / cluster_dir, ignore_errors=True)
+    # a fresh PKI and etcd per lab: the subnet may differ
+    shutil.rmtree(paths.root / "controlplane", ignore_errors=True)
     paths.state_file.unlink(missing_ok=True)
     if hosts and not quiet:
         progress("lab down")
