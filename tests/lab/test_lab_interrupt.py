@@ -1,6 +1,8 @@
 """Interrupted runs on the deployed session lab (#31 item 5): a suite run stopped by Ctrl-C while its pods are
 pending, or by SIGTERM (a cancelled CI job) during the diag layer, and a node deploy killed while it joins the
-node, leave nothing behind, and the same command run again converges to the same result.
+node, leave nothing behind, and the same command run again converges to the same result. So do joins the real
+bootstrap flow refuses (a CA hash that is not the cluster's, a token with a wrong secret): the deploy fails with
+kubeadm's own reason, naming the host.
 
 "Nothing behind" is read from the real places: no namespace of the suite's left in the cluster (Active or still
 Terminating at the end), no diag tool still running on a lab host, no join configuration (it holds the bootstrap
@@ -193,7 +195,9 @@ def test_sigterm_during_the_diag_layer_leaves_no_diag_tool_running_and_reruns_th
     assert {s for s in statuses(first).values()} <= {"pass", "skip"}
 
 
-def test_a_node_deploy_killed_while_it_joins_leaves_no_secret_and_the_rerun_converges(deployed_lab):
+def test_a_join_the_cluster_refuses_or_a_deploy_killed_while_it_joins_leaves_no_secret_and_the_rerun_converges(
+    deployed_lab,
+):
     lab, node = deployed_lab.lab, "gpu-node-3"
     core = cluster(deployed_lab).core
     lab.ssh(node, "kubeadm reset -f >/dev/null 2>&1; systemctl stop kubelet || true")
@@ -202,6 +206,29 @@ def test_a_node_deploy_killed_while_it_joins_leaves_no_secret_and_the_rerun_conv
     except kube.client.exceptions.ApiException as exc:
         if exc.status != 404:
             raise
+    # the real bootstrap flow refuses a CA hash that is not the cluster's and a token whose secret is wrong: the
+    # deploy fails naming the host with kubeadm's own reason, and the host keeps no token
+    token = Path((load_state(lab.paths) or {})["apiserver"]["join_token_file"]).read_text().strip()
+    token_id = token.split(".", 1)[0]
+    refusals = {
+        "a CA hash that is not the cluster's": (
+            ["--data", f"kube_ca_cert_hash=sha256:{'0' * 64}"],
+            {},
+            "none of the public keys",
+        ),
+        "a token with a wrong secret": (
+            [],
+            {"GPUREADY_JOIN_TOKEN": f"{token_id}.{'0' * 16}"},
+            "failed to verify JWS signature",
+        ),
+    }
+    for what, (args, env, reason) in refusals.items():
+        refused = run_pyinfra(lab, "--limit", node, *args, env=env)
+        assert refused.returncode != 0, f"a join with {what} did not fail: {refused.output[-2000:]}"
+        assert reason in refused.output and node in refused.output, (what, refused.failure)
+        left = lab.ssh(node, f"test -e {JOIN_CONFIG} && echo left || echo gone").stdout.strip()
+        assert left == "gone", f"the join configuration stayed on {node} after a join with {what}"
+        assert token.split(".", 1)[1] not in refused.output, "the deploy's output shows the bootstrap secret"
     proc = subprocess.Popen(
         [str(PYINFRA), "-y", "--limit", node, "inventory/lab.py", "deploys/gpu_node.py"],
         cwd=REPO,
