@@ -66,7 +66,7 @@ for path in sorted(glob.glob(images + "/*.oci.tar")):
     if done.returncode != 0:
         print(f"import failed: {{path}}", file=sys.stderr)
 '''
-CONTAINERD_DROPIN = f"""# gpuready lab only (real-kubelet mode): the lab's images, imported whenever containerd starts
+CONTAINERD_DROPIN = f"""# gpuready lab only (real-kubelet mode): the lab's images containerd lacks, imported whenever it starts
 [Service]
 ExecStartPost=-{IMPORT_SCRIPT}
 """
