@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from interrupts import default_sigint
 from polling import wait_for
 from pyinfra_runs import PYINFRA, REPO, run_pyinfra
 from suite_runs import failed, run_suite
@@ -80,7 +81,13 @@ def start_suite(deployed_lab: Any, report_dir: Path, *args: str) -> subprocess.P
            state["apiserver"]["kubeconfig"], "--report-dir", str(report_dir), "-p", "no:cacheprovider", "-q",
            *args]  # fmt: skip
     return subprocess.Popen(
-        cmd, cwd=REPO, env=deployed_lab.lab.env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        cmd,
+        cwd=REPO,
+        env=deployed_lab.lab.env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        preexec_fn=default_sigint,  # the Ctrl-C case needs SIGINT deliverable, even when ours is ignored
     )
 
 

@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
+from interrupts import default_sigint
 from test_spec import write_inventory
 
 from gpuready.conformance import probe
@@ -164,6 +165,7 @@ def run_join(tmp_path: Path, bin_: Path, does: str, stderr: int | None = None) -
         stdin=subprocess.PIPE,
         stderr=stderr,
         start_new_session=True,
+        preexec_fn=default_sigint,  # the Ctrl-C case needs SIGINT deliverable, even when ours is ignored
     )
 
 
