@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
+from last_user import LastUser
 
 from gpuready.lab import hosts
 from gpuready.lab.state import LabPaths
@@ -120,13 +121,11 @@ def hold_wildcard_port(port: int = 22) -> socket.socket | None:
 # The session lab goes down right after the last test that uses it (test_lab_lifecycle.py's, in a whole run), not
 # at the end of the session: the labs of the modules after it (the upgrade's 4 real-kubelet hosts) would not fit
 # beside it in root's inotify instances, with the session's virtual-node cluster (tests/conftest.py) still up too.
-_session_lab: dict[str, Any] = {}  # "last": the nodeid of its last test; "paths": while it is up
+_session_lab = LastUser("lab")
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
-    users = [item.nodeid for item in session.items if "lab" in getattr(item, "fixturenames", ())]
-    if users:
-        _session_lab["last"] = users[-1]
+    _session_lab.collected(session.items)
 
 
 @pytest.fixture(scope="session")
@@ -141,11 +140,15 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Any:
         finally:
             if listener is not None:
                 listener.close()
-        _session_lab["paths"] = paths
+        # killed, not shut down: its state is thrown away
+        _session_lab.hold(lambda: hosts.down(paths, quiet=True, poweroff=False))
         yield Lab(paths, state)
     finally:
         with contextlib.suppress(Exception):
-            hosts.down(paths, quiet=True)
+            _session_lab.release()
+            hosts.down(
+                paths, quiet=True, poweroff=False
+            )  # one whose bring-up failed: finds nothing or leftovers
 
 
 @contextlib.contextmanager
@@ -170,7 +173,7 @@ def real_kubelet_lab(
         yield Lab(paths, state)
     finally:
         with contextlib.suppress(Exception):
-            hosts.down(paths, quiet=True)
+            hosts.down(paths, quiet=True, poweroff=False)  # thrown away: no orderly shutdown
 
 
 # --- deploys on the session lab ----------------------------------------------------------------------------------
@@ -273,8 +276,7 @@ def _take_down_shared() -> None:
 def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:
     if "stack" in _shared and (nextitem is None or "real_l4_lab" not in nextitem.fixturenames):
         _take_down_shared()
-    if item.nodeid == _session_lab.get("last") and "paths" in _session_lab:
-        hosts.down(_session_lab.pop("paths"), quiet=True)  # the fixture's own teardown finds nothing left
+    _session_lab.after(item)
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:

@@ -82,7 +82,7 @@ def discover_lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Lab
         yield lab, cluster
     finally:
         with contextlib.suppress(Exception):
-            hosts.down(paths, quiet=True)
+            hosts.down(paths, quiet=True, poweroff=False)  # thrown away: no orderly shutdown
 
 
 def allocatable(cluster: kube.Cluster, node: str) -> str | None:

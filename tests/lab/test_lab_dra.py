@@ -60,7 +60,7 @@ def dra_lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Lab, kub
         yield lab, kube.connect(lab.state["apiserver"]["kubeconfig"])
     finally:
         with contextlib.suppress(Exception):
-            hosts.down(paths, quiet=True)
+            hosts.down(paths, quiet=True, poweroff=False)  # thrown away: no orderly shutdown
 
 
 def slices(cluster: kube.Cluster, node: str) -> list[dict[str, Any]]:

@@ -42,7 +42,7 @@ def one_host() -> Iterator[Lab]:
         yield Lab(paths, state)
     finally:
         with contextlib.suppress(Exception):
-            hosts.down(paths, quiet=True)
+            hosts.down(paths, quiet=True, poweroff=False)  # thrown away: no orderly shutdown
         mounts = Path("/proc/mounts").read_text()
         assert str(STATE_DIR) not in mounts, "a mount of the lab is left"
 

@@ -95,7 +95,7 @@ def mig_fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MigFleet]:
         yield MigFleet(lab, first, second)
     finally:
         with contextlib.suppress(Exception):
-            hosts.down(paths, quiet=True)
+            hosts.down(paths, quiet=True, poweroff=False)  # thrown away: no orderly shutdown
 
 
 def test_the_deploy_installs_the_boot_unit_and_a_second_run_changes_nothing(mig_fleet: MigFleet) -> None:

@@ -78,7 +78,7 @@ def os_lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
         yield Lab(paths, state)
     finally:
         with contextlib.suppress(Exception):
-            hosts.down(paths, quiet=True)
+            hosts.down(paths, quiet=True, poweroff=False)  # thrown away: no orderly shutdown
 
 
 def release_of(lab: Lab) -> dict[str, str]:

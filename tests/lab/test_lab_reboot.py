@@ -256,6 +256,20 @@ def test_pyinfra_server_reboot_waits_and_reconnects(reboot_lab, tmp_path):
 # --- stopping ---------------------------------------------------------------------------------------------------
 
 
+def test_down_without_poweroff_kills_a_deployed_host_and_leaves_nothing(reboot_lab):
+    """What the test fixtures do with a lab they are done with (hosts.down(poweroff=False), `lab down --kill`):
+    the deployed host (containerd, the kubelet, its overlay snapshots) is killed, not shut down, and nothing of it
+    is left: no process, cgroup, mount or nspawn directory. Last of the reboot_lab tests: the lab is gone after."""
+    lab = reboot_lab
+    assert lab.ssh("systemctl is-active containerd kubelet", check=False).stdout.split()[0] == "active"
+    assert lab_leftovers(lab)["processes"]  # the lab is up
+
+    hosts.down(lab.paths, quiet=True, poweroff=False)
+
+    assert lab_leftovers(lab) == {k: [] for k in lab_leftovers(lab)}
+    assert not lab.paths.state_file.exists()
+
+
 def wait_for_exit_status(pid: int) -> int:
     """The supervisor is a child of this process (`up` ran here): reap it and return its exit status."""
     deadline = time.monotonic() + hosts.STOP_TIMEOUT_S + 10

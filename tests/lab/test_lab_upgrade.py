@@ -56,7 +56,7 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Lab, kube.
         yield lab, cluster
     finally:
         with contextlib.suppress(Exception):
-            hosts.down(paths, quiet=True)
+            hosts.down(paths, quiet=True, poweroff=False)  # thrown away: no orderly shutdown
 
 
 def _start_workload(cluster: kube.Cluster) -> None:

@@ -40,3 +40,13 @@ def test_fault_help_lists_every_fault(parse, argv):
     for fault in faults.FAULTS.values():
         scope = "[per GPU]" if fault.per_gpu else "[host]"
         assert entries[fault.name].split(maxsplit=1)[1].startswith(scope)
+
+
+@pytest.mark.parametrize(("argv", "poweroff"), [(["down"], True), (["down", "--kill"], False)])
+def test_lab_down_powers_hosts_off_unless_told_to_kill_them(monkeypatch, tmp_path, argv, poweroff):
+    calls = []
+    monkeypatch.setenv("GPUREADY_LAB_DIR", str(tmp_path))
+    monkeypatch.setattr(lab_cli.hosts, "down", lambda paths, **kw: calls.append((paths.root, kw)))
+    assert lab_cli.main(argv) == 0
+    assert calls == [(tmp_path, {"poweroff": poweroff})]
+    assert "--kill" in help_text(lab_cli.main, ["down", "--help"])

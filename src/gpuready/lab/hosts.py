@@ -835,13 +835,24 @@ def _overlay_mounts_under(root: Path) -> list[Path]:
     return sorted(found, key=lambda p: len(str(p)), reverse=True)
 
 
-def down(paths: LabPaths, quiet: bool = False) -> None:
-    """Stop everything this lab started and remove it; safe after a crash and when nothing is running."""
+def down(paths: LabPaths, quiet: bool = False, poweroff: bool = True) -> None:
+    """Stop everything this lab started and remove it; safe after a crash and when nothing is running.
+
+    `poweroff` (the default, `gpuready lab down`) shuts each host down in order, as a node is: its systemd stops
+    the kubelet and containerd, and waits for containers whose PID 1 ignores SIGTERM (a `sleep` pod) up to
+    STOP_TIMEOUT_S. ``poweroff=False`` kills the hosts instead, for a lab whose state is thrown away anyway (the
+    test fixtures: a deployed lab's shutdown took 10 to 40 s of each lab test module's teardown).
+    """
     state = load_state(paths) or {}
     hosts = state.get("hosts", {})
     supervisors = {n: h["pid"] for n, h in hosts.items() if _alive(h.get("pid"), h.get("pid_start"))}
     if supervisors and not quiet:
-        progress(f"stopping {len(supervisors)} host(s)")
+        progress(f"{'stopping' if poweroff else 'killing'} {len(supervisors)} host(s)")
+    if not poweroff:
+        for pid in supervisors.values():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)  # first, so no supervisor boots its host again
+        supervisors = {}
     for pid in supervisors.values():
         with contextlib.suppress(ProcessLookupError):
             # the supervisor passes it to nspawn, which powers the container off in order; no restart follows
