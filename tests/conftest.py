@@ -24,6 +24,7 @@ from typing import Any
 
 import pytest
 from kubernetes import client, config
+from last_user import LastUser
 
 from gpuready.lab import network
 from gpuready.lab.agent import control
@@ -131,30 +132,26 @@ def lab_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LabCluster
         finally:
             network.destroy(net.netns, net.root_veth)
 
-    _cluster["down"] = take_down
+    _cluster.hold(take_down)
     try:
         yield LabCluster(entry, net, Path(entry["kubeconfig"]))
     finally:
-        if _cluster.pop("down", None) is not None:
-            take_down()
+        _cluster.release()
 
 
 # The lab cluster goes down right after its last user (pytest_runtest_teardown below), not at the end of the
 # session: the lab tests after it bring up control planes and hosts of their own, and an idle one beside them still
 # takes CPU (API server, etcd, controller manager, the node agent's heartbeats) and root's inotify instances.
-_cluster: dict[str, Any] = {}  # "last": the nodeid of its last user; "down": its teardown while it is up
+_cluster = LastUser("lab_cluster")
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
-    users = [item.nodeid for item in session.items if "lab_cluster" in getattr(item, "fixturenames", ())]
-    if users:
-        _cluster["last"] = users[-1]
+    _cluster.collected(session.items)
 
 
 @pytest.hookimpl(trylast=True)
 def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:
-    if item.nodeid == _cluster.get("last") and (down := _cluster.pop("down", None)) is not None:
-        down()  # the fixture's own teardown finds nothing left to do
+    _cluster.after(item)
 
 
 @pytest.fixture
