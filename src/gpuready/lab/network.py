@@ -12,7 +12,7 @@ another takes the next free /16 of SUBNETS, 10.214.0.0/16 and so on, so the rout
     10.213.0.1          the control plane: the API server listens here (port 6443)
     10.213.0.2          the lab's apt repository server (port 80) and its egress proxy (port 3128, see below)
     10.213.1.N          host N (gpu-node-N, N = 1..250): its sshd on port 22, its kubelet's node address
-    10.213.128.0/17     reserved for pod IPs (add_address / remove_address, for the node agent)
+    10.213.128.0/17     reserved for pod IPs
     10.213.0.254        this machine's end of the veth pair: the source of connections from here; nothing listens
 
 Devices:
@@ -244,14 +244,9 @@ def addresses(netns: str) -> list[str]:
 
 
 def add_address(netns: str, address: str) -> None:
-    """Put an address (a host's, a pod's) on the lab interface; adding one that is there already is fine."""
+    """Put an address (a host's, the control plane's) on the lab interface; adding one that is there already is
+    fine."""
     _ip("addr", "replace", f"{address}/32", "dev", LAB_INTERFACE, netns=netns)
-
-
-def remove_address(netns: str, address: str) -> None:
-    """Take an address off the lab interface; removing one that is not there is fine."""
-    if address in addresses(netns):
-        _ip("addr", "del", f"{address}/32", "dev", LAB_INTERFACE, netns=netns)
 
 
 def pids(netns: str) -> list[int]:

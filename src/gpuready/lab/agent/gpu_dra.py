@@ -30,7 +30,6 @@ allocated claims. The real scheduler allocates; nothing here picks devices.
 from __future__ import annotations
 
 import json
-import re
 import threading
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -40,15 +39,14 @@ from gpuready.spec.dra import DRIVER, GPU_TYPE, MIB, MIG_TYPE, binary_quantity, 
 from .api import ApiError, object_path
 from .dra_devices import ClaimRef, device_name, host_devices
 from .gpu_host import Gpu, HostState, MigDevice
-from .gpu_images import DRA_REPOS, Exposure, klog
+from .gpu_images import Exposure, klog
 from .gpu_plugin import env_of, flag_of
-from .runtime import ContainerPlan, normalize_image
+from .runtime import ContainerPlan
 
 if TYPE_CHECKING:
     from .gpu import LabGpuBackend
 
 Obj = dict[str, Any]
-DRA_TAG = re.compile(r"^v\d+\.\d+\.\d+(-[a-z0-9.]+)?$")
 SLICES = "resourceslices.resource.k8s.io"
 CLAIMS = "resourceclaims.resource.k8s.io"
 NOT_PREPARED = "FailedPrepareDynamicResources"
@@ -90,11 +88,6 @@ def config_problem(params: Obj, mig: bool, gates: set[str]) -> str | None:
         if mig and sharing.get("timeSlicingConfig"):
             return "can only set the time-slice interval on full GPUs"
     return None
-
-
-def is_dra_image(image: str) -> bool:
-    repo, tag = normalize_image(image)
-    return repo in DRA_REPOS and bool(DRA_TAG.match(tag))
 
 
 def _device(host: HostState, gpu: Gpu, mig: MigDevice | None) -> Obj:

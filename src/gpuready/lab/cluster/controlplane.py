@@ -255,11 +255,6 @@ def start(
     }
 
 
-def admin_kubeconfig(entry: dict[str, Any]) -> Path:
-    """The cluster-admin kubeconfig (group ``kubeadm:cluster-admins``, as ``kubeadm init`` leaves admin.conf)."""
-    return Path(entry["kubeconfig"])
-
-
 def ca_cert_hash(ca_pem: bytes) -> str:
     """``sha256:<hex>`` of the CA's SubjectPublicKeyInfo: ``kubeadm join --discovery-token-ca-cert-hash`` pins it."""
     from cryptography import x509

@@ -103,20 +103,6 @@ def library_cache(name: str, go: str, cache: Path | None = None) -> Path:
     return (cache or cache_dir()) / f"silicon-{source_hash(name, go)}"
 
 
-def cached_libraries(cache: Path | None = None) -> dict[str, Path] | None:
-    """Every available library's built file when all are in the cache for the current sources; else None."""
-    go = go_version()
-    if go is None:
-        return None
-    found = {}
-    for name, lib in available().items():
-        path = library_cache(name, go, cache) / lib.filename
-        if not path.is_file():
-            return None
-        found[name] = path
-    return found
-
-
 def _nvml_include(env: dict[str, str], work: Path) -> Path:
     """The directory holding go-nvml's nvml.h, downloaded into the Go module cache if needed."""
     include = download_module(GO_NVML, GO_NVML_VERSION, work, env).dir / "pkg" / "nvml"
