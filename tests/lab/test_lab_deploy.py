@@ -154,7 +154,8 @@ def test_driver_version_change_upgrades_exactly_the_driver(deployed_lab):
         changed = _changed_steps(run)
         assert changed == {
             "Pin the NVIDIA driver version",
-            "Add the cuda repository and its signing key",  # refreshes the lists: the new pins are missing
+            # one refresh of the lists, for the repositories of the whole deploy: the new pins are missing
+            "Refresh the apt lists for cuda, nvidia-container-toolkit, kubernetes",
             "Install and hold NVIDIA driver 570.195.03",
         }
         assert driver_package_versions(lab, node) == {"570.195.03-1"}

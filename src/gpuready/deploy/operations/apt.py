@@ -26,7 +26,9 @@ def package_names(pins: list[str]) -> list[str]:
 
 
 @operation()
-def repository(repo: str, source: str, keyring: str, keyring_url: str, refresh: bool = False):
+def repository(
+    repo: str, source: str, keyring: str, keyring_url: str, refresh: bool = False, update: bool = True
+):
     """
     An apt source ``/etc/apt/sources.list.d/<repo>.list`` with its ``signed-by`` keyring.
 
@@ -39,6 +41,7 @@ def repository(repo: str, source: str, keyring: str, keyring_url: str, refresh: 
     + keyring_url: where the signing key is downloaded from
     + refresh: run ``apt-get update`` even if the source is in place (a pinned package is missing); it runs
       anyway when the key or the source changed. Never otherwise: apt update always reports a change
+    + update: ``False`` leaves the lists to one :func:`lists` after several repositories (the node deploy's)
 
     **Example:**
 
@@ -58,6 +61,36 @@ def repository(repo: str, source: str, keyring: str, keyring_url: str, refresh: 
         yield from pyinfra_apt.key._inner(src=keyring_url, dest=keyring)
     if not has_source:
         yield from pyinfra_apt.repo._inner(src=source, filename=repo)
+    if update:
+        yield from pyinfra_apt.update._inner()
+
+
+@operation()
+def lists(sources: dict[str, str], keyrings: list[str], pins: list[str]):
+    """
+    One ``apt-get update`` for several repositories added before it with ``update=False``: when any of their keys
+    or sources was not in place before this run, or a pin is missing. Never otherwise.
+
+    + sources: each repository's list file base name -> its ``deb`` line
+    + keyrings: their keyring paths
+    + pins: every ``name=version`` the repositories must serve
+
+    **Example:**
+
+    .. code:: python
+
+        apt.lists(name="Refresh the apt lists", sources={"cuda": "deb [signed-by=...] https://... /"},
+                  keyrings=["/etc/apt/keyrings/cuda.gpg"], pins=["nvidia-driver=580.178.04-1"])
+    """
+    new_keys = [k for k in keyrings if node_fact(FileDigest, path=k) is None]
+    new_sources = [
+        r
+        for r, line in sources.items()
+        if line not in (node_fact(FileText, path=list_path(r)) or "").splitlines()
+    ]
+    if not (new_keys or new_sources or missing(pins)):
+        host.noop(f"apt lists of {', '.join(sources)} current for their pins")
+        return
     yield from pyinfra_apt.update._inner()
 
 

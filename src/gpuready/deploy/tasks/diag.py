@@ -20,7 +20,7 @@ from gpuready.deploy.facts.host import UnitState
 from gpuready.deploy.node_facts import FactSpec, node_fact, reads
 from gpuready.deploy.operations import apt as gpu_apt
 from gpuready.deploy.operations import host as host_ops
-from gpuready.deploy.tasks.repos import repository
+from gpuready.deploy.tasks.repos import task_repository
 from gpuready.nvidia import diag_packages
 from gpuready.spec import knobs
 
@@ -46,12 +46,7 @@ def diag_tools() -> None:
     # the CUDA repository's lists change in this run when it is new or refreshed for a missing package: the
     # nvbandwidth candidate read before the run is then stale, and the node decides itself
     lists_change = bool(gpu_apt.missing(packages))
-    repository(
-        repo="cuda",
-        url_template=node.repos["cuda_repo_url"],
-        keyring_url_template=node.repos["cuda_repo_keyring_url"],
-        pins=packages,
-    )
+    task_repository("diag")
     gpu_apt.installed(name=f"Install DCGM ({', '.join(packages)})", packages=packages)
     gpu_apt.where_available(
         name=f"Install {diag_packages.NVBANDWIDTH} where a repository has it",

@@ -10,7 +10,7 @@ from gpuready.deploy.context import current_node
 from gpuready.deploy.facts.host import FileDigest, UnitState
 from gpuready.deploy.node_facts import FactSpec, node_fact, reads
 from gpuready.deploy.operations import host as host_ops
-from gpuready.deploy.tasks.repos import install_pinned, repository
+from gpuready.deploy.tasks.repos import install_pinned, task_repository
 from gpuready.nvidia.driver_packages import driver_package_names
 from gpuready.spec import NodeSpec, knobs
 
@@ -56,13 +56,7 @@ def nvidia_driver(reboot_follows: bool = False) -> None:
     """``reboot_follows``: the caller reboots the node next (the rolling upgrade), so its services wait for the boot."""
     node = current_node()
     pins = node.apt_packages["driver"]
-    if node.versions.driver_source == "cuda-repo":
-        repository(
-            repo="cuda",
-            url_template=node.repos["cuda_repo_url"],
-            keyring_url_template=node.repos["cuda_repo_keyring_url"],
-            pins=pins,
-        )
+    task_repository("driver")
     installed = node_fact(DebPackages).get("nvidia-driver") or []
     # A driver that changes under a loaded kernel module gives "Driver/library version mismatch" until the node
     # reboots: its services cannot start before that, and the node must not be used.

@@ -10,7 +10,7 @@ from gpuready.deploy.facts.kubeadm import KubeletJoined
 from gpuready.deploy.node_facts import FactSpec, reads
 from gpuready.deploy.operations import host as host_ops
 from gpuready.deploy.operations import kubeadm
-from gpuready.deploy.tasks.repos import install_pinned, repository
+from gpuready.deploy.tasks.repos import install_pinned, task_repository
 from gpuready.spec import knobs
 
 UNIT = "kubelet"
@@ -26,12 +26,7 @@ def facts_read() -> list[FactSpec]:
 def kubernetes_packages() -> None:
     node = current_node()
     pins = node.apt_packages["kubernetes"]
-    repository(
-        repo="kubernetes",
-        url_template=node.repos["kubernetes_repo_url"],
-        keyring_url_template=node.repos["kubernetes_repo_keyring_url"],
-        pins=pins,
-    )
+    task_repository("kubernetes")
     install_pinned(f"kubelet, kubeadm, kubectl {node.versions.kubernetes}", pins)
     host_ops.service(name="Enable kubelet", unit=UNIT, enabled=True)
 

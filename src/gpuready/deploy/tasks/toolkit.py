@@ -10,7 +10,7 @@ from gpuready.deploy.facts.host import FileDigest, UnitState
 from gpuready.deploy.node_facts import FactSpec, reads
 from gpuready.deploy.operations import cdi as cdi_ops
 from gpuready.deploy.operations import host as host_ops
-from gpuready.deploy.tasks.repos import install_pinned, repository
+from gpuready.deploy.tasks.repos import install_pinned, task_repository
 from gpuready.nvidia import cdi
 from gpuready.spec import knobs
 
@@ -34,12 +34,7 @@ def facts_read() -> list[FactSpec]:
 def container_toolkit() -> None:
     node = current_node()
     pins = node.apt_packages["toolkit"]
-    repository(
-        repo="nvidia-container-toolkit",
-        url_template=node.repos["nvidia_container_repo_url"],
-        keyring_url_template=node.repos["nvidia_container_repo_keyring_url"],
-        pins=pins,
-    )
+    task_repository("toolkit")
     install_pinned(f"NVIDIA container toolkit {node.versions.toolkit}", pins)
     if not node.cdi:
         return
