@@ -43,7 +43,8 @@ def test_a_test_that_reaches_lab_cluster_is_marked_cluster(tmp_path):
     another fixture) and every test in its cluster directories, so `-m "not cluster and not lab"` is the unit run."""
     tests = tmp_path / "tests"
     (tests / "kube").mkdir(parents=True)
-    shutil.copy(REPO / "tests" / "conftest.py", tests / "conftest.py")
+    for helper in ("conftest.py", "last_user.py"):  # the conftest and the module it imports
+        shutil.copy(REPO / "tests" / helper, tests / helper)
     (tests / "test_sample.py").write_text(
         "import pytest\n\n"
         "@pytest.fixture\n"
