@@ -69,13 +69,16 @@ def test_every_addon_runs_on_a_pool_with_a_taint_of_its_own(tainted_lab: Any, tm
     assert {"DaemonSet/nvidia-device-plugin", "DaemonSet/gpu-feature-discovery", "DaemonSet/nfd-worker",
             "DaemonSet/nvidia-dcgm-exporter", "Deployment/nfd-master"} <= set(_controllers(lab))  # fmt: skip
     wait_until_settled(tainted_lab)
+    wait_for_the_pools_config(tainted_lab)
     verdict = run_suite(tainted_lab, tmp_path)
     assert failed(verdict) == {}, json.dumps(verdict["nodes"], indent=1)[-6000:]
 
 
-def test_an_xid_79_through_nvidias_plugin_takes_one_device_out_and_the_suite_names_the_gpu(
-    tainted_lab: Any, tmp_path: Path
-) -> None:
+def wait_for_the_pools_config(tainted_lab: Any) -> None:
+    """All 4 replicas (2 GPUs x 2) allocatable: the plugin runs the pool's config. NVIDIA's config-manager (v0.19.3)
+    applies DEFAULT_CONFIG first at each start and the node's label a moment later (a SIGHUP), so the node can
+    advertise its 2 whole GPUs in between: the suite, run in that moment, rightly fails the allocatable check (CI
+    at bb4552a: "allocatable nvidia.com/gpu = 2, expected 4"). The open item: one DaemonSet per pool config."""
     seen: list[dict[str, str]] = []
 
     def all_replicas() -> bool:
@@ -88,6 +91,12 @@ def test_an_xid_79_through_nvidias_plugin_takes_one_device_out_and_the_suite_nam
         logs = _kubectl(tainted_lab.lab.state, "logs", "-n", NAMESPACE, "-l",
                         "app.kubernetes.io/name=nvidia-device-plugin", "--all-containers", "--tail=30")  # fmt: skip
         raise AssertionError(f"{exc}; allocatable {seen[-1]}\n{logs.stdout}{logs.stderr}") from None
+
+
+def test_an_xid_79_through_nvidias_plugin_takes_one_device_out_and_the_suite_names_the_gpu(
+    tainted_lab: Any, tmp_path: Path
+) -> None:
+    wait_for_the_pools_config(tainted_lab)
     bus = tainted_lab.lab.ssh(
         NODE, "nvidia-smi -i 1 --query-gpu=pci.bus_id --format=csv,noheader"
     ).stdout.strip()
