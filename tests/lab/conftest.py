@@ -146,9 +146,8 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Any:
     finally:
         with contextlib.suppress(Exception):
             _session_lab.release()
-            hosts.down(
-                paths, quiet=True, poweroff=False
-            )  # one whose bring-up failed: finds nothing or leftovers
+            # after its last user this finds nothing left; after a failed bring-up, what that left
+            hosts.down(paths, quiet=True, poweroff=False)
 
 
 @contextlib.contextmanager

@@ -841,7 +841,8 @@ def down(paths: LabPaths, quiet: bool = False, poweroff: bool = True) -> None:
     `poweroff` (the default, `gpuready lab down`) shuts each host down in order, as a node is: its systemd stops
     the kubelet and containerd, and waits for containers whose PID 1 ignores SIGTERM (a `sleep` pod) up to
     STOP_TIMEOUT_S. ``poweroff=False`` kills the hosts instead, for a lab whose state is thrown away anyway (the
-    test fixtures: a deployed lab's shutdown took 10 to 40 s of each lab test module's teardown).
+    test fixtures: the upgrade lab's `sleep` pods held its shutdown for the whole stop timeout; elsewhere removing
+    the hosts' files, not the shutdown, is most of a down).
     """
     state = load_state(paths) or {}
     hosts = state.get("hosts", {})

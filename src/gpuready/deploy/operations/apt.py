@@ -20,6 +20,14 @@ def list_path(repo: str) -> str:
     return f"/etc/apt/sources.list.d/{repo}.list"
 
 
+def _key_in_place(keyring: str) -> bool:
+    return node_fact(FileDigest, path=keyring) is not None
+
+
+def _source_in_place(repo: str, source: str) -> bool:
+    return source in (node_fact(FileText, path=list_path(repo)) or "").splitlines()
+
+
 def package_names(pins: list[str]) -> list[str]:
     """``name=version`` pins to bare names, as apt-mark wants them."""
     return [pin.split("=", 1)[0] for pin in pins]
@@ -52,8 +60,7 @@ def repository(
                        source="deb [signed-by=/etc/apt/keyrings/cuda.gpg] https://.../debian12/x86_64/ /")
     """
     list_file = list_path(repo)
-    has_key = node_fact(FileDigest, path=keyring) is not None
-    has_source = source in (node_fact(FileText, path=list_file) or "").splitlines()
+    has_key, has_source = _key_in_place(keyring), _source_in_place(repo, source)
     if has_key and has_source and not refresh:
         host.noop(f"{repo}: {list_file} and {keyring} in place")
         return
@@ -82,12 +89,8 @@ def lists(sources: dict[str, str], keyrings: list[str], pins: list[str]):
         apt.lists(name="Refresh the apt lists", sources={"cuda": "deb [signed-by=...] https://... /"},
                   keyrings=["/etc/apt/keyrings/cuda.gpg"], pins=["nvidia-driver=580.178.04-1"])
     """
-    new_keys = [k for k in keyrings if node_fact(FileDigest, path=k) is None]
-    new_sources = [
-        r
-        for r, line in sources.items()
-        if line not in (node_fact(FileText, path=list_path(r)) or "").splitlines()
-    ]
+    new_keys = [k for k in keyrings if not _key_in_place(k)]
+    new_sources = [r for r, line in sources.items() if not _source_in_place(r, line)]
     if not (new_keys or new_sources or missing(pins)):
         host.noop(f"apt lists of {', '.join(sources)} current for their pins")
         return

@@ -91,15 +91,21 @@ def repository(repo: str, url_template: str, keyring_url_template: str, pins: li
     where :func:`package_repositories` set it up earlier in this run."""
     if repo in _set_up_here().get(host.name, ()):
         return
+    # apt lists are refreshed when a pin is missing (or the source changed), so a converged node reports zero changes
+    _add(repo, url_template, keyring_url_template, refresh=bool(gpu_apt.missing(pins)))
+
+
+def _add(
+    repo: str, url_template: str, keyring_url_template: str, refresh: bool = False, update: bool = True
+) -> None:
     gpu_apt.repository(
         name=f"Add the {repo} repository and its signing key",
         repo=repo,
         source=_source(repo, url_template),
         keyring=keyring_path(repo),
         keyring_url=keyring_url_template.format(**repo_vars()),
-        # apt lists are refreshed when a pin is missing (or the source changed), so a converged node reports
-        # zero changes
-        refresh=bool(gpu_apt.missing(pins)),
+        refresh=refresh,
+        update=update,
     )
 
 
@@ -125,18 +131,10 @@ def package_repositories() -> None:
     (when one was new or a pin is missing); the tasks' own :func:`repository` calls then do nothing."""
     node = current_node()
     wanted = task_pins(node)
-    sources = {}
     for repo in wanted:
         url_knob, keyring_knob = KNOBS[repo]
-        sources[repo] = _source(repo, node.repos[url_knob])
-        gpu_apt.repository(
-            name=f"Add the {repo} repository and its signing key",
-            repo=repo,
-            source=sources[repo],
-            keyring=keyring_path(repo),
-            keyring_url=node.repos[keyring_knob].format(**repo_vars()),
-            update=False,
-        )
+        _add(repo, node.repos[url_knob], node.repos[keyring_knob], update=False)
+    sources = {repo: _source(repo, node.repos[KNOBS[repo][0]]) for repo in wanted}
     gpu_apt.lists(
         name=f"Refresh the apt lists for {', '.join(wanted)}",
         sources=sources,
