@@ -38,6 +38,9 @@ def pytest_run(marker: str, args: list[str], output: IO[bytes] | None = None) ->
 
 
 def main(args: list[str]) -> int:
+    # started as `make test &` from a script, SIGINT comes ignored and would stay ignored in both runs: the SIGTERM
+    # passed on as SIGINT would then stop neither (tests/interrupts.py says more)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     REST_LOG.parent.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
     with REST_LOG.open("wb") as log:

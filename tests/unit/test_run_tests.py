@@ -68,7 +68,7 @@ def test_arguments_reach_both_runs_and_a_side_with_nothing_selected_is_no_failur
     assert "lab tests: exit 0; the others: exit 5" in done.stdout
 
 
-def test_sigterm_stops_both_runs_through_their_teardowns(tmp_path: Path) -> None:
+def test_sigterm_stops_both_runs_teardowns_also_with_sigint_ignored_at_start(tmp_path: Path) -> None:
     torn = tmp_path / "torn"
     torn.mkdir()
     (tmp_path / "conftest.py").write_text(
@@ -87,6 +87,8 @@ def test_sigterm_stops_both_runs_through_their_teardowns(tmp_path: Path) -> None
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
+        # as `make test &` from a script starts it: SIGINT ignored (POSIX, a shell without job control)
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),
     )
     deadline = time.monotonic() + 60
     while len(list((tmp_path / "started").iterdir())) < 2:
