@@ -79,6 +79,8 @@ class Machine:
         command = (
             [static_tools(), tool] if tool in GO_TOOLS else [PYTHON, "-E", "-s", str(EMULATOR / f"{tool}.py")]
         )
+        if tool == "nvidia_smi" and {"-c", "--compute-mode"} & set(args):
+            env = {"GPUREADY_LAB_STATIC_TOOLS": static_tools(), **env}  # nvidia-smi -c is the static tools'
         return subprocess.run(
             [*command, *args],
             env={**self.env, **env},

@@ -166,6 +166,10 @@ def test_driver_contents(built: dict[str, list[Path]]) -> None:
     smi = contents(debs[("nvidia-smi", "580.178.04-1")])
     assert smi["/usr/bin/nvidia-smi"].startswith("-rwxr-xr-x")
     assert "/usr/lib/nvidia-emu/nvidia_smi.py" in smi
+    # nvidia-smi -c is the static tools' (nvidia_smi.cmd_compute_mode runs them): they ship with it, where it
+    # looks for them
+    assert pf.STATIC_TOOLS in smi
+    assert f'STATIC_TOOLS = "{pf.STATIC_TOOLS}"' in (Path(pf.__file__).parent / "nvidia_smi.py").read_text()
     ml = contents(debs[("libnvidia-ml1", "580.178.04-1")])
     assert {
         "/usr/lib/nvidia-emu/nvemu.py",

@@ -17,6 +17,10 @@ import nvemu
 from gpu_tree import NA, GpuView
 
 USAGE_HINT = "Please run 'nvidia-smi -h' for help."
+# the lab's static tools (gpuready.lab.emulator.package_files.STATIC_TOOLS, where the driver package installs them);
+# the environment variable names another build (unit tests)
+STATIC_TOOLS = "/usr/lib/nvidia-emu/nvidia-emu-tools"
+STATIC_TOOLS_ENV = "GPUREADY_LAB_STATIC_TOOLS"
 
 
 class UsageError(Exception):
@@ -379,28 +383,18 @@ def cmd_persistence(drv: nvemu.Driver, gpus: list[dict], value: str) -> int:
     return 0
 
 
-# -c/--compute-mode values as nvidia-smi takes them (a number or a name) and the name it reports
-COMPUTE_MODES = {"0": "Default", "DEFAULT": "Default", "2": "Prohibited", "PROHIBITED": "Prohibited",
-                 "3": "Exclusive_Process", "EXCLUSIVE_PROCESS": "Exclusive_Process"}  # fmt: skip
 # compute-policy --set-timeslice values: 0 default, 1 short, 2 medium, 3 long
 TIMESLICES = ("Default", "Short", "Medium", "Long")
 
 
-def cmd_compute_mode(drv: nvemu.Driver, gpus: list[dict], value: str) -> int:
-    """``-c MODE``: what NVIDIA's DRA driver runs to share a GPU (EXCLUSIVE_PROCESS for MPS, DEFAULT otherwise)."""
-    mode = COMPUTE_MODES.get(value.upper())
-    if mode is None:
-        raise UsageError(f'Invalid value "{value}" for option -c')
-    for gpu in gpus:
-        bus = gpu["pci_bus_id"]
-        if drv.compute_mode(gpu) == mode:
-            _out(f"Compute mode is already set to {mode.upper()} for GPU {bus}.\n")
-        else:
-            drv.gpu_state(gpu)["compute_mode"] = mode
-            _out(f"Set compute mode to {mode.upper()} for GPU {bus}.\n")
-    drv.save()
-    _out("All done.\n")
-    return 0
+def cmd_compute_mode(argv: list[str]) -> int:
+    """``-c MODE``: what NVIDIA's DRA driver and MPS control daemon run to share a GPU. One implementation, the lab's
+    static tools' (gpuready/lab/silicon/tools/smi.go, over the machine package that nvmlDeviceSetComputeMode of
+    the mock NVML writes too), which must answer it anyway where no Python runs (NVIDIA's MPS daemon image)."""
+    sys.stdout.flush()
+    tools = os.environ.get(STATIC_TOOLS_ENV, STATIC_TOOLS)
+    os.execv(tools, [tools, "nvidia-smi", *argv])
+    return 1  # not reached
 
 
 def cmd_compute_policy(drv: nvemu.Driver, argv: list[str]) -> int:
@@ -654,7 +648,7 @@ def _main(argv: list[str]) -> int:
     if action == "mig":
         return cmd_mig_mode(drv, gpus, value or "")
     if action == "compute-mode":
-        return cmd_compute_mode(drv, gpus, value or "")
+        return cmd_compute_mode(argv)
     if action == "reset":
         return cmd_gpu_reset(drv, gpus, ids)
     return cmd_table(drv, gpus)

@@ -9,7 +9,8 @@
 //     mode drive it;
 //   - nvidia-smi, compute mode only (-i ID -c MODE): what the MPS control daemon runs before it starts MPS. The
 //     host's nvidia-smi is the Python emulator (src/gpuready/lab/emulator/nvidia_smi.py); its launcher runs this
-//     one when it is called from a root without Python. Both change the same driver state (package machine);
+//     one when it is called from a root without Python, and the emulator hands -c to this one too, so the
+//     setting has one implementation (package machine's, which nvmlDeviceSetComputeMode shares);
 //   - nvbandwidth (nvbandwidth.go; installed as /usr/bin/nvbandwidth by the lab's nvbandwidth package): the copy
 //     bandwidth of the devices cuInit finds, by the model the mock libcuda.so.1 times copies with.
 package main
