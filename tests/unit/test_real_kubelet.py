@@ -274,6 +274,21 @@ def test_the_wrapper_gives_gpu_containers_the_emulated_machine(
         "/usr/lib/nvidia-emu": "ro",
         "/run/nvidia-fabricmanager": "ro",
     }
+    # NVIDIA's DRA driver (privileged) runs nvidia-smi -c chrooted into the host root it mounts read-only: the
+    # driver state is writable there too, mounted after that root; an unprivileged one's view stays read-only
+    host_root = {"destination": "/driver-root", "type": "bind", "source": "/", "options": ["rbind", "ro"]}
+    dra: dict[str, Any] = {**privileged, "mounts": [dict(host_root)]}
+    namespace["machine_mounts"](dra)
+    assert [(m["destination"], m["source"], m["options"][1]) for m in dra["mounts"]][-1] == (
+        "/driver-root/var/lib/nvidia-emu",
+        "/var/lib/nvidia-emu",
+        "rw",
+    )
+    namespace["machine_mounts"](dra)
+    assert len(dra["mounts"]) == 6  # once
+    plugin: dict[str, Any] = {"linux": gpu["linux"], "mounts": [dict(host_root)]}
+    namespace["machine_mounts"](plugin)
+    assert not [m for m in plugin["mounts"] if m["destination"].startswith("/driver-root/")]
 
 
 def test_real_mode_host_files_are_lab_owned_and_per_host() -> None:

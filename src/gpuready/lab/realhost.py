@@ -139,6 +139,16 @@ def machine_mounts(spec):
             mode = "rw"
         if path not in have and os.path.isdir(path):
             mounts.append({{"destination": path, "type": "bind", "source": path, "options": ["rbind", mode]}})
+    # NVIDIA's DRA driver runs nvidia-smi -c chrooted into the host's root, which its pod mounts read-only
+    # (/driver-root): on a real node the change still reaches the GPU through /dev/nvidiactl, so a privileged
+    # container's view of the host root gets the driver state read-write too (after that mount: spec order).
+    if privileged and os.path.isdir(DRIVER_STATE_DIR):
+        for root in [m.get("destination", "") for m in mounts if m.get("source") == "/"]:
+            inside = root.rstrip("/") + DRIVER_STATE_DIR
+            if root.rstrip("/") and inside not in have:
+                mounts.append(
+                    {{"destination": inside, "type": "bind", "source": DRIVER_STATE_DIR, "options": ["rbind", "rw"]}}
+                )
     hooks = spec.setdefault("hooks", {{}}).setdefault("createContainer", [])
     if not any(h.get("path") == KERNEL_FILES_HOOK for h in hooks):
         hooks.append({{"path": KERNEL_FILES_HOOK, "args": [KERNEL_FILES_HOOK]}})
