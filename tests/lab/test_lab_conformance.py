@@ -266,7 +266,7 @@ def test_a_critical_xid_takes_exactly_that_gpu_out_of_the_allocatable(deployed_l
     plugin (NVIDIA's own on real kubelets: its health checker reads the XID event from the mock NVML's event set)
     marks that one GPU unhealthy: allocatable drops by one, capacity stays, and the suite names the node, the count
     the plugin marked unhealthy, and the GPU the XID came from. (XID 79, the GPU off the bus, through NVIDIA's
-    plugin on a time-sliced pool: test_lab_real_taint_xid.py.)"""
+    plugin on a time-sliced pool: test_lab_taint_xid_real.py.)"""
     node = node_of(deployed_lab, "h100-sxm-8")
     assert gpu_allocatable(deployed_lab, node) == {"nvidia.com/gpu": "8"}
     with faulted(deployed_lab, node, "xid-48", 3):

@@ -90,3 +90,13 @@ def test_make_unit_runs_the_unit_selection_and_the_marker_is_registered():
     assert any(marker.startswith("cluster:") for marker in config["markers"])
     makefile = (REPO / "Makefile").read_text()
     assert '-m "not cluster and not lab"' in makefile.split("\nunit:", 1)[1].split("\n\n", 1)[0]
+
+
+def test_the_modules_sharing_the_real_l4_lab_run_one_after_another():
+    """tests/lab/conftest.py takes the shared real-kubelet lab down as soon as the next test does not use it, so
+    the modules that use it must sort together: they, and only they, are named test_lab_real_*. A module of
+    another name between them costs a second bring-up and deploy (85 s in CI at bb4552a)."""
+    lab = REPO / "tests" / "lab"
+    users = sorted(p.name for p in lab.glob("test_lab_*.py") if "real_l4_lab" in p.read_text())
+    named = sorted(p.name for p in lab.glob("test_lab_real_*.py"))
+    assert users == named, f"use real_l4_lab exactly in the test_lab_real_* modules: {users} vs {named}"
