@@ -169,7 +169,6 @@ def test_driver_contents(built: dict[str, list[Path]]) -> None:
     # nvidia-smi -c is the static tools' (nvidia_smi.cmd_compute_mode runs them): they ship with it, where it
     # looks for them
     assert pf.STATIC_TOOLS in smi
-    assert f'STATIC_TOOLS = "{pf.STATIC_TOOLS}"' in (Path(pf.__file__).parent / "nvidia_smi.py").read_text()
     ml = contents(debs[("libnvidia-ml1", "580.178.04-1")])
     assert {
         "/usr/lib/nvidia-emu/nvemu.py",
@@ -234,6 +233,8 @@ def test_files_are_the_emulator_sources_and_versions(built: dict[str, list[Path]
     # a shell launcher (it re-roots when called from a root without Python) around the Python entry point
     wrapper = (root / "usr/bin/nvidia-smi").read_text()
     assert wrapper.startswith("#!/bin/sh\n")
+    # nvidia-smi -c is the static tools' (nvidia_smi.cmd_compute_mode runs them): the launcher says where they are
+    assert f'GPUREADY_LAB_STATIC_TOOLS="${{GPUREADY_LAB_STATIC_TOOLS:-{pf.STATIC_TOOLS}}}"' in wrapper
     assert subprocess.run(["sh", "-n", str(root / "usr/bin/nvidia-smi")]).returncode == 0
     compile(wrapper.split("python3 -c '", 1)[1].rsplit('\' "$@"', 1)[0], "nvidia-smi", "exec")
     control = tmp_path / "control"

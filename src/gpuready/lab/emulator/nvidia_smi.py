@@ -17,9 +17,7 @@ import nvemu
 from gpu_tree import NA, GpuView
 
 USAGE_HINT = "Please run 'nvidia-smi -h' for help."
-# the lab's static tools (gpuready.lab.emulator.package_files.STATIC_TOOLS, where the driver package installs them);
-# the environment variable names another build (unit tests)
-STATIC_TOOLS = "/usr/lib/nvidia-emu/nvidia-emu-tools"
+# the lab's static tools: /usr/bin/nvidia-smi (package_files.WRAPPER) sets where the driver package installs them
 STATIC_TOOLS_ENV = "GPUREADY_LAB_STATIC_TOOLS"
 
 
@@ -392,7 +390,10 @@ def cmd_compute_mode(argv: list[str]) -> int:
     static tools' (gpuready/lab/silicon/tools/smi.go, over the machine package that nvmlDeviceSetComputeMode of
     the mock NVML writes too), which must answer it anyway where no Python runs (NVIDIA's MPS daemon image)."""
     sys.stdout.flush()
-    tools = os.environ.get(STATIC_TOOLS_ENV, STATIC_TOOLS)
+    tools = os.environ.get(STATIC_TOOLS_ENV)
+    if not tools:
+        _err(f"nvidia-smi -c: {STATIC_TOOLS_ENV} is not set: run the emulator as /usr/bin/nvidia-smi\n")
+        return 1
     os.execv(tools, [tools, "nvidia-smi", *argv])
     return 1  # not reached
 
