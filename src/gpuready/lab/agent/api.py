@@ -146,7 +146,6 @@ class Mirror:
         self.api = api
         self.lock = threading.RLock()
         self._objs: dict[str, dict[tuple[str, str], Obj]] = {k: {} for k in kinds}
-        self._rv: dict[str, str] = {}
         self._subs: dict[str, list[queue.SimpleQueue[Event | None]]] = {k: [] for k in kinds}
         self._synced = {k: threading.Event() for k in kinds}
         self._stop = threading.Event()

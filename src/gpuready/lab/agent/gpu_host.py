@@ -104,7 +104,6 @@ class Runtime:
 @dataclass(frozen=True)
 class HostState:
     name: str
-    driver_installed: bool  # nvidia-smi on disk: the driver packages are installed
     nvml_present: bool  # libnvidia-ml.so.1 on disk: what the nvidia runtime injects into containers
     driver_version: str | None
     nvml_error: str | None  # NVML init failure text, e.g. "Driver/library version mismatch"
@@ -440,7 +439,6 @@ class HostView:
             # /var/run is the host's own tmpfs (/run): only its processes see it, through /proc/<pid>/root
             cdi_devices=cdi_device_names([self.root / "etc/cdi", *([live / "run/cdi"] if live else [])]),
             name=self.name,
-            driver_installed=(self.root / "usr/bin/nvidia-smi").exists(),
             nvml_present=(self.root / NVML_LIB).exists() or driver is not None,
             driver_version=driver,
             nvml_error=nvml_error,
@@ -481,7 +479,6 @@ class VirtualGpuView:
         host_effects = combined_effects(self.hardware, None)
         return HostState(
             name=self.name,
-            driver_installed=True,
             nvml_present=True,
             driver_version=self.driver_version,
             nvml_error="Driver/library version mismatch" if host_effects.driver_mismatch else None,
