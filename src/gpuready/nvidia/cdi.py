@@ -35,7 +35,6 @@ MIN_TOOLKIT = "1.18.1"
 BROKEN_TOOLKIT = "1.18.0"
 # containerd's CRI plugin resolves CDI devices from 1.7 (enable_cdi); from 2.0 it is on by default
 MIN_CONTAINERD = "1.7"
-DEFAULT_ON_CONTAINERD = "2.0"
 
 
 def toolkit_problem(version: str) -> str | None:
@@ -61,10 +60,6 @@ def containerd_problem(version: str) -> str | None:
             "set nvidia_cdi = False for this node (runtime-class mode) or install a newer containerd"
         )
     return None
-
-
-def containerd_enables_by_default(version: str) -> bool:
-    return compare_versions(version, DEFAULT_ON_CONTAINERD) >= 0
 
 
 def expected_devices(gpus: Iterable[ListedGpu]) -> dict[str, str]:
