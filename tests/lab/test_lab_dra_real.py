@@ -197,3 +197,29 @@ def test_a_pod_with_a_claim_for_one_gpu_runs_and_sees_its_device(dra_lab: Lab) -
         dra_lab.state, "exec", "-n", "default", CLAIM_POD, "--", "sh", "-c", "ls /usr/lib/x86_64-linux-gnu"
     )
     assert "libnvidia-ml.so.1" in libraries.stdout.split(), libraries.stdout + libraries.stderr
+
+
+def test_the_compute_mode_the_driver_sets_at_unprepare_reaches_the_machine(dra_lab: Lab) -> None:
+    """NVIDIA's driver (TimeSlicingSettings on) sets each GPU of a claim it unprepares back to compute mode DEFAULT
+    (v0.4.1 device_state.go unprepareDevices -> SetTimeSlice -> `nvidia-smi -i UUID -c DEFAULT`), chrooted into the
+    host root its pod mounts read-only. On a real node that reaches the GPU through /dev/nvidiactl; the lab's runc
+    wrapper gives that view the driver state read-write, so the host's nvidia-smi must show it. (Before that, the
+    setting changed nothing and said it had: the GPU stayed PROHIBITED.) After the claim pod above."""
+    uuid = _host_uuids(dra_lab)[0]
+    query = f"nvidia-smi -i {uuid} --query-gpu=compute_mode --format=csv,noheader"
+    dra_lab.ssh(NODE, f"nvidia-smi -i {uuid} -c PROHIBITED")
+    assert dra_lab.ssh(NODE, query).stdout.strip() == "Prohibited"
+    claim = _get(dra_lab, "resourceclaim", "-n", "default", "one-gpu")
+    spec = f"/var/run/cdi/k8s.{DRIVER}-claim_{claim['metadata']['uid']}.yaml"
+    deleted = _kubectl(
+        dra_lab.state, "delete", "-n", "default", f"pod/{CLAIM_POD}", "resourceclaim/one-gpu", "--wait=true"
+    )
+    assert deleted.returncode == 0, deleted.stderr
+    # the kubelet has the driver unprepare the claim when its pod is gone: the claim's CDI spec goes with it
+    wait_for(
+        lambda: dra_lab.ssh(NODE, f"test -e {spec}", check=False).returncode != 0,
+        120,
+        f"the driver to unprepare the claim ({spec} removed)",
+    )
+    mode = dra_lab.ssh(NODE, query).stdout.strip()
+    assert mode == "Default", f"{mode}\n--- plugin\n{_diagnose(dra_lab, _plugin_pod(dra_lab))}"
