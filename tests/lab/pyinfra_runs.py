@@ -56,14 +56,23 @@ def run_pyinfra(
         timeout=900,
     )
     output = result.stdout + result.stderr
+    return PyinfraRun(result.returncode, output, results_table(output))
+
+
+def results_table(output: str) -> dict[str, tuple[int, int, int]]:
+    """pyinfra's results table (operation -> success, error, no change; pyinfra logs it to stderr): the rows after
+    "--> Results:" whose last four cells are counts ("-" for none), up to its "Grand total" row. A line logged
+    after the table is no row of it (CI at 84e96a5 crashed on one: a count cell "x")."""
     table: dict[str, tuple[int, int, int]] = {}
     in_results = False
     for line in output.splitlines():
         if line.startswith("--> Results:"):
             in_results = True
             continue
-        if in_results:
-            cells = line.split()
-            if len(cells) >= 5 and cells[-4].isdigit():
-                table[" ".join(cells[:-4])] = (_count(cells[-3]), _count(cells[-2]), _count(cells[-1]))
-    return PyinfraRun(result.returncode, output, table)
+        cells = line.split()
+        if in_results and len(cells) >= 5 and all(c == "-" or c.isdigit() for c in cells[-4:]):
+            name = " ".join(cells[:-4])
+            table[name] = (_count(cells[-3]), _count(cells[-2]), _count(cells[-1]))
+            if name == "Grand total":
+                break
+    return table
