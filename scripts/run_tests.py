@@ -62,7 +62,7 @@ def main(args: list[str]) -> int:
         def announce() -> None:
             code = rest.wait()
             print(
-                f"[run_tests] the tests not marked lab ended (exit {code}) after {time.monotonic() - started:.0f} s; "
+                f"\n[run_tests] the tests not marked lab ended (exit {code}) after {time.monotonic() - started:.0f} s; "
                 "their output follows the lab run's",
                 flush=True,
             )
