@@ -492,6 +492,9 @@ def test_compute_mode_and_timeslice_as_nvidias_dra_driver_sets_them(tmp_path: Pa
     )
     bad = host.smi("-i", uuid, "-c", "SHARED")
     assert bad.returncode == 2 and 'Invalid value "SHARED" for option -c' in bad.stdout, bad
+    # -c is the static tools'; run other than through its launcher, the emulator says where they are missing
+    lost = host.run("nvidia_smi", "-i", uuid, "-c", "DEFAULT", GPUREADY_LAB_STATIC_TOOLS="")
+    assert lost.returncode == 1 and "GPUREADY_LAB_STATIC_TOOLS is not set" in lost.stderr, lost
 
 
 def test_persistenced_daemon_turns_persistence_mode_on(tmp_path: Path) -> None:
