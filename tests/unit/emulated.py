@@ -8,36 +8,19 @@ state, boot id and the daemons' pid files named by environment.
 
 from __future__ import annotations
 
-import functools
 import os
 import shutil
 import subprocess
 from pathlib import Path
 
-import pytest
+from static_tools import ENV as STATIC_TOOLS_ENV
+from static_tools import static_tools
 
 from gpuready.lab import faults, hardware
 
 EMULATOR = Path(hardware.__file__).parent / "emulator"
 PYTHON = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else shutil.which("python3")
 GO_TOOLS = {"nvbandwidth"}  # run by nvidia-emu-tools (gpuready/lab/silicon/tools/main.go)
-
-
-@functools.cache
-def _static_tools() -> str:
-    from gpuready.lab.silicon import build
-
-    return str(build.ensure_libraries(lambda _line: None, names=["tools"])["tools"])
-
-
-def static_tools() -> str:
-    """The lab's ``nvidia-emu-tools``, built once per source; skips the test where Go is missing."""
-    from gpuready.lab.gobuild import PrerequisiteError
-
-    try:
-        return _static_tools()
-    except PrerequisiteError as exc:
-        pytest.skip(f"the lab's Go tools cannot be built here: {exc}")
 
 
 class Machine:
@@ -72,6 +55,8 @@ class Machine:
             "GPUREADY_LAB_DRIVER_VERSION": driver,
             "GPUREADY_LAB_PERSISTENCED_PID": str(pids["persistenced"][0]),
             "GPUREADY_LAB_FABRICMANAGER_PID": str(pids["fm"][0]),
+            # as /usr/bin/nvidia-smi's launcher: nvidia-smi's settings (-c, -mig, -r) and `mig` are the static tools'
+            STATIC_TOOLS_ENV: static_tools(),
         }
 
     def run(self, tool: str, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
@@ -79,8 +64,6 @@ class Machine:
         command = (
             [static_tools(), tool] if tool in GO_TOOLS else [PYTHON, "-E", "-s", str(EMULATOR / f"{tool}.py")]
         )
-        if tool == "nvidia_smi" and {"-c", "--compute-mode"} & set(args):
-            env = {"GPUREADY_LAB_STATIC_TOOLS": static_tools(), **env}  # nvidia-smi -c is the static tools'
         return subprocess.run(
             [*command, *args],
             env={**self.env, **env},

@@ -8,6 +8,7 @@ source files, with the hardware and driver state files in a temp dir.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -365,7 +366,7 @@ def test_mig_layout_created_with_cgi_is_listed_by_lgi_lci_and_L(a100_mig: Host) 
 
 def test_in_a_container_the_tools_see_only_its_device_nodes(a100_mig: Host) -> None:
     """GPUREADY_LAB_CONTAINER_DEVICES stands in for the device nodes a container was given: NVML finds those GPUs,
-    numbered from 0, and the MIG devices whose GPU and compute instance capabilities it has; nothing is saved."""
+    numbered from 0, and the MIG devices whose GPU and compute instance capabilities it has; no MIG change."""
     host = a100_mig
     host.ok("mig", "-i", "0", "-cgi", "9,14", "-C", "-i", "0")
     full = smi.parse_list(host.ok("-L"))
@@ -386,10 +387,13 @@ def test_in_a_container_the_tools_see_only_its_device_nodes(a100_mig: Host) -> N
     query = ["--query-gpu=index,uuid,ecc.errors.uncorrected.volatile.total", "--format=csv,noheader"]
     assert host.ok(*query, **container) == f"0, {full[0].uuid}, 0\n1, {full[2].uuid}, 1\n"
     assert host.smi("-L", **{nvemu.CONTAINER_DEVICES: ""}).stdout == "No devices were found\n"
-    assert (
-        host.ok("mig", "-dci", "-i", "0", **container)
-        and len(smi.parse_list(host.ok("-L"))[0].mig_devices) == 2
+    # a container has no MIG configuration capability: the driver refuses it any change
+    refused = host.smi("mig", "-dci", "-i", "0", **container)
+    assert (refused.returncode, refused.stdout) == (
+        4,
+        "Unable to change MIG instances: Insufficient Permissions\n",
     )
+    assert len(smi.parse_list(host.ok("-L"))[0].mig_devices) == 2
 
 
 def test_mig_no_room_and_destroy(a100_mig: Host) -> None:
@@ -421,18 +425,25 @@ def test_lgip_lists_the_catalogue_profiles(a100_mig: Host) -> None:
     assert all(r.instances_free == r.instances_total for r in rows)
 
 
-def _a100_40gb_host(tmp_path: Path) -> Host:
-    """An A100-PCIE-40GB machine, the GPU of the real -lgip/-lgi/-lci captures, built from the catalogue."""
+def _catalogue_host(tmp_path: Path, name: str) -> Host:
+    """A machine with one GPU of this catalogue model (its MIG profiles and slices), in MIG mode."""
     host = Host(tmp_path, "a100-80gb-4")
     hw = host.hw
-    model = catalogue.lookup_model("NVIDIA A100-PCIE-40GB")
+    model = catalogue.lookup_model(name)
     table = []
     for prof in catalogue.mig_profiles(model.name).values():
         entry = {k: getattr(prof, k) for k in prof.__dataclass_fields__}
         entry["placements"] = list(prof.placements)
         table.append(entry)
+    compute, memory = catalogue.mig_slices(model.name)
     hw["gpus"] = hw["gpus"][:1]
-    hw["gpus"][0].update(name=model.name, memory_mib=model.memory_mib, mig_profiles=table)
+    hw["gpus"][0].update(
+        name=model.name,
+        memory_mib=model.memory_mib,
+        mig_profiles=table,
+        mig_compute_slices=compute,
+        mig_memory_slices=memory,
+    )
     hardware.write_hardware(host.hw_path, hw)
     host.ok("-mig", "1")
     host.reboot("boot-2")
@@ -440,7 +451,8 @@ def _a100_40gb_host(tmp_path: Path) -> Host:
 
 
 def test_mig_tables_match_real_a100_captures_byte_for_byte(tmp_path: Path) -> None:
-    host = _a100_40gb_host(tmp_path)
+    """An A100-PCIE-40GB, the GPU of the real -lgip/-lgi/-lci captures."""
+    host = _catalogue_host(tmp_path, "NVIDIA A100-PCIE-40GB")
     mig_fixtures = FIXTURES / "nvidia-smi-mig"
     lgip = host.ok("mig", "-lgip")
     # The capture lists the profiles its driver knew; newer catalogues add 1g.10gb (id 15).
@@ -487,9 +499,13 @@ def test_compute_mode_and_timeslice_as_nvidias_dra_driver_sets_them(tmp_path: Pa
     assert host.ok("--query-gpu=compute_mode", "--format=csv,noheader") == "Exclusive_Process\n"
     assert host.ok("-i", uuid, "-c", "DEFAULT").startswith("Set compute mode to DEFAULT")
     assert host.ok("-i", uuid, "-c", "0").startswith("Compute mode is already set to DEFAULT")
-    assert host.ok("compute-policy", "-i", uuid, "--set-timeslice", "0") == (
-        "Set timeslice to Default for GPU 00000000:00:1E.0.\n"
+    assert host.ok("compute-policy", "-i", uuid, "--set-timeslice", "2") == (
+        "Set timeslice to Medium for GPU 00000000:00:1E.0.\n"
     )
+    # every change goes through the one writer of the state (the static tools'): a later one keeps the timeslice
+    host.ok("-pm", "1")
+    state = json.loads(Path(host.env["GPUREADY_LAB_STATE"]).read_text())
+    assert (state["gpus"][uuid]["timeslice"], state["gpus"][uuid]["persistence"]) == (2, True)
     bad = host.smi("-i", uuid, "-c", "SHARED")
     assert bad.returncode == 2 and 'Invalid value "SHARED" for option -c' in bad.stdout, bad
     # -c is the static tools'; run other than through its launcher, the emulator says where they are missing
@@ -600,53 +616,33 @@ def test_container_cli_without_driver_fails_like_the_real_one(tmp_path: Path) ->
     )
 
 
-def _emulator_module(name: str):
-    """Import one emulator module from the source tree (as the lab hosts do, by path, not via gpuready)."""
-    import importlib
-    import sys
-
-    if str(EMULATOR) not in sys.path:
-        sys.path.insert(0, str(EMULATOR))
-    return importlib.import_module(name)
-
-
 @pytest.mark.parametrize("model", ["NVIDIA A100-SXM4-80GB", "NVIDIA H100 80GB HBM3", "NVIDIA A30"])
-def test_every_layout_the_catalogue_fits_can_be_created_in_its_order(model: str) -> None:
+def test_every_layout_the_catalogue_fits_can_be_created_in_its_order(tmp_path: Path, model: str) -> None:
     """The deploy creates fit_layout's order with one -cgi; the emulated driver must place all of it."""
     import itertools
 
-    emig = _emulator_module("mig")
-    compute, memory = catalogue.mig_slices(model)
-    table = []
-    for prof in catalogue.mig_profiles(model).values():
-        entry = {k: getattr(prof, k) for k in prof.__dataclass_fields__}
-        entry["placements"] = list(prof.placements)
-        table.append(entry)
-    gpu = {"mig_profiles": table, "mig_compute_slices": compute, "mig_memory_slices": memory}
-    by_name = {p["name"]: p for p in table}
+    host = _catalogue_host(tmp_path, model)
+    static_smi = [host.env["GPUREADY_LAB_STATIC_TOOLS"], "nvidia-smi"]  # what the Python one hands these to
+
+    def smi(*args: str, boot: int) -> subprocess.CompletedProcess[str]:
+        env = {
+            **host.env,
+            "GPUREADY_LAB_BOOT_ID": f"layout-{boot}",
+        }  # each layout on a fresh boot: no instances
+        return subprocess.run([*static_smi, *args], env=env, capture_output=True, text=True, timeout=30)
+
     fitting = 0
     for n in range(1, 8):
-        for combo in itertools.combinations_with_replacement(sorted(by_name), n):
+        for combo in itertools.combinations_with_replacement(sorted(catalogue.mig_profiles(model)), n):
             fit = catalogue.fit_layout(model, list(combo))
-            state: dict = {"gis": []}
-            placed = True
-            for name, _start in fit or ():
-                starts = emig.room_for(gpu, state, by_name[name])
-                if not starts:
-                    placed = False
-                    break
-                state["gis"].append(
-                    {
-                        "profile_id": by_name[name]["profile_id"],
-                        "start": max(starts),
-                        "size": by_name[name]["placement_size"],
-                        "cis": [],
-                    }
-                )
             if fit is None:
                 continue
             fitting += 1
-            assert placed, f"{model}: {[name for name, _ in fit]} fits but the emulator could not place it"
+            names = [name for name, _start in fit]
+            created = smi("mig", "-i", "0", "-cgi", ",".join(names), boot=fitting)
+            assert created.returncode == 0, (
+                f"{model}: {names} fits but the driver could not place it: {created}"
+            )
     assert fitting > 15
 
 

@@ -166,14 +166,13 @@ def test_driver_contents(built: dict[str, list[Path]]) -> None:
     smi = contents(debs[("nvidia-smi", "580.178.04-1")])
     assert smi["/usr/bin/nvidia-smi"].startswith("-rwxr-xr-x")
     assert "/usr/lib/nvidia-emu/nvidia_smi.py" in smi
-    # nvidia-smi -c is the static tools' (nvidia_smi.cmd_compute_mode runs them): they ship with it, where it
-    # looks for them
+    # nvidia-smi's settings (-c, -mig, -r) and `mig` are the static tools' (nvidia_smi.static_tools runs them):
+    # they ship with it, where it looks for them
     assert pf.STATIC_TOOLS in smi
     ml = contents(debs[("libnvidia-ml1", "580.178.04-1")])
     assert {
         "/usr/lib/nvidia-emu/nvemu.py",
         "/usr/lib/nvidia-emu/gpu_tree.py",
-        "/usr/lib/nvidia-emu/mig.py",
         "/usr/lib/nvidia-emu/driver-version",
         "/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1",
     } <= set(ml)
@@ -233,7 +232,7 @@ def test_files_are_the_emulator_sources_and_versions(built: dict[str, list[Path]
     # a shell launcher (it re-roots when called from a root without Python) around the Python entry point
     wrapper = (root / "usr/bin/nvidia-smi").read_text()
     assert wrapper.startswith("#!/bin/sh\n")
-    # nvidia-smi -c is the static tools' (nvidia_smi.cmd_compute_mode runs them): the launcher says where they are
+    # nvidia-smi -c, -mig, -r and mig are the static tools' (nvidia_smi.static_tools): the launcher says where
     assert f'GPUREADY_LAB_STATIC_TOOLS="${{GPUREADY_LAB_STATIC_TOOLS:-{pf.STATIC_TOOLS}}}"' in wrapper
     assert subprocess.run(["sh", "-n", str(root / "usr/bin/nvidia-smi")]).returncode == 0
     compile(wrapper.split("python3 -c '", 1)[1].rsplit('\' "$@"', 1)[0], "nvidia-smi", "exec")

@@ -157,7 +157,7 @@ def driver_debs(driver: str, libraries: dict[str, Path]) -> list[Deb]:
         return Deb(name, v, CUDA_MAINTAINER, section, description, depends or [])
 
     ml = pkg("libnvidia-ml1", "libs", "NVIDIA Management Library (NVML) runtime library")
-    for module in ("nvemu.py", "gpu_tree.py", "mig.py"):
+    for module in ("nvemu.py", "gpu_tree.py"):
         ml.add_module(DRIVER_LIB, module)
     ml.add(f"{DRIVER_LIB}/driver-version", driver + "\n")
     ml.add(f"{MULTIARCH_LIB}/libnvidia-ml.so.{driver}", libraries["nvml"].read_bytes())

@@ -12,13 +12,23 @@ import sys
 import time
 
 import gpu_tree
-import mig
 import nvemu
 from gpu_tree import NA, GpuView
 
 USAGE_HINT = "Please run 'nvidia-smi -h' for help."
 # the lab's static tools: /usr/bin/nvidia-smi (package_files.WRAPPER) sets where the driver package installs them
 STATIC_TOOLS_ENV = "GPUREADY_LAB_STATIC_TOOLS"
+# the settings the static tools change (static_tools), besides the `mig` and `compute-policy` subcommands
+STATIC_FLAGS = {
+    "-c",
+    "--compute-mode",
+    "-mig",
+    "--multi-instance-gpu",
+    "-pm",
+    "--persistence-mode",
+    "-r",
+    "--gpu-reset",
+}
 
 
 class UsageError(Exception):
@@ -367,106 +377,22 @@ def cmd_query_gpu(drv: nvemu.Driver, gpus: list[dict], fields_arg: str, fmt: str
     return nvemu.EXIT_GPU_LOST if lost else 0
 
 
-# ---- management: -pm, -mig ------------------------------------------------------------------------
-def cmd_persistence(drv: nvemu.Driver, gpus: list[dict], value: str) -> int:
-    if value not in ("0", "1", "ENABLED", "DISABLED"):
-        raise UsageError(f'Invalid value "{value}" for option -pm')
-    enable = value in ("1", "ENABLED")
-    for gpu in gpus:
-        drv.gpu_state(gpu)["persistence"] = enable
-        word = "Enabled" if enable else "Disabled"
-        _out(f"{word} Legacy persistence mode for GPU {gpu['pci_bus_id']}.\n")
-    drv.save()
-    _out("All done.\n")
-    return 0
-
-
-# compute-policy --set-timeslice values: 0 default, 1 short, 2 medium, 3 long
-TIMESLICES = ("Default", "Short", "Medium", "Long")
-
-
-def cmd_compute_mode(argv: list[str]) -> int:
-    """``-c MODE``: what NVIDIA's DRA driver and MPS control daemon run to share a GPU. One implementation, the lab's
-    static tools' (gpuready/lab/silicon/tools/smi.go, over the machine package that nvmlDeviceSetComputeMode of
-    the mock NVML writes too), which must answer it anyway where no Python runs (NVIDIA's MPS daemon image)."""
+# ---- changes: -c, -mig, -pm, -r, compute-policy, mig: static_tools ----------------------------------------
+def static_tools(argv: list[str]) -> int:
+    """Every command that changes the driver state (``-c``, ``-mig``, ``-pm``, ``-r``, ``compute-policy``,
+    ``mig``): what gpuready's deploy, NVIDIA's DRA driver and MPS control daemon change on a GPU. One
+    implementation, the lab's static tools' (gpuready/lab/silicon/tools: smi.go, mig.go, over the machine package
+    that the mock NVML's nvmlDeviceSetComputeMode, nvmlDeviceSetMigMode and nvmlDeviceCreateGpuInstance write
+    through too), which must answer where no Python runs anyway. This nvidia-smi only reads."""
     sys.stdout.flush()
     tools = os.environ.get(STATIC_TOOLS_ENV)
     if not tools:
-        _err(f"nvidia-smi -c: {STATIC_TOOLS_ENV} is not set: run the emulator as /usr/bin/nvidia-smi\n")
+        _err(
+            f"nvidia-smi {' '.join(argv)}: {STATIC_TOOLS_ENV} is not set: run the emulator as /usr/bin/nvidia-smi\n"
+        )
         return 1
     os.execv(tools, [tools, "nvidia-smi", *argv])
     return 1  # not reached
-
-
-def cmd_compute_policy(drv: nvemu.Driver, argv: list[str]) -> int:
-    """``compute-policy -i ID --set-timeslice N``: the time slice of time-shared processes on a GPU (NVIDIA's DRA
-    driver sets it for a TimeSlicing claim, and back to 0 when it unprepares one)."""
-    ids = value = None
-    i = 0
-    while i < len(argv):
-        if argv[i] in ("-i", "--id"):
-            ids = _take(argv, i, argv[i])
-        elif argv[i] == "--set-timeslice":
-            value = _take(argv, i, argv[i])
-        else:
-            raise UsageError(f"Invalid combination of input arguments.\n{argv[i]}")
-        i += 2
-    if value not in {str(n) for n in range(len(TIMESLICES))}:
-        raise UsageError(f'Invalid value "{value}" for option --set-timeslice (0 to {len(TIMESLICES) - 1})')
-    for gpu in select(drv, ids):
-        drv.gpu_state(gpu)["timeslice"] = int(value)
-        _out(f"Set timeslice to {TIMESLICES[int(value)]} for GPU {gpu['pci_bus_id']}.\n")
-    drv.save()
-    return 0
-
-
-def cmd_mig_mode(drv: nvemu.Driver, gpus: list[dict], value: str) -> int:
-    if value not in ("0", "1", "ENABLED", "DISABLED"):
-        raise UsageError(f'Invalid value "{value}" for option -mig')
-    enable = value in ("1", "ENABLED")
-    rc = 0
-    for gpu in gpus:
-        bus = gpu["pci_bus_id"]
-        word = "enable" if enable else "disable"
-        if not gpu.get("mig_capable"):
-            _out(
-                f"Unable to {word} MIG Mode for GPU {bus}: Not Supported\nTreating as warning and moving on.\n"
-            )
-            rc = nvemu.EXIT_NOT_SUPPORTED
-            continue
-        st = drv.gpu_state(gpu)
-        if enable is False and st["gis"]:
-            _out(f"Unable to disable MIG Mode for GPU {bus}: In use by another client\n")
-            rc = nvemu.EXIT_OTHER
-            continue
-        st["mig_pending"] = enable
-        if st["mig_current"] == enable:
-            _out(f"{'Enabled' if enable else 'Disabled'} MIG Mode for GPU {bus}\n")
-        else:
-            # The lab's hosts, like VMs with passthrough GPUs, cannot reset a GPU: the new mode waits
-            # for the next reboot, with the message real drivers print in that case.
-            _out(
-                f"Warning: MIG mode is in pending {word} state for GPU {bus}:Not Supported\n"
-                f"Reboot the system or try nvidia-smi --gpu-reset to make MIG mode effective on GPU {bus}\n"
-            )
-    drv.save()
-    _out("All done.\n")
-    return rc
-
-
-def cmd_gpu_reset(drv: nvemu.Driver, gpus: list[dict], ids: str | None) -> int:
-    """``-r``: what a bare-metal reset does to the emulated state: pending MIG mode takes effect, instances go."""
-    if ids is None:
-        _out("-r/--gpu-reset requires -i/--id to select a GPU.\n")
-        return nvemu.EXIT_OTHER
-    for gpu in gpus:
-        st = drv.gpu_state(gpu)
-        st["mig_current"] = st["mig_pending"]
-        st["gis"] = []
-        _out(f"GPU {gpu['pci_bus_id']} was successfully reset.\n")
-    drv.save()
-    _out("All done.\n")
-    return 0
 
 
 # ---- nvlink / topo ----------------------------------------------------------------------------
@@ -562,14 +488,10 @@ def main(argv: list[str]) -> int:
 
 
 def _main(argv: list[str]) -> int:
-    if argv[:1] == ["mig"]:
-        return mig.main(argv[1:])
+    if argv[:1] in (["mig"], ["compute-policy"]) or STATIC_FLAGS & set(argv):
+        return static_tools(argv)
     if argv[:1] == ["nvlink"]:
         return _nvlink(argv[1:])
-    if argv[:1] == ["compute-policy"]:
-        drv = nvemu.Driver()
-        drv.check_loaded()
-        return cmd_compute_policy(drv, argv[1:])
     if argv[:1] == ["topo"]:
         if argv[1:2] not in (["-m"], ["--matrix"]):
             raise UsageError("Invalid combination of input arguments.")
@@ -580,7 +502,7 @@ def _main(argv: list[str]) -> int:
     action = "table"
     xml = False
     groups: list[str] | None = None
-    query = fmt = value = None
+    query = fmt = None
     i = 0
     while i < len(argv):
         arg = argv[i]
@@ -607,17 +529,6 @@ def _main(argv: list[str]) -> int:
             fmt = arg.split("=", 1)[1]
         elif arg in ("--version", "-v"):
             action = "version"
-        elif arg in ("-pm", "--persistence-mode"):
-            action, value = "pm", _take(argv, i, arg)
-            i += 1
-        elif arg in ("-mig", "--multi-instance-gpu"):
-            action, value = "mig", _take(argv, i, arg)
-            i += 1
-        elif arg in ("-c", "--compute-mode"):
-            action, value = "compute-mode", _take(argv, i, arg)
-            i += 1
-        elif arg in ("-r", "--gpu-reset"):
-            action = "reset"
         else:
             raise UsageError(
                 f"Invalid combination of input arguments. Please run 'nvidia-smi -h' for help.\n{arg}"
@@ -644,14 +555,6 @@ def _main(argv: list[str]) -> int:
         if fmt is None:
             raise UsageError('"--format" must be specified with "--query-gpu".')
         return cmd_query_gpu(drv, gpus, query or "", fmt)
-    if action == "pm":
-        return cmd_persistence(drv, gpus, value or "")
-    if action == "mig":
-        return cmd_mig_mode(drv, gpus, value or "")
-    if action == "compute-mode":
-        return cmd_compute_mode(argv)
-    if action == "reset":
-        return cmd_gpu_reset(drv, gpus, ids)
     return cmd_table(drv, gpus)
 
 

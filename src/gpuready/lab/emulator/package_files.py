@@ -26,7 +26,7 @@ if [ ! -x /usr/bin/python3 ] && [ -n "$root" ] && [ "$root" != "$0" ] && [ -x "$
   exec /busybox/busybox chroot "$root" /usr/bin/{tool} "$@"
 fi
 if [ ! -x /usr/bin/python3 ] && [ -x {static_tools} ]; then exec {static_tools} {tool} "$@"; fi
-# where the Python tools find the static ones (nvidia-smi -c is theirs); a test names another build
+# where the Python tools find the static ones (nvidia-smi -c, -mig, -r and mig are theirs); a test names another build
 export GPUREADY_LAB_STATIC_TOOLS="${{GPUREADY_LAB_STATIC_TOOLS:-{static_tools}}}"
 exec /usr/bin/python3 -c '
 import os

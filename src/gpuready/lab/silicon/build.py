@@ -3,7 +3,8 @@
 Each library is a cgo c-shared build of one directory of the ``gpuready.lab/silicon`` module (``nvml`` ->
 ``libnvidia-ml.so.1``, ``cuda`` -> ``libcuda.so.1``), answering from the emulated machine (package ``machine``).
 ``tools`` is a static executable (no cgo), ``nvidia-emu-tools``: the NVIDIA tools that must run in images without
-Python (``nvidia-cuda-mps-control``, and ``nvidia-smi -c`` in NVIDIA's MPS control daemon image) or must print
+Python (``nvidia-cuda-mps-control``, and ``nvidia-smi -c`` in NVIDIA's MPS control daemon image), must change the
+driver state as the mock NVML does (``nvidia-smi -c``, ``-mig``, ``-r`` and ``mig``: package ``machine``) or must print
 exactly the mock libcuda's figures (``nvbandwidth``: packages ``cudadev`` and ``machine`` hold both).
 NVIDIA's header ``nvml.h`` is not committed: it comes from the go-nvml module (NVIDIA's royalty-free header
 licence) through the Go module proxy, put on the include path with ``CGO_CFLAGS``.

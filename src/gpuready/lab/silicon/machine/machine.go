@@ -237,6 +237,9 @@ type GPUState struct {
 	// ComputeMode as nvidia-smi names it ("Default", "Exclusive_Process", "Prohibited"); "" until set
 	// (nvemu.Driver.compute_mode: the driver's default), so it is absent from the file as nvemu leaves it.
 	ComputeMode string `json:"compute_mode,omitempty"`
+	// Timeslice is nvidia-smi compute-policy's --set-timeslice (0 default, 1 short, 2 medium, 3 long), what
+	// NVIDIA's DRA driver sets for a TimeSlicing claim; absent until set, lost at boot.
+	Timeslice *int `json:"timeslice,omitempty"`
 }
 
 // State is the driver state as in effect now: a state file from an earlier boot reads as a fresh

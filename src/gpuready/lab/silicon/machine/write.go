@@ -10,6 +10,7 @@ package machine
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"syscall"
@@ -125,7 +126,7 @@ func (m *Machine) GPUByUUID(uuid string) *GPU {
 	return nil
 }
 
-// SetMigMode sets the GPU's pending MIG mode (nvidia_smi.cmd_mig_mode): it takes effect at the next GPU
+// SetMigMode sets the GPU's pending MIG mode (nvidia-smi -mig, tools/smi.go): it takes effect at the next GPU
 // reset or reboot, which the lab's hosts (like VMs with passthrough GPUs) cannot do in place. Returns
 // whether the change is pending (current mode differs).
 func (m *Machine) SetMigMode(index int, enable bool) (bool, error) {
@@ -152,7 +153,34 @@ const (
 	ComputeModeExclusiveProcess = "Exclusive_Process"
 )
 
-// SetComputeMode is nvidia-smi -c (nvidia_smi.cmd_compute_mode) and nvmlDeviceSetComputeMode: the GPU's
+// SetPersistence is nvidia-smi -pm: the driver's (legacy) persistence mode until the next boot.
+func (m *Machine) SetPersistence(index int, enable bool) error {
+	g := m.GPU(index)
+	if g == nil {
+		return ErrInvalidArgument
+	}
+	st := m.State.GPUs[g.UUID]
+	st.Persistence = enable
+	m.State.GPUs[g.UUID] = st
+	return nil
+}
+
+// Timeslices are nvidia-smi compute-policy --set-timeslice's values, by number.
+var Timeslices = []string{"Default", "Short", "Medium", "Long"}
+
+// SetTimeslice is nvidia-smi compute-policy --set-timeslice: the time slice of time-shared processes.
+func (m *Machine) SetTimeslice(index, slice int) error {
+	g := m.GPU(index)
+	if g == nil || slice < 0 || slice >= len(Timeslices) {
+		return ErrInvalidArgument
+	}
+	st := m.State.GPUs[g.UUID]
+	st.Timeslice = &slice
+	m.State.GPUs[g.UUID] = st
+	return nil
+}
+
+// SetComputeMode is nvidia-smi -c (tools/smi.go) and nvmlDeviceSetComputeMode: the GPU's
 // compute mode until the next boot. What NVIDIA's MPS control daemon and DRA driver set for MPS sharing.
 func (m *Machine) SetComputeMode(index int, mode string) error {
 	g := m.GPU(index)
@@ -170,7 +198,7 @@ func (m *Machine) SetComputeMode(index int, mode string) error {
 	return nil
 }
 
-// ResetGPU is what a GPU reset does (nvidia_smi.cmd_gpu_reset): pending MIG mode takes effect, instances go.
+// ResetGPU is what a GPU reset does (nvidia-smi -r): pending MIG mode takes effect, instances go.
 func (m *Machine) ResetGPU(index int) error {
 	g := m.GPU(index)
 	if g == nil {
@@ -209,8 +237,8 @@ func hasSuffix(s, suffix string) bool {
 	return len(s) >= len(suffix) && s[len(s)-len(suffix):] == suffix
 }
 
-// RoomFor is where one more instance of prof may start now (mig.room_for): the profile's instance limit,
-// the compute slices, the one set of media extensions and free memory slices.
+// RoomFor is where one more instance of prof may start now (nvidia-smi mig -cgi, tools/mig.go): the profile's
+// instance limit, the compute slices, the one set of media extensions and free memory slices.
 func RoomFor(g *GPU, gis []GPUInstance, prof *MigProfile) []int {
 	count, compute := 0, 0
 	me := false
@@ -247,7 +275,7 @@ func RoomFor(g *GPU, gis []GPUInstance, prof *MigProfile) []int {
 }
 
 // FreeCount is how many more instances of prof fit now, placed highest first as creation places them
-// (mig.free_count): NVML's remaining capacity.
+// (nvidia-smi mig -lgip): NVML's remaining capacity.
 func FreeCount(g *GPU, gis []GPUInstance, prof *MigProfile) int {
 	trial := append([]GPUInstance(nil), gis...)
 	n := 0
@@ -261,7 +289,7 @@ func FreeCount(g *GPU, gis []GPUInstance, prof *MigProfile) int {
 	}
 }
 
-// CreateGPUInstance creates a GPU instance of profile id profileID (mig.create_gi) at start, or at the
+// CreateGPUInstance creates a GPU instance of profile id profileID at start, or at the
 // highest free placement when start < 0; the instance id follows the driver's numbering by placement.
 func (m *Machine) CreateGPUInstance(index, profileID, start int) (GPUInstance, error) {
 	g, st, err := m.migState(index)
@@ -319,7 +347,7 @@ func (m *Machine) giState(index, gi int) (*GPU, GPUState, int, error) {
 	return nil, GPUState{}, -1, ErrNotFound
 }
 
-// DestroyGPUInstance destroys GPU instance gi (mig.destroy_gi): refused while it has compute instances.
+// DestroyGPUInstance destroys GPU instance gi: refused while it has compute instances.
 func (m *Machine) DestroyGPUInstance(index, gi int) error {
 	g, st, i, err := m.giState(index, gi)
 	if err != nil {
@@ -333,10 +361,30 @@ func (m *Machine) DestroyGPUInstance(index, gi int) error {
 	return nil
 }
 
-// CISlicesByProfile is NVML_COMPUTE_INSTANCE_PROFILE_* -> compute slices (mig.CI_SLICES_BY_PROFILE).
+// CISlicesByProfile is NVML_COMPUTE_INSTANCE_PROFILE_* -> compute slices.
 var CISlicesByProfile = map[int]int{0: 1, 1: 2, 2: 3, 3: 4, 4: 7, 5: 8, 6: 6}
 
-// CIStarts is where a compute instance of size slices may start in a GPU instance (mig.ci_starts).
+// CISlices is the compute slices of a compute instance of NVML compute instance profile id inside a GPU
+// instance of prof, and whether that GPU instance offers the profile: up to its own size, 6 and 8 slices only
+// as the whole GPU instance.
+func CISlices(prof *MigProfile, id int) (int, bool) {
+	slices, ok := CISlicesByProfile[id]
+	if !ok || slices > prof.ComputeSlices || (slices != prof.ComputeSlices && (slices == 6 || slices == 8)) {
+		return 0, false
+	}
+	return slices, true
+}
+
+// CIName is the name NVML and nvidia-smi give a compute instance of `slices` slices in a GPU instance of prof:
+// the GPU instance's profile name when it takes the whole, else "<slices>c.<name>".
+func CIName(prof *MigProfile, slices int) string {
+	if slices == prof.ComputeSlices {
+		return prof.Name
+	}
+	return fmt.Sprintf("%dc.%s", slices, prof.Name)
+}
+
+// CIStarts is where a compute instance of size slices may start in a GPU instance.
 func CIStarts(prof *MigProfile, size int) []int {
 	step := 1
 	for step < size {
@@ -371,7 +419,7 @@ func FreeCIStarts(prof *MigProfile, gi GPUInstance, size int) []int {
 }
 
 // CreateComputeInstance creates a compute instance of NVML compute profile ciProfile in GPU instance gi
-// (mig.create_ci) at start, or at the lowest free start when start < 0; its id is the lowest free one.
+// at start, or at the lowest free start when start < 0; its id is the lowest free one.
 func (m *Machine) CreateComputeInstance(index, gi, ciProfile, start int) (ComputeInstance, error) {
 	g, st, i, err := m.giState(index, gi)
 	if err != nil {
@@ -381,8 +429,8 @@ func (m *Machine) CreateComputeInstance(index, gi, ciProfile, start int) (Comput
 	if prof == nil {
 		return ComputeInstance{}, ErrNotFound
 	}
-	slices, ok := CISlicesByProfile[ciProfile]
-	if !ok || slices > prof.ComputeSlices || (slices != prof.ComputeSlices && (slices == 6 || slices == 8)) {
+	slices, ok := CISlices(prof, ciProfile)
+	if !ok {
 		return ComputeInstance{}, ErrNotSupported
 	}
 	if start >= 0 && !contains(CIStarts(prof, slices), start) {
@@ -411,7 +459,7 @@ func (m *Machine) CreateComputeInstance(index, gi, ciProfile, start int) (Comput
 	return ci, nil
 }
 
-// DestroyComputeInstance destroys compute instance ci of GPU instance gi (mig.destroy_ci).
+// DestroyComputeInstance destroys compute instance ci of GPU instance gi.
 func (m *Machine) DestroyComputeInstance(index, gi, ci int) error {
 	g, st, i, err := m.giState(index, gi)
 	if err != nil {

@@ -42,7 +42,7 @@ func TestUpdateWritesNvemuLayout(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Highest placement first, ids by placement (mig.create_gi): 3g at 4 is GI 2, 1g at 3 GI 10, at 2 GI 9.
+	// Highest placement first, ids by placement: 3g at 4 is GI 2, 1g at 3 GI 10, at 2 GI 9.
 	if gis[0].ID != 2 || gis[0].Start != 4 || gis[1].ID != 10 || gis[2].ID != 9 {
 		t.Fatalf("instances %+v", gis)
 	}

@@ -6,7 +6,6 @@ package main
 import "C"
 
 import (
-	"fmt"
 	"unsafe"
 
 	"gpuready.lab/silicon/machine"
@@ -22,9 +21,6 @@ var (
 	ciHandles = map[devKey]C.nvmlComputeInstance_t{}
 	ciKeys    = map[C.nvmlComputeInstance_t]devKey{}
 )
-
-// ciSlicesByProfile is NVML_COMPUTE_INSTANCE_PROFILE_* -> compute slices (mig.py CI_SLICES_BY_PROFILE).
-var ciSlicesByProfile = map[int]int{0: 1, 1: 2, 2: 3, 3: 4, 4: 7, 5: 8, 6: 6}
 
 func giHandle(k devKey) C.nvmlGpuInstance_t {
 	mu.Lock()
@@ -153,7 +149,7 @@ func nvmlGpuInstanceGetInfo(h C.nvmlGpuInstance_t, info *C.nvmlGpuInstanceInfo_t
 }
 
 // ciProfile answers a compute instance profile query: the profile (0 = NVML_COMPUTE_INSTANCE_PROFILE_1_SLICE, ...)
-// inside this GPU instance, as nvidia-smi mig -lcip lists them (mig.py).
+// inside this GPU instance, as nvidia-smi mig -lcip lists them (tools/mig.go).
 func ciProfile(h C.nvmlGpuInstance_t, profile, engProfile C.uint) (C.nvmlComputeInstanceProfileInfo_t, string, C.nvmlReturn_t) {
 	var info C.nvmlComputeInstanceProfileInfo_t
 	gi, rc := getGI(h)
@@ -163,16 +159,12 @@ func ciProfile(h C.nvmlGpuInstance_t, profile, engProfile C.uint) (C.nvmlCompute
 	if profile >= C.NVML_COMPUTE_INSTANCE_PROFILE_COUNT || engProfile >= C.NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_COUNT {
 		return info, "", C.NVML_ERROR_INVALID_ARGUMENT
 	}
-	slices, ok := ciSlicesByProfile[int(profile)]
 	p := gi.prof
-	if !ok || slices > p.ComputeSlices || (slices != p.ComputeSlices && (slices == 6 || slices == 8)) {
+	slices, ok := machine.CISlices(p, int(profile))
+	if !ok {
 		return info, "", C.NVML_ERROR_NOT_SUPPORTED
 	}
-	sm, name := p.SMCount, "MIG "+p.Name
-	if slices < p.ComputeSlices {
-		sm = p.SMCount * slices / p.ComputeSlices
-		name = fmt.Sprintf("MIG %dc.%s", slices, p.Name)
-	}
+	sm, name := p.SMCount*slices/p.ComputeSlices, "MIG "+machine.CIName(p, slices)
 	info = C.nvmlComputeInstanceProfileInfo_t{
 		id: profile, sliceCount: C.uint(slices), instanceCount: C.uint(len(machine.CIStarts(p, slices))),
 		multiprocessorCount: C.uint(sm), sharedCopyEngineCount: C.uint(p.CopyEngines),

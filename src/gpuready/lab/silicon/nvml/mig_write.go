@@ -3,7 +3,7 @@ package main
 // MIG changes through NVML, as the real library makes them for nvidia-mig-parted, the MIG manager and
 // nvidia-smi: the mock changes the emulated driver's state file through machine.Update (nvemu's lock and
 // layout), so the emulated nvidia-smi sees an instance created here at once and NVML sees one nvidia-smi
-// created. The placement and numbering rules are mig.py's (package machine mirrors them).
+// created. The placement and numbering rules are package machine's, which nvidia-smi mig uses too (tools/mig.go).
 
 /*
 #include "shim.h"
@@ -75,7 +75,7 @@ func nvmlDeviceSetMigMode(h C.nvmlDevice_t, mode C.uint, activationStatus *C.nvm
 	}
 	*activationStatus = C.NVML_SUCCESS
 	if pending {
-		// The lab's hosts cannot reset a GPU in place (nvidia_smi.cmd_mig_mode): the new mode waits for a GPU
+		// The lab's hosts cannot reset a GPU in place (nvidia-smi -mig, tools/smi.go): the new mode waits for a GPU
 		// reset (nvidia-smi -r) or a reboot, reported as the emulated nvidia-smi reports it ("Not Supported").
 		*activationStatus = C.NVML_ERROR_NOT_SUPPORTED
 	}

@@ -7,10 +7,12 @@
 //     real nvidia-ctk lists it in the CDI spec as it lists NVIDIA's): the MPS control daemon and its client, as
 //     NVIDIA's MPS control daemon image (k8s-device-plugin cmd/mps-control-daemon) and the device plugin in MPS
 //     mode drive it;
-//   - nvidia-smi, compute mode only (-i ID -c MODE): what the MPS control daemon runs before it starts MPS. The
-//     host's nvidia-smi is the Python emulator (src/gpuready/lab/emulator/nvidia_smi.py); its launcher runs this
-//     one when it is called from a root without Python, and the emulator hands -c to this one too, so the
-//     setting has one implementation (package machine's, which nvmlDeviceSetComputeMode shares);
+//   - nvidia-smi's GPU settings and MIG management (smi.go: -c compute mode, -mig, -r; mig.go: nvidia-smi mig):
+//     what the MPS control daemon and NVIDIA's DRA driver run, and what gpuready's MIG deploy runs. The host's
+//     nvidia-smi is the Python emulator (src/gpuready/lab/emulator/nvidia_smi.py) for its queries; its launcher
+//     runs this one when it is called from a root without Python, and the emulator hands these to this one, so
+//     each has one implementation (package machine's, which the mock NVML's nvmlDeviceSetComputeMode,
+//     nvmlDeviceSetMigMode and nvmlDeviceCreateGpuInstance share);
 //   - nvbandwidth (nvbandwidth.go; installed as /usr/bin/nvbandwidth by the lab's nvbandwidth package): the copy
 //     bandwidth of the devices cuInit finds, by the model the mock libcuda.so.1 times copies with.
 package main

@@ -19,78 +19,269 @@ var computeModes = map[string]string{
 
 // Exit codes as nvidia-smi's (nvemu.EXIT_*).
 const (
+	exitNotSupported = 3
 	exitNoPermission = 4
 	exitNotFound     = 6
 	exitNoDriver     = 9
 	exitMismatch     = 18
 	exitUsage        = 2
+	exitOther        = 255
 )
 
-// smi is nvidia-smi's -c: "-i ID[,ID] -c MODE" (ID: index, UUID or PCI bus id; all GPUs without -i).
+const usageHint = "Please run 'nvidia-smi -h' for help."
+
+// smi is every nvidia-smi command that changes the driver state, through package machine as the mock NVML's
+// setters do: "-c MODE" (compute mode), "-mig 0|1" (pending MIG mode), "-pm 0|1" (persistence mode), "-r" (GPU
+// reset: pending MIG mode takes effect, instances go), each on "-i ID[,ID]" (index, UUID or PCI bus id; all GPUs
+// without -i); "compute-policy" and "mig ..." (mig.go). The queries (-L, -q, --query-gpu, the table, listings
+// but MIG's) are the Python nvidia-smi's (src/gpuready/lab/emulator/nvidia_smi.py), which hands these here.
 func smi(args []string) int {
-	var ids, mode string
+	if len(args) > 0 && args[0] == "mig" {
+		return mig(args[1:])
+	}
+	if len(args) > 0 && args[0] == "compute-policy" {
+		return computePolicy(args[1:])
+	}
+	var ids, action, value string
 	for i := 0; i < len(args); i++ {
 		arg := args[i]
-		value := ""
-		if i+1 < len(args) {
-			value = args[i+1]
+		next := func() bool {
+			if i+1 >= len(args) {
+				fmt.Printf("Option \"%s\" requires a value.\n\n%s\n", arg, usageHint)
+				return false
+			}
+			i++
+			value = args[i]
+			return true
 		}
 		switch {
 		case arg == "-i" || arg == "--id":
-			ids, i = value, i+1
+			if !next() {
+				return exitUsage
+			}
+			ids = value
 		case strings.HasPrefix(arg, "--id="):
 			ids = strings.TrimPrefix(arg, "--id=")
-		case arg == "-c" || arg == "--compute-mode":
-			mode, i = value, i+1
+		case arg == "-c" || arg == "--compute-mode", arg == "-mig" || arg == "--multi-instance-gpu",
+			arg == "-pm" || arg == "--persistence-mode":
+			if !next() {
+				return exitUsage
+			}
+			action = arg
+		case arg == "-r" || arg == "--gpu-reset":
+			action = "-r"
 		default:
-			fmt.Fprintf(os.Stderr, "nvidia-smi %s: the lab's nvidia-smi runs only -c (compute mode) in a container "+
-				"without Python; run it on the host\n", strings.Join(args, " "))
+			fmt.Fprintf(os.Stderr, "nvidia-smi %s: the lab's static nvidia-smi runs only -c, -mig, -r and mig; "+
+				"run the others on the host\n", strings.Join(args, " "))
 			return exitUsage
 		}
 	}
-	name, ok := computeModes[strings.ToUpper(mode)]
-	if !ok {
-		fmt.Printf("Invalid value \"%s\" for option -c\n", mode)
-		return exitUsage
+	switch action {
+	case "-c", "--compute-mode":
+		return computeMode(ids, value)
+	case "-mig", "--multi-instance-gpu":
+		return migMode(ids, value)
+	case "-pm", "--persistence-mode":
+		return persistenceMode(ids, value)
+	case "-r":
+		return gpuReset(ids)
 	}
-	var lines []string
-	err := machine.Update(func(m *machine.Machine) error {
-		gpus, err := selectGPUs(m, ids)
-		if err != nil {
-			return err
-		}
-		for _, g := range gpus {
-			if m.View(g.Index).ComputeMode == name {
-				lines = append(lines, fmt.Sprintf("Compute mode is already set to %s for GPU %s.",
-					strings.ToUpper(name), g.PCIBusID))
-				continue
-			}
-			if err := m.SetComputeMode(g.Index, name); err != nil {
-				return err
-			}
-			lines = append(lines, fmt.Sprintf("Set compute mode to %s for GPU %s.", strings.ToUpper(name), g.PCIBusID))
-		}
-		return nil
-	})
+	fmt.Printf("Invalid combination of input arguments.\n\n%s\n", usageHint)
+	return exitUsage
+}
+
+// driverFailure prints what nvidia-smi prints when err (from machine.Update or Load) stops it, and its exit code.
+func driverFailure(err error, noPermission string) int {
 	switch {
 	case errors.Is(err, machine.ErrNotFound):
 		fmt.Println("No devices were found")
 		return exitNotFound
 	case errors.Is(err, machine.ErrNoPermission):
-		fmt.Println("Unable to set the compute mode: Insufficient Permissions")
+		fmt.Println(noPermission)
 		return exitNoPermission
 	case errors.Is(err, machine.ErrMismatch):
 		fmt.Println("Failed to initialize NVML: Driver/library version mismatch")
 		return exitMismatch
-	case err != nil:
-		fmt.Printf("NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. (%v)\n", err)
-		return exitNoDriver
 	}
-	for _, line := range lines {
-		fmt.Println(line)
+	fmt.Println("NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. " +
+		"Make sure that the latest NVIDIA driver is installed and running.")
+	return exitNoDriver
+}
+
+// update is machine.Update for one command: change prints its lines and returns the exit code; the state is
+// written whatever it returns, so what a command did before it failed stays done, as in the real driver.
+func update(noPermission string, change func(m *machine.Machine) int) int {
+	rc := 0
+	if err := machine.Update(func(m *machine.Machine) error { rc = change(m); return nil }); err != nil {
+		return driverFailure(err, noPermission)
 	}
-	fmt.Println("All done.")
-	return 0
+	return rc
+}
+
+// computeMode is -c: the compute mode of each GPU until the next boot.
+func computeMode(ids, mode string) int {
+	name, ok := computeModes[strings.ToUpper(mode)]
+	if !ok {
+		fmt.Printf("Invalid value \"%s\" for option -c\n", mode)
+		return exitUsage
+	}
+	return update("Unable to set the compute mode: Insufficient Permissions", func(m *machine.Machine) int {
+		gpus, err := selectGPUs(m, ids)
+		if err != nil {
+			return driverFailure(err, "")
+		}
+		for _, g := range gpus {
+			word := "Set compute mode to"
+			if m.View(g.Index).ComputeMode == name {
+				word = "Compute mode is already set to"
+			} else if err := m.SetComputeMode(g.Index, name); err != nil {
+				return driverFailure(err, "")
+			}
+			fmt.Printf("%s %s for GPU %s.\n", word, strings.ToUpper(name), g.PCIBusID)
+		}
+		fmt.Println("All done.")
+		return 0
+	})
+}
+
+// migMode is -mig: the pending MIG mode, which the lab's hosts (like VMs with passthrough GPUs, which cannot
+// reset a GPU) apply at the next reboot, with the message real drivers print then.
+func migMode(ids, value string) int {
+	var enable bool
+	switch value {
+	case "1", "ENABLED":
+		enable = true
+	case "0", "DISABLED":
+	default:
+		fmt.Printf("Invalid value \"%s\" for option -mig\n\n%s\n", value, usageHint)
+		return exitUsage
+	}
+	word, done := "disable", "Disabled"
+	if enable {
+		word, done = "enable", "Enabled"
+	}
+	return update("Unable to set the MIG mode: Insufficient Permissions", func(m *machine.Machine) int {
+		gpus, err := selectGPUs(m, ids)
+		if err != nil {
+			return driverFailure(err, "")
+		}
+		rc := 0
+		for _, g := range gpus {
+			pending, err := m.SetMigMode(g.Index, enable)
+			switch {
+			case errors.Is(err, machine.ErrNotSupported):
+				fmt.Printf("Unable to %s MIG Mode for GPU %s: Not Supported\nTreating as warning and moving on.\n",
+					word, g.PCIBusID)
+				rc = exitNotSupported
+			case errors.Is(err, machine.ErrInUse):
+				fmt.Printf("Unable to disable MIG Mode for GPU %s: In use by another client\n", g.PCIBusID)
+				rc = exitOther
+			case err != nil:
+				return driverFailure(err, "")
+			case pending:
+				fmt.Printf("Warning: MIG mode is in pending %s state for GPU %s:Not Supported\n"+
+					"Reboot the system or try nvidia-smi --gpu-reset to make MIG mode effective on GPU %s\n",
+					word, g.PCIBusID, g.PCIBusID)
+			default:
+				fmt.Printf("%s MIG Mode for GPU %s\n", done, g.PCIBusID)
+			}
+		}
+		fmt.Println("All done.")
+		return rc
+	})
+}
+
+// persistenceMode is -pm: the driver's legacy persistence mode (nvidia-persistenced is the other way).
+func persistenceMode(ids, value string) int {
+	var enable bool
+	switch value {
+	case "1", "ENABLED":
+		enable = true
+	case "0", "DISABLED":
+	default:
+		fmt.Printf("Invalid value \"%s\" for option -pm\n\n%s\n", value, usageHint)
+		return exitUsage
+	}
+	word := "Disabled"
+	if enable {
+		word = "Enabled"
+	}
+	return update("Unable to set persistence mode: Insufficient Permissions", func(m *machine.Machine) int {
+		gpus, err := selectGPUs(m, ids)
+		if err != nil {
+			return driverFailure(err, "")
+		}
+		for _, g := range gpus {
+			if err := m.SetPersistence(g.Index, enable); err != nil {
+				return driverFailure(err, "")
+			}
+			fmt.Printf("%s Legacy persistence mode for GPU %s.\n", word, g.PCIBusID)
+		}
+		fmt.Println("All done.")
+		return 0
+	})
+}
+
+// computePolicy is "compute-policy -i ID --set-timeslice N", which NVIDIA's DRA driver runs for a TimeSlicing
+// claim (and with 0 when it unprepares one).
+func computePolicy(args []string) int {
+	var ids, value string
+	for i := 0; i < len(args); i += 2 {
+		if i+1 >= len(args) {
+			fmt.Printf("Option \"%s\" requires a value.\n\n%s\n", args[i], usageHint)
+			return exitUsage
+		}
+		switch args[i] {
+		case "-i", "--id":
+			ids = args[i+1]
+		case "--set-timeslice":
+			value = args[i+1]
+		default:
+			fmt.Printf("Invalid combination of input arguments.\n%s\n\n%s\n", args[i], usageHint)
+			return exitUsage
+		}
+	}
+	slice, err := strconv.Atoi(value)
+	if err != nil || slice < 0 || slice >= len(machine.Timeslices) {
+		fmt.Printf("Invalid value \"%s\" for option --set-timeslice (0 to %d)\n\n%s\n", value,
+			len(machine.Timeslices)-1, usageHint)
+		return exitUsage
+	}
+	return update("Unable to set the timeslice: Insufficient Permissions", func(m *machine.Machine) int {
+		gpus, err := selectGPUs(m, ids)
+		if err != nil {
+			return driverFailure(err, "")
+		}
+		for _, g := range gpus {
+			if err := m.SetTimeslice(g.Index, slice); err != nil {
+				return driverFailure(err, "")
+			}
+			fmt.Printf("Set timeslice to %s for GPU %s.\n", machine.Timeslices[slice], g.PCIBusID)
+		}
+		return 0
+	})
+}
+
+// gpuReset is -r, which must name its GPUs with -i.
+func gpuReset(ids string) int {
+	if ids == "" {
+		fmt.Println("-r/--gpu-reset requires -i/--id to select a GPU.")
+		return exitOther
+	}
+	return update("Unable to reset this GPU: Insufficient Permissions", func(m *machine.Machine) int {
+		gpus, err := selectGPUs(m, ids)
+		if err != nil {
+			return driverFailure(err, "")
+		}
+		for _, g := range gpus {
+			if err := m.ResetGPU(g.Index); err != nil {
+				return driverFailure(err, "")
+			}
+			fmt.Printf("GPU %s was successfully reset.\n", g.PCIBusID)
+		}
+		fmt.Println("All done.")
+		return 0
+	})
 }
 
 // selectGPUs resolves -i as nvemu.select does: indexes, UUIDs or PCI bus ids, comma separated; all without one.

@@ -1,0 +1,31 @@
+"""The lab's static ``nvidia-emu-tools`` for tests that run the emulated NVIDIA tools outside a lab host.
+
+On a lab host, ``/usr/bin/nvidia-smi``'s launcher tells the Python nvidia-smi where they are
+(``GPUREADY_LAB_STATIC_TOOLS``): its settings (``-c``, ``-mig``, ``-r``) and ``nvidia-smi mig`` are theirs
+(gpuready/lab/silicon/tools). Tests name this build instead, built once per source into the lab cache.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import pytest
+
+ENV = "GPUREADY_LAB_STATIC_TOOLS"
+
+
+@functools.cache
+def _build() -> str:
+    from gpuready.lab.silicon import build
+
+    return str(build.ensure_libraries(lambda _line: None, names=["tools"])["tools"])
+
+
+def static_tools() -> str:
+    """The path of ``nvidia-emu-tools``; skips the test where Go is missing."""
+    from gpuready.lab.gobuild import PrerequisiteError
+
+    try:
+        return _build()
+    except PrerequisiteError as exc:
+        pytest.skip(f"the lab's Go tools cannot be built here: {exc}")
