@@ -8,7 +8,6 @@ import io
 import json
 import subprocess
 import tarfile
-import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -147,27 +146,6 @@ def test_runc_wrapper_rewrites_the_bundle_then_execs_runc(
     assert execs == [["/usr/sbin/runc", *argv]]
     spec = json.loads((tmp_path / "config.json").read_text())
     assert spec["linux"]["resources"] == {"devices": RESOURCES["devices"]}
-
-
-def test_containerd_config_is_valid_toml_with_the_lab_settings() -> None:
-    config = tomllib.loads(realnode.containerd_config())
-    cri = config["plugins"]["io.containerd.grpc.v1.cri"]
-    assert config["version"] == 2
-    assert cri["restrict_oom_score_adj"] is True
-    assert cri["sandbox_image"] == realnode.PAUSE_IMAGE
-    options = cri["containerd"]["runtimes"]["runc"]["options"]
-    assert options == {"BinaryName": realnode.RUNC_WRAPPER_PATH, "SystemdCgroup": True}
-
-
-def test_containerd_2_config_is_version_3() -> None:
-    config = tomllib.loads(realnode.containerd_config(containerd_major=2))
-    assert config["version"] == 3
-    runtime = config["plugins"]["io.containerd.cri.v1.runtime"]
-    assert runtime["restrict_oom_score_adj"] is True
-    assert runtime["containerd"]["runtimes"]["runc"]["options"]["BinaryName"] == realnode.RUNC_WRAPPER_PATH
-    assert runtime["cni"]["bin_dirs"] == ["/usr/lib/cni"]
-    images = config["plugins"]["io.containerd.cri.v1.images"]
-    assert images["pinned_images"]["sandbox"] == realnode.PAUSE_IMAGE
 
 
 def test_the_kubelet_patch_turns_off_what_needs_cgroup_controllers() -> None:

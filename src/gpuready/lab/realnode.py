@@ -17,8 +17,6 @@ be copied to a real node:
   ``slice:prefix:name`` path it needs where containerd wrote ``/k8s.io/<id>`` (a pod without a cgroup parent, as
   every pod is with ``cgroupsPerQOS: false``): runc refuses that with ``expected cgroupsPath to be of format
   "slice:prefix:name" for systemd cgroups``.
-* :func:`containerd_config`: containerd's CRI with that wrapper as the runc binary, the systemd cgroup driver,
-  ``restrict_oom_score_adj`` (no CAP_SYS_RESOURCE: lowering a score fails) and the lab's pause image.
 * :data:`KUBELET_CONFIG_PATCH`: kubeadm's ``kubeletconfiguration`` patch: no QoS or node-allocatable cgroups (they
   need the cpu, memory and pids controllers), swap tolerated.
 * :func:`oci_archive`: an OCI image archive written with the standard library (no registry, no tool), which
@@ -39,7 +37,6 @@ KUBELET_SYSCTLS = {"vm/overcommit_memory": "1", "kernel/panic": "10", "kernel/pa
 # where the host keeps what must not live on its overlay root
 OWN_DIRS = ("/var/lib/containerd", "/var/lib/kubelet")
 PAUSE_IMAGE = "registry.k8s.io/pause:3.10.2"  # kubeadm 1.36's (cmd/kubeadm/app/constants)
-RUNC_WRAPPER_PATH = "/usr/local/sbin/runc-lab"
 SYSCTL_DIR = "/etc/gpuready-lab/kubelet-sysctl"  # in the host's root: nspawn binds over /proc from inside
 
 
@@ -150,52 +147,6 @@ def main(argv):
 if __name__ == "__main__":
     main(sys.argv[1:])
 '''
-
-
-def containerd_config(
-    cni_bin_dir: str = "/usr/lib/cni", pause_image: str = PAUSE_IMAGE, containerd_major: int = 1
-) -> str:
-    """containerd's config for the lab's real kubelet: version 2 for 1.6/1.7 (bookworm, trixie), version 3 for
-    2.x (sid), whose CRI is split into the ``io.containerd.cri.v1.images`` and ``...runtime`` plugins."""
-    head = "# Written by gpuready's real-kubelet probe. restrict_oom_score_adj and the runc wrapper are lab-only.\n"
-    runc = (
-        '  runtime_type = "io.containerd.runc.v2"\n'
-        "[{runtime}.containerd.runtimes.runc.options]\n"
-        f'  BinaryName = "{RUNC_WRAPPER_PATH}"\n'
-        "  SystemdCgroup = true\n"
-    )
-    if containerd_major >= 2:
-        runtime = 'plugins."io.containerd.cri.v1.runtime"'
-        images = 'plugins."io.containerd.cri.v1.images"'
-        return (
-            head + "version = 3\n\n"
-            f"[{images}]\n"
-            '  snapshotter = "overlayfs"\n'
-            f"[{images}.pinned_images]\n"
-            f'  sandbox = "{pause_image}"\n'
-            f"[{runtime}]\n"
-            "  restrict_oom_score_adj = true\n"
-            "  tolerate_missing_hugepages_controller = true\n"
-            f"[{runtime}.containerd]\n"
-            '  default_runtime_name = "runc"\n'
-            f"[{runtime}.containerd.runtimes.runc]\n" + runc.format(runtime=runtime) + f"[{runtime}.cni]\n"
-            f'  bin_dirs = ["{cni_bin_dir}"]\n'
-            '  conf_dir = "/etc/cni/net.d"\n'
-        )
-    cri = 'plugins."io.containerd.grpc.v1.cri"'
-    return (
-        head + "version = 2\n\n"
-        f"[{cri}]\n"
-        f'  sandbox_image = "{pause_image}"\n'
-        "  restrict_oom_score_adj = true\n"
-        "  tolerate_missing_hugepages_controller = true\n"
-        f"[{cri}.containerd]\n"
-        '  default_runtime_name = "runc"\n'
-        '  snapshotter = "overlayfs"\n'
-        f"[{cri}.containerd.runtimes.runc]\n" + runc.format(runtime=cri) + f"[{cri}.cni]\n"
-        f'  bin_dir = "{cni_bin_dir}"\n'
-        '  conf_dir = "/etc/cni/net.d"\n'
-    )
 
 
 def cni_conflist(bridge: str, subnet: str) -> str:

@@ -35,12 +35,10 @@ DEFAULT_DRIVER_VERSION = "580.178.04"
 CUDA_BY_BRANCH = {"595": "13.2", "590": "13.1", "580": "13.0", "575": "12.9", "570": "12.8", "550": "12.4"}
 
 # nvidia-smi exit codes (nvidia-smi(1), RETURN VALUE).
-EXIT_NOT_SUPPORTED = 3
 EXIT_NOT_FOUND = 6
 EXIT_NO_DRIVER = 9
 EXIT_GPU_LOST = 15
 EXIT_MISMATCH = 18
-EXIT_OTHER = 255
 
 CONTAINER_DEVICES = "GPUREADY_LAB_CONTAINER_DEVICES"
 # /proc/driver/nvidia-caps/mig-minors: config 1, monitor 2, then per GPU 15 GPU instances, each with its access

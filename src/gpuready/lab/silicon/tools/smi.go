@@ -17,7 +17,7 @@ var computeModes = map[string]string{
 	"3": machine.ComputeModeExclusiveProcess, "EXCLUSIVE_PROCESS": machine.ComputeModeExclusiveProcess,
 }
 
-// Exit codes as nvidia-smi's (nvemu.EXIT_*).
+// Exit codes as nvidia-smi's (nvidia-smi(1), RETURN VALUE; the Python tools' nvemu.EXIT_* for those they give).
 const (
 	exitNotSupported = 3
 	exitNoPermission = 4
