@@ -28,7 +28,8 @@ from typing import Any, Protocol
 
 import yaml
 
-from gpuready.lab.emulator.nvemu import CUDA_BY_BRANCH, mig_uuid
+from gpuready.lab.emulator import nvemu
+from gpuready.lab.emulator.nvemu import CUDA_BY_BRANCH
 from gpuready.lab.faults import Effects, combined_effects
 from gpuready.nvidia.containerd_config import CRI_PLUGIN, NVIDIA_RUNTIME_BINARY, RUNC_TYPE
 
@@ -312,25 +313,10 @@ def _root_of(pid: int, root: Path) -> bool:
 
 def mig_devices(gpu: dict[str, Any], state: dict[str, Any]) -> tuple[MigDevice, ...]:
     """MIG devices (one per compute instance) in nvidia-smi's order, from the emulated driver's state."""
-    profiles = {p["profile_id"]: p for p in gpu.get("mig_profiles") or []}
-    out = []
-    for gi in sorted(state.get("gis") or [], key=lambda g: g["id"]):
-        prof = profiles.get(gi["profile_id"])
-        if prof is None:
-            continue
-        for ci in sorted(gi.get("cis") or [], key=lambda c: c["id"]):
-            out.append(
-                MigDevice(
-                    gpu["index"],
-                    gi["id"],
-                    ci["id"],
-                    prof,
-                    mig_uuid(gpu["uuid"], gi["id"], ci["id"]),
-                    ci.get("size") == prof["compute_slices"],
-                    int(gi.get("start") or 0),
-                )
-            )
-    return tuple(out)
+    return tuple(
+        MigDevice(gpu["index"], d["gi"], d["ci"], d["profile"], d["uuid"], d["full"], d["start"])
+        for d in nvemu.mig_devices(gpu, state)
+    )
 
 
 def build_gpus(hw: dict[str, Any], emu_state: dict[str, Any]) -> tuple[Gpu, ...]:

@@ -64,28 +64,8 @@ class GpuView:
         return _en(self.mig_current), _en(self.mig_pending)
 
     def mig_devices(self) -> list[dict]:
-        """MIG devices (one per compute instance), ordered as nvidia-smi numbers them."""
-        if not self.mig_current:
-            return []
-        profiles = {p["profile_id"]: p for p in self.gpu.get("mig_profiles", [])}
-        devices = []
-        for gi in sorted(self.state["gis"], key=lambda g: g["id"]):
-            prof = profiles[gi["profile_id"]]
-            for ci in sorted(gi["cis"], key=lambda c: c["id"]):
-                share = ci["size"] / max(prof["compute_slices"], 1)
-                devices.append(
-                    {
-                        "gi": gi["id"],
-                        "ci": ci["id"],
-                        "profile": prof,
-                        "name": prof["name"],
-                        "sm": int(prof["sm_count"] * share) if share < 1 else prof["sm_count"],
-                        "uuid": nvemu.mig_uuid(self.gpu["uuid"], gi["id"], ci["id"]),
-                    }
-                )
-        for index, dev in enumerate(devices):
-            dev["index"] = index
-        return devices
+        """MIG devices (one per compute instance), ordered as nvidia-smi numbers them (nvemu.mig_devices)."""
+        return nvemu.mig_devices(self.gpu, self.state) if self.mig_current else []
 
     def memory(self) -> tuple[int, int, int, int]:
         total = self.gpu["memory_mib"]

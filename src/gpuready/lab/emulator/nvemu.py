@@ -350,6 +350,37 @@ def mig_uuid(gpu_uuid: str, gi: int, ci: int) -> str:
     return "MIG-" + str(uuidlib.uuid5(uuidlib.NAMESPACE_OID, f"{gpu_uuid}/{gi}/{ci}"))
 
 
+def mig_devices(gpu: dict, gpu_state: dict) -> list[dict]:
+    """The GPU's MIG devices (one per compute instance) from its driver state, in nvidia-smi's order (GPU instance
+    id, then compute instance id): index, gi, ci, profile (the GPU instance's), name, start (the GPU instance's
+    placement), full (the compute instance spans its GPU instance), sm, uuid. The caller checks MIG mode. Package
+    machine's migDevices derives the same for the mock NVML and CUDA."""
+    profiles = {p["profile_id"]: p for p in gpu.get("mig_profiles") or []}
+    devices = []
+    for gi in sorted(gpu_state.get("gis") or [], key=lambda g: g["id"]):
+        prof = profiles.get(gi["profile_id"])
+        if prof is None:
+            continue
+        for ci in sorted(gi.get("cis") or [], key=lambda c: c["id"]):
+            full = ci["size"] >= prof["compute_slices"]
+            devices.append(
+                {
+                    "index": len(devices),
+                    "gi": gi["id"],
+                    "ci": ci["id"],
+                    "profile": prof,
+                    "name": prof["name"],
+                    "start": int(gi.get("start") or 0),
+                    "full": full,
+                    "sm": prof["sm_count"]
+                    if full
+                    else prof["sm_count"] * ci["size"] // max(prof["compute_slices"], 1),
+                    "uuid": mig_uuid(gpu["uuid"], gi["id"], ci["id"]),
+                }
+            )
+    return devices
+
+
 def short_hash(text: str, length: int = 16) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:length]
 
