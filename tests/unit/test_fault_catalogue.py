@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from gpuready.lab import faults, hardware
+from gpuready.lab.emulator import nvemu
 from gpuready.lab.faults import EFFECT_FIELDS, FAULTS, Effects
 
 LAB = Path(faults.__file__).parent
@@ -50,7 +51,15 @@ def test_go_decodes_every_effect():
 
 @pytest.mark.parametrize("field", EFFECT_FIELDS)
 def test_each_effect_is_rendered(field):
-    py = [p.name for p in PY_RENDERERS if re.search(rf"[\"']{field}[\"']|\.{field}\b", p.read_text())]
+    # nvemu's table of how effects combine names them all: a renderer reads one outside it
+    py = [
+        p.name
+        for p in PY_RENDERERS
+        if re.search(
+            rf"[\"']{field}[\"']|\.{field}\b",
+            re.sub(r"^COMBINE\b.*?\n\}", "", p.read_text(), flags=re.S | re.M),
+        )
+    ]
     assert py, f"effect {field!r} is declared but no Python renderer reads it"
     # the Go machine package reads it outside its Effects struct and the combining of effects
     go_name = _go_fields()[field]
@@ -87,6 +96,13 @@ def test_each_fault_has_effects_and_injects_them(name):
     assert faults.combined_effects(hw, line["gpu"]) == spec.effects
     # a line written by hand, without effects, has its catalogue row's
     assert faults.effects_of({"fault": name, "gpu": line["gpu"]}) == spec.effects
+
+
+def test_the_emulated_tools_combine_every_effect_from_its_no_fault_value():
+    """nvemu.COMBINE is the one table of combining rules (faults.Effects.combined uses it): every effect, and its
+    value without a fault is the dataclass default."""
+    assert list(nvemu.COMBINE) == list(EFFECT_FIELDS)
+    assert {name: none for name, (_rule, none) in nvemu.COMBINE.items()} == Effects().as_dict()
 
 
 def test_effects_combine():

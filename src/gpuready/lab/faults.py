@@ -18,6 +18,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from gpuready.lab.emulator import nvemu
+
 
 @dataclass(frozen=True)
 class Effects:
@@ -78,25 +80,9 @@ class Effects:
 
     @classmethod
     def combined(cls, effects: Iterable[Effects]) -> Effects:
-        """The effects of several faults together (see the class docstring for the rules)."""
-        out = cls()
-        for e in effects:
-            out = cls(
-                off_bus=out.off_bus or e.off_bus,
-                xid=max(out.xid, e.xid),
-                ecc_uncorrected=out.ecc_uncorrected + e.ecc_uncorrected,
-                dbe_remapped=out.dbe_remapped + e.dbe_remapped,
-                row_remap_pending=out.row_remap_pending or e.row_remap_pending,
-                retired_pages_pending=out.retired_pages_pending or e.retired_pages_pending,
-                pcie_gen_drop=max(out.pcie_gen_drop, e.pcie_gen_drop),
-                pcie_width_divisor=max(out.pcie_width_divisor, e.pcie_width_divisor),
-                nvlink_down=out.nvlink_down or e.nvlink_down,
-                bandwidth_factor=min(out.bandwidth_factor, e.bandwidth_factor),
-                dcgm_memory_fails=out.dcgm_memory_fails or e.dcgm_memory_fails,
-                fabric_failed=out.fabric_failed or e.fabric_failed,
-                driver_mismatch=out.driver_mismatch or e.driver_mismatch,
-            )
-        return out
+        """The effects of several faults together, by the rules the emulated tools combine them with
+        (nvemu.COMBINE; the class docstring says them)."""
+        return cls(**nvemu.combine([e.as_dict() for e in effects]))
 
 
 EFFECT_FIELDS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(Effects))

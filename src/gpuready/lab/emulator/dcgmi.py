@@ -166,7 +166,7 @@ def test_software(drv: nvemu.Driver, gpu: dict) -> dict:
                 'running "nvidia-smi -i <gpuId> -pm 1 " as root.',
             )
         )
-    if drv.gpu_effects(index).flag("row_remap_pending"):
+    if drv.gpu_effects(index)["row_remap_pending"]:
         warnings.append(
             _warning(
                 E_ROW_REMAP,
@@ -179,7 +179,7 @@ def test_software(drv: nvemu.Driver, gpu: dict) -> dict:
 
 def test_memory(drv: nvemu.Driver, gpu: dict) -> dict:
     index = gpu["index"]
-    if drv.gpu_effects(index).flag("dcgm_memory_fails"):
+    if drv.gpu_effects(index)["dcgm_memory_fails"]:
         text = f"Found 1 faulty memory elements on GPU {index} Run a field diagnostic on the GPU."
         return {"status": "Fail", "warnings": [_warning(E_FAULTY_MEMORY, text)], "info": []}
     free = (gpu["memory_mib"] - gpu.get("reserved_mib", 0)) * 1024 * 1024
@@ -189,7 +189,7 @@ def test_memory(drv: nvemu.Driver, gpu: dict) -> dict:
 def test_pcie(drv: nvemu.Driver, gpu: dict) -> dict:
     index = gpu["index"]
     rate = link_gbps(*pcie_current(drv, gpu))
-    rate *= drv.gpu_effects(index).least("bandwidth_factor", 1.0)
+    rate *= drv.gpu_effects(index)["bandwidth_factor"]
     d2h, h2d, bidir = rate * HEALTHY_D2H, rate * HEALTHY_H2D, rate * HEALTHY_BIDIR
     minimum = link_gbps(gpu["max_pcie_gen"], gpu["max_pcie_width"]) * MIN_BANDWIDTH_FRACTION
     warnings = [

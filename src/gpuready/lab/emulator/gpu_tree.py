@@ -74,32 +74,32 @@ class GpuView:
         return total, reserved, used, total - reserved - used
 
     def ecc_uncorrected(self) -> int:
-        return self.effects.count("ecc_uncorrected")
+        return self.effects["ecc_uncorrected"]
 
     def pcie_current(self) -> tuple[int, int]:
         return self.drv.pcie_current(self.gpu)
 
     def retired(self) -> tuple[int, int, bool]:
         """single-bit count, double-bit count, pending."""
-        if self.effects.flag("retired_pages_pending"):
-            return 0, 1 + self.effects.count("dbe_remapped"), True
+        if self.effects["retired_pages_pending"]:
+            return 0, 1 + self.effects["dbe_remapped"], True
         return 0, 0, False
 
     def remapped(self) -> tuple[int, int, bool]:
         """correctable, uncorrectable, pending."""
         unc = 0
         pending = False
-        if self.effects.flag("row_remap_pending"):
+        if self.effects["row_remap_pending"]:
             unc, pending = 1, True
         if self.gpu.get("row_remapping"):
-            unc += self.effects.count("dbe_remapped")
+            unc += self.effects["dbe_remapped"]
         return 0, unc, pending
 
     def fabric(self) -> tuple[str, str]:
         if not self.drv.hw.get("system", {}).get("nvswitch"):
             return NA, NA
         # The GPUs join the NVSwitch fabric only once Fabric Manager has configured it.
-        if self.drv.host_effects().flag("fabric_failed") or not nvemu.fabricmanager_running():
+        if self.drv.host_effects()["fabric_failed"] or not nvemu.fabricmanager_running():
             return "In Progress", NA
         return "Completed", "Success"
 

@@ -79,7 +79,7 @@ def main(argv: list[str]) -> int:
         log.write("ERROR", "fabric manager failed to open NVSwitch devices, no NVSwitch devices found")
         print("Fabric Manager failed to start: no NVSwitch devices found.", file=sys.stderr)
         return 1
-    if drv.host_effects().flag("fabric_failed"):
+    if drv.host_effects()["fabric_failed"]:
         log.write(
             "INFO",
             f"number of devices specified in topology file NVSwitches: {system['nvswitch_count']}, "

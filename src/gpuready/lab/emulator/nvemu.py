@@ -55,26 +55,44 @@ def ci_minor(gpu_minor: int, gi: int, ci: int) -> int:
     return gi_minor(gpu_minor, gi) + 1 + ci
 
 
+# How the effects of several faults on one GPU (or on the host) combine, and each effect's value without a fault:
+# flags OR, counts add, the worst of a PCIe field or a bandwidth factor, the largest XID. The one table of the
+# rules: gpuready.lab.faults.Effects (where each effect is documented) combines by it too; package machine's
+# Effects.combine is its Go twin (tests/unit/test_fault_catalogue.py keeps the three in step).
+COMBINE: dict[str, tuple[typing.Callable[[list], object], object]] = {
+    "off_bus": (any, False),
+    "xid": (max, 0),
+    "ecc_uncorrected": (sum, 0),
+    "dbe_remapped": (sum, 0),
+    "row_remap_pending": (any, False),
+    "retired_pages_pending": (any, False),
+    "pcie_gen_drop": (max, 0),
+    "pcie_width_divisor": (max, 1),
+    "nvlink_down": (any, False),
+    "bandwidth_factor": (min, 1.0),
+    "dcgm_memory_fails": (any, False),
+    "fabric_failed": (any, False),
+    "driver_mismatch": (any, False),
+}
+
+
+def combine(effects: list[dict]) -> dict:
+    """The effects of several faults together, by COMBINE's rules; every effect is in the result."""
+    return {
+        name: rule([none, *(e[name] for e in effects if name in e)]) for name, (rule, none) in COMBINE.items()
+    }
+
+
 class Effects:
-    """The combined effects of the faults on one GPU (or the host): each hardware-file fault line carries
-    its effects (gpuready.lab.faults.Effects, where every field is documented); the tools render these,
-    never a fault's name. Several faults combine as Effects.combined does: flags OR, counts add, the
-    worst of a factor or a PCIe field."""
+    """The combined effects of the faults on one GPU (or the host), ``effects["name"]``: each hardware-file fault
+    line carries its effects (gpuready.lab.faults.Effects, where every field is documented); the tools render
+    these, never a fault's name."""
 
     def __init__(self, lines: list[dict]):
-        self._all = [line.get("effects") or {} for line in lines]
+        self._values = combine([line.get("effects") or {} for line in lines])
 
-    def flag(self, name: str) -> bool:
-        return any(bool(e.get(name)) for e in self._all)
-
-    def count(self, name: str) -> int:
-        return sum(int(e.get(name) or 0) for e in self._all)
-
-    def most(self, name: str, default: int) -> int:
-        return max([int(e[name]) for e in self._all if name in e], default=default)
-
-    def least(self, name: str, default: float) -> float:
-        return min([float(e[name]) for e in self._all if name in e], default=default)
+    def __getitem__(self, name: str) -> typing.Any:
+        return self._values[name]
 
 
 class NvmlError(Exception):
@@ -260,7 +278,7 @@ class Driver:
     # --- driver checks -------------------------------------------------------------------------
     def check_loaded(self) -> None:
         """Raise NvmlError like NVML init does: no module, library/module mismatch."""
-        if self.host_effects().flag("driver_mismatch"):
+        if self.host_effects()["driver_mismatch"]:
             raise NvmlError("Failed to initialize NVML: Driver/library version mismatch", EXIT_MISMATCH)
         kmod = self.state.get("kmod")
         if not kmod:
@@ -288,13 +306,13 @@ class Driver:
         return Effects([f for f in self.hw.get("faults", []) if f.get("gpu") == index])
 
     def off_bus(self, index: int) -> bool:
-        return self.gpu_effects(index).flag("off_bus")
+        return self.gpu_effects(index)["off_bus"]
 
     def pcie_current(self, gpu: dict) -> tuple[int, int]:
         """The trained PCIe link (generation, width): the maximum, lowered by the GPU's faults."""
         effects = self.gpu_effects(gpu["index"])
-        gen = max(1, gpu["max_pcie_gen"] - effects.most("pcie_gen_drop", 0))
-        width = max(1, gpu["max_pcie_width"] // max(1, effects.most("pcie_width_divisor", 1)))
+        gen = max(1, gpu["max_pcie_gen"] - effects["pcie_gen_drop"])
+        width = max(1, gpu["max_pcie_width"] // max(1, effects["pcie_width_divisor"]))
         return gen, width
 
     def visible_gpus(self) -> list[dict]:
@@ -356,7 +374,7 @@ def mig_devices(gpu: dict, gpu_state: dict) -> list[dict]:
     placement), full (the compute instance spans its GPU instance), sm, uuid. The caller checks MIG mode. Package
     machine's migDevices derives the same for the mock NVML and CUDA."""
     profiles = {p["profile_id"]: p for p in gpu.get("mig_profiles") or []}
-    devices = []
+    devices: list[dict] = []
     for gi in sorted(gpu_state.get("gis") or [], key=lambda g: g["id"]):
         prof = profiles.get(gi["profile_id"])
         if prof is None:

@@ -410,7 +410,7 @@ def cmd_nvlink_status(drv: nvemu.Driver, gpus: list[dict]) -> int:
             _out("Nvlink queries are not supported for Devices in MIG mode\n")
         elif links == 0:
             continue
-        elif view.effects.flag("nvlink_down"):
+        elif view.effects["nvlink_down"]:
             _out("NVML: Unable to retrieve NVLink information as all links are inActive\n")
         else:
             speed = f"{gpu.get('nvlink_gbps', 25):g}"
@@ -447,9 +447,7 @@ def cmd_topo(drv: nvemu.Driver) -> int:
                 cells.append(" X ")
                 continue
             links = a.get("nvlink_links", 0)
-            down = drv.gpu_effects(a["index"]).flag("nvlink_down") or drv.gpu_effects(b["index"]).flag(
-                "nvlink_down"
-            )
+            down = drv.gpu_effects(a["index"])["nvlink_down"] or drv.gpu_effects(b["index"])["nvlink_down"]
             if links and not down and nvswitch:
                 cells.append(f"NV{links}")
             elif links and not down and len(gpus) > 1:
