@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"os"
@@ -118,6 +119,42 @@ func update(noPermission string, change func(m *machine.Machine) int) int {
 	return rc
 }
 
+// forEach is one setting on each GPU -i names, under one update: set changes GPU g, prints its line and returns
+// its exit code (the last non-zero one is the command's); a machine error stops there. "All done." follows
+// when done.
+func forEach(ids, noPermission string, done bool, set func(m *machine.Machine, g *machine.GPU) (int, error)) int {
+	return update(noPermission, func(m *machine.Machine) int {
+		gpus, err := selectGPUs(m, ids)
+		if err != nil {
+			return driverFailure(err, "")
+		}
+		rc := 0
+		for _, g := range gpus {
+			code, err := set(m, g)
+			if err != nil {
+				return driverFailure(err, "")
+			}
+			rc = cmp.Or(code, rc)
+		}
+		if done {
+			fmt.Println("All done.")
+		}
+		return rc
+	})
+}
+
+// onOff is a 0|1|ENABLED|DISABLED option's value; false after saying so for any other.
+func onOff(option, value string) (enable, ok bool) {
+	switch value {
+	case "1", "ENABLED":
+		return true, true
+	case "0", "DISABLED":
+		return false, true
+	}
+	fmt.Printf("Invalid value \"%s\" for option %s\n\n%s\n", value, option, usageHint)
+	return false, false
+}
+
 // computeMode is -c: the compute mode of each GPU until the next boot.
 func computeMode(ids, mode string) int {
 	name, ok := computeModes[strings.ToUpper(mode)]
@@ -125,59 +162,43 @@ func computeMode(ids, mode string) int {
 		fmt.Printf("Invalid value \"%s\" for option -c\n", mode)
 		return exitUsage
 	}
-	return update("Unable to set the compute mode: Insufficient Permissions", func(m *machine.Machine) int {
-		gpus, err := selectGPUs(m, ids)
-		if err != nil {
-			return driverFailure(err, "")
-		}
-		for _, g := range gpus {
+	return forEach(ids, "Unable to set the compute mode: Insufficient Permissions", true,
+		func(m *machine.Machine, g *machine.GPU) (int, error) {
 			word := "Set compute mode to"
 			if m.View(g.Index).ComputeMode == name {
 				word = "Compute mode is already set to"
 			} else if err := m.SetComputeMode(g.Index, name); err != nil {
-				return driverFailure(err, "")
+				return 0, err
 			}
 			fmt.Printf("%s %s for GPU %s.\n", word, strings.ToUpper(name), g.PCIBusID)
-		}
-		fmt.Println("All done.")
-		return 0
-	})
+			return 0, nil
+		})
 }
 
 // migMode is -mig: the pending MIG mode, which the lab's hosts (like VMs with passthrough GPUs, which cannot
 // reset a GPU) apply at the next reboot, with the message real drivers print then.
 func migMode(ids, value string) int {
-	var enable bool
-	switch value {
-	case "1", "ENABLED":
-		enable = true
-	case "0", "DISABLED":
-	default:
-		fmt.Printf("Invalid value \"%s\" for option -mig\n\n%s\n", value, usageHint)
+	enable, ok := onOff("-mig", value)
+	if !ok {
 		return exitUsage
 	}
 	word, done := "disable", "Disabled"
 	if enable {
 		word, done = "enable", "Enabled"
 	}
-	return update("Unable to set the MIG mode: Insufficient Permissions", func(m *machine.Machine) int {
-		gpus, err := selectGPUs(m, ids)
-		if err != nil {
-			return driverFailure(err, "")
-		}
-		rc := 0
-		for _, g := range gpus {
+	return forEach(ids, "Unable to set the MIG mode: Insufficient Permissions", true,
+		func(m *machine.Machine, g *machine.GPU) (int, error) {
 			pending, err := m.SetMigMode(g.Index, enable)
 			switch {
 			case errors.Is(err, machine.ErrNotSupported):
 				fmt.Printf("Unable to %s MIG Mode for GPU %s: Not Supported\nTreating as warning and moving on.\n",
 					word, g.PCIBusID)
-				rc = exitNotSupported
+				return exitNotSupported, nil
 			case errors.Is(err, machine.ErrInUse):
 				fmt.Printf("Unable to disable MIG Mode for GPU %s: In use by another client\n", g.PCIBusID)
-				rc = exitOther
+				return exitOther, nil
 			case err != nil:
-				return driverFailure(err, "")
+				return 0, err
 			case pending:
 				fmt.Printf("Warning: MIG mode is in pending %s state for GPU %s:Not Supported\n"+
 					"Reboot the system or try nvidia-smi --gpu-reset to make MIG mode effective on GPU %s\n",
@@ -185,41 +206,22 @@ func migMode(ids, value string) int {
 			default:
 				fmt.Printf("%s MIG Mode for GPU %s\n", done, g.PCIBusID)
 			}
-		}
-		fmt.Println("All done.")
-		return rc
-	})
+			return 0, nil
+		})
 }
 
 // persistenceMode is -pm: the driver's legacy persistence mode (nvidia-persistenced is the other way).
 func persistenceMode(ids, value string) int {
-	var enable bool
-	switch value {
-	case "1", "ENABLED":
-		enable = true
-	case "0", "DISABLED":
-	default:
-		fmt.Printf("Invalid value \"%s\" for option -pm\n\n%s\n", value, usageHint)
+	enable, ok := onOff("-pm", value)
+	if !ok {
 		return exitUsage
 	}
-	word := "Disabled"
-	if enable {
-		word = "Enabled"
-	}
-	return update("Unable to set persistence mode: Insufficient Permissions", func(m *machine.Machine) int {
-		gpus, err := selectGPUs(m, ids)
-		if err != nil {
-			return driverFailure(err, "")
-		}
-		for _, g := range gpus {
-			if err := m.SetPersistence(g.Index, enable); err != nil {
-				return driverFailure(err, "")
-			}
+	word := map[bool]string{true: "Enabled", false: "Disabled"}[enable]
+	return forEach(ids, "Unable to set persistence mode: Insufficient Permissions", true,
+		func(m *machine.Machine, g *machine.GPU) (int, error) {
 			fmt.Printf("%s Legacy persistence mode for GPU %s.\n", word, g.PCIBusID)
-		}
-		fmt.Println("All done.")
-		return 0
-	})
+			return 0, m.SetPersistence(g.Index, enable)
+		})
 }
 
 // computePolicy is "compute-policy -i ID --set-timeslice N", which NVIDIA's DRA driver runs for a TimeSlicing
@@ -247,19 +249,11 @@ func computePolicy(args []string) int {
 			len(machine.Timeslices)-1, usageHint)
 		return exitUsage
 	}
-	return update("Unable to set the timeslice: Insufficient Permissions", func(m *machine.Machine) int {
-		gpus, err := selectGPUs(m, ids)
-		if err != nil {
-			return driverFailure(err, "")
-		}
-		for _, g := range gpus {
-			if err := m.SetTimeslice(g.Index, slice); err != nil {
-				return driverFailure(err, "")
-			}
+	return forEach(ids, "Unable to set the timeslice: Insufficient Permissions", false,
+		func(m *machine.Machine, g *machine.GPU) (int, error) {
 			fmt.Printf("Set timeslice to %s for GPU %s.\n", machine.Timeslices[slice], g.PCIBusID)
-		}
-		return 0
-	})
+			return 0, m.SetTimeslice(g.Index, slice)
+		})
 }
 
 // gpuReset is -r, which must name its GPUs with -i.
@@ -268,20 +262,11 @@ func gpuReset(ids string) int {
 		fmt.Println("-r/--gpu-reset requires -i/--id to select a GPU.")
 		return exitOther
 	}
-	return update("Unable to reset this GPU: Insufficient Permissions", func(m *machine.Machine) int {
-		gpus, err := selectGPUs(m, ids)
-		if err != nil {
-			return driverFailure(err, "")
-		}
-		for _, g := range gpus {
-			if err := m.ResetGPU(g.Index); err != nil {
-				return driverFailure(err, "")
-			}
+	return forEach(ids, "Unable to reset this GPU: Insufficient Permissions", true,
+		func(m *machine.Machine, g *machine.GPU) (int, error) {
 			fmt.Printf("GPU %s was successfully reset.\n", g.PCIBusID)
-		}
-		fmt.Println("All done.")
-		return 0
-	})
+			return 0, m.ResetGPU(g.Index)
+		})
 }
 
 // selectGPUs resolves -i as nvemu.select does: indexes, UUIDs or PCI bus ids, comma separated; all without one.
