@@ -1,0 +1,105 @@
+"""What the emulated nvidia-smi's MIG commands cost since they are the static tools' (gpuready/lab/silicon/tools).
+
+On one emulated A100 x4 machine in a temporary directory (no lab, no root), times the MIG round trip gpuready's
+deploy makes per GPU (``-mig 1``, a reboot, ``mig -cgi 9,14,19,19 -C``, ``mig -lgi``, ``mig -lci``, ``mig -dci``,
+``mig -dgi``) through the host's entry point, ``python3 nvidia_smi.py`` (which hands changes to the static
+tools), and through the static tools alone. With ``--baseline REV`` it times the same with the emulator of commit
+REV (extracted with ``git archive``), e.g. 5d45058, whose ``nvidia-smi mig`` was Python (emulator/mig.py), and
+prints the ratios. Medians of --runs rounds.
+Run: .venv/bin/python bench/emulated_smi.py [--runs 20] [--baseline 5d45058]
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import shutil
+import statistics
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+from pathlib import Path
+
+from gpuready.lab import hardware
+from gpuready.lab.silicon import build
+
+REPO = Path(__file__).resolve().parents[1]
+EMULATOR = REPO / "src" / "gpuready" / "lab" / "emulator"
+PYTHON = shutil.which("python3", path="/usr/bin:/bin") or sys.executable
+ROUND = [
+    ["mig", "-i", "0", "-cgi", "9,14,19,19", "-C"],
+    ["mig", "-lgi"],
+    ["mig", "-lci"],
+    ["mig", "-i", "0", "-dci"],
+    ["mig", "-i", "0", "-dgi"],
+]
+
+
+def one_round(smi: list[str], env: dict[str, str]) -> float:
+    start = time.perf_counter()
+    for args in ROUND:
+        done = subprocess.run([*smi, *args], env=env, capture_output=True, text=True, timeout=60)
+        if done.returncode != 0:
+            sys.exit(f"{' '.join([*smi, *args])} exited {done.returncode}:\n{done.stdout}{done.stderr}")
+    return time.perf_counter() - start
+
+
+def timed(smi: list[str], tmp: Path, tools: str, runs: int) -> float:
+    """Median seconds of one round on a fresh machine in MIG mode."""
+    for old in tmp.glob("state*"):
+        shutil.rmtree(old) if old.is_dir() else old.unlink()
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "GPUREADY_LAB_HARDWARE": str(tmp / "hardware.json"),
+        "GPUREADY_LAB_STATE": str(tmp / "state" / "state.json"),
+        "GPUREADY_LAB_BOOT_ID": "boot-1",
+        "GPUREADY_LAB_DRIVER_VERSION": "580.178.04",
+        "GPUREADY_LAB_STATIC_TOOLS": tools,
+    }
+    subprocess.run([*smi, "-mig", "1"], env=env, capture_output=True, check=True, timeout=60)
+    env["GPUREADY_LAB_BOOT_ID"] = "boot-2"  # the reboot that makes MIG mode current
+    return statistics.median(one_round(smi, env) for _ in range(runs))
+
+
+def baseline_emulator(rev: str, into: Path) -> Path:
+    archive = subprocess.run(
+        ["git", "-C", str(REPO), "archive", rev, "src/gpuready/lab/emulator"], capture_output=True, check=True
+    ).stdout
+    with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
+        tar.extractall(into, filter="data")
+    return into / "src" / "gpuready" / "lab" / "emulator"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=20)
+    parser.add_argument("--baseline", help="a commit whose emulator to time as well")
+    args = parser.parse_args()
+    tools = str(build.ensure_libraries(lambda _line: None, names=["tools"])["tools"])
+    with tempfile.TemporaryDirectory() as tmp_name:
+        tmp = Path(tmp_name)
+        hardware.write_hardware(tmp / "hardware.json", hardware.make_hardware("a100-80gb-4", 0))
+        rows = {
+            "nvidia_smi.py (host entry point)": timed([PYTHON, "-E", "-s", str(EMULATOR / "nvidia_smi.py")], tmp,
+                                                      tools, args.runs),
+            "static tools alone": timed([tools, "nvidia-smi"], tmp, tools, args.runs),
+        }  # fmt: skip
+        if args.baseline:
+            old = baseline_emulator(args.baseline, tmp / "baseline")
+            rows[f"nvidia_smi.py at {args.baseline}"] = timed(
+                [PYTHON, "-E", "-s", str(old / "nvidia_smi.py")], tmp, tools, args.runs
+            )
+    per = len(ROUND)
+    print(f"one MIG round ({per} commands: {'; '.join(' '.join(a) for a in ROUND)}), median of {args.runs}:")
+    for name, seconds in rows.items():
+        print(f"  {name:<40} {seconds * 1000:8.1f} ms  ({seconds * 1000 / per:6.1f} ms a command)")
+    if args.baseline:
+        base = rows[f"nvidia_smi.py at {args.baseline}"]
+        for name, seconds in list(rows.items())[:2]:
+            print(f"  ratio {name} / baseline: {seconds / base:.2f}")
+
+
+if __name__ == "__main__":
+    main()
