@@ -18,13 +18,10 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import hashlib
 import json
 import os
 import sys
-import tempfile
 import typing
-import uuid as uuidlib
 
 HOST_MACHINE_DIR = "/opt/gpuready-lab/machine"
 DEFAULT_HARDWARE = HOST_MACHINE_DIR + "/hardware.json"
@@ -162,6 +159,8 @@ def _atomic_write(path: str, data: str) -> None:
     and read a pid file, and the lab's GPU pods run their tools as non-root users."""
     directory = os.path.dirname(path) or "."
     os.makedirs(directory, exist_ok=True)
+    import tempfile  # here, not at the top: only a change needs it, and every tool call pays for its imports
+
     fd, tmp = tempfile.mkstemp(dir=directory, prefix=".state-")
     try:
         os.fchmod(fd, 0o644)
@@ -365,7 +364,9 @@ def fabricmanager_running() -> bool:
 
 def mig_uuid(gpu_uuid: str, gi: int, ci: int) -> str:
     """A stable MIG device UUID (real ones are name-based UUIDs too, version 5)."""
-    return "MIG-" + str(uuidlib.uuid5(uuidlib.NAMESPACE_OID, f"{gpu_uuid}/{gi}/{ci}"))
+    import uuid  # here: only MIG devices need it
+
+    return "MIG-" + str(uuid.uuid5(uuid.NAMESPACE_OID, f"{gpu_uuid}/{gi}/{ci}"))
 
 
 def mig_devices(gpu: dict, gpu_state: dict) -> list[dict]:
@@ -400,6 +401,8 @@ def mig_devices(gpu: dict, gpu_state: dict) -> list[dict]:
 
 
 def short_hash(text: str, length: int = 16) -> str:
+    import hashlib  # here: only nvidia-smi -q needs it
+
     return hashlib.sha256(text.encode()).hexdigest()[:length]
 
 
