@@ -160,9 +160,19 @@ def _run_pod(lab: Lab, name: str, script: str, volumes: dict[str, str] | None = 
         r = _kubectl(lab.state, "get", "pod", name, "-o", "jsonpath={.status.phase}")
         return r.stdout in ("Succeeded", "Failed"), r.stdout + r.stderr
 
-    ok, detail = _wait(done, 120)
-    assert ok, f"pod {name} did not finish: {detail}"
-    return _kubectl(lab.state, "logs", name).stdout
+    ok, phase = _wait(done, 120)
+    assert ok, f"pod {name} did not finish: {phase}"
+
+    # containerd copies a container's output into its log file as the process writes it: the copy of the last
+    # lines may land just after the kubelet has seen the container exit (CI at 0c891ee read an empty log once)
+    def logged() -> tuple[bool, str]:
+        r = _kubectl(lab.state, "logs", name)
+        return r.returncode == 0 and r.stdout.strip() != "", r.stdout if r.returncode == 0 else r.stderr
+
+    ok, log = _wait(logged, 30)
+    status = "" if ok else _kubectl(lab.state, "get", "pod", name, "-o", "jsonpath={.status}").stdout
+    assert ok, f"pod {name} ended {phase} and logged nothing: {log} {status}"
+    return log
 
 
 def test_a_container_sees_only_the_host_files_its_spec_mounts(
