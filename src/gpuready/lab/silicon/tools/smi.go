@@ -109,38 +109,35 @@ func driverFailure(err error, noPermission string) int {
 	return exitNoDriver
 }
 
-// update is machine.Update for one command: change prints its lines and returns the exit code; the state is
-// written whatever it returns, so what a command did before it failed stays done, as in the real driver.
-func update(noPermission string, change func(m *machine.Machine) int) int {
-	rc := 0
-	if err := machine.Update(func(m *machine.Machine) error { rc = change(m); return nil }); err != nil {
-		return driverFailure(err, noPermission)
-	}
-	return rc
-}
-
-// forEach is one setting on each GPU -i names, under one update: set changes GPU g, prints its line and returns
-// its exit code (the last non-zero one is the command's); a machine error stops there. "All done." follows
-// when done.
+// forEach is one setting on each GPU -i names, under one machine.Update: set changes GPU g, prints its line and
+// returns its exit code (the last non-zero one is the command's); a machine error stops there. "All done."
+// follows when done. The state is written whatever happened, so what a command did before it failed stays done,
+// as in the real driver.
 func forEach(ids, noPermission string, done bool, set func(m *machine.Machine, g *machine.GPU) (int, error)) int {
-	return update(noPermission, func(m *machine.Machine) int {
+	rc := 0
+	err := machine.Update(func(m *machine.Machine) error {
 		gpus, err := selectGPUs(m, ids)
 		if err != nil {
-			return driverFailure(err, "")
+			rc = driverFailure(err, "")
+			return nil
 		}
-		rc := 0
 		for _, g := range gpus {
 			code, err := set(m, g)
 			if err != nil {
-				return driverFailure(err, "")
+				rc = driverFailure(err, "")
+				return nil
 			}
 			rc = cmp.Or(code, rc)
 		}
 		if done {
 			fmt.Println("All done.")
 		}
-		return rc
+		return nil
 	})
+	if err != nil {
+		return driverFailure(err, noPermission)
+	}
+	return rc
 }
 
 // onOff is a 0|1|ENABLED|DISABLED option's value; false after saying so for any other.
