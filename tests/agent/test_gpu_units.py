@@ -217,6 +217,21 @@ def test_dcgm_scrape_parses_with_kubernetes_labels() -> None:
     assert hostname_label("nvcr.io/nvidia/k8s/dcgm-exporter:4.5.4-4.9.0-ubuntu22.04") == "hostname"
 
 
+def test_dcgm_remapped_rows_are_what_nvidia_smi_reports() -> None:
+    """DCGM reads NVML's remapped-row counters, as nvidia-smi -q does (nvemu.remapped_rows): an XID 48 double-bit
+    error remaps one row on an H100, a pending remap is one more; a GPU without faults has none."""
+    faults = [
+        {"fault": "xid-48", "gpu": 1},
+        {"fault": "xid-48", "gpu": 2},
+        {"fault": "row-remap-pending", "gpu": 2},
+    ]
+    state = host("h100-sxm-8", faults=faults)
+    pod = {"metadata": {"name": "dcgm-x"}, "spec": {"containers": [{"name": "e"}]}}
+    samples = parse_dcgm_metrics(dcgm_scrape(state, pod, {}, 0.0, "x/dcgm-exporter:4.4.1-4.6.0-ubuntu22.04"))
+    remapped = {s.gpu: s.value for s in samples if s.metric == "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS"}
+    assert remapped == {0: 0.0, 1: 1.0, 2: 2.0, **{i: 0.0 for i in range(3, 8)}}
+
+
 def test_virtual_hardware_matches_virtual_profiles() -> None:
     hw = virtual_hardware("a100-pcie-4", 2)
     assert [g["name"] for g in hw["gpus"]] == ["NVIDIA A100-PCIE-40GB"] * 4

@@ -37,15 +37,16 @@ class Effects:
     * ``ecc_uncorrected``: uncorrectable DRAM ECC errors, volatile and aggregate alike. gpu_tree
       GpuView.ecc_uncorrected (nvidia-smi), machine View.ECCUncorrected (NVML), agent vectorAdd fails.
     * ``dbe_remapped``: double-bit errors the memory handled: each is an uncorrectable remapped row on a
-      GPU with row remapping, and a retired page when a page retirement is pending. gpu_tree
-      remapped/retired, machine View.
-    * ``row_remap_pending``: one uncorrectable row remapped, a GPU reset pending. gpu_tree remapped,
-      dcgmi's software test, agent dcgm-exporter's DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS, machine View.
-    * ``retired_pages_pending``: one double-bit page retired, a reboot pending. gpu_tree retired,
+      GPU with row remapping, and a retired page when a page retirement is pending. nvemu.remapped_rows
+      and retired_pages (nvidia-smi, agent dcgm-exporter's remapped-row counters), machine View.
+    * ``row_remap_pending``: one uncorrectable row remapped, a GPU reset pending. nvemu.remapped_rows
+      (nvidia-smi, agent dcgm-exporter's DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS), dcgmi's software test,
       machine View.
+    * ``retired_pages_pending``: one double-bit page retired, a reboot pending. nvemu.retired_pages
+      (nvidia-smi), machine View.
     * ``pcie_gen_drop`` / ``pcie_width_divisor``: the link trained this many generations below its
-      maximum (at least gen 1) and at its maximum width divided by this (at least x1). gpu_tree
-      pcie_current (nvidia-smi, kernel_files' sysfs link), dcgmi pcie_current, machine View (NVML, and
+      maximum (at least gen 1) and at its maximum width divided by this (at least x1).
+      nvemu.pcie_link (nvidia-smi, dcgmi, kernel_files' sysfs link), machine View (NVML, and
       machine/bandwidth.go: mock CUDA, nvbandwidth).
     * ``nvlink_down``: all the GPU's NVLinks inactive. nvidia_smi (nvlink, topo), machine
       View.NVLinkActive (NVML; peer copies of the mock CUDA and nvbandwidth).

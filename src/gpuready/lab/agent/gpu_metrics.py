@@ -19,6 +19,7 @@ import re
 import time
 from typing import TYPE_CHECKING, Any
 
+from gpuready.lab.emulator import nvemu
 from gpuready.spec.dra import DRIVER
 
 from .gpu_host import Gpu, HostState
@@ -99,6 +100,8 @@ def _value(field: str, g: Gpu, mem: int, used: int, busy: bool, uptime: float) -
     hw = g.hw
     clocks = hw.get("clocks") or {}
     power = float(hw.get("power_idle_w", 50.0)) * (1.6 if busy else 1.0)
+    # DCGM reads NVML's remapped-row counters: what nvidia-smi -q shows (one derivation, nvemu.remapped_rows)
+    corrected, uncorrected, _pending = nvemu.remapped_rows(hw, g.effects.as_dict())
     values: dict[str, Any] = {
         "DCGM_FI_DEV_SM_CLOCK": clocks.get("max_graphics" if busy else "graphics_idle", 0),
         "DCGM_FI_DEV_MEM_CLOCK": clocks.get("memory", 0),
@@ -109,7 +112,8 @@ def _value(field: str, g: Gpu, mem: int, used: int, busy: bool, uptime: float) -
         "DCGM_FI_DEV_XID_ERRORS": g.xid,
         "DCGM_FI_DEV_FB_FREE": mem - used,
         "DCGM_FI_DEV_FB_USED": used,
-        "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS": int(g.effects.row_remap_pending),
+        "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS": corrected,
+        "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS": uncorrected,
         "DCGM_FI_PROF_GR_ENGINE_ACTIVE": "0.000000",
         "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE": "0.000000",
         "DCGM_FI_PROF_DRAM_ACTIVE": "0.000000",

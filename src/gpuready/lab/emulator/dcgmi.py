@@ -145,11 +145,6 @@ def hostengine_up() -> bool:
     return pid.isdigit() and os.path.exists(f"/proc/{pid}")
 
 
-def pcie_current(drv: nvemu.Driver, gpu: dict) -> tuple[int, int]:
-    """The trained link, as the emulated nvidia-smi reports it (gpu_tree.GpuView.pcie_current)."""
-    return drv.pcie_current(gpu)
-
-
 def link_gbps(gen: int, width: int) -> float:
     return PCIE_LANE_GBPS[gen] * width
 
@@ -188,7 +183,7 @@ def test_memory(drv: nvemu.Driver, gpu: dict) -> dict:
 
 def test_pcie(drv: nvemu.Driver, gpu: dict) -> dict:
     index = gpu["index"]
-    rate = link_gbps(*pcie_current(drv, gpu))
+    rate = link_gbps(*drv.pcie_current(gpu))
     rate *= drv.gpu_effects(index)["bandwidth_factor"]
     d2h, h2d, bidir = rate * HEALTHY_D2H, rate * HEALTHY_H2D, rate * HEALTHY_BIDIR
     minimum = link_gbps(gpu["max_pcie_gen"], gpu["max_pcie_width"]) * MIN_BANDWIDTH_FRACTION

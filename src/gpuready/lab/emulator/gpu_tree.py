@@ -80,20 +80,12 @@ class GpuView:
         return self.drv.pcie_current(self.gpu)
 
     def retired(self) -> tuple[int, int, bool]:
-        """single-bit count, double-bit count, pending."""
-        if self.effects["retired_pages_pending"]:
-            return 0, 1 + self.effects["dbe_remapped"], True
-        return 0, 0, False
+        """single-bit count, double-bit count, pending (nvemu.retired_pages)."""
+        return nvemu.retired_pages(self.effects)
 
     def remapped(self) -> tuple[int, int, bool]:
-        """correctable, uncorrectable, pending."""
-        unc = 0
-        pending = False
-        if self.effects["row_remap_pending"]:
-            unc, pending = 1, True
-        if self.gpu.get("row_remapping"):
-            unc += self.effects["dbe_remapped"]
-        return 0, unc, pending
+        """correctable, uncorrectable, pending (nvemu.remapped_rows)."""
+        return nvemu.remapped_rows(self.gpu, self.effects)
 
     def fabric(self) -> tuple[str, str]:
         if not self.drv.hw.get("system", {}).get("nvswitch"):

@@ -97,6 +97,31 @@ class Effects:
         return self._values[name]
 
 
+# What the driver reports, derived from a GPU's hardware entry and its combined effects (Effects, or
+# gpuready.lab.faults.Effects.as_dict()): the one Python derivation, which nvidia-smi (gpu_tree.GpuView), dcgmi,
+# kernel_files' sysfs link and the node agent's dcgm-exporter read. Package machine's View is its Go twin (the mock
+# NVML and CUDA); tests/unit/test_mock_nvml.py checks that NVML and nvidia-smi read the same.
+def pcie_link(gpu: dict, effects: typing.Any) -> tuple[int, int]:
+    """The trained PCIe link (generation, width): the maximum, at least gen 1 and x1 after the faults."""
+    gen = max(1, gpu["max_pcie_gen"] - effects["pcie_gen_drop"])
+    return gen, max(1, gpu["max_pcie_width"] // max(1, effects["pcie_width_divisor"]))
+
+
+def retired_pages(effects: typing.Any) -> tuple[int, int, bool]:
+    """Retired pages (pre-Ampere GPUs): single-bit count, double-bit count, a retirement pending."""
+    if effects["retired_pages_pending"]:
+        return 0, 1 + effects["dbe_remapped"], True
+    return 0, 0, False
+
+
+def remapped_rows(gpu: dict, effects: typing.Any) -> tuple[int, int, bool]:
+    """Remapped rows (GPUs with row remapping): correctable, uncorrectable, a remap pending."""
+    unc, pending = (1, True) if effects["row_remap_pending"] else (0, False)
+    if gpu.get("row_remapping"):
+        unc += effects["dbe_remapped"]
+    return 0, unc, pending
+
+
 class NvmlError(Exception):
     """An error the real tools report before doing anything (NVML init, driver not loaded)."""
 
@@ -324,11 +349,8 @@ class Driver:
         return self.gpu_effects(index)["off_bus"]
 
     def pcie_current(self, gpu: dict) -> tuple[int, int]:
-        """The trained PCIe link (generation, width): the maximum, lowered by the GPU's faults."""
-        effects = self.gpu_effects(gpu["index"])
-        gen = max(1, gpu["max_pcie_gen"] - effects["pcie_gen_drop"])
-        width = max(1, gpu["max_pcie_width"] // max(1, effects["pcie_width_divisor"]))
-        return gen, width
+        """The trained PCIe link (generation, width) of the GPU (pcie_link)."""
+        return pcie_link(gpu, self.gpu_effects(gpu["index"]))
 
     def visible_gpus(self) -> list[dict]:
         return [g for g in self.hw["gpus"] if not self.off_bus(g["index"])]
