@@ -245,12 +245,32 @@ def test_gpu_off_the_bus_is_lost(tmp_path: Path, nvml_dir: Path) -> None:
     assert listing.returncode == 15 and "Unable to determine the device handle" in listing.stdout
 
 
-def test_local_gpu_reader_sees_the_machine_nvidia_smi_sees(tmp_path: Path, nvml_dir: Path) -> None:
-    host = _Host(tmp_path, "a100-80gb-4")
-    host.ok("-i", "0", "-mig", "1")
-    host.env["GPUREADY_LAB_BOOT_ID"] = "boot-2"  # MIG mode takes effect at the next boot
-    host.ok("mig", "-i", "0", "-cgi", "9,14,19,19", "-C")
-    host.ok("-i", "2", "-c", "EXCLUSIVE_PROCESS")
+LOCAL_FIELDS = (
+    "index",
+    "pci_bus_id",
+    "name",
+    "uuid",
+    "memory_total_mib",
+    "memory_free_mib",
+    "persistence_mode",
+    "compute_mode",
+    "mig_mode_current",
+    "mig_mode_pending",
+    "ecc_uncorrectable_volatile",
+    "ecc_uncorrectable_aggregate",
+    "remapped_rows",
+    "pcie_link_gen_current",
+    "pcie_link_gen_max",
+    "pcie_link_width_current",
+    "pcie_link_width_max",
+    "clock_event_reasons_active",
+    "temperature_c",
+)
+
+
+def _local_and_smi(host: _Host, nvml_dir: Path) -> tuple[list[dict], list[dict]]:
+    """The product's local-mode NVML report (gpuready.conformance.local_gpu, over the mock NVML) and nvidia-smi -q's
+    of the same machine, GPU by GPU, after checking they agree field by field (LOCAL_FIELDS, the MIG devices)."""
     result = subprocess.run(
         [
             sys.executable,
@@ -270,30 +290,9 @@ def test_local_gpu_reader_sees_the_machine_nvidia_smi_sees(tmp_path: Path, nvml_
     xml = json.loads(json.dumps(asdict(smi.parse_query_xml(host.ok("-q", "-x")))))  # tuples as lists
     for key in ("driver_version", "cuda_version", "attached_gpus"):
         assert local[key] == xml[key], key
-    fields = [
-        "index",
-        "pci_bus_id",
-        "name",
-        "uuid",
-        "memory_total_mib",
-        "memory_free_mib",
-        "persistence_mode",
-        "compute_mode",
-        "mig_mode_current",
-        "mig_mode_pending",
-        "ecc_uncorrectable_volatile",
-        "ecc_uncorrectable_aggregate",
-        "remapped_rows",
-        "pcie_link_gen_current",
-        "pcie_link_gen_max",
-        "pcie_link_width_current",
-        "pcie_link_width_max",
-        "clock_event_reasons_active",
-        "temperature_c",
-    ]
-    assert len(local["gpus"]) == len(xml["gpus"]) == 4
+    assert len(local["gpus"]) == len(xml["gpus"])
     for mine, theirs in zip(local["gpus"], xml["gpus"], strict=True):
-        for field in fields:
+        for field in LOCAL_FIELDS:
             assert mine[field] == theirs[field], (mine["index"], field)
         mig = [
             (d["gpu_instance_id"], d["compute_instance_id"], d["memory_total_mib"])
@@ -304,14 +303,37 @@ def test_local_gpu_reader_sees_the_machine_nvidia_smi_sees(tmp_path: Path, nvml_
             for d in theirs["mig_devices"]
         ]
         assert mig == want, mine["index"]
-    assert local["gpus"][0]["mig_mode_current"] == "Enabled"
-    assert [g["compute_mode"] for g in local["gpus"]] == [
-        "Default",
-        "Default",
-        "Exclusive_Process",
-        "Default",
+    return local["gpus"], xml["gpus"]
+
+
+def test_local_gpu_reader_sees_the_machine_nvidia_smi_sees(tmp_path: Path, nvml_dir: Path) -> None:
+    host = _Host(tmp_path, "a100-80gb-4")
+    host.ok("-i", "0", "-mig", "1")
+    host.env["GPUREADY_LAB_BOOT_ID"] = "boot-2"  # MIG mode takes effect at the next boot
+    host.ok("mig", "-i", "0", "-cgi", "9,14,19,19", "-C")
+    host.ok("-i", "2", "-c", "EXCLUSIVE_PROCESS")
+    local, _smi = _local_and_smi(host, nvml_dir)
+    assert len(local) == 4
+    assert local[0]["mig_mode_current"] == "Enabled"
+    assert [g["compute_mode"] for g in local] == ["Default", "Default", "Exclusive_Process", "Default"]
+    assert len(local[0]["mig_devices"]) == 4
+
+
+def test_nvml_and_nvidia_smi_derive_the_faults_alike(tmp_path: Path, nvml_dir: Path) -> None:
+    """The memory faults and a trained-down link, derived once in Go (machine.View: NVML) and once in Python
+    (nvemu: nvidia-smi), read the same: ECC counts, remapped rows, the PCIe link."""
+    injected = [
+        ("xid-48", 1),
+        ("ecc-uncorrectable", 1),
+        ("row-remap-pending", 2),
+        ("xid-48", 2),
+        ("pcie-downgrade", 3),
     ]
-    assert len(local["gpus"][0]["mig_devices"]) == 4
+    host = _Host(tmp_path, "h100-sxm-8", *injected)
+    local, _smi = _local_and_smi(host, nvml_dir)
+    assert [g["ecc_uncorrectable_volatile"] for g in local[:4]] == [0, 3, 1, 0]
+    assert local[3]["pcie_link_gen_current"] < local[3]["pcie_link_gen_max"]
+    assert local[2]["remapped_rows"] != local[0]["remapped_rows"]
 
 
 def test_init_fails_as_the_real_one_does(tmp_path: Path, nvml_dir: Path) -> None:
