@@ -53,6 +53,16 @@ def _nfd_pods(core) -> list[str]:
     return [p.metadata.name for p in core.list_namespaced_pod(NS).items if p.metadata.name.startswith("nfd-")]
 
 
+def _gfd_pods(core, node: str) -> list:
+    """The node's GFD pod, empty while its DaemonSet rolls (more than one, or one terminating)."""
+    pods = [
+        p
+        for p in core.list_namespaced_pod(NS, field_selector=f"spec.nodeName={node}").items
+        if p.metadata.name.startswith("gpu-feature-discovery")
+    ]
+    return pods if len(pods) == 1 and pods[0].metadata.deletion_timestamp is None else []
+
+
 def test_gfd_labels_come_only_through_nfd(deployed_lab, fleet, api, tmp_path: Path):
     lab = deployed_lab.lab
     core, apps = client.CoreV1Api(api), client.AppsV1Api(api)
@@ -86,11 +96,9 @@ def test_gfd_labels_come_only_through_nfd(deployed_lab, fleet, api, tmp_path: Pa
         # A relabel: GFD's labels removed from the node and its GFD pod restarted (GFD writes its features file
         # again). Without NFD nothing carries them to the Node.
         core.patch_node(node, {"metadata": {"labels": dict.fromkeys(gfd_keys)}})
-        (gfd,) = [
-            p
-            for p in core.list_namespaced_pod(NS, field_selector=f"spec.nodeName={node}").items
-            if p.metadata.name.startswith("gpu-feature-discovery")
-        ]
+        # turning NFD off rolls GFD (GFD_NFD_ANNOTATION): until the old pod is gone the node lists two (CI at
+        # e6d4ba5 found both); the one that stays is restarted
+        (gfd,) = wait_for(lambda: _gfd_pods(core, node), what=f"one GFD pod on {node}, none terminating")
         core.delete_namespaced_pod(gfd.metadata.name, NS)
         wait_until_settled(deployed_lab)  # the new GFD pod runs and is Ready
         time.sleep(5)  # the agent re-syncs the node on pod and label events: give it more than one chance
