@@ -160,8 +160,8 @@ def machine_mounts(spec):
             boot = f.read().strip()
     except OSError:
         return
-    # The emulated nvidia-smi (Python, the host's, mounted by the runtime) shows what NVML in a container with
-    # these device nodes finds: the GPUs and MIG devices the pod was given (nvemu.CONTAINER_DEVICES).
+    # NVML, CUDA and nvidia-smi in the container see what its device nodes reveal: the GPUs and MIG devices the pod
+    # was given (nvemu.CONTAINER_DEVICES; the rule is lab/silicon/machine/contain.go).
     process = spec.setdefault("process", {{}})
     ours = ("GPUREADY_LAB_BOOT_ID=", "GPUREADY_LAB_CONTAINER_DEVICES=")
     env = [e for e in process.get("env") or [] if not e.startswith(ours)]
