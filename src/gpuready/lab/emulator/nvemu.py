@@ -264,7 +264,7 @@ class Driver:
                 for gi in st["gis"]
                 if gi["id"] in cis
             ]
-            gpus.append({**gpu, "index": index})
+            gpus.append({**gpu, "index": index, "minor_number": gpu.get("minor_number", gpu["index"])})
         self.hw = {**self.hw, "gpus": gpus, "faults": faults}
 
     @classmethod
