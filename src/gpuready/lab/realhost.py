@@ -115,8 +115,15 @@ for p in proc/driver proc/devices; do
   mount -o remount,bind,ro "$PWD/$p"
 done
 """
+# The MIG capabilities' device nodes (kernel_files: mig/config is minor 1, mig/monitor 2) by the variable that
+# asks NVIDIA's runtime hook for them.
+MIG_CAPABILITIES = {
+    "NVIDIA_MIG_CONFIG_DEVICES": "/dev/nvidia-caps/nvidia-cap1",
+    "NVIDIA_MIG_MONITOR_DEVICES": "/dev/nvidia-caps/nvidia-cap2",
+}
 MACHINE_MOUNTS = f'''
 MACHINE_DIRS = {MACHINE_DIRS!r}
+MIG_CAPABILITIES = {MIG_CAPABILITIES!r}
 DRIVER_STATE_DIR = {DRIVER_STATE_DIR!r}
 BOOT_ID_FILE = "/proc/sys/kernel/random/boot_id"
 KERNEL_FILES_HOOK = {KERNEL_FILES_HOOK!r}
@@ -165,7 +172,15 @@ def machine_mounts(spec):
     process = spec.setdefault("process", {{}})
     ours = ("GPUREADY_LAB_BOOT_ID=", "GPUREADY_LAB_CONTAINER_DEVICES=")
     env = [e for e in process.get("env") or [] if not e.startswith(ours)]
-    nodes = ",".join(d for d in devices if d.startswith("/dev/nvidia"))
+    given = [d for d in devices if d.startswith("/dev/nvidia")]
+    # NVIDIA's runtime hook hands a container with CAP_SYS_ADMIN the MIG monitor (configuration) capability for
+    # NVIDIA_MIG_MONITOR_DEVICES=all (NVIDIA_MIG_CONFIG_DEVICES=all): what the device plugin and GFD ask for to
+    # see every MIG device, also those created after they started
+    if privileged:
+        for name, cap in MIG_CAPABILITIES.items():
+            if name + "=all" in env and cap not in given:
+                given.append(cap)
+    nodes = ",".join(given)
     process["env"] = env + ["GPUREADY_LAB_BOOT_ID=" + boot, "GPUREADY_LAB_CONTAINER_DEVICES=" + nodes]
 
 '''
