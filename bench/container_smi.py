@@ -19,7 +19,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from emulated_smi import EMULATOR, PYTHON, baseline_emulator
+from emulated_smi import EMULATOR, PYTHON, baseline_emulator, machine_env
 
 from gpuready.lab import hardware
 from gpuready.lab.silicon import build
@@ -48,14 +48,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp_name:
         tmp = Path(tmp_name)
         hardware.write_hardware(tmp / "hardware.json", hardware.make_hardware("h100-sxm-8", 0))
-        host = {
-            "PATH": "/usr/bin:/bin",
-            "GPUREADY_LAB_HARDWARE": str(tmp / "hardware.json"),
-            "GPUREADY_LAB_STATE": str(tmp / "state" / "state.json"),
-            "GPUREADY_LAB_BOOT_ID": "boot-1",
-            "GPUREADY_LAB_DRIVER_VERSION": "580.178.04",
-            "GPUREADY_LAB_STATIC_TOOLS": tools,
-        }
+        host = machine_env(tmp, tools)
         places = {"host": host, "container": {**host, "GPUREADY_LAB_CONTAINER_DEVICES": CONTAINER}}
         emulators = {"now": EMULATOR / "nvidia_smi.py"}
         if args.baseline:
