@@ -27,7 +27,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from gpuready.lab import realnode
+from gpuready.lab import kernel_files, realnode
 from gpuready.lab.gobuild import Progress
 from gpuready.lab.state import cache_dir, link_or_copy, locked
 
@@ -115,11 +115,10 @@ for p in proc/driver proc/devices; do
   mount -o remount,bind,ro "$PWD/$p"
 done
 """
-# The MIG capabilities' device nodes (kernel_files: mig/config is minor 1, mig/monitor 2) by the variable that
-# asks NVIDIA's runtime hook for them.
+# The MIG capabilities' device nodes by the variable that asks NVIDIA's runtime hook for them.
 MIG_CAPABILITIES = {
-    "NVIDIA_MIG_CONFIG_DEVICES": "/dev/nvidia-caps/nvidia-cap1",
-    "NVIDIA_MIG_MONITOR_DEVICES": "/dev/nvidia-caps/nvidia-cap2",
+    "NVIDIA_MIG_CONFIG_DEVICES": f"/dev/nvidia-caps/nvidia-cap{kernel_files.MIG_CONFIG_MINOR}",
+    "NVIDIA_MIG_MONITOR_DEVICES": f"/dev/nvidia-caps/nvidia-cap{kernel_files.MIG_MONITOR_MINOR}",
 }
 MACHINE_MOUNTS = f'''
 MACHINE_DIRS = {MACHINE_DIRS!r}
