@@ -13,11 +13,13 @@ from pathlib import Path
 
 import pytest
 import yaml
+from kubernetes import client, config
+from polling import wait_for
 from pyinfra_runs import run_pyinfra
 from suite_runs import failed, node_of, run_suite
 
 from gpuready.lab.state import load_state
-from gpuready.nvidia import cdi
+from gpuready.nvidia import cdi, mig_layout
 from gpuready.nvidia.smi import parse_list
 
 pytestmark = pytest.mark.lab
@@ -101,6 +103,22 @@ def test_a_mig_change_without_refresh_leaves_a_stale_spec_until_the_deploy_refre
     assert f"nvidia.com/gpu={mig_uuid} (MIG device 0:0 (7g.80gb) of GPU 0)" in message, message
     assert restored.returncode == 0, restored.output[-3000:]
     assert any("Refresh the CDI spec for the new MIG devices" in op for op in restored.changed_operations())
+    # NVIDIA's device plugin and GFD started over on the new devices (else the plugin advertises the old ones)
+    assert any("device plugin and GFD on the new MIG devices" in op for op in restored.changed_operations())
+    core = client.CoreV1Api(
+        config.new_client_from_config(config_file=deployed_lab.lab.state["apiserver"]["kubeconfig"])
+    )
+    for program in mig_layout.RESCAN_PROGRAMS:
+        pods = core.list_namespaced_pod("gpu-system", field_selector=f"spec.nodeName={node}").items
+        (pod,) = [p for p in pods if p.metadata.owner_references[0].name == program]
+        wait_for(
+            lambda name=pod.metadata.name, program=program: (
+                "Received SIGHUP, restarting."
+                in core.read_namespaced_pod_log(name, "gpu-system", container=program)
+            ),
+            timeout=30,
+            what=f"{program} on {node} to log its SIGHUP restart",
+        )
     assert failed(run_suite(deployed_lab, tmp_path / "after", "-m", "host", "--nodes", node)) == {}
 
 

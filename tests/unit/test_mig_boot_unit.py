@@ -187,3 +187,32 @@ def run_with_paths(op, facts: dict):
     with ctx_state.use(SimpleNamespace(config=SimpleNamespace(DIFF=False))), ctx_host.use(host):
         commands = list(op._inner())
     return commands, host.noops
+
+
+def test_the_rescan_command_hups_exactly_the_plugin_and_gfd_programs() -> None:
+    """What the deploy runs after a layout change: SIGHUP to each process whose argv[0] is the device plugin or
+    GFD (by path or bare name); a longer name, a later argument and the shell running the command itself are left
+    alone. Stand-ins are Python processes named so (exec -a) that sleep, which SIGHUP ends."""
+
+    def started(argv0: str, *args: str) -> subprocess.Popen[bytes]:
+        sleep = [PYTHON, "-c", "import time; time.sleep(60)", *args]
+        return subprocess.Popen(["bash", "-c", 'exec -a "$0" "$@"', argv0, *sleep])
+
+    hupped = [started(mig_layout.DEVICE_PLUGIN_PROGRAM), started(f"/usr/bin/{mig_layout.GFD_PROGRAM}")]
+    spared = [
+        started(f"{mig_layout.DEVICE_PLUGIN_PROGRAM}-x"),
+        started("config-manager", mig_layout.GFD_PROGRAM),
+    ]
+    try:
+        done = subprocess.run(
+            ["sh", "-c", mig_layout.rescan_command()], capture_output=True, text=True, timeout=30
+        )
+        assert done.returncode == 0, done.stderr
+        assert [p.wait(timeout=10) for p in hupped] == [-1, -1]  # -1: ended by signal 1
+        assert [p.poll() for p in spared] == [None, None]
+    finally:
+        for process in hupped + spared:
+            process.kill()
+            process.wait()
+    # with none of them running it is a no-op that succeeds (a node whose add-ons are not deployed yet)
+    assert subprocess.run(["sh", "-c", mig_layout.rescan_command()], timeout=30).returncode == 0

@@ -67,6 +67,7 @@ from typing import Any
 
 from gpuready.deploy import dra_addons, nfd_addons
 from gpuready.kube import MANAGED_BY
+from gpuready.nvidia import mig_layout
 from gpuready.spec import DEVICE_PLUGIN_CONFIG_LABEL, GPU_PRESENT_LABEL, Fleet, Images, NodeSpec, knobs
 from gpuready.spec.model import DEFAULT_DEVICE_PLUGIN_CONFIG, GPU_TOLERATION, RUNTIME_CLASS
 
@@ -326,7 +327,7 @@ def device_plugin(
     pod = _plugin_pod(
         settings,
         "nvidia-device-plugin",
-        ["nvidia-device-plugin"],
+        [mig_layout.DEVICE_PLUGIN_PROGRAM],
         [
             {"name": "device-plugin", "mountPath": "/var/lib/kubelet/device-plugins"},
             {"name": "mps-shm", "mountPath": "/dev/shm"},
@@ -376,7 +377,7 @@ def gpu_feature_discovery(
         _plugin_pod(
             settings,
             "gpu-feature-discovery",
-            ["gpu-feature-discovery"],
+            [mig_layout.GFD_PROGRAM],
             [
                 {"name": "output-dir", "mountPath": "/etc/kubernetes/node-feature-discovery/features.d"},
                 {"name": "host-sys", "mountPath": "/sys", "readOnly": True},

@@ -22,6 +22,13 @@ are: they may be in use, and replacing a layout that differs from the spec is th
 fill (MIG mode off, a profile refused) makes the unit fail, so ``systemctl --failed`` names it, and the other GPUs
 are still filled.
 
+NVIDIA's device plugin and GPU feature discovery read the MIG devices when they start. After the deploy changes a
+running node's layout the plugin would go on advertising the old devices until it restarts, and GFD's labels lag
+by up to its 60 s interval; NVIDIA's MIG manager restarts both around a change. Both start over on SIGHUP, the
+signal their config-manager sidecar sends on a config change (``cmd/nvidia-device-plugin/main.go`` and
+``cmd/gpu-feature-discovery/main.go`` of k8s-device-plugin v0.19.3: "Received SIGHUP, restarting."), so the
+deploy sends them that (:func:`rescan_command`).
+
 Pure: text out, no I/O.
 """
 
@@ -41,6 +48,20 @@ TABLE_MARK = "|===="
 # started before these, if they exist (Before= on a unit that is not installed orders nothing)
 BEFORE = ("kubelet.service", "nvidia-cdi-refresh.service", "nvidia-dcgm.service")
 AFTER = ("nvidia-persistenced.service", "nvidia-fabricmanager.service")
+# NVIDIA's programs that enumerate MIG devices when they start, by their argv[0] (the add-ons' commands)
+DEVICE_PLUGIN_PROGRAM = "nvidia-device-plugin"
+GFD_PROGRAM = "gpu-feature-discovery"
+RESCAN_PROGRAMS = (DEVICE_PLUGIN_PROGRAM, GFD_PROGRAM)
+
+
+def rescan_command() -> str:
+    """SIGHUP to every device plugin and GFD process on the host (their containers' too): each starts over on the
+    MIG devices there are now. Matched on the command line's first word (pkill -x would compare the 15-character
+    process name), so the shell running this does not match; where none runs (add-ons not deployed yet) it is a
+    no-op."""
+    return " ; ".join(
+        f"{{ pkill -HUP -f '^([^ ]*/)?{program}( |$)' || true; }}" for program in RESCAN_PROGRAMS
+    )
 
 
 def create_command(index: int, model: str | None, profiles: Sequence[str]) -> str:

@@ -57,6 +57,12 @@ def mig_layout() -> None:
         )
         # written here, not in the toolkit step: after a reboot that lost the instances it could not be
         cdi_ops.spec(name=f"The CDI spec ({cdi.SPEC_PATH})", _if=layout.did_not_change)
+    # after the spec: the plugin in CDI mode writes the specs of the devices it hands out when it starts over
+    server.shell(
+        name="Restart NVIDIA's device plugin and GFD on the new MIG devices (SIGHUP)",
+        commands=[mig_boot.rescan_command()],
+        _if=layout.did_change,
+    )
     # GPU and compute instances are gone after a reboot (the rolling upgrade's own): a oneshot unit creates them
     # again before the kubelet starts, with the same commands (nvidia.mig_layout)
     host_ops.file_content(
