@@ -49,7 +49,7 @@ func Update(change func(m *Machine) error) error {
 	if err := change(m); err != nil {
 		return err
 	}
-	return writeState(path, m.stateToWrite())
+	return writeState(path, m.State)
 }
 
 // stateJSON is the state as nvemu writes it: keys sorted, one-space indent, lists never null.
@@ -130,9 +130,6 @@ func (m *Machine) GPUByUUID(uuid string) *GPU {
 // reset or reboot, which the lab's hosts (like VMs with passthrough GPUs) cannot do in place. Returns
 // whether the change is pending (current mode differs).
 func (m *Machine) SetMigMode(index int, enable bool) (bool, error) {
-	if !m.MigConfigAllowed() {
-		return false, ErrNoPermission
-	}
 	g := m.GPU(index)
 	if g == nil {
 		return false, ErrInvalidArgument
@@ -213,12 +210,8 @@ func (m *Machine) ResetGPU(index int) error {
 	return nil
 }
 
-// migState is the GPU and its state, which must be in MIG mode now; the caller must hold the MIG configuration
-// capability (MigConfigAllowed).
+// migState is the GPU and its state, which must be in MIG mode now.
 func (m *Machine) migState(index int) (*GPU, GPUState, error) {
-	if !m.MigConfigAllowed() {
-		return nil, GPUState{}, ErrNoPermission
-	}
 	g := m.GPU(index)
 	if g == nil {
 		return nil, GPUState{}, ErrInvalidArgument
