@@ -225,6 +225,16 @@ def test_discover_catches_allocatable_against_labels_and_a_driver_against_its_po
     assert [driver_of(lab, n) for n in NODES] == [DRIVER, DRIVER, OTHER_DRIVER]
     assert not cluster.core.read_node(ODD).spec.unschedulable
 
+    # GFD starts again with the node and labels the new driver; nfd-master writes that to the Node a little later.
+    # Freeze only once it has: frozen earlier, the label is the old driver's (CI: '580.178.04' against 595)
+    wait_for(
+        lambda: (
+            cluster.core.read_node(ODD).metadata.labels.get("nvidia.com/cuda.driver-version.full")
+            == OTHER_DRIVER
+        ),
+        timeout=180,
+        what=f"GFD's driver label on {ODD} to follow its upgrade to {OTHER_DRIVER}",
+    )
     # the labels stop following the nodes; the device plugin then takes another config (2 replicas)
     freeze_gfd_labels(lab, cluster)
     key = two_replicas(cluster, STALE)
