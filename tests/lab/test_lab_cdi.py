@@ -18,6 +18,7 @@ from polling import wait_for
 from pyinfra_runs import run_pyinfra
 from suite_runs import failed, node_of, run_suite
 
+from gpuready.lab.emulator.nvemu import ci_minor, gi_minor
 from gpuready.lab.state import load_state
 from gpuready.nvidia import cdi, mig_layout
 from gpuready.nvidia.smi import parse_list
@@ -88,16 +89,28 @@ def test_a_mig_change_without_refresh_leaves_a_stale_spec_until_the_deploy_refre
 ):
     node = cdi_node(deployed_lab, "a100-80gb-4")
     # what a hand-made MIG change does: GPU 0 becomes one 7g.80gb instance, nobody refreshes the CDI spec
-    deployed_lab.lab.ssh(
-        node, "nvidia-smi mig -i 0 -dci && nvidia-smi mig -i 0 -dgi && nvidia-smi mig -i 0 -cgi 7g.80gb -C"
+    # ... and, in the same breath, what the driver's files show: a real driver makes (and removes) an instance's
+    # access capability inside the call, so nvidia-ctk and the device plugin find its device node right after; the
+    # lab's renderer lags the state file, so the emulated change waits for it (silicon/machine/capfiles.go)
+    # the 7g.80gb instance is GPU instance 0, with compute instance 0
+    gi, ci = gi_minor(0, 0), ci_minor(0, 0, 0)
+    caps = deployed_lab.lab.ssh(
+        node,
+        "nvidia-smi mig -i 0 -dci >/dev/null && nvidia-smi mig -i 0 -dgi >/dev/null && "
+        "nvidia-smi mig -i 0 -cgi 7g.80gb -C >/dev/null && cd /proc/driver/nvidia/capabilities/gpu0/mig && "
+        f"ls -d gi* gi*/ci* && stat -c %F /dev/nvidia-caps/nvidia-cap{gi} /dev/nvidia-caps/nvidia-cap{ci}",
+        check=False,
     )
     new = deployed_lab.lab.ssh(node, "nvidia-smi -L -i 0").stdout
     mig_uuid = next(w.rstrip(")") for w in new.split() if w.startswith("MIG-"))
+    spec_before = plugin_spec(deployed_lab, node)[0]
     try:
         stale = failed(run_suite(deployed_lab, tmp_path / "stale", "-m", "host", "--nodes", node))
     finally:
         # the MIG task lays the spec's layout out again (allowed to replace the hand-made instance) and refreshes
         restored = run_pyinfra(deployed_lab.lab, "--limit", node, "--data", "mig_destroy_in_use=True")
+    assert caps.stdout.split("\n")[:2] == ["gi0", "gi0/ci0"], caps
+    assert caps.stdout.count("character special file") == 2, caps
     assert list(stale) == [node] and list(stale[node]) == [SPEC_CHECK], stale
     message = stale[node][SPEC_CHECK]
     assert f"nvidia.com/gpu={mig_uuid} (MIG device 0:0 (7g.80gb) of GPU 0)" in message, message
@@ -119,7 +132,34 @@ def test_a_mig_change_without_refresh_leaves_a_stale_spec_until_the_deploy_refre
             timeout=30,
             what=f"{program} on {node} to log its SIGHUP restart",
         )
+    # the restarted plugin's own spec gives each MIG device its parent GPU and both access capabilities (the nodes
+    # of GPU 0's new instances existed when it looked: a missing one is left out with a warning, and a pod given
+    # that device sees no MIG device)
+    _, spec = wait_for(
+        lambda: (lambda got: got if got[0] != spec_before else None)(plugin_spec(deployed_lab, node)),
+        timeout=60,
+        what=f"the device plugin on {node} to write its CDI spec again",
+    )
+    nodes = {d["name"]: [n["path"] for n in d["containerEdits"]["deviceNodes"]] for d in spec["devices"]}
+    layout = parse_list(deployed_lab.lab.ssh(node, "nvidia-smi -L").stdout)
+    for gpu in layout:
+        for mig in gpu.mig_devices:
+            assert len(nodes.get(mig.uuid, [])) == 3, (mig, nodes.get(mig.uuid))
+            assert all(p.startswith("/dev/nvidia-caps/") for p in nodes[mig.uuid][1:]), nodes[mig.uuid]
     assert failed(run_suite(deployed_lab, tmp_path / "after", "-m", "host", "--nodes", node)) == {}
+
+
+# NVIDIA's device plugin in CDI mode (cdi-cri) writes the spec of the devices it hands out here when it starts
+PLUGIN_SPEC = "/var/run/cdi/k8s.device-plugin.nvidia.com-gpu.json"
+
+
+def plugin_spec(deployed_lab, node: str) -> tuple[str, dict]:
+    """The plugin's CDI spec on node and its modification time ("" and {} while there is none)."""
+    got = deployed_lab.lab.ssh(node, f"stat -c %y {PLUGIN_SPEC} && cat {PLUGIN_SPEC}", check=False)
+    if got.returncode != 0:
+        return "", {}
+    stamp, _, text = got.stdout.partition("\n")
+    return stamp, yaml.safe_load(text)
 
 
 def test_a_toolkit_below_its_security_floor_is_named_by_the_deploy_and_fails_the_host_check(

@@ -1001,7 +1001,7 @@ def run_on_host(
 
 def _refresh_kernel_files(paths: LabPaths, node: str) -> None:
     """Show a changed machine in the host's /dev, /proc/driver/nvidia and sysfs before returning (the supervisor's
-    watcher would within a second, but a caller may look at once)."""
+    watcher would within a fraction of a second, but a caller may look at once)."""
     host = host_entry(require_state(paths), node)
     kernel_files.refresh_running(paths.machine_dir(node), paths.host_dir(node) / "merged", host["pid"])
 

@@ -19,8 +19,10 @@ driver stat ``/dev/nvidia*`` and read the majors in ``/proc/devices``, MIG devic
   kernel shows as ``Unknown`` speed and width 63.
 - MIG: real drivers create ``giG/access`` and ``ciC/access`` when the instances are created, and nvidia-modprobe
   makes the matching /dev/nvidia-caps nodes; here the supervisor of each host watches the state file and renders
-  again within a second of ``nvidia-smi mig -cgi/-cci/-dci/-dgi`` (see ``watch``); /proc/driver/nvidia-caps/
-  mig-minors lists every possible minor up front, as the real one does.
+  again within a fraction of a second of ``nvidia-smi mig -cgi/-cci/-dci/-dgi`` (see ``watch``), and the change
+  (any MIG change through the emulated machine: ``silicon/machine/capfiles.go``) returns only once the files show
+  it, so a tool that looks right after (``nvidia-ctk cdi generate``, the device plugin's restart) finds them, as
+  on a real host; /proc/driver/nvidia-caps/mig-minors lists every possible minor up front, as the real one does.
 
 The tree is rendered into ``<machine dir>/kernel`` (outside the host; device nodes made here with ``os.mknod``) and
 reaches the host as follows (``apply_to_host``): the sysfs view by nspawn ``--bind-ro`` over
@@ -468,7 +470,7 @@ def watch(
     nspawn_pid: Callable[[], int | None],
     stop: threading.Event,
     log: Callable[[str], None],
-    interval: float = 1.0,
+    interval: float = 0.25,  # a MIG change waits for the render (capfiles.go); a check is 3 stat calls
 ) -> None:
     """Render again whenever the machine, the driver state or the installed module changes, or the host boots.
 

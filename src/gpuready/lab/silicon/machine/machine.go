@@ -732,5 +732,8 @@ const (
 // with minor number gpuMinor (its /proc/driver/nvidia/capabilities/gpu<i>/mig/gi<gi>/access says it).
 func GIMinor(gpuMinor, gi int) int { return 3 + (gpuMinor*gisPerGPU+gi)*(1+cisPerGI) }
 
+// CIMinor is the minor of compute instance ci's access capability in GPU instance gi (nvemu.ci_minor).
+func CIMinor(gpuMinor, gi, ci int) int { return GIMinor(gpuMinor, gi) + 1 + ci }
+
 // DevDir is where the process finds the driver's device nodes (GPUREADY_LAB_DEV or /dev).
 func DevDir() string { return envOr("GPUREADY_LAB_DEV", "/dev") }

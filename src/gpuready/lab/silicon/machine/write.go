@@ -24,32 +24,55 @@ var ErrNoPermission = errors.New("no permission to change the driver state")
 // when change returns nil. Like every nvemu command it first loads the module on first use in this boot
 // (CheckLoaded records the installed module version), so it fails as NVML init fails.
 func Update(change func(m *Machine) error) error {
+	before, after, err := update(change)
+	if err == nil && !sameCapFiles(before, after) {
+		_, inContainer := os.LookupEnv(ContainerDevices)
+		awaitCapFiles(before, after, !inContainer) // capfiles.go: outside the lock, which the renderer may want
+	}
+	return err
+}
+
+func sameCapFiles(a, b map[string]capFile) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for key := range a {
+		if _, ok := b[key]; !ok {
+			return false
+		}
+	}
+	return true
+}
+
+// update is Update under the lock; it returns the MIG capabilities before and after the change.
+func update(change func(m *Machine) error) (before, after map[string]capFile, err error) {
 	path := StatePath()
 	_ = os.MkdirAll(filepath.Dir(path), 0o755)
 	lock, err := os.OpenFile(path+".lock", os.O_RDWR|os.O_CREATE|os.O_APPEND, 0o666)
 	if err != nil {
-		return ErrNoPermission
+		return nil, nil, ErrNoPermission
 	}
 	defer lock.Close()
 	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
-		return ErrNoPermission
+		return nil, nil, ErrNoPermission
 	}
 	defer func() { _ = syscall.Flock(int(lock.Fd()), syscall.LOCK_UN) }()
 	m, err := Load()
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
 	if err := m.CheckLoaded(); err != nil {
-		return err
+		return nil, nil, err
 	}
 	if m.State.Kmod == nil || *m.State.Kmod == "" {
 		kmod := InstalledKmodVersion()
 		m.State.Kmod = &kmod
 	}
+	before = m.capFiles()
 	if err := change(m); err != nil {
-		return err
+		return nil, nil, err
 	}
-	return writeState(path, m.State)
+	return before, m.capFiles(), writeState(path, m.State)
 }
 
 // stateJSON is the state as nvemu writes it: keys sorted, one-space indent, lists never null.

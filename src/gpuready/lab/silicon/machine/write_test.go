@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 // An A100's 3g/1g profiles (placements as the catalogue gives them, 8 memory slices).
@@ -109,5 +110,63 @@ func TestSetMigModePendsUntilReset(t *testing.T) {
 	m, _ = Load()
 	if v := m.View(0); !v.MigCurrent || !v.MigPending {
 		t.Fatalf("after reset: %+v", v)
+	}
+}
+
+// A MIG change returns once the driver's files show it (capfiles.go): here a goroutine stands in for the lab's
+// renderer and makes the new instances' /proc access files and /dev nodes only after it has seen the state
+// change; Update must not return before them. Where no renderer keeps the files (no mig-minors), it waits not.
+func TestUpdateReturnsOnceTheCapabilityFilesShowTheChange(t *testing.T) {
+	dir := writeSetup(t, `{"boot_id":"boot-2","kmod":"580.178.04","gpus":{"GPU-w":{"mig_current":true,
+"mig_pending":true,"persistence":true,"gis":[]}}}`)
+	proc, dev := filepath.Join(dir, "proc-driver"), filepath.Join(dir, "dev")
+	t.Setenv("GPUREADY_LAB_PROC_DRIVER", proc)
+	t.Setenv("GPUREADY_LAB_DEV", dev)
+	create := func(m *Machine) error {
+		gi, err := m.CreateGPUInstance(0, 9, -1)
+		if err == nil {
+			_, err = m.CreateComputeInstance(0, gi.ID, 2, -1)
+		}
+		return err
+	}
+	if err := Update(create); err != nil { // no renderer: no wait
+		t.Fatal(err)
+	}
+	mkfile := func(path, text string) error { // also from the renderer's goroutine, where t.Fatal may not run
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			return err
+		}
+		return os.WriteFile(path, []byte(text), 0o644)
+	}
+	if err := mkfile(filepath.Join(proc, "nvidia-caps", "mig-minors"), "config 1\nmonitor 2\n"); err != nil {
+		t.Fatal(err)
+	}
+	rendered := make(chan []string)
+	go func() { // the renderer: files for every instance in the state once it holds two GPU instances
+		for {
+			if m, err := Load(); err == nil && len(m.State.GPUs["GPU-w"].GIs) == 2 {
+				var made []string
+				for _, c := range m.capFiles() {
+					if mkfile(filepath.Join(proc, c.proc), "DeviceFileMinor: 0\n") == nil &&
+						mkfile(capDevice(c.minor), "") == nil {
+						made = append(made, capDevice(c.minor))
+					}
+				}
+				rendered <- made
+				return
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}()
+	if err := Update(create); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case made := <-rendered:
+		if len(made) != 4 { // two GPU instances with a compute instance each
+			t.Fatalf("rendered %v", made)
+		}
+	default:
+		t.Fatal("Update returned before the capability files of the new instances existed")
 	}
 }
