@@ -7,21 +7,19 @@ is a real container of the lab's image ``registry.k8s.io/dra-driver-nvidia/dra-d
 (gpuready.lab.dra_image: NVIDIA's gpu-kubelet-plugin built from the Go module) over the mock NVML; it registers
 with the real kubelet's plugin watcher, publishes the node's ResourceSlice (the GPU with the UUID the host's
 ``nvidia-smi -L`` prints), and a pod with a ResourceClaim for one GPU runs on the real kubelet with the device the
-driver's CDI spec injects.
+driver's CDI spec injects. The whole suite on a DRA pool through the same driver runs in test_lab_dra.py (the MIG
+A100 beside a device-plugin node), not again here.
 """
 
 from __future__ import annotations
 
 import json
 import re
-from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
 from conftest import Lab, deployed_real_kubelet_lab
 from polling import wait_for
-from suite_runs import failed, run_suite, wait_until_settled
 from test_lab_real_kubelet import _kubectl
 
 from gpuready.deploy import dra_addons
@@ -102,8 +100,17 @@ def test_the_kubelet_plugin_runs_nvidias_binary_and_registers_with_the_real_kube
     assert f"v{dra_image.DEFAULT_VERSION}" in version.stdout + version.stderr, version
     # the kubelet dialled the plugin it registered (its health stream: v0.4.1 serves none without the
     # NVMLDeviceHealthCheck gate, so the kubelet logs that it is unimplemented; harmless, and proof of the link)
-    journal = dra_lab.ssh(NODE, "journalctl -u kubelet --no-pager -o cat", check=False).stdout
-    assert re.search(rf'DRA registration handler.*pluginName="{re.escape(DRIVER)}"', journal), journal[-3000:]
+    # (the plugin watcher finds the socket, then registers and logs it: the line can follow the socket by a moment;
+    # session 30's second CI read the journal before it)
+    handler = re.compile(rf'DRA registration handler.*pluginName="{re.escape(DRIVER)}"')
+
+    def journal() -> str:
+        return dra_lab.ssh(NODE, "journalctl -u kubelet --no-pager -o cat", check=False).stdout
+
+    try:
+        wait_for(lambda: handler.search(journal()), 60, "the kubelet's DRA registration handler line")
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}\n{journal()[-3000:]}") from None
 
 
 def test_the_real_driver_publishes_the_machines_gpu_with_its_uuid(dra_lab: Lab) -> None:
@@ -113,22 +120,6 @@ def test_the_real_driver_publishes_the_machines_gpu_with_its_uuid(dra_lab: Lab) 
     gpus = [d for d in devices if d["attributes"]["type"]["string"] == "gpu"]
     assert [d["attributes"]["uuid"]["string"] for d in gpus] == uuids, devices
     assert gpus[0]["attributes"]["productName"]["string"].startswith("NVIDIA L4"), gpus[0]
-
-
-def test_the_whole_suite_passes_on_the_real_dra_node(dra_lab: Lab, tmp_path: Path) -> None:
-    """Issue #29: a DRA pool passes every layer through NVIDIA's real driver: the node layer's ResourceSlice and
-    DeviceClass checks read what the driver published, the workloads layer's vectorAdd gets its GPU through a
-    ResourceClaim the real kubelet prepares with the driver, the metrics layer maps that pod to its GPU. (Before the
-    claim pod below, which holds the node's only GPU.)"""
-    session = SimpleNamespace(lab=dra_lab)
-    wait_until_settled(session)  # NFD's worker and the plugin pods Ready: the suite fails a pod not yet Ready
-    verdict = run_suite(session, tmp_path)
-    assert failed(verdict) == {}, failed(verdict)
-    layers = verdict["nodes"][NODE]["layers"]
-    for layer in ("host", "gpu", "node", "workloads", "metrics"):
-        checks = layers[layer]["checks"]
-        assert any(c["status"] == "pass" for c in checks.values()), (layer, checks)
-    assert layers["node"]["checks"]["test_resource_slices"]["status"] == "pass", layers["node"]
 
 
 CLAIM = """
