@@ -46,11 +46,9 @@ def one_round(smi: list[str], env: dict[str, str]) -> float:
     return time.perf_counter() - start
 
 
-def timed(smi: list[str], tmp: Path, tools: str, runs: int) -> float:
-    """Median seconds of one round on a fresh machine in MIG mode."""
-    for old in tmp.glob("state*"):
-        shutil.rmtree(old) if old.is_dir() else old.unlink()
-    env = {
+def machine_env(tmp: Path, tools: str) -> dict[str, str]:
+    """The emulated tools' environment for the machine whose hardware file is in ``tmp``, as on a lab host."""
+    return {
         "PATH": "/usr/bin:/bin",
         "GPUREADY_LAB_HARDWARE": str(tmp / "hardware.json"),
         "GPUREADY_LAB_STATE": str(tmp / "state" / "state.json"),
@@ -58,6 +56,13 @@ def timed(smi: list[str], tmp: Path, tools: str, runs: int) -> float:
         "GPUREADY_LAB_DRIVER_VERSION": "580.178.04",
         "GPUREADY_LAB_STATIC_TOOLS": tools,
     }
+
+
+def timed(smi: list[str], tmp: Path, tools: str, runs: int) -> float:
+    """Median seconds of one round on a fresh machine in MIG mode."""
+    for old in tmp.glob("state*"):
+        shutil.rmtree(old) if old.is_dir() else old.unlink()
+    env = machine_env(tmp, tools)
     subprocess.run([*smi, "-mig", "1"], env=env, capture_output=True, check=True, timeout=60)
     env["GPUREADY_LAB_BOOT_ID"] = "boot-2"  # the reboot that makes MIG mode current
     return statistics.median(one_round(smi, env) for _ in range(runs))

@@ -18,7 +18,7 @@ ENV = "GPUREADY_LAB_STATIC_TOOLS"
 def _build() -> str:
     from gpuready.lab.silicon import build
 
-    return str(build.ensure_libraries(lambda _line: None, names=["tools"])["tools"])
+    return str(build.static_tools())
 
 
 def static_tools() -> str:

@@ -26,7 +26,7 @@ def tools() -> Path:
     problem = go_problem()
     if problem:
         pytest.skip(f"the lab's static tools are built with Go: {problem}")
-    return build.ensure_libraries(lambda _msg: None, names=["tools"])["tools"]
+    return build.static_tools()
 
 
 class Mps:

@@ -22,6 +22,7 @@ import pytest
 from emulated import Machine
 
 from gpuready.lab import faults, hardware
+from gpuready.lab.emulator import nvemu
 from gpuready.lab.gobuild import cgo_problem
 from gpuready.lab.silicon import build
 from gpuready.nvidia import smi
@@ -490,3 +491,61 @@ def test_compute_mode_is_one_setting_for_nvml_and_nvidia_smi(tmp_path: Path, nvm
     bad = _run("print(lib.nvmlDeviceSetComputeMode(handle(0), 1))", machine, nvml_dir)  # EXCLUSIVE_THREAD
     assert bad.stdout.strip() == "2"  # NVML_ERROR_INVALID_ARGUMENT
     assert json.loads(_run(read, machine, nvml_dir).stdout) == [2, 3]
+
+
+def test_a_container_sees_through_nvml_what_its_nvidia_smi_lists(tmp_path: Path, nvml_dir: Path) -> None:
+    """In a GPU container (GPUREADY_LAB_CONTAINER_DEVICES: its device nodes) NVML finds the GPUs and MIG devices
+    those nodes reveal, as nvidia-smi -L there lists them (one rule, package machine's contain.go); the MIG monitor
+    capability shows every instance; without the configuration capability a MIG change is refused."""
+    host = _Host(tmp_path, "a100-80gb-4")
+    host.ok("-i", "0", "-mig", "1")
+    host.env["GPUREADY_LAB_BOOT_ID"] = "boot-2"
+    host.ok("mig", "-i", "0", "-cgi", "9,14", "-C")
+    full = smi.parse_list(host.ok("-L"))
+    gis = sorted(g.instance_id for g in smi.parse_mig_lgi(host.ok("mig", "-lgi")))
+    caps = [
+        f"/dev/nvidia-caps/nvidia-cap{m}" for m in (nvemu.gi_minor(0, gis[1]), nvemu.ci_minor(0, gis[1], 0))
+    ]
+    script = """
+        import json, pynvml as nv
+        nv.nvmlInit()
+        seen = []
+        for i in range(nv.nvmlDeviceGetCount()):
+            gpu = nv.nvmlDeviceGetHandleByIndex(i)
+            migs = []
+            for slot in range(nv.nvmlDeviceGetMaxMigDeviceCount(gpu)):
+                try:
+                    migs.append(nv.nvmlDeviceGetUUID(nv.nvmlDeviceGetMigDeviceHandleByIndex(gpu, slot)))
+                except nv.NVMLError_NotFound:
+                    continue
+            seen.append([nv.nvmlDeviceGetUUID(gpu), migs])
+        try:
+            nv.nvmlDeviceCreateGpuInstance(nv.nvmlDeviceGetHandleByIndex(0), 19)
+            create = "created"
+        except nv.NVMLError as exc:
+            create = str(exc)
+        print(json.dumps({"gpus": seen, "create": create}))
+        """
+
+    def in_container(*nodes: str) -> tuple[dict, list[smi.ListedGpu]]:
+        env = {**_env(host, nvml_dir), nvemu.CONTAINER_DEVICES: ",".join(nodes)}
+        result = subprocess.run(
+            [sys.executable, "-c", textwrap.dedent(script)],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert result.returncode == 0, result.stderr
+        listed = host.run("nvidia_smi", "-L", **{nvemu.CONTAINER_DEVICES: ",".join(nodes)})
+        assert listed.returncode == 0, listed.stderr
+        return json.loads(result.stdout), smi.parse_list(listed.stdout)
+
+    nvml, listed = in_container("/dev/nvidiactl", "/dev/nvidia0", *caps, "/dev/nvidia2")
+    assert nvml["gpus"] == [[g.uuid, [d.uuid for d in g.mig_devices]] for g in listed]
+    assert nvml["gpus"] == [[full[0].uuid, [full[0].mig_devices[1].uuid]], [full[2].uuid, []]]
+    assert nvml["create"] == "Insufficient Permissions"
+    monitor, listed = in_container("/dev/nvidiactl", "/dev/nvidia0", "/dev/nvidia-caps/nvidia-cap2")
+    assert monitor["gpus"] == [[g.uuid, [d.uuid for d in g.mig_devices]] for g in listed]
+    assert monitor["gpus"] == [[full[0].uuid, [d.uuid for d in full[0].mig_devices]]]
+    assert monitor["create"] == "Insufficient Permissions"

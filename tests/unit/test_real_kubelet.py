@@ -267,6 +267,19 @@ def test_the_wrapper_gives_gpu_containers_the_emulated_machine(
     plugin: dict[str, Any] = {"linux": gpu["linux"], "mounts": [dict(host_root)]}
     namespace["machine_mounts"](plugin)
     assert not [m for m in plugin["mounts"] if m["destination"].startswith("/driver-root/")]
+    # the device plugin and GFD where MIG is possible: NVIDIA_MIG_MONITOR_DEVICES=all with CAP_SYS_ADMIN gets the
+    # MIG monitor capability, as NVIDIA's runtime hook hands it out (every MIG device visible); without the
+    # capability, or asked for by nobody, not
+    monitor = ["NVIDIA_MIG_MONITOR_DEVICES=all"]
+
+    def devices_seen(env: list[str], bounding: list[str]) -> str:
+        spec = {"linux": gpu["linux"], "process": {"env": env, "capabilities": {"bounding": bounding}}}
+        namespace["machine_mounts"](spec)
+        return next(e for e in spec["process"]["env"] if e.startswith("GPUREADY_LAB_CONTAINER_DEVICES="))
+
+    assert devices_seen(monitor, ["CAP_SYS_ADMIN"]).endswith(",/dev/nvidia0,/dev/nvidia-caps/nvidia-cap2")
+    assert devices_seen(monitor, []).endswith(",/dev/nvidia0")
+    assert devices_seen([], ["CAP_SYS_ADMIN"]).endswith(",/dev/nvidia0")
 
 
 def test_real_mode_host_files_are_lab_owned_and_per_host() -> None:

@@ -69,6 +69,9 @@ DYNAMIC_MAJORS = {
 }
 MAX_GPUS = 32  # /proc/driver/nvidia-caps/mig-minors lists the minors of 32 GPUs (nvemu.gi_minor numbers them)
 MODE_ALL_READ = 0o444  # DeviceFileMode 292
+# The MIG capabilities' minors (mig/config: MIG changes; mig/monitor: every instance visible), which NVIDIA's
+# runtime hook hands out for NVIDIA_MIG_CONFIG_DEVICES and NVIDIA_MIG_MONITOR_DEVICES (realhost's runc wrapper)
+MIG_CONFIG_MINOR, MIG_MONITOR_MINOR = 1, 2
 IMEX_MGMT_MINOR = 4323  # /proc/driver/nvidia/capabilities/fabric-imex-mgmt of 580.159.04
 MODE_OWNER_READ = 0o400  # DeviceFileMode 256 (the config capability: root only)
 
@@ -185,11 +188,11 @@ def render(drv: Any, kmod: str | None, machine_devices: str) -> dict[str, Any]:
         dev["nvidia-uvm"] = ("char", DYNAMIC_MAJORS["nvidia-uvm"], 0, 0o666)
         dev["nvidia-uvm-tools"] = ("char", DYNAMIC_MAJORS["nvidia-uvm"], 1, 0o666)
         dev["nvidia-caps"] = ("dir",)
-        dev["nvidia-caps/nvidia-cap1"] = _cap(1, MODE_OWNER_READ)
-        dev["nvidia-caps/nvidia-cap2"] = _cap(2, MODE_ALL_READ)
+        dev[f"nvidia-caps/nvidia-cap{MIG_CONFIG_MINOR}"] = _cap(MIG_CONFIG_MINOR, MODE_OWNER_READ)
+        dev[f"nvidia-caps/nvidia-cap{MIG_MONITOR_MINOR}"] = _cap(MIG_MONITOR_MINOR, MODE_ALL_READ)
         proc["nvidia/version"] = ("file", VERSION_BANNER.format(version=kmod))
-        proc["nvidia/capabilities/mig/config"] = _access(1, MODE_OWNER_READ)
-        proc["nvidia/capabilities/mig/monitor"] = _access(2, MODE_ALL_READ)
+        proc["nvidia/capabilities/mig/config"] = _access(MIG_CONFIG_MINOR, MODE_OWNER_READ)
+        proc["nvidia/capabilities/mig/monitor"] = _access(MIG_MONITOR_MINOR, MODE_ALL_READ)
         # R580's IMEX management capability, with the minor a lent H200 showed (root only, like mig/config)
         proc["nvidia/capabilities/fabric-imex-mgmt"] = _access(IMEX_MGMT_MINOR, MODE_OWNER_READ)
         proc["nvidia-caps/mig-minors"] = ("file", mig_minors())

@@ -27,7 +27,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from gpuready.lab import realnode
+from gpuready.lab import kernel_files, realnode
 from gpuready.lab.gobuild import Progress
 from gpuready.lab.state import cache_dir, link_or_copy, locked
 
@@ -115,8 +115,14 @@ for p in proc/driver proc/devices; do
   mount -o remount,bind,ro "$PWD/$p"
 done
 """
+# The MIG capabilities' device nodes by the variable that asks NVIDIA's runtime hook for them.
+MIG_CAPABILITIES = {
+    "NVIDIA_MIG_CONFIG_DEVICES": f"/dev/nvidia-caps/nvidia-cap{kernel_files.MIG_CONFIG_MINOR}",
+    "NVIDIA_MIG_MONITOR_DEVICES": f"/dev/nvidia-caps/nvidia-cap{kernel_files.MIG_MONITOR_MINOR}",
+}
 MACHINE_MOUNTS = f'''
 MACHINE_DIRS = {MACHINE_DIRS!r}
+MIG_CAPABILITIES = {MIG_CAPABILITIES!r}
 DRIVER_STATE_DIR = {DRIVER_STATE_DIR!r}
 BOOT_ID_FILE = "/proc/sys/kernel/random/boot_id"
 KERNEL_FILES_HOOK = {KERNEL_FILES_HOOK!r}
@@ -160,12 +166,20 @@ def machine_mounts(spec):
             boot = f.read().strip()
     except OSError:
         return
-    # The emulated nvidia-smi (Python, the host's, mounted by the runtime) shows what NVML in a container with
-    # these device nodes finds: the GPUs and MIG devices the pod was given (nvemu.CONTAINER_DEVICES).
+    # NVML, CUDA and nvidia-smi in the container see what its device nodes reveal: the GPUs and MIG devices the pod
+    # was given (nvemu.CONTAINER_DEVICES; the rule is lab/silicon/machine/contain.go).
     process = spec.setdefault("process", {{}})
     ours = ("GPUREADY_LAB_BOOT_ID=", "GPUREADY_LAB_CONTAINER_DEVICES=")
     env = [e for e in process.get("env") or [] if not e.startswith(ours)]
-    nodes = ",".join(d for d in devices if d.startswith("/dev/nvidia"))
+    given = [d for d in devices if d.startswith("/dev/nvidia")]
+    # NVIDIA's runtime hook hands a container with CAP_SYS_ADMIN the MIG monitor (configuration) capability for
+    # NVIDIA_MIG_MONITOR_DEVICES=all (NVIDIA_MIG_CONFIG_DEVICES=all): what the device plugin and GFD ask for to
+    # see every MIG device, also those created after they started
+    if privileged:
+        for name, cap in MIG_CAPABILITIES.items():
+            if name + "=all" in env and cap not in given:
+                given.append(cap)
+    nodes = ",".join(given)
     process["env"] = env + ["GPUREADY_LAB_BOOT_ID=" + boot, "GPUREADY_LAB_CONTAINER_DEVICES=" + nodes]
 
 '''

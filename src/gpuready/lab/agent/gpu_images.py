@@ -10,6 +10,7 @@ the config manager and dcgm-exporter. Other nvcr.io/nvidia images cannot be pull
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import re
@@ -389,6 +390,16 @@ def container_devices(exp: Exposure) -> str:
     return ",".join(dict.fromkeys(nodes))
 
 
+@functools.cache
+def static_tools() -> str:
+    """The lab's static tools (gpuready/lab/silicon/tools), built into the lab cache once per source: the emulated
+    nvidia-smi run here for a pod asks them what the pod's devices reveal (nvemu.Driver._contain), as a lab host's
+    launcher tells it where they are."""
+    from gpuready.lab.silicon import build
+
+    return str(build.static_tools())
+
+
 def run_with_smi(
     argv: list[str], env: dict[str, str], exp: Exposure, backend: LabGpuBackend
 ) -> ContainerPlan:
@@ -413,7 +424,7 @@ def run_with_smi(
     local = [sys.executable, str(Path(nvemu.__file__).with_name("nvidia_smi.py"))]
     smi = (
         host_argv(["nvidia-smi"], visible, backend.host_pid(), backend.stand_in)
-        or (local, {**backend.view.emulator_env(), **visible})
+        or (local, {**backend.view.emulator_env(), **visible, nvemu.STATIC_TOOLS_ENV: static_tools()})
         if exp.libs
         else ([], {})
     )

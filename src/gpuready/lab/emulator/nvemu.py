@@ -9,9 +9,12 @@ boot id changes, as a reboot resets a real GPU.
 In a container the tools see only what the container runtime gave it. On a real node the nvidia runtime (or CDI)
 mounts the host's nvidia-smi and libraries and only the container's device nodes, and NVML finds the GPUs whose
 ``/dev/nvidiaN`` it can open, numbered from 0, and on them the MIG devices whose GPU and compute instance
-capabilities (``/dev/nvidia-caps/nvidia-capM``) it was given. ``GPUREADY_LAB_CONTAINER_DEVICES`` (lab-internal;
-the node agent sets it when a pod runs the host's nvidia-smi) stands in for those device nodes: their paths,
-comma separated (empty: none). With it set the tools change nothing in the driver's state.
+capabilities (``/dev/nvidia-caps/nvidia-capM``) it was given (every one with the MIG monitor or configuration
+capability). ``GPUREADY_LAB_CONTAINER_DEVICES`` (lab-internal; the lab's runc wrapper sets it in every GPU
+container, the node agent when a pod runs the host's nvidia-smi) names those device nodes: their paths, comma
+separated (empty: none). The rule is package machine's (``lab/silicon/machine/contain.go``), which the mock NVML and
+CUDA apply as well; ``Driver._contain`` applies its selection. With it set these tools change nothing in the
+driver's state.
 """
 
 from __future__ import annotations
@@ -38,6 +41,8 @@ EXIT_GPU_LOST = 15
 EXIT_MISMATCH = 18
 
 CONTAINER_DEVICES = "GPUREADY_LAB_CONTAINER_DEVICES"
+# Where the Python tools find the lab's static Go tools (gpuready/lab/silicon/tools; the launcher sets it on a host).
+STATIC_TOOLS_ENV = "GPUREADY_LAB_STATIC_TOOLS"
 # /proc/driver/nvidia-caps/mig-minors: config 1, monitor 2, then per GPU 15 GPU instances, each with its access
 # minor followed by 8 compute instances' (gpu0/gi1/access is 12, gpu0/gi1/ci0/access 13).
 GIS_PER_GPU = 15
@@ -229,26 +234,37 @@ class Driver:
         self.state = self._load_state()
         self.version = library_version()
         if nodes is not None:
-            self._contain({n.strip() for n in nodes.split(",") if n.strip()})
+            self._contain()
 
-    def _contain(self, nodes: set[str]) -> None:
-        """What NVML in a container with these device nodes finds (the module docstring); never saved."""
+    def _contain(self) -> None:
+        """What NVML in this container finds (the module docstring); never saved. The rule (which device nodes reveal
+        which GPUs and MIG instances) is package machine's (lab/silicon/machine/contain.go), which the mock NVML and
+        CUDA apply too: the static tools print its selection (``nvidia-emu-tools visible``), applied here."""
+        import subprocess  # here: only a container's tools need it
+
+        tools = os.environ.get(STATIC_TOOLS_ENV, "")
+        try:
+            seen = json.loads(
+                subprocess.run([tools, "visible"], capture_output=True, check=True, text=True).stdout
+            )
+        except (OSError, subprocess.CalledProcessError, ValueError) as exc:
+            raise NvmlError(
+                f"{CONTAINER_DEVICES} is set, but {STATIC_TOOLS_ENV}={tools!r} failed: {exc}", 1
+            ) from None
+        by_index = {gpu["index"]: gpu for gpu in self.hw["gpus"]}
         gpus: list[dict] = []
         faults = [f for f in self.hw.get("faults", []) if f.get("gpu") is None]
-        for gpu in self.hw["gpus"]:
-            minor = gpu.get("minor_number", gpu["index"])
-            if f"/dev/nvidia{minor}" not in nodes:
-                continue
-            faults += [
-                {**f, "gpu": len(gpus)} for f in self.hw.get("faults", []) if f.get("gpu") == gpu["index"]
-            ]
+        for index, visible in enumerate(seen["gpus"]):
+            gpu = by_index[visible["host_index"]]
+            faults += [{**f, "gpu": index} for f in self.hw.get("faults", []) if f.get("gpu") == gpu["index"]]
+            cis = {int(gi): set(ids) for gi, ids in visible["gis"].items()}
             st = self.gpu_state(gpu)
             st["gis"] = [
-                {**gi, "cis": [ci for ci in gi["cis"] if _cap(ci_minor(minor, gi["id"], ci["id"])) in nodes]}
+                {**gi, "cis": [c for c in gi["cis"] if c["id"] in cis[gi["id"]]]}
                 for gi in st["gis"]
-                if _cap(gi_minor(minor, gi["id"])) in nodes
+                if gi["id"] in cis
             ]
-            gpus.append({**gpu, "index": len(gpus), "minor_number": minor})
+            gpus.append({**gpu, "index": index, "minor_number": gpu.get("minor_number", gpu["index"])})
         self.hw = {**self.hw, "gpus": gpus, "faults": faults}
 
     @classmethod
@@ -348,10 +364,6 @@ class Driver:
     def compute_mode(self, gpu: dict) -> str:
         """As nvidia-smi names it (Default, Exclusive_Process, Prohibited); the driver's default until set."""
         return str(self.gpu_state(gpu).get("compute_mode", "Default"))
-
-
-def _cap(minor: int) -> str:
-    return f"/dev/nvidia-caps/nvidia-cap{minor}"
 
 
 def _alive(pid_file: str) -> bool:

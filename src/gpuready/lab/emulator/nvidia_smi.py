@@ -17,7 +17,7 @@ from gpu_tree import NA, GpuView
 
 USAGE_HINT = "Please run 'nvidia-smi -h' for help."
 # the lab's static tools: /usr/bin/nvidia-smi (package_files.WRAPPER) sets where the driver package installs them
-STATIC_TOOLS_ENV = "GPUREADY_LAB_STATIC_TOOLS"
+STATIC_TOOLS_ENV = nvemu.STATIC_TOOLS_ENV
 # the settings the static tools change (static_tools), besides the `mig` and `compute-policy` subcommands
 STATIC_FLAGS = {
     "-c",

@@ -162,3 +162,9 @@ def ensure_libraries(
             path = library_cache(name, go, base) / lib.filename
             built[name] = path if path.is_file() else _build_one(name, lib, go, base, progress)
         return built
+
+
+def static_tools(cache: Path | None = None) -> Path:
+    """The static ``nvidia-emu-tools`` (tools/), built into the cache when its sources changed: what a lab host's
+    driver package installs, for the emulated tools run outside one (the node agent's pods, tests)."""
+    return ensure_libraries(lambda _line: None, cache, names=["tools"])["tools"]

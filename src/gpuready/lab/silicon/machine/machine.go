@@ -7,8 +7,8 @@
 // /usr/lib/nvidia-emu/driver-version). The mock libnvidia-ml.so.1 and libcuda.so.1 answer from it,
 // so every NVIDIA tool and nvidia-smi see one machine.
 //
-// Why read-only: nvemu.py owns the state file (it takes the lock and writes it); the libraries
-// only look, as an unprivileged NVML caller does. Derived facts (ECC counts, PCIe link, MIG devices,
+// Changes (write.go) take the state file's lock and write it as nvemu.py does. In a GPU container the machine is
+// what the container's device nodes reveal (contain.go). Derived facts (ECC counts, PCIe link, MIG devices,
 // XIDs) follow gpu_tree.py's GpuView so both views agree.
 //
 // Usage: Current() returns the machine as it is now, re-reading the files only when they changed,
@@ -270,6 +270,11 @@ type Machine struct {
 	State          State
 	LibraryVersion string // the user-space driver (NVML) version
 	ReadAt         time.Time
+	// In a container (contain.go): the full state behind State, what the container sees, and whether it has
+	// the MIG configuration capability. full is nil outside a container.
+	full      *State
+	visible   *Visible
+	migConfig bool
 }
 
 // HardwarePath is the hardware file's path (GPUREADY_LAB_HARDWARE or the default).
@@ -347,6 +352,9 @@ func Load() (*Machine, error) {
 		return nil, ErrNoDriver
 	}
 	m.State = loadState(StatePath(), m.Hardware.GPUs)
+	if nodes, ok := containerNodes(); ok {
+		m.contain(nodes)
+	}
 	return m, nil
 }
 

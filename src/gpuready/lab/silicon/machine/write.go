@@ -72,7 +72,7 @@ func update(change func(m *Machine) error) (before, after map[string]capFile, er
 	if err := change(m); err != nil {
 		return nil, nil, err
 	}
-	return before, m.capFiles(), writeState(path, m.State)
+	return before, m.capFiles(), writeState(path, m.stateToWrite())
 }
 
 // stateJSON is the state as nvemu writes it: keys sorted, one-space indent, lists never null.
@@ -153,6 +153,9 @@ func (m *Machine) GPUByUUID(uuid string) *GPU {
 // reset or reboot, which the lab's hosts (like VMs with passthrough GPUs) cannot do in place. Returns
 // whether the change is pending (current mode differs).
 func (m *Machine) SetMigMode(index int, enable bool) (bool, error) {
+	if !m.MigConfigAllowed() {
+		return false, ErrNoPermission
+	}
 	g := m.GPU(index)
 	if g == nil {
 		return false, ErrInvalidArgument
@@ -233,8 +236,12 @@ func (m *Machine) ResetGPU(index int) error {
 	return nil
 }
 
-// migState is the GPU and its state, which must be in MIG mode now.
+// migState is the GPU and its state, which must be in MIG mode now; the caller must hold the MIG configuration
+// capability (MigConfigAllowed).
 func (m *Machine) migState(index int) (*GPU, GPUState, error) {
+	if !m.MigConfigAllowed() {
+		return nil, GPUState{}, ErrNoPermission
+	}
 	g := m.GPU(index)
 	if g == nil {
 		return nil, GPUState{}, ErrInvalidArgument

@@ -14,19 +14,34 @@
 //     each has one implementation (package machine's, which the mock NVML's nvmlDeviceSetComputeMode,
 //     nvmlDeviceSetMigMode and nvmlDeviceCreateGpuInstance share);
 //   - nvbandwidth (nvbandwidth.go; installed as /usr/bin/nvbandwidth by the lab's nvbandwidth package): the copy
-//     bandwidth of the devices cuInit finds, by the model the mock libcuda.so.1 times copies with.
+//     bandwidth of the devices cuInit finds, by the model the mock libcuda.so.1 times copies with;
+//   - visible (only as the first argument): what a GPU container sees of the machine, as JSON (machine.Visible),
+//     for the Python tools.
 package main
 
 import (
 	"fmt"
 	"os"
 	"path/filepath"
+
+	"gpuready.lab/silicon/machine"
 )
 
 var tools = map[string]func(args []string) int{
 	"nvidia-cuda-mps-control": mpsControl,
 	"nvidia-smi":              smi,
 	"nvbandwidth":             nvbandwidth,
+	"visible":                 visible,
+}
+
+// visible prints what a GPU container sees of the machine (machine.Visible), for the Python tools' nvemu.Driver:
+// the container rule is package machine's alone.
+func visible([]string) int {
+	if err := machine.WriteVisible(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	return 0
 }
 
 func main() {
@@ -38,6 +53,6 @@ func main() {
 			os.Exit(tool(os.Args[2:]))
 		}
 	}
-	fmt.Fprintf(os.Stderr, "usage: %s nvidia-cuda-mps-control|nvidia-smi|nvbandwidth [ARGS]\n", filepath.Base(os.Args[0]))
+	fmt.Fprintf(os.Stderr, "usage: %s nvidia-cuda-mps-control|nvidia-smi|nvbandwidth|visible [ARGS]\n", filepath.Base(os.Args[0]))
 	os.Exit(2)
 }

@@ -8,18 +8,12 @@ package main
 import (
 	"errors"
 	"fmt"
-	"os"
 	"sort"
 	"strconv"
 	"strings"
 
 	"gpuready.lab/silicon/machine"
 )
-
-// containerDevices names the device nodes a container was given (nvemu.CONTAINER_DEVICES; the lab's runc wrapper
-// sets it in every GPU container). A container has no MIG configuration capability (NVIDIA_MIG_CONFIG_DEVICES is
-// never set by the lab), so the driver refuses it any MIG change.
-const containerDevices = "GPUREADY_LAB_CONTAINER_DEVICES"
 
 const (
 	migHelp = "Invalid combination of input arguments. Please run 'nvidia-smi mig -h' for help."
@@ -176,25 +170,25 @@ func idFilter(value string) (map[int]bool, error) {
 }
 
 func runMig(a migArgs) error {
+	m, err := machine.Load()
+	if err == nil {
+		err = m.CheckLoaded()
+	}
+	if err != nil {
+		return err
+	}
 	if strings.HasPrefix(a.action, "l") {
-		m, err := machine.Load()
-		if err == nil {
-			err = m.CheckLoaded()
-		}
-		if err != nil {
-			return err
-		}
 		gpus, err := migGPUs(m, a.ids)
 		if err != nil {
 			return err
 		}
 		return listMig(m, gpus, a)
 	}
-	if _, inContainer := os.LookupEnv(containerDevices); inContainer {
-		return failure{"Unable to change MIG instances: Insufficient Permissions", exitNoPermission}
+	if !m.MigConfigAllowed() {
+		return machine.ErrNoPermission // a container without the MIG configuration capability
 	}
 	var result error
-	err := machine.Update(func(m *machine.Machine) error {
+	err = machine.Update(func(m *machine.Machine) error {
 		gpus, err := migGPUs(m, a.ids)
 		if err == nil {
 			err = changeMig(m, gpus, a)

@@ -1,0 +1,78 @@
+"""What a GPU container's nvidia-smi costs since the container rule is package machine's (silicon/machine/contain.go).
+
+In a container (``GPUREADY_LAB_CONTAINER_DEVICES`` set, as the lab's runc wrapper and the node agent set it) the
+Python nvidia-smi asks the static tools which GPUs and MIG devices the container's device nodes reveal
+(``nvidia-emu-tools visible``): one more process per command. On one emulated H100 x8 machine in a temporary
+directory (no lab, no root), times ``-L`` and ``-q -x`` on the host and in a container given GPUs 0 and 3, and with
+``--baseline REV`` the same with the emulator of commit REV (e5bc7cd: the Python tools' own rule), and prints the
+ratios. Medians of --runs.
+Run: .venv/bin/python bench/container_smi.py [--runs 20] [--baseline e5bc7cd]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from emulated_smi import EMULATOR, PYTHON, baseline_emulator, machine_env
+
+from gpuready.lab import hardware
+from gpuready.lab.silicon import build
+
+CONTAINER = "/dev/nvidiactl,/dev/nvidia0,/dev/nvidia3"
+COMMANDS = (["-L"], ["-q", "-x"])
+
+
+def median_ms(smi: Path, env: dict[str, str], args: list[str], runs: int) -> float:
+    times = []
+    for _ in range(runs):
+        start = time.perf_counter()
+        done = subprocess.run([PYTHON, "-E", "-s", str(smi), *args], env=env, capture_output=True, text=True)
+        times.append(time.perf_counter() - start)
+        if done.returncode != 0:
+            sys.exit(f"nvidia-smi {' '.join(args)} exited {done.returncode}:\n{done.stdout}{done.stderr}")
+    return statistics.median(times) * 1000
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=20)
+    parser.add_argument("--baseline", help="a commit whose emulator to time as well")
+    args = parser.parse_args()
+    tools = str(build.static_tools())
+    with tempfile.TemporaryDirectory() as tmp_name:
+        tmp = Path(tmp_name)
+        hardware.write_hardware(tmp / "hardware.json", hardware.make_hardware("h100-sxm-8", 0))
+        host = machine_env(tmp, tools)
+        places = {"host": host, "container": {**host, "GPUREADY_LAB_CONTAINER_DEVICES": CONTAINER}}
+        emulators = {"now": EMULATOR / "nvidia_smi.py"}
+        if args.baseline:
+            emulators[args.baseline] = baseline_emulator(args.baseline, tmp / "baseline") / "nvidia_smi.py"
+        rows = {
+            (emulator, place, " ".join(command)): median_ms(smi, env, command, args.runs)
+            for emulator, smi in emulators.items()
+            for place, env in places.items()
+            for command in COMMANDS
+        }
+    print(
+        f"nvidia-smi on an emulated H100 x8, on the host and in a container given {CONTAINER}, median of {args.runs}:"
+    )
+    for (emulator, place, command), ms in rows.items():
+        print(f"  {emulator:<8} {place:<10} {command:<6} {ms:7.1f} ms")
+    for command in COMMANDS:
+        words = " ".join(command)
+        now = rows[("now", "container", words)]
+        print(f"  ratio container / host, {words}: {now / rows[('now', 'host', words)]:.2f}")
+        if args.baseline:
+            print(
+                f"  ratio container now / {args.baseline}, {words}: {now / rows[(args.baseline, 'container', words)]:.2f}"
+            )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,155 @@
+package machine
+
+// The machine as a process in a GPU container finds it. On a real node NVML sees only the GPUs whose
+// /dev/nvidiaN the container runtime gave the container, numbered from 0, and on them only the MIG devices whose
+// GPU and compute instance access capabilities (/dev/nvidia-caps/nvidia-capM) it was given; the runtime also
+// hides the other GPUs' /proc/driver/nvidia/gpus entries. The lab's runc wrapper (realhost.machine_mounts) and
+// the node agent's pods name those device nodes in ContainerDevices, comma separated (empty: none); Load applies
+// them, so the mock NVML, the mock CUDA driver and the static tools in a pod see what the pod was given.
+// nvemu.Driver (the Python tools) asks the static tool for the same selection (`nvidia-emu-tools visible`), so
+// the rule is written once, here.
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"strings"
+)
+
+// The MIG capabilities (kernel_files: /proc/driver/nvidia/capabilities/mig/config and mig/monitor). Without the
+// configuration capability (/dev/nvidia-caps/nvidia-cap1) the driver refuses MIG changes; with it, or with the
+// monitor capability (nvidia-cap2), a process sees every GPU and compute instance. NVIDIA's container runtime
+// hands them out for NVIDIA_MIG_CONFIG_DEVICES and NVIDIA_MIG_MONITOR_DEVICES (in its legacy mode); a privileged
+// container gets every device node.
+const (
+	configCapMinor  = 1
+	monitorCapMinor = 2
+)
+
+func capNode(minor int) string { return fmt.Sprintf("/dev/nvidia-caps/nvidia-cap%d", minor) }
+
+// containerNodes is the container's device nodes, ok false outside a container.
+func containerNodes() (nodes map[string]bool, ok bool) {
+	list, ok := os.LookupEnv(ContainerDevices)
+	if !ok {
+		return nil, false
+	}
+	nodes = map[string]bool{}
+	for _, n := range strings.Split(list, ",") {
+		if n = strings.TrimSpace(n); n != "" {
+			nodes[n] = true
+		}
+	}
+	return nodes, true
+}
+
+// Visible is what contain kept of the machine: each visible GPU's index on the machine, in the container's
+// order (the container's GPU i is the machine's GPUs[i]), and the GPU and compute instances it sees.
+type Visible struct {
+	GPUs []VisibleGPU `json:"gpus"`
+}
+
+// VisibleGPU is one GPU a container sees: its index on the host and, by GPU instance id, the compute instance ids.
+type VisibleGPU struct {
+	HostIndex int           `json:"host_index"`
+	GIs       map[int][]int `json:"gis"`
+}
+
+// contain narrows m to the GPUs, faults and MIG instances the container's device nodes reveal (the file's
+// comment). The full state is kept for Update, which writes back what the container could not see.
+func (m *Machine) contain(nodes map[string]bool) {
+	full := m.State
+	m.full = &full
+	m.visible = &Visible{GPUs: []VisibleGPU{}}
+	m.migConfig = nodes[capNode(configCapMinor)]
+	allInstances := m.migConfig || nodes[capNode(monitorCapMinor)]
+	var gpus []GPU
+	faults := []Fault{}
+	for _, f := range m.Hardware.Faults {
+		if f.GPU == nil {
+			faults = append(faults, f)
+		}
+	}
+	st := State{BootID: full.BootID, Kmod: full.Kmod, GPUs: map[string]GPUState{}}
+	for _, g := range m.Hardware.GPUs {
+		if !nodes[fmt.Sprintf("/dev/nvidia%d", g.MinorNumber)] {
+			continue
+		}
+		seen := VisibleGPU{HostIndex: g.Index, GIs: map[int][]int{}}
+		index := len(gpus)
+		for _, f := range m.Hardware.Faults {
+			if f.GPU != nil && *f.GPU == g.Index {
+				f.GPU = &index
+				faults = append(faults, f)
+			}
+		}
+		gs := full.GPUs[g.UUID]
+		gs.GIs = visibleInstances(g, gs.GIs, nodes, allInstances, seen)
+		st.GPUs[g.UUID] = gs
+		g.Index = index
+		gpus = append(gpus, g)
+		m.visible.GPUs = append(m.visible.GPUs, seen)
+	}
+	m.Hardware.GPUs = gpus
+	m.Hardware.Faults = faults
+	m.State = st
+}
+
+// visibleInstances are the GPU instances (and their compute instances) whose access capabilities the container
+// has, or all of them, recorded in seen.
+func visibleInstances(g GPU, gis []GPUInstance, nodes map[string]bool, all bool, seen VisibleGPU) []GPUInstance {
+	var out []GPUInstance
+	for _, gi := range gis {
+		if !all && !nodes[capNode(GIMinor(g.MinorNumber, gi.ID))] {
+			continue
+		}
+		kept := gi
+		kept.CIs = nil
+		seen.GIs[gi.ID] = []int{}
+		for _, ci := range gi.CIs {
+			if all || nodes[capNode(CIMinor(g.MinorNumber, gi.ID, ci.ID))] {
+				kept.CIs = append(kept.CIs, ci)
+				seen.GIs[gi.ID] = append(seen.GIs[gi.ID], ci.ID)
+			}
+		}
+		out = append(out, kept)
+	}
+	return out
+}
+
+// stateToWrite is the state Update writes: in a container, the container's changes over the full state, with
+// the GPUs and instances it could not see kept as they were.
+func (m *Machine) stateToWrite() State {
+	if m.full == nil {
+		return m.State
+	}
+	out := State{BootID: m.State.BootID, Kmod: m.State.Kmod, GPUs: map[string]GPUState{}}
+	for uuid, gs := range m.full.GPUs {
+		out.GPUs[uuid] = gs
+	}
+	for _, g := range m.Hardware.GPUs {
+		changed := m.State.GPUs[g.UUID]
+		if !m.migConfig { // MIG changes were refused: the instances are the full state's, hidden ones too
+			changed.GIs = m.full.GPUs[g.UUID].GIs
+		}
+		out.GPUs[g.UUID] = changed
+	}
+	return out
+}
+
+// MigConfigAllowed: this process may change MIG instances and mode (outside a container, or in one given the MIG
+// configuration capability).
+func (m *Machine) MigConfigAllowed() bool { return m.full == nil || m.migConfig }
+
+// WriteVisible prints, as JSON, what this container sees of the machine (Visible), for nvemu.Driver; an error
+// outside a container, where every GPU is seen.
+func WriteVisible() error {
+	m, err := Load()
+	if err != nil {
+		return err
+	}
+	if m.visible == nil {
+		return fmt.Errorf("%s is not set: not in a container", ContainerDevices)
+	}
+	return json.NewEncoder(os.Stdout).Encode(m.visible)
+}
