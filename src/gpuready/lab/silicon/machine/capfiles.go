@@ -28,9 +28,7 @@ const KernelFilesWait = 20 * time.Second
 func ProcDriverDir() string { return envOr("GPUREADY_LAB_PROC_DRIVER", "/proc/driver") }
 
 // capDevice is the device node of the MIG capability with this minor, under DevDir.
-func capDevice(minor int) string {
-	return filepath.Join(DevDir(), "nvidia-caps", fmt.Sprintf("nvidia-cap%d", minor))
-}
+func capDevice(minor int) string { return filepath.Join(DevDir(), capNode(minor)[len("/dev/"):]) }
 
 // capFile is one MIG instance's access capability: its /proc file (relative to ProcDriverDir) and device minor.
 type capFile struct {

@@ -26,6 +26,7 @@ const (
 	monitorCapMinor = 2
 )
 
+// capNode is the device node of the MIG capability with this minor, as a container's spec names it.
 func capNode(minor int) string { return fmt.Sprintf("/dev/nvidia-caps/nvidia-cap%d", minor) }
 
 // containerNodes is the container's device nodes, ok false outside a container.
