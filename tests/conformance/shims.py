@@ -24,7 +24,7 @@ from verdict_schema import read_valid_verdict
 from gpuready.lab import faults, hardware
 
 REPO = Path(__file__).resolve().parents[2]
-EMULATOR = REPO / "src" / "gpuready" / "lab" / "emulator" / "nvidia_smi.py"
+EMULATOR = REPO / "src" / "gpuready" / "lab" / "emulator"
 DATA = Path(__file__).resolve().parent / "data"
 GROUP_DATA = REPO / "inventory" / "group_data" / "all.py"
 
@@ -72,7 +72,7 @@ class FakeNode:
             "GPUREADY_LAB_STATE": str(self.root / "state.json"),
             "GPUREADY_LAB_BOOT_ID": f"conformance-test-boot-{self.boot}",
             "GPUREADY_FAKE_NODE": str(self.root),
-            STATIC_TOOLS_ENV: static_tools(),  # nvidia-smi -mig and mig are theirs, as on a lab host
+            STATIC_TOOLS_ENV: static_tools(),  # as on a lab host
         }
         if self.units.get("nvidia-fabricmanager") == "active":
             # the emulated driver lets GPUs join the NVSwitch fabric while Fabric Manager's pid is alive
@@ -104,8 +104,8 @@ class FakeNode:
         (self.root / "journal").write_text("".join(line + "\n" for line in self.journal))
         log = 'echo "$(basename "$0") $*" >> "$GPUREADY_FAKE_NODE/calls"\n'
         tools = {
-            "nvidia-smi": f'#!/bin/sh\nexec "{sys.executable}" "{EMULATOR}" "$@"\n',
-            "dcgmi": f'#!/bin/sh\nexec "{sys.executable}" "{EMULATOR.with_name("dcgmi.py")}" "$@"\n',
+            "nvidia-smi": f'#!/bin/sh\nexec "{static_tools()}" nvidia-smi "$@"\n',
+            "dcgmi": f'#!/bin/sh\nexec "{sys.executable}" "{EMULATOR / "dcgmi.py"}" "$@"\n',
             "nvidia-ctk": textwrap.dedent(f"""\
                 #!/bin/sh
                 [ "$1" = --version ] || {{ echo "nvidia-ctk: unsupported here: $*" >&2; exit 2; }}

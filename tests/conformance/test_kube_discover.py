@@ -17,7 +17,8 @@ import sys
 import pytest
 from kube_fleet import OPERATOR_NAMESPACE, make_fleet
 from polling import wait_for
-from shims import EMULATOR, read_verdict
+from shims import read_verdict
+from static_tools import static_tools
 from test_kube_probe import assert_cleaned_up, failures, statuses
 
 from gpuready.conformance import SUITE_DIR
@@ -124,7 +125,7 @@ def test_discover_catches_allocatable_against_labels_and_a_driver_against_its_po
     stand_in = fleet.stand_ins[odd]
     (stand_in.bin / "nvidia-smi").write_text(
         f"#!/bin/sh\nexport GPUREADY_LAB_DRIVER_VERSION={OTHER_DRIVER} GPUREADY_LAB_BOOT_ID=upgraded\n"
-        f'exec "{sys.executable}" "{EMULATOR}" "$@"\n'
+        f'exec "{static_tools()}" nvidia-smi "$@"\n'
     )
     stand_in.prepare_driver()
     result, verdict = run(pytester, fleet, "--discover", "-m", "host or gpu or node")

@@ -20,7 +20,8 @@ from gpuready.lab import faults, hardware
 
 EMULATOR = Path(hardware.__file__).parent / "emulator"
 PYTHON = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else shutil.which("python3")
-GO_TOOLS = {"nvbandwidth"}  # run by nvidia-emu-tools (gpuready/lab/silicon/tools/main.go)
+# run by nvidia-emu-tools (gpuready/lab/silicon/tools/main.go), by the name it takes
+GO_TOOLS = {"nvbandwidth": "nvbandwidth", "nvidia_smi": "nvidia-smi"}
 
 
 class Machine:
@@ -55,14 +56,16 @@ class Machine:
             "GPUREADY_LAB_DRIVER_VERSION": driver,
             "GPUREADY_LAB_PERSISTENCED_PID": str(pids["persistenced"][0]),
             "GPUREADY_LAB_FABRICMANAGER_PID": str(pids["fm"][0]),
-            # as /usr/bin/nvidia-smi's launcher: nvidia-smi's settings (-c, -mig, -r) and `mig` are the static tools'
+            # as the Python tools' launcher on a lab host: a container's view of the machine is the static tools'
             STATIC_TOOLS_ENV: static_tools(),
         }
 
     def run(self, tool: str, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
         """Run ``gpuready/lab/emulator/<tool>.py``, or the static tools' ``tool``, with ``args``."""
         command = (
-            [static_tools(), tool] if tool in GO_TOOLS else [PYTHON, "-E", "-s", str(EMULATOR / f"{tool}.py")]
+            [static_tools(), GO_TOOLS[tool]]
+            if tool in GO_TOOLS
+            else [PYTHON, "-E", "-s", str(EMULATOR / f"{tool}.py")]
         )
         return subprocess.run(
             [*command, *args],

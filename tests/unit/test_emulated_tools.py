@@ -20,6 +20,8 @@ from emulated import Machine
 from gpuready.lab.gobuild import go_problem
 from gpuready.lab.silicon import build
 
+USAGE = "Please run 'nvidia-smi -h' for help.\n"
+
 
 @pytest.fixture(scope="session")
 def tools() -> Path:
@@ -135,8 +137,10 @@ def test_compute_mode_set_without_python_is_what_nvidia_smi_reports(tools: Path,
     assert static("-c", "DEFAULT").returncode == 0  # every GPU
     assert modes() == ["Default", "Default"]
     # what it cannot do, it says, and changes nothing
-    other = static("-L")
-    assert other.returncode == 2 and "only -c" in other.stderr
+    mixed = static("-L", "-c", "3")
+    assert (mixed.returncode, mixed.stdout) == (2, "Invalid combination of input arguments.\n\n" + USAGE), (
+        mixed
+    )
     assert static("-i", "GPU-nonexistent", "-c", "3").stdout == "No devices were found\n"
     assert static("-c", "EXCLUSIVE_THREAD").stdout == 'Invalid value "EXCLUSIVE_THREAD" for option -c\n'
     assert modes() == ["Default", "Default"]

@@ -35,12 +35,15 @@ class Host:
             "GPUREADY_LAB_DRIVER_VERSION": "580.178.04",
             "GPUREADY_LAB_PERSISTENCED_PID": str(tmp / "persistenced.pid"),
             "GPUREADY_LAB_FABRICMANAGER_PID": str(tmp / "fm.pid"),
-            STATIC_TOOLS_ENV: static_tools(),  # nvidia-smi mig is theirs, as on a lab host
+            STATIC_TOOLS_ENV: static_tools(),  # as on a lab host
         }
 
-    def run(self, *args: str, tool: str = "nvidia_smi.py") -> subprocess.CompletedProcess:
+    def run(self, *args: str, tool: str = "nvidia-smi") -> subprocess.CompletedProcess:
+        command = (
+            [static_tools(), tool] if tool == "nvidia-smi" else [PYTHON, "-E", "-s", str(EMULATOR / tool)]
+        )
         return subprocess.run(
-            [PYTHON, "-E", "-s", str(EMULATOR / tool), *args],
+            [*command, *args],
             env=self.env,
             capture_output=True,
             text=True,

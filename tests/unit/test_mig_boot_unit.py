@@ -14,8 +14,9 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from emulated import EMULATOR, PYTHON, Machine
+from emulated import PYTHON, Machine
 from pyinfra.context import ctx_host, ctx_state
+from static_tools import static_tools
 from test_mig_and_join_operations import mig_state, run, smi_state
 from test_operations import FakeHost
 
@@ -77,8 +78,7 @@ class Node(Machine):
         bin_dir = tmp / "bin"
         bin_dir.mkdir()
         tool = bin_dir / "nvidia-smi"
-        tool.write_text(f'#!/bin/sh\nexec {PYTHON} -E -s {EMULATOR / "nvidia_smi.py"} "$@"\n')
-        tool.chmod(0o755)
+        tool.symlink_to(static_tools())  # the static tools' nvidia-smi, by the name it is run as
         self.env["PATH"] = f"{bin_dir}:{os.environ.get('PATH', '/usr/bin:/bin')}"
         self.script = tmp / "gpuready-mig-layout"
         self.script.write_text(mig_layout.boot_script(MODEL, LAYOUT))

@@ -24,7 +24,8 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from emulated import EMULATOR, PYTHON, Machine
+from emulated import Machine
+from static_tools import static_tools
 
 from gpuready.lab.gobuild import PrerequisiteError, cgo_problem
 from gpuready.lab.silicon import build
@@ -110,8 +111,7 @@ class _Host(Machine):
         bin_dir = tmp / "bin"
         bin_dir.mkdir()
         smi = bin_dir / "nvidia-smi"
-        smi.write_text(f'#!/bin/sh\nexec {PYTHON} -E -s {EMULATOR / "nvidia_smi.py"} "$@"\n')
-        smi.chmod(0o755)
+        smi.symlink_to(static_tools())  # the static tools' nvidia-smi, by the name it is run as
         self.env["PATH"] = f"{bin_dir}:{self.env['PATH']}"
         self.wrapper = tmp / "in-host.sh"
         self.wrapper.write_text(

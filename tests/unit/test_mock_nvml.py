@@ -319,9 +319,10 @@ def test_local_gpu_reader_sees_the_machine_nvidia_smi_sees(tmp_path: Path, nvml_
     assert len(local[0]["mig_devices"]) == 4
 
 
-def test_nvml_and_nvidia_smi_derive_the_faults_alike(tmp_path: Path, nvml_dir: Path) -> None:
-    """The memory faults and a trained-down link, derived once in Go (machine.View: NVML) and once in Python
-    (nvemu: nvidia-smi), read the same: ECC counts, remapped rows, the PCIe link."""
+def test_nvml_and_the_python_tools_derive_the_faults_alike(tmp_path: Path, nvml_dir: Path) -> None:
+    """The memory faults and a trained-down link, derived once in Go (machine.View: NVML, nvidia-smi) and once in
+    Python (nvemu: dcgmi, kernel_files' sysfs link, the agent's dcgm-exporter), read the same: ECC counts,
+    remapped rows, the PCIe link."""
     injected = [
         ("xid-48", 1),
         ("ecc-uncorrectable", 1),
@@ -334,6 +335,17 @@ def test_nvml_and_nvidia_smi_derive_the_faults_alike(tmp_path: Path, nvml_dir: P
     assert [g["ecc_uncorrectable_volatile"] for g in local[:4]] == [0, 3, 1, 0]
     assert local[3]["pcie_link_gen_current"] < local[3]["pcie_link_gen_max"]
     assert local[2]["remapped_rows"] != local[0]["remapped_rows"]
+    for gpu, mine in zip(host.hw["gpus"], local, strict=True):
+        effects = faults.combined_effects(host.hw, gpu["index"]).as_dict()
+        link = (mine["pcie_link_gen_current"], mine["pcie_link_width_current"])
+        assert nvemu.pcie_link(gpu, effects) == link, gpu["index"]
+        assert effects["ecc_uncorrected"] == mine["ecc_uncorrectable_volatile"], gpu["index"]
+        rows = mine["remapped_rows"]
+        assert nvemu.remapped_rows(gpu, effects) == (
+            rows["correctable"],
+            rows["uncorrectable"],
+            rows["pending"],
+        )
 
 
 def test_init_fails_as_the_real_one_does(tmp_path: Path, nvml_dir: Path) -> None:

@@ -171,7 +171,7 @@ def missing_symbols(library: Path, names: tuple[str, ...]) -> list[str]:
 def kernel_tree(machine: Machine) -> Path:
     """The machine's /dev and /proc/driver as a lab host gets them (gpuready.lab.kernel_files, from the same hardware
     and driver state files the emulated nvidia-smi reads), rendered under the test's directory; returns it."""
-    nvemu, _ = kernel_files.emulator()
+    nvemu = kernel_files.emulator()
     state = Path(machine.env["GPUREADY_LAB_STATE"])
     drv = nvemu.Driver.snapshot(
         machine.hw,

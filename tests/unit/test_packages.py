@@ -165,14 +165,13 @@ def test_driver_contents(built: dict[str, list[Path]]) -> None:
     debs = by_name(built)
     smi = contents(debs[("nvidia-smi", "580.178.04-1")])
     assert smi["/usr/bin/nvidia-smi"].startswith("-rwxr-xr-x")
-    assert "/usr/lib/nvidia-emu/nvidia_smi.py" in smi
-    # nvidia-smi's settings (-c, -mig, -r) and `mig` are the static tools' (nvidia_smi.static_tools runs them):
-    # they ship with it, where it looks for them
+    # nvidia-smi is the static tools' ELF (no Python in it), as NVIDIA's is an ELF that runs in any container;
+    # the Python tools find the same build at pf.STATIC_TOOLS
+    assert not any(path.endswith(".py") for path in smi)
     assert pf.STATIC_TOOLS in smi
     ml = contents(debs[("libnvidia-ml1", "580.178.04-1")])
     assert {
         "/usr/lib/nvidia-emu/nvemu.py",
-        "/usr/lib/nvidia-emu/gpu_tree.py",
         "/usr/lib/nvidia-emu/driver-version",
         "/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1",
     } <= set(ml)
@@ -226,16 +225,18 @@ def test_files_are_the_emulator_sources_and_versions(built: dict[str, list[Path]
         subprocess.run(["dpkg-deb", "-x", str(debs[key]), str(root)], check=True)
     assert (root / "usr/lib/nvidia-emu/driver-version").read_text() == "570.195.03\n"
     assert (root / "usr/lib/nvidia-emu/kmod-version").read_text() == "570.195.03\n"
-    assert (root / "usr/lib/nvidia-emu/nvidia_smi.py").read_bytes() == (
-        EMULATOR / "nvidia_smi.py"
+    # nvidia-smi is the static tools' ELF file, as NVIDIA's is one: it runs in containers without Python
+    assert (root / "usr/bin/nvidia-smi").read_bytes() == fake_libraries()["tools"].read_bytes()
+    assert (root / "usr/bin/nvidia-smi").stat().st_mode & 0o777 == 0o755
+    assert (root / "usr/lib/nvidia-emu/nvidia_persistenced.py").read_bytes() == (
+        EMULATOR / "nvidia_persistenced.py"
     ).read_bytes()
-    # a shell launcher (it re-roots when called from a root without Python) around the Python entry point
-    wrapper = (root / "usr/bin/nvidia-smi").read_text()
+    # the Python tools: a shell launcher around the entry point, which says where the static tools are
+    wrapper = (root / "usr/bin/nvidia-persistenced").read_text()
     assert wrapper.startswith("#!/bin/sh\n")
-    # nvidia-smi -c, -mig, -r and mig are the static tools' (nvidia_smi.static_tools): the launcher says where
     assert f'GPUREADY_LAB_STATIC_TOOLS="${{GPUREADY_LAB_STATIC_TOOLS:-{pf.STATIC_TOOLS}}}"' in wrapper
-    assert subprocess.run(["sh", "-n", str(root / "usr/bin/nvidia-smi")]).returncode == 0
-    compile(wrapper.split("python3 -c '", 1)[1].rsplit('\' "$@"', 1)[0], "nvidia-smi", "exec")
+    assert subprocess.run(["sh", "-n", str(root / "usr/bin/nvidia-persistenced")]).returncode == 0
+    compile(wrapper.split("python3 -c '", 1)[1].rsplit('\' "$@"', 1)[0], "nvidia-persistenced", "exec")
     control = tmp_path / "control"
     subprocess.run(
         ["dpkg-deb", "-e", str(debs[("nvidia-persistenced", "570.195.03-1")]), str(control)], check=True

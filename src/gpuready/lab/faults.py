@@ -29,27 +29,27 @@ class Effects:
 
     GPU effects:
 
-    * ``off_bus``: the GPU fell off the PCIe bus. nvemu.Driver.off_bus (nvidia-smi, dcgmi leave it out;
-      kernel_files reads its config space as all ones), machine.OffBus (mock NVML: no handle; cudadev:
+    * ``off_bus``: the GPU fell off the PCIe bus. nvemu.Driver.off_bus (dcgmi leaves it out;
+      kernel_files reads its config space as all ones), machine.OffBus (mock NVML: no handle; nvidia-smi; cudadev:
       not a CUDA device, for the mock CUDA and nvbandwidth), agent gpu_host.Gpu.off_bus (device plugin, vectorAdd).
     * ``xid``: the XID the driver raises (0: none). machine.XIDs (mock NVML XID events), agent
       gpu_host.Gpu.xid (dcgm-exporter's DCGM_FI_DEV_XID_ERRORS, the device plugin's health check).
-    * ``ecc_uncorrected``: uncorrectable DRAM ECC errors, volatile and aggregate alike. gpu_tree
-      GpuView.ecc_uncorrected (nvidia-smi), machine View.ECCUncorrected (NVML), agent vectorAdd fails.
+    * ``ecc_uncorrected``: uncorrectable DRAM ECC errors, volatile and aggregate alike. machine
+      View.ECCUncorrected (NVML, nvidia-smi), agent vectorAdd fails.
     * ``dbe_remapped``: double-bit errors the memory handled: each is an uncorrectable remapped row on a
       GPU with row remapping, and a retired page when a page retirement is pending. nvemu.remapped_rows
-      and retired_pages (nvidia-smi, agent dcgm-exporter's remapped-row counters), machine View.
+      and retired_pages (agent dcgm-exporter's remapped-row counters), machine View (NVML, nvidia-smi).
     * ``row_remap_pending``: one uncorrectable row remapped, a GPU reset pending. nvemu.remapped_rows
-      (nvidia-smi, agent dcgm-exporter's DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS), dcgmi's software test,
-      machine View.
-    * ``retired_pages_pending``: one double-bit page retired, a reboot pending. nvemu.retired_pages
-      (nvidia-smi), machine View.
+      (agent dcgm-exporter's DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS), dcgmi's software test, machine View
+      (NVML, nvidia-smi).
+    * ``retired_pages_pending``: one double-bit page retired, a reboot pending. machine View
+      (NVML, nvidia-smi).
     * ``pcie_gen_drop`` / ``pcie_width_divisor``: the link trained this many generations below its
       maximum (at least gen 1) and at its maximum width divided by this (at least x1).
-      nvemu.pcie_link (nvidia-smi, dcgmi, kernel_files' sysfs link), machine View (NVML, and
+      nvemu.pcie_link (dcgmi, kernel_files' sysfs link), machine View (NVML, nvidia-smi, and
       machine/bandwidth.go: mock CUDA, nvbandwidth).
-    * ``nvlink_down``: all the GPU's NVLinks inactive. nvidia_smi (nvlink, topo), machine
-      View.NVLinkActive (NVML; peer copies of the mock CUDA and nvbandwidth).
+    * ``nvlink_down``: all the GPU's NVLinks inactive. machine View.NVLinkActive
+      (NVML, nvidia-smi nvlink and topo; peer copies of the mock CUDA and nvbandwidth).
     * ``bandwidth_factor``: every copy involving the GPU moves at this fraction of its normal rate.
       dcgmi's PCIe test, machine View.BandwidthFactor (mock CUDA, nvbandwidth).
     * ``dcgm_memory_fails``: DCGM's memory test finds a faulty memory element. dcgmi test_memory.
@@ -57,7 +57,7 @@ class Effects:
     Host effects (a host-wide fault):
 
     * ``fabric_failed``: NVIDIA Fabric Manager fails to start, the GPU fabric stays In Progress.
-      nv_fabricmanager, gpu_tree fabric (nvidia-smi), machine.Fabric (NVML; cudadev: CUDA, nvbandwidth).
+      nv_fabricmanager, machine.Fabric (NVML, nvidia-smi; cudadev: CUDA, nvbandwidth).
     * ``driver_mismatch``: NVML init fails with 'Driver/library version mismatch'. nvemu.Driver
       check_loaded, machine.CheckLoaded, agent gpu_host snapshots (nvml_error).
     """

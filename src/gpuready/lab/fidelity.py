@@ -36,8 +36,6 @@ from typing import Any
 from gpuready.lab import hardware
 from gpuready.nvidia import smi
 
-EMULATOR = Path(hardware.__file__).parent / "emulator"
-
 IDENTITY = ("nvmlDeviceGetUUID", "nvmlDeviceGetSerial", "nvmlDeviceGetPciInfo.bus", "nvmlDeviceGetPciInfo.busId",
             "nvmlDeviceGetPciInfo.busIdLegacy", "nvmlDeviceGetPciInfo.device", "nvmlDeviceGetPciInfo.domain",
             "nvmlDeviceGetGpuFabricInfo.clusterUuid", "nvmlDeviceGetGpuFabricInfo.cliqueId")  # fmt: skip
@@ -138,6 +136,8 @@ def lab_answers(profile: str, driver_version: str, library_dir: Path, gfd: Path 
     """What node 0 of lab ``profile`` answers with persistence mode on (as the node deploy leaves it): NVML
     through the mock in ``library_dir``, nvidia-smi through the lab's emulated one, and NVIDIA's GPU feature
     discovery (``gfd``, built from its Go module) run once over the mock, as scripts/device-check.sh runs it."""
+    from gpuready.lab.silicon import build
+
     with tempfile.TemporaryDirectory(prefix="gpuready-fidelity-") as tmp:
         root = Path(tmp)
         hardware.write_hardware(root / "hardware.json", hardware.make_hardware(profile, 0))
@@ -156,7 +156,7 @@ def lab_answers(profile: str, driver_version: str, library_dir: Path, gfd: Path 
             env=env, capture_output=True, text=True, check=True, timeout=120,
         )  # fmt: skip
         smi = subprocess.run(
-            [sys.executable, "-E", "-s", str(EMULATOR / "nvidia_smi.py"), "-q"],
+            [str(build.static_tools()), "nvidia-smi", "-q"],
             env=env, capture_output=True, text=True, check=True, timeout=60,
         )  # fmt: skip
         labels = None
@@ -247,7 +247,7 @@ def _lab_kernel(profile: str, driver_version: str) -> dict[str, str]:
     """The same paths as the lab renders them for node 0 of ``profile`` with the driver loaded."""
     from gpuready.lab import kernel_files
 
-    nvemu, _ = kernel_files.emulator()
+    nvemu = kernel_files.emulator()
     drv = nvemu.Driver.snapshot(hardware.make_hardware(profile, 0), None, None)
     files = kernel_files.render(drv, driver_version, "Character devices:\n")
     names = {str(major): name for name, major in kernel_files.DYNAMIC_MAJORS.items()}

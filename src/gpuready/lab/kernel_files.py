@@ -6,9 +6,9 @@ driver stat ``/dev/nvidia*`` and read the majors in ``/proc/devices``, MIG devic
 ``/sys/bus/pci/devices/<bdf>/{vendor,class,numa_node}``. So each lab host gets them at the real paths:
 
 - one source of truth: the host's hardware file (faults included) and the emulated driver's state file in the host,
-  read through ``nvemu.Driver.snapshot`` and ``gpu_tree.GpuView`` exactly as the emulated nvidia-smi reads them
-  (a state left by an earlier boot counts as reset, MIG instances come from the state, a fault's PCIe effects lower
-  the link as nvidia-smi reports it). No second fault model lives here.
+  read through ``nvemu.Driver.snapshot``, whose derivation package machine's View (the mock NVML, nvidia-smi)
+  mirrors (a state left by an earlier boot counts as reset, MIG instances come from the state, a fault's PCIe
+  effects lower the link as nvidia-smi reports it). No second fault model lives here.
 - the driver is loaded when the host's state names a loaded module or a kernel module package is installed in the
   host (``/usr/lib/nvidia-emu/kmod-version``: on a real host udev / nvidia-modprobe loads it at boot or first use).
   Not loaded: no /dev/nvidia*, no /proc/driver/nvidia, no nvidia lines in /proc/devices. the ``driver_mismatch``
@@ -88,14 +88,13 @@ Entry = tuple[Any, ...]
 Tree = dict[str, Entry]
 
 
-def emulator() -> tuple[Any, Any]:
-    """The emulator's nvemu and gpu_tree modules, imported as the host's tools import them (top-level names)."""
+def emulator() -> Any:
+    """The emulator's nvemu module, imported as the host's tools import it (a top-level name)."""
     if str(EMULATOR_DIR) not in sys.path:
         sys.path.insert(0, str(EMULATOR_DIR))
-    import gpu_tree
     import nvemu
 
-    return nvemu, gpu_tree
+    return nvemu
 
 
 # --- reading the machine ------------------------------------------------------------------------------------------
@@ -108,7 +107,7 @@ def read_driver(
 
     boot is the host's current boot id (None: take its state file as this boot's).
     """
-    nvemu, _ = emulator()
+    nvemu = emulator()
     hw = hardware.read_hardware(hardware_file)
     state_text = _read(host_root / nvemu.DEFAULT_STATE.lstrip("/")) if host_root else None
     drv = nvemu.Driver.snapshot(hw, state_text, boot)
@@ -154,15 +153,13 @@ def render(drv: Any, kmod: str | None, machine_devices: str) -> dict[str, Any]:
     Trees map paths relative to /dev, /proc/driver and /sys/bus/pci/devices to entries; machine_devices is this
     machine's /proc/devices, to which the driver's lines are added as a loaded module adds them.
     """
-    _, gpu_tree = emulator()
     loaded = kmod is not None
     dev: Tree = {}
     proc: Tree = {}
     sysfs: Tree = {}
     gpus = drv.hw["gpus"]
     for gpu in gpus:
-        view = gpu_tree.GpuView(drv, gpu)
-        sysfs.update(_sysfs_entries(gpu, view, drv.off_bus(gpu["index"])))
+        sysfs.update(_sysfs_entries(drv, gpu))
         if not loaded:
             continue
         minor = gpu.get("minor_number", gpu["index"])
@@ -171,7 +168,7 @@ def render(drv: Any, kmod: str | None, machine_devices: str) -> dict[str, Any]:
             "file",
             _information(gpu, minor, kmod or ""),
         )
-        for gi in sorted(view.state["gis"], key=lambda g: g["id"]) if view.mig_current else []:
+        for gi in sorted(drv.gpu_state(gpu)["gis"], key=lambda g: g["id"]) if drv.mig_current(gpu) else []:
             base = f"nvidia/capabilities/gpu{minor}/mig/gi{gi['id']}"
             proc[f"{base}/access"] = _access(gi_minor(minor, gi["id"]), MODE_ALL_READ)
             dev[f"nvidia-caps/nvidia-cap{gi_minor(minor, gi['id'])}"] = _cap(
@@ -222,19 +219,19 @@ def _information(gpu: dict[str, Any], minor: int, firmware: str) -> str:
     )
 
 
-def _sysfs_entries(gpu: dict[str, Any], view: Any, off_bus: bool) -> Tree:
+def _sysfs_entries(drv: Any, gpu: dict[str, Any]) -> Tree:
     d = bdf(gpu["pci_bus_id"])
     ids = gpu.get("pci_device_id", "000010DE")
     sub = gpu.get("pci_sub_system_id", "000010DE")
-    if off_bus:  # link status and capability registers read as all ones
+    if drv.off_bus(gpu["index"]):  # link status and capability registers read as all ones
         speed = max_speed = "Unknown"
         width = max_width = 63
     else:
-        gen, width = view.pcie_current()
+        gen, width = drv.pcie_current(gpu)
         speed, max_speed = LINK_SPEEDS.get(gen, "Unknown"), LINK_SPEEDS.get(gpu["max_pcie_gen"], "Unknown")
         max_width = gpu["max_pcie_width"]
     # a one-node VM tells its kernel nothing about NUMA: -1 (a lent H200 VM; nvidia-smi topo -m still says 0)
-    system = view.drv.hw.get("system", {})
+    system = drv.hw.get("system", {})
     no_numa = system.get("virtualization") == "Pass-Through" and system.get("numa_nodes", 1) == 1
     values = {
         "vendor": f"0x{ids[4:].lower()}",
@@ -451,7 +448,7 @@ def refresh_running(machine_dir: Path, host_root: Path, supervisor_pid: int) -> 
 
 
 def _signature(machine_dir: Path, host_root: Path, init_pid: int | None) -> tuple[Any, ...]:
-    nvemu, _ = emulator()
+    nvemu = emulator()
     paths = [
         machine_dir / "hardware.json",
         host_root / nvemu.DEFAULT_STATE.lstrip("/"),

@@ -146,9 +146,10 @@ def driver_debs(driver: str, libraries: dict[str, Path]) -> list[Deb]:
     """The R5xx driver packages of the CUDA repository for one driver version. ``libraries`` are the lab's mock
     ``libnvidia-ml.so.1`` and ``libcuda.so.1`` (:mod:`gpuready.lab.silicon.build`: ``"nvml"``, ``"cuda"``),
     installed where the real packages put theirs, so NVIDIA's own tools and the product's NVML and CUDA code load
-    them unchanged, and the static ``nvidia-emu-tools`` (``"tools"``): ``/usr/bin/nvidia-cuda-mps-control`` (in
-    ``nvidia-cuda-mps``, Debian's name for NVIDIA's MPS package, so the real ``nvidia-ctk cdi generate`` lists it
-    as it lists NVIDIA's) and nvidia-smi's compute mode where Python is missing (the launcher in WRAPPER)."""
+    them unchanged, and the static ``nvidia-emu-tools`` (``"tools"``): ``/usr/bin/nvidia-smi`` and
+    ``/usr/bin/nvidia-cuda-mps-control`` (in ``nvidia-cuda-mps``, Debian's name for NVIDIA's MPS package), ELF
+    files where NVIDIA's are, so the real ``nvidia-ctk cdi generate`` lists them as it lists NVIDIA's and they run
+    in any container the nvidia runtime gives them to."""
     v = f"{driver}-1"
     branch = driver.split(".")[0]
     drv_path = [DRIVER_LIB]
@@ -157,8 +158,7 @@ def driver_debs(driver: str, libraries: dict[str, Path]) -> list[Deb]:
         return Deb(name, v, CUDA_MAINTAINER, section, description, depends or [])
 
     ml = pkg("libnvidia-ml1", "libs", "NVIDIA Management Library (NVML) runtime library")
-    for module in ("nvemu.py", "gpu_tree.py"):
-        ml.add_module(DRIVER_LIB, module)
+    ml.add_module(DRIVER_LIB, "nvemu.py")
     ml.add(f"{DRIVER_LIB}/driver-version", driver + "\n")
     ml.add(f"{MULTIARCH_LIB}/libnvidia-ml.so.{driver}", libraries["nvml"].read_bytes())
     ml.links[f"{MULTIARCH_LIB}/libnvidia-ml.so.1"] = f"libnvidia-ml.so.{driver}"
@@ -178,8 +178,7 @@ def driver_debs(driver: str, libraries: dict[str, Path]) -> list[Deb]:
     kmod.scripts = {"postinst": pf.KMOD_POSTINST, "postrm": pf.KMOD_POSTRM}
 
     smi = pkg("nvidia-smi", "utils", "NVIDIA System Management Interface", [f"libnvidia-ml1 (= {v})"])
-    smi.add_module(DRIVER_LIB, "nvidia_smi.py")
-    smi.add_wrapper("nvidia-smi", drv_path, "nvidia_smi", "main")
+    smi.executables["/usr/bin/nvidia-smi"] = libraries["tools"]
     smi.executables[pf.STATIC_TOOLS] = libraries["tools"]
 
     mps = pkg(

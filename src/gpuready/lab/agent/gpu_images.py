@@ -15,10 +15,8 @@ import hashlib
 import json
 import re
 import shlex
-import sys
 import time
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gpuready.lab.emulator import nvemu
@@ -393,8 +391,7 @@ def container_devices(exp: Exposure) -> str:
 @functools.cache
 def static_tools() -> str:
     """The lab's static tools (gpuready/lab/silicon/tools), built into the lab cache once per source: the emulated
-    nvidia-smi run here for a pod asks them what the pod's devices reveal (nvemu.Driver._contain), as a lab host's
-    launcher tells it where they are."""
+    nvidia-smi, run here for a pod with no running host behind its node."""
     from gpuready.lab.silicon import build
 
     return str(build.static_tools())
@@ -421,10 +418,9 @@ def run_with_smi(
     else:
         return run_argv(argv, env)
     visible = {nvemu.CONTAINER_DEVICES: container_devices(exp)}
-    local = [sys.executable, str(Path(nvemu.__file__).with_name("nvidia_smi.py"))]
     smi = (
         host_argv(["nvidia-smi"], visible, backend.host_pid(), backend.stand_in)
-        or (local, {**backend.view.emulator_env(), **visible, nvemu.STATIC_TOOLS_ENV: static_tools()})
+        or ([static_tools(), "nvidia-smi"], {**backend.view.emulator_env(), **visible})
         if exp.libs
         else ([], {})
     )

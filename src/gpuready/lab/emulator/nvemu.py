@@ -34,10 +34,8 @@ DRIVER_DIR = "/usr/lib/nvidia-emu"
 DEFAULT_DRIVER_VERSION = "580.178.04"
 CUDA_BY_BRANCH = {"595": "13.2", "590": "13.1", "580": "13.0", "575": "12.9", "570": "12.8", "550": "12.4"}
 
-# nvidia-smi exit codes (nvidia-smi(1), RETURN VALUE).
-EXIT_NOT_FOUND = 6
+# nvidia-smi exit codes (nvidia-smi(1), RETURN VALUE), which NVML init's failures give the Python tools too.
 EXIT_NO_DRIVER = 9
-EXIT_GPU_LOST = 15
 EXIT_MISMATCH = 18
 
 CONTAINER_DEVICES = "GPUREADY_LAB_CONTAINER_DEVICES"
@@ -98,20 +96,13 @@ class Effects:
 
 
 # What the driver reports, derived from a GPU's hardware entry and its combined effects (Effects, or
-# gpuready.lab.faults.Effects.as_dict()): the one Python derivation, which nvidia-smi (gpu_tree.GpuView), dcgmi,
-# kernel_files' sysfs link and the node agent's dcgm-exporter read. Package machine's View is its Go twin (the mock
-# NVML and CUDA); tests/unit/test_mock_nvml.py checks that NVML and nvidia-smi read the same.
+# gpuready.lab.faults.Effects.as_dict()): the one Python derivation, which dcgmi, kernel_files'
+# sysfs link and the node agent's dcgm-exporter read. Package machine's View is its Go twin (the mock NVML and CUDA,
+# nvidia-smi); tests/unit/test_mock_nvml.py checks that NVML and dcgmi read the same.
 def pcie_link(gpu: dict, effects: typing.Any) -> tuple[int, int]:
     """The trained PCIe link (generation, width): the maximum, at least gen 1 and x1 after the faults."""
     gen = max(1, gpu["max_pcie_gen"] - effects["pcie_gen_drop"])
     return gen, max(1, gpu["max_pcie_width"] // max(1, effects["pcie_width_divisor"]))
-
-
-def retired_pages(effects: typing.Any) -> tuple[int, int, bool]:
-    """Retired pages (pre-Ampere GPUs): single-bit count, double-bit count, a retirement pending."""
-    if effects["retired_pages_pending"]:
-        return 0, 1 + effects["dbe_remapped"], True
-    return 0, 0, False
 
 
 def remapped_rows(gpu: dict, effects: typing.Any) -> tuple[int, int, bool]:
@@ -361,6 +352,13 @@ class Driver:
     def persistence(self, gpu: dict) -> bool:
         return bool(self.gpu_state(gpu)["persistence"]) or persistenced_running()
 
+    def mig_current(self, gpu: dict) -> bool:
+        return bool(self.gpu_state(gpu)["mig_current"]) and gpu.get("mig_capable", False)
+
+    def mig_devices(self, gpu: dict) -> list[dict]:
+        """The GPU's MIG devices (mig_devices), none with MIG mode off."""
+        return mig_devices(gpu, self.gpu_state(gpu)) if self.mig_current(gpu) else []
+
     def compute_mode(self, gpu: dict) -> str:
         """As nvidia-smi names it (Default, Exclusive_Process, Prohibited); the driver's default until set."""
         return str(self.gpu_state(gpu).get("compute_mode", "Default"))
@@ -432,12 +430,6 @@ def mig_devices(gpu: dict, gpu_state: dict) -> list[dict]:
                 }
             )
     return devices
-
-
-def short_hash(text: str, length: int = 16) -> str:
-    import hashlib  # here: only nvidia-smi -q needs it
-
-    return hashlib.sha256(text.encode()).hexdigest()[:length]
 
 
 def select(drv: Driver, ids: str | None) -> list[dict]:

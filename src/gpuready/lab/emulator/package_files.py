@@ -7,26 +7,14 @@ network-online.target, which a container host never reaches. The toolkit's binar
 (gpuready.lab.nvidia_tools), and so is its runtime config.toml: the postinst has nvidia-ctk write it.
 """
 
-# The static tools (gpuready.lab.silicon: nvidia-cuda-mps-control, and nvidia-smi's compute mode) for images
+# The static tools (gpuready.lab.silicon: nvidia-smi, nvidia-cuda-mps-control, nvbandwidth), which run in images
 # without Python; /usr/lib/nvidia-emu is mounted into GPU containers with the rest of the emulated driver.
 STATIC_TOOLS = "/usr/lib/nvidia-emu/nvidia-emu-tools"
 
 WRAPPER = """\
 #!/bin/sh
 # {tool}: emulated by the gpuready lab (the GPU and driver are simulated; see /usr/lib/nvidia-emu).
-# NVIDIA's real {tool} is an ELF binary that runs from any root with glibc, as NVIDIA's DRA driver runs it
-# (/driver-root/usr/bin/{tool}, from a container without Python): called that way, the emulated tool runs chrooted
-# into the root it is installed in, the host's, and reads the same machine. Called from an image without Python
-# and without the host's root (NVIDIA's MPS control daemon runs nvidia-smi -c so), the static tools answer
-# what they know (nvidia-emu-tools).
-root="${{0%/usr/bin/{tool}}}"
-if [ ! -x /usr/bin/python3 ] && [ -n "$root" ] && [ "$root" != "$0" ] && [ -x "$root/usr/bin/python3" ]; then
-  unset LD_PRELOAD  # the caller's path to the driver library, not one inside the host's root
-  if command -v chroot >/dev/null 2>&1; then exec chroot "$root" /usr/bin/{tool} "$@"; fi
-  exec /busybox/busybox chroot "$root" /usr/bin/{tool} "$@"
-fi
-if [ ! -x /usr/bin/python3 ] && [ -x {static_tools} ]; then exec {static_tools} {tool} "$@"; fi
-# where the Python tools find the static ones (nvidia-smi -c, -mig, -r and mig are theirs); a test names another build
+# where the Python tools find the static ones (a container's view of the machine is theirs); a test names another build
 export GPUREADY_LAB_STATIC_TOOLS="${{GPUREADY_LAB_STATIC_TOOLS:-{static_tools}}}"
 exec /usr/bin/python3 -c '
 import os

@@ -82,12 +82,10 @@ def _command(argv: list[str]) -> tuple[str, list[str]]:
 
 def _unknown_devices(drv, wanted: str) -> list[str]:
     """The ``--device=`` ids (indexes, UUIDs, ``all``) that name no GPU or MIG device of this machine."""
-    from gpu_tree import GpuView
-
     known = {"all"}
     for gpu in drv.visible_gpus():
         known |= {str(gpu["index"]), gpu["uuid"]}
-        for dev in GpuView(drv, gpu).mig_devices():
+        for dev in drv.mig_devices(gpu):
             known |= {f"{gpu['index']}:{dev['index']}", dev["uuid"]}
     return [d for d in wanted.split(",") if d and d not in known]
 

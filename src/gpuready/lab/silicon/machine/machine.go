@@ -9,7 +9,8 @@
 //
 // Changes (write.go) take the state file's lock and write it as nvemu.py does. In a GPU container the machine is
 // what the container's device nodes reveal (contain.go). Derived facts (ECC counts, PCIe link, MIG devices,
-// XIDs) follow gpu_tree.py's GpuView so both views agree.
+// XIDs) are View's, which the mock NVML, CUDA and nvidia-smi read; nvemu.py's pcie_link and remapped_rows
+// derive the same for the Python tools (dcgmi, kernel_files).
 //
 // Usage: Current() returns the machine as it is now, re-reading the files only when they changed,
 // so a fault injected while a process runs is seen by its next call.
@@ -125,6 +126,13 @@ type GPU struct {
 	RowRemapping       bool         `json:"row_remapping"`
 	RowRemapBanks      int          `json:"row_remap_banks"`
 	PageRetirement     bool         `json:"page_retirement"`
+	// InactiveRemapRowsText: the board's `nvidia-smi -q` text lists the inactive remapped-row counters (H200, L40S).
+	InactiveRemapRowsText bool `json:"inactive_remap_rows_text"`
+	// Temperature thresholds in C; make_hardware writes none, so nvidia-smi -q uses its defaults (0: absent).
+	TLimitC       int `json:"tlimit_c"`
+	ShutdownC     int `json:"shutdown_c"`
+	SlowdownC     int `json:"slowdown_c"`
+	MaxOperatingC int `json:"max_operating_c"`
 }
 
 // CUDAComputeCapability is ComputeCapability as (major, minor).
@@ -462,7 +470,7 @@ func (m *Machine) XIDs(index int) []int {
 	return out
 }
 
-// View is what one GPU reports now: hardware, driver state and faults (gpu_tree.GpuView).
+// View is what one GPU reports now: hardware, driver state and faults.
 type View struct {
 	GPU *GPU
 	// Effects are the combined effects of the GPU's faults.
@@ -693,7 +701,7 @@ const (
 
 // CommonAncestor is the closest PCIe ancestor of GPUs a and b, as nvmlDeviceGetTopologyCommonAncestor answers:
 // the lab places each GPU under its own host bridge, so two GPUs meet at their NUMA node or across the system.
-// The emulated nvidia-smi's `topo -m` draws the same NODE/SYS matrix (emulator/nvidia_smi.py cmd_topo).
+// nvidia-smi's `topo -m` (tools/smi_read.go) draws the same NODE/SYS matrix.
 func (m *Machine) CommonAncestor(a, b *GPU) int {
 	switch {
 	case a.Index == b.Index:

@@ -1,11 +1,11 @@
 package machine
 
-// Changing the driver state, as nvemu.Driver does for nvidia-smi: under the same lock (an exclusive flock
+// Changing the driver state, as nvemu.Driver does for the Python tools: under the same lock (an exclusive flock
 // on "<state file>.lock"), read the state as in effect now (a state of an earlier boot reads as a fresh
 // boot), change it, write it back atomically (a temporary ".state-*" file renamed over the state file) in
 // nvemu's layout (json.dumps(indent=1, sort_keys=True)). So a MIG change made through NVML (mock
-// libnvidia-ml's nvmlDeviceSetMigMode, nvmlDeviceCreateGpuInstance, ...) is what the emulated nvidia-smi
-// lists at once, and the other way round.
+// libnvidia-ml's nvmlDeviceSetMigMode, nvmlDeviceCreateGpuInstance, ...) is what nvidia-smi lists at once,
+// and the other way round.
 
 import (
 	"encoding/json"
@@ -172,7 +172,7 @@ func (m *Machine) SetMigMode(index int, enable bool) (bool, error) {
 	return st.MigCurrent != enable, nil
 }
 
-// Compute modes as nvidia-smi names them (nvidia_smi.COMPUTE_MODES), the names the state file holds.
+// Compute modes as nvidia-smi names them, the names the state file holds.
 const (
 	ComputeModeDefault          = "Default"
 	ComputeModeProhibited       = "Prohibited"

@@ -270,7 +270,7 @@ func nvmlDeviceGetRemappedRows(h C.nvmlDevice_t, corr, unc, pending, failure *C.
 	if corr == nil || unc == nil || pending == nil || failure == nil {
 		return C.NVML_ERROR_INVALID_ARGUMENT
 	}
-	if !d.g.RowRemapping || d.v.MigCurrent { // nvidia-smi shows N/A in MIG mode (gpu_tree.py)
+	if !d.g.RowRemapping || d.v.MigCurrent { // nvidia-smi shows N/A in MIG mode
 		return C.NVML_ERROR_NOT_SUPPORTED
 	}
 	*corr, *unc, *failure = C.uint(d.v.RemapCorrectable), C.uint(d.v.RemapUncorrectable), 0

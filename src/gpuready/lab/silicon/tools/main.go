@@ -7,12 +7,11 @@
 //     real nvidia-ctk lists it in the CDI spec as it lists NVIDIA's): the MPS control daemon and its client, as
 //     NVIDIA's MPS control daemon image (k8s-device-plugin cmd/mps-control-daemon) and the device plugin in MPS
 //     mode drive it;
-//   - nvidia-smi's GPU settings and MIG management (smi.go: -c compute mode, -mig, -r; mig.go: nvidia-smi mig):
-//     what the MPS control daemon and NVIDIA's DRA driver run, and what gpuready's MIG deploy runs. The host's
-//     nvidia-smi is the Python emulator (src/gpuready/lab/emulator/nvidia_smi.py) for its queries; its launcher
-//     runs this one when it is called from a root without Python, and the emulator hands these to this one, so
-//     each has one implementation (package machine's, which the mock NVML's nvmlDeviceSetComputeMode,
-//     nvmlDeviceSetMigMode and nvmlDeviceCreateGpuInstance share);
+//   - nvidia-smi (installed as /usr/bin/nvidia-smi by the lab's nvidia-smi package, an ELF file as NVIDIA's is,
+//     so it runs in every container the nvidia runtime gives it to): its reads (smi_read.go, smi_fields.go,
+//     smi_report.go: -L, the table, -q, --query-gpu, topo, nvlink) and its changes (smi.go: -c, -mig, -pm, -r,
+//     compute-policy; mig.go: nvidia-smi mig), all over package machine, which the mock NVML answers from too
+//     (nvmlDeviceSetComputeMode, nvmlDeviceSetMigMode and nvmlDeviceCreateGpuInstance change the same state);
 //   - nvbandwidth (nvbandwidth.go; installed as /usr/bin/nvbandwidth by the lab's nvbandwidth package): the copy
 //     bandwidth of the devices cuInit finds, by the model the mock libcuda.so.1 times copies with;
 //   - visible (only as the first argument): what a GPU container sees of the machine, as JSON (machine.Visible),

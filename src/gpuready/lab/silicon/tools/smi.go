@@ -4,14 +4,13 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
-	"os"
 	"strconv"
 	"strings"
 
 	"gpuready.lab/silicon/machine"
 )
 
-// computeModes: -c values as nvidia-smi takes them (a number or a name), as nvidia_smi.COMPUTE_MODES has them.
+// computeModes: -c values as nvidia-smi takes them (a number or a name).
 var computeModes = map[string]string{
 	"0": machine.ComputeModeDefault, "DEFAULT": machine.ComputeModeDefault,
 	"2": machine.ComputeModeProhibited, "PROHIBITED": machine.ComputeModeProhibited,
@@ -31,18 +30,11 @@ const (
 
 const usageHint = "Please run 'nvidia-smi -h' for help."
 
-// smi is every nvidia-smi command that changes the driver state, through package machine as the mock NVML's
-// setters do: "-c MODE" (compute mode), "-mig 0|1" (pending MIG mode), "-pm 0|1" (persistence mode), "-r" (GPU
-// reset: pending MIG mode takes effect, instances go), each on "-i ID[,ID]" (index, UUID or PCI bus id; all GPUs
-// without -i); "compute-policy" and "mig ..." (mig.go). The queries (-L, -q, --query-gpu, the table, listings
-// but MIG's) are the Python nvidia-smi's (src/gpuready/lab/emulator/nvidia_smi.py), which hands these here.
-func smi(args []string) int {
-	if len(args) > 0 && args[0] == "mig" {
-		return mig(args[1:])
-	}
-	if len(args) > 0 && args[0] == "compute-policy" {
-		return computePolicy(args[1:])
-	}
+// settings is every nvidia-smi command that changes the driver state, through package machine as the mock
+// NVML's setters do: "-c MODE" (compute mode), "-mig 0|1" (pending MIG mode), "-pm 0|1" (persistence mode), "-r"
+// (GPU reset: pending MIG mode takes effect, instances go), each on "-i ID[,ID]" (index, UUID or PCI bus id; all
+// GPUs without -i). smi (smi_read.go) sends here every command line that has one of them.
+func settings(args []string) int {
 	var ids, action, value string
 	for i := 0; i < len(args); i++ {
 		arg := args[i]
@@ -72,8 +64,7 @@ func smi(args []string) int {
 		case arg == "-r" || arg == "--gpu-reset":
 			action = "-r"
 		default:
-			fmt.Fprintf(os.Stderr, "nvidia-smi %s: the lab's static nvidia-smi runs only -c, -mig, -r and mig; "+
-				"run the others on the host\n", strings.Join(args, " "))
+			fmt.Printf("Invalid combination of input arguments.\n\n%s\n", usageHint)
 			return exitUsage
 		}
 	}
@@ -266,7 +257,8 @@ func gpuReset(ids string) int {
 		})
 }
 
-// selectGPUs resolves -i as nvemu.select does: indexes, UUIDs or PCI bus ids, comma separated; all without one.
+// selectGPUs resolves -i (as dcgmi's nvemu.select does): indexes, UUIDs or PCI bus ids, comma separated; all
+// without one.
 func selectGPUs(m *machine.Machine, ids string) ([]*machine.GPU, error) {
 	if ids == "" {
 		out := make([]*machine.GPU, 0, len(m.Hardware.GPUs))
