@@ -190,10 +190,12 @@ def test_a_pod_with_a_claim_for_one_gpu_runs_and_sees_its_device(dra_lab: Lab) -
     assert "libnvidia-ml.so.1" in libraries.stdout.split(), libraries.stdout + libraries.stderr
     # the driver's own nvidia-smi from the claim's CDI spec (an ELF, as NVIDIA's) runs in the busybox pod and
     # lists the claimed GPU alone
-    listed = _kubectl(dra_lab.state, "exec", "-n", "default", CLAIM_POD, "--", "nvidia-smi", "-L")
-    assert re.findall(r"\(UUID: (GPU-[0-9a-f-]+)\)", listed.stdout) == [
-        device["attributes"]["uuid"]["string"]
-    ], listed.stdout + listed.stderr
+    listed = _kubectl(dra_lab.state, "exec", "-n", "default", CLAIM_POD, "--", "/usr/bin/nvidia-smi", "-L")
+    uuids = re.findall(r"\(UUID: (GPU-[0-9a-f-]+)\)", listed.stdout)
+    spec = dra_lab.ssh(NODE, f"cat /var/run/cdi/k8s.{DRIVER}-claim_{uid}.yaml", check=False).stdout
+    assert uuids == [device["attributes"]["uuid"]["string"]], (
+        f"{listed.stdout}{listed.stderr}--- claim spec\n{spec}"
+    )
 
 
 def test_the_compute_mode_the_driver_sets_at_unprepare_reaches_the_machine(dra_lab: Lab) -> None:

@@ -247,8 +247,9 @@ func migModes(v *machine.View) (string, string) {
 	return en(v.MigCurrent), en(v.MigPending)
 }
 
-// list is -L: each GPU and its MIG devices.
-func list(m *machine.Machine, gpus []*machine.GPU) int {
+// eachGPU prints each GPU's line ("GPU 0: NAME (UUID: ...)") and then what more calls for, or the message of
+// a GPU off the bus, as -L and nvlink -s do; exitGPULost when a GPU was off the bus.
+func eachGPU(m *machine.Machine, gpus []*machine.GPU, more func(view *machine.View)) int {
 	rc := 0
 	for _, g := range gpus {
 		if m.OffBus(g.Index) {
@@ -257,11 +258,18 @@ func list(m *machine.Machine, gpus []*machine.GPU) int {
 			continue
 		}
 		fmt.Printf("GPU %d: %s (UUID: %s)\n", g.Index, g.Name, g.UUID)
-		for _, d := range m.View(g.Index).MigDevices {
-			fmt.Printf("  MIG %-11s Device %2d: (UUID: %s)\n", d.Name, d.Index, d.UUID)
-		}
+		more(m.View(g.Index))
 	}
 	return rc
+}
+
+// list is -L: each GPU and its MIG devices.
+func list(m *machine.Machine, gpus []*machine.GPU) int {
+	return eachGPU(m, gpus, func(view *machine.View) {
+		for _, d := range view.MigDevices {
+			fmt.Printf("  MIG %-11s Device %2d: (UUID: %s)\n", d.Name, d.Index, d.UUID)
+		}
+	})
 }
 
 // migBAR1 is a MIG device's share of the GPU's BAR1, by its memory slices.
@@ -395,14 +403,8 @@ func nvlink(args []string) int {
 	if !ok {
 		return noDevices()
 	}
-	for _, g := range gpus {
-		if m.OffBus(g.Index) {
-			fmt.Print(lostMessage(g))
-			rc = exitGPULost
-			continue
-		}
-		fmt.Printf("GPU %d: %s (UUID: %s)\n", g.Index, g.Name, g.UUID)
-		view := m.View(g.Index)
+	return eachGPU(m, gpus, func(view *machine.View) {
+		g := view.GPU
 		switch {
 		case view.MigCurrent:
 			fmt.Println("Nvlink queries are not supported for Devices in MIG mode")
@@ -414,8 +416,7 @@ func nvlink(args []string) int {
 				fmt.Printf("\t Link %d: %g GB/s\n", link, g.NVLinkGbps)
 			}
 		}
-	}
-	return rc
+	})
 }
 
 const topoLegend = `

@@ -381,29 +381,12 @@ func gpuNodes(m *machine.Machine, v *machine.View, v13 bool) []node {
 		xmlOnly(section("supported_gpu_target_temp", "Supported GPU Target Temp",
 			leaf("gpu_target_temp_min", "GPU Target Temp Min", na),
 			leaf("gpu_target_temp_max", "GPU Target Temp Max", na))),
-		section("gpu_power_readings", "GPU Power Readings",
-			xmlOnly(leaf("power_state", "Power State", "P0")),
-			leaf("average_power_draw", "Average Power Draw", draw),
-			leaf("instant_power_draw", "Instantaneous Power Draw", draw),
-			leaf("current_power_limit", "Current Power Limit", limit),
-			leaf("requested_power_limit", "Requested Power Limit", limit),
-			leaf("default_power_limit", "Default Power Limit", limit),
-			leaf("min_power_limit", "Min Power Limit", fmt.Sprintf("%.2f W", g.MinPowerLimitW)),
-			leaf("max_power_limit", "Max Power Limit", limit),
-		),
+		powerReadings("gpu_power_readings", "GPU Power Readings", draw, limit,
+			fmt.Sprintf("%.2f W", g.MinPowerLimitW)),
 		section("gpu_memory_power_readings", "GPU Memory Power Readings ",
 			leaf("average_power_draw", "Average Power Draw", na),
 			leaf("instant_power_draw", "Instantaneous Power Draw", na)),
-		section("module_power_readings", "Module Power Readings",
-			xmlOnly(leaf("power_state", "Power State", "P0")),
-			leaf("average_power_draw", "Average Power Draw", na),
-			leaf("instant_power_draw", "Instantaneous Power Draw", na),
-			leaf("current_power_limit", "Current Power Limit", na),
-			leaf("requested_power_limit", "Requested Power Limit", na),
-			leaf("default_power_limit", "Default Power Limit", na),
-			leaf("min_power_limit", "Min Power Limit", na),
-			leaf("max_power_limit", "Max Power Limit", na),
-		),
+		powerReadings("module_power_readings", "Module Power Readings", na, na, na),
 		leaf("power_smoothing", "Power Smoothing", na),
 		section("power_profiles", "Workload Power Profiles",
 			leaf("power_profile_requested_profiles", "Requested Profiles", na),
@@ -446,6 +429,19 @@ func gpuNodes(m *machine.Machine, v *machine.View, v13 bool) []node {
 		xmlOnly(leaf("accounted_processes", "", "")),
 		section("capabilities", "Capabilities", leaf("egm", "EGM", "disabled")),
 	)
+}
+
+// powerReadings is a power section: the GPU's readings, or the module's (N/A on the boards the lab has).
+func powerReadings(tag, label, draw, limit, minLimit string) node {
+	return section(tag, label,
+		xmlOnly(leaf("power_state", "Power State", "P0")),
+		leaf("average_power_draw", "Average Power Draw", draw),
+		leaf("instant_power_draw", "Instantaneous Power Draw", draw),
+		leaf("current_power_limit", "Current Power Limit", limit),
+		leaf("requested_power_limit", "Requested Power Limit", limit),
+		leaf("default_power_limit", "Default Power Limit", limit),
+		leaf("min_power_limit", "Min Power Limit", minLimit),
+		leaf("max_power_limit", "Max Power Limit", limit))
 }
 
 // retiredNodes are the retired-pages counters (pre-Ampere GPUs with page retirement); XML and text name them
