@@ -1,12 +1,12 @@
-"""What a GPU container's nvidia-smi costs since the container rule is package machine's (silicon/machine/contain.go).
+"""What the lab's nvidia-smi costs on a host and in a GPU container (one Go ELF, gpuready/lab/silicon/tools).
 
-In a container (``GPUREADY_LAB_CONTAINER_DEVICES`` set, as the lab's runc wrapper and the node agent set it) the
-Python nvidia-smi asks the static tools which GPUs and MIG devices the container's device nodes reveal
-(``nvidia-emu-tools visible``): one more process per command. On one emulated H100 x8 machine in a temporary
-directory (no lab, no root), times ``-L`` and ``-q -x`` on the host and in a container given GPUs 0 and 3, and with
-``--baseline REV`` the same with the emulator of commit REV (e5bc7cd: the Python tools' own rule), and prints the
-ratios. Medians of --runs.
-Run: .venv/bin/python bench/container_smi.py [--runs 20] [--baseline e5bc7cd]
+In a container (``GPUREADY_LAB_CONTAINER_DEVICES`` set, as the lab's runc wrapper and the node agent set it)
+nvidia-smi sees only the GPUs and MIG devices the container's device nodes reveal (silicon/machine/contain.go). On
+one emulated H100 x8 machine in a temporary directory (no lab, no root), times ``-L``, ``-q -x``, a
+``--query-gpu`` and the table on the host and in a container given GPUs 0 and 3, and with ``--baseline REV`` the
+same with the Python nvidia-smi of commit REV (293b33f: the last one; e5bc7cd: before the container rule was
+package machine's), and prints the ratios. Medians of --runs.
+Run: .venv/bin/python bench/container_smi.py [--runs 20] [--baseline 293b33f]
 """
 
 from __future__ import annotations
@@ -19,20 +19,21 @@ import tempfile
 import time
 from pathlib import Path
 
-from emulated_smi import EMULATOR, PYTHON, baseline_emulator, machine_env
+from emulated_smi import PYTHON, baseline_emulator, machine_env
 
 from gpuready.lab import hardware
 from gpuready.lab.silicon import build
 
 CONTAINER = "/dev/nvidiactl,/dev/nvidia0,/dev/nvidia3"
-COMMANDS = (["-L"], ["-q", "-x"])
+COMMANDS = (["-L"], ["-q", "-x"], ["--query-gpu=index,uuid,memory.total,ecc.errors.uncorrected.volatile.total",
+             "--format=csv"], [])  # fmt: skip
 
 
-def median_ms(smi: Path, env: dict[str, str], args: list[str], runs: int) -> float:
+def median_ms(smi: list[str], env: dict[str, str], args: list[str], runs: int) -> float:
     times = []
     for _ in range(runs):
         start = time.perf_counter()
-        done = subprocess.run([PYTHON, "-E", "-s", str(smi), *args], env=env, capture_output=True, text=True)
+        done = subprocess.run([*smi, *args], env=env, capture_output=True, text=True)
         times.append(time.perf_counter() - start)
         if done.returncode != 0:
             sys.exit(f"nvidia-smi {' '.join(args)} exited {done.returncode}:\n{done.stdout}{done.stderr}")
@@ -50,11 +51,12 @@ def main() -> None:
         hardware.write_hardware(tmp / "hardware.json", hardware.make_hardware("h100-sxm-8", 0))
         host = machine_env(tmp, tools)
         places = {"host": host, "container": {**host, "GPUREADY_LAB_CONTAINER_DEVICES": CONTAINER}}
-        emulators = {"now": EMULATOR / "nvidia_smi.py"}
+        emulators = {"now": [tools, "nvidia-smi"]}
         if args.baseline:
-            emulators[args.baseline] = baseline_emulator(args.baseline, tmp / "baseline") / "nvidia_smi.py"
+            old = baseline_emulator(args.baseline, tmp / "baseline") / "nvidia_smi.py"
+            emulators[args.baseline] = [PYTHON, "-E", "-s", str(old)]
         rows = {
-            (emulator, place, " ".join(command)): median_ms(smi, env, command, args.runs)
+            (emulator, place, " ".join(command)[:24] or "(table)"): median_ms(smi, env, command, args.runs)
             for emulator, smi in emulators.items()
             for place, env in places.items()
             for command in COMMANDS
@@ -63,9 +65,9 @@ def main() -> None:
         f"nvidia-smi on an emulated H100 x8, on the host and in a container given {CONTAINER}, median of {args.runs}:"
     )
     for (emulator, place, command), ms in rows.items():
-        print(f"  {emulator:<8} {place:<10} {command:<6} {ms:7.1f} ms")
+        print(f"  {emulator:<8} {place:<10} {command:<24} {ms:7.1f} ms")
     for command in COMMANDS:
-        words = " ".join(command)
+        words = " ".join(command)[:24] or "(table)"
         now = rows[("now", "container", words)]
         print(f"  ratio container / host, {words}: {now / rows[('now', 'host', words)]:.2f}")
         if args.baseline:
