@@ -98,7 +98,7 @@ class Effects:
 # What the driver reports, derived from a GPU's hardware entry and its combined effects (Effects, or
 # gpuready.lab.faults.Effects.as_dict()): the one Python derivation, which dcgmi, kernel_files'
 # sysfs link and the node agent's dcgm-exporter read. Package machine's View is its Go twin (the mock NVML and CUDA,
-# nvidia-smi); tests/unit/test_mock_nvml.py checks that NVML and dcgmi read the same.
+# nvidia-smi); tests/unit/test_mock_nvml.py checks these functions against what NVML reports.
 def pcie_link(gpu: dict, effects: typing.Any) -> tuple[int, int]:
     """The trained PCIe link (generation, width): the maximum, at least gen 1 and x1 after the faults."""
     gen = max(1, gpu["max_pcie_gen"] - effects["pcie_gen_drop"])
