@@ -204,7 +204,7 @@ func persistenceMode(ids, value string) int {
 	if !ok {
 		return exitUsage
 	}
-	word := map[bool]string{true: "Enabled", false: "Disabled"}[enable]
+	word := pick(enable, "Enabled", "Disabled")
 	return forEach(ids, "Unable to set persistence mode: Insufficient Permissions", true,
 		func(m *machine.Machine, g *machine.GPU) (int, error) {
 			fmt.Printf("%s Legacy persistence mode for GPU %s.\n", word, g.PCIBusID)

@@ -189,7 +189,7 @@ func queryGPU(m *machine.Machine, gpus []*machine.GPU, fieldsArg, format string)
 		var header []string
 		for _, name := range names {
 			f := sample[canonical(name)]
-			header = append(header, canonical(name)+map[bool]string{true: " [" + f.unit + "]"}[f.unit != ""])
+			header = append(header, canonical(name)+pick(f.unit != "", " ["+f.unit+"]", ""))
 		}
 		lines = append(lines, strings.Join(header, ", "))
 	}

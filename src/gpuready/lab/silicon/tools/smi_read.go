@@ -193,10 +193,7 @@ func readSelect(m *machine.Machine, ids *string) ([]*machine.GPU, bool) {
 	if err != nil {
 		return nil, false
 	}
-	all := make([]*machine.GPU, len(m.Hardware.GPUs))
-	for i := range m.Hardware.GPUs {
-		all[i] = &m.Hardware.GPUs[i]
-	}
+	all, _ := selectGPUs(m, "")
 	if live, _ := splitLost(m, all); len(live) == 0 {
 		return nil, false
 	}

@@ -47,6 +47,7 @@ func escapeXML(s string) string {
 
 func quoteAttr(s string) string { return `"` + strings.ReplaceAll(escapeXML(s), `"`, "&quot;") + `"` }
 
+// pick is yes when flag holds, else no: the value of a conditional as an expression, for the tools' tables.
 func pick(flag bool, yes, no string) string {
 	if flag {
 		return yes
