@@ -8,9 +8,12 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
+from emulated import Machine
+from static_tools import static_tools
 from test_spec import write_inventory
 
 from gpuready.cli import main
@@ -18,8 +21,6 @@ from gpuready.deploy.facts.apt import AptCandidate
 from gpuready.lab import packages
 from gpuready.nvidia import diag_packages
 from gpuready.spec import load_fleet
-
-EMULATOR = Path(packages.__file__).parent / "emulator"
 
 
 @pytest.mark.parametrize(
@@ -98,9 +99,8 @@ def test_the_lab_serves_dcgm_under_the_real_names_with_its_unit(tmp_path: Path):
         "nvbandwidth",
     ]
     core = debs["datacenter-gpu-manager-4-core"]
-    assert {"/usr/bin/dcgmi", "/usr/bin/nv-hostengine", "/lib/systemd/system/nvidia-dcgm.service"} <= set(
-        core.files
-    )
+    assert {"/usr/bin/dcgmi", "/lib/systemd/system/nvidia-dcgm.service"} <= set(core.files)
+    assert core.executables == {"/usr/bin/nv-hostengine": tools}  # the static tools, by its name
     unit = core.files["/lib/systemd/system/nvidia-dcgm.service"][0].decode()
     assert "ExecStart=/usr/bin/nv-hostengine -n" in unit
     assert "enable" not in core.scripts["postinst"]  # the deploy enables it, as NVIDIA's steps do
@@ -114,19 +114,15 @@ def test_the_lab_serves_dcgm_under_the_real_names_with_its_unit(tmp_path: Path):
 
 
 def hostengine(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    code = (
-        f"import sys; sys.path.insert(0, {str(EMULATOR)!r}); import nv_hostengine; "
-        "sys.exit(nv_hostengine.main(sys.argv[1:]))"
-    )
     return subprocess.run(
-        [sys.executable, "-c", code, *args], capture_output=True, text=True, env=env, timeout=30
+        [static_tools(), "nv-hostengine", *args], capture_output=True, text=True, env=env, timeout=30
     )
 
 
 def test_emulated_hostengine_version_and_options():
     assert hostengine("--version").stdout == "version : 4.5.2\n"
     bad = hostengine("--frobnicate")
-    assert bad.returncode == 1 and "unknown option --frobnicate" in bad.stderr
+    assert (bad.returncode, bad.stderr) == (1, "nv-hostengine: unknown option --frobnicate\n")
 
 
 def test_emulated_hostengine_terminates_the_running_one(tmp_path):
@@ -135,9 +131,45 @@ def test_emulated_hostengine_terminates_the_running_one(tmp_path):
         pid_file = tmp_path / "hostengine.pid"
         pid_file.write_text(f"{sleeper.pid}\n")
         done = hostengine("-t", "--pid", str(pid_file))
-        assert done.returncode == 0 and "terminated" in done.stdout
+        assert (done.returncode, done.stdout) == (0, "Host engine successfully terminated.\n")
         assert sleeper.wait(timeout=10) != 0
     finally:
         sleeper.kill()
         sleeper.wait()
-    assert hostengine("-t", "--pid", str(tmp_path / "none.pid")).returncode == 1
+    none = hostengine("-t", "--pid", str(tmp_path / "none.pid"))
+    assert (none.returncode, none.stderr) == (1, "Unable to terminate host engine.\n")
+
+
+def test_emulated_hostengine_starts_where_nvml_does(tmp_path):
+    host = Machine(tmp_path, "l4-1")
+    env = {**host.env, "GPUREADY_LAB_HOSTENGINE_PID": str(tmp_path / "run" / "nv-hostengine.pid")}
+    pid_file = tmp_path / "run" / "nv-hostengine.pid"
+    # forking (no -n): the pid file names the daemon when the starter exits; -t stops it
+    assert hostengine(env=env).returncode == 0
+    assert Path(f"/proc/{int(pid_file.read_text())}").exists()
+    assert hostengine("-t", env=env).stdout == "Host engine successfully terminated.\n"
+    deadline = time.monotonic() + 20
+    while pid_file.exists():  # the daemon removes its pid file as it stops
+        assert time.monotonic() < deadline, "nv-hostengine did not stop on SIGTERM"
+        time.sleep(0.02)  # polling for the daemon's exit, with a deadline
+    # the unit's way: -n, in the foreground until SIGTERM
+    proc = subprocess.Popen(
+        [static_tools(), "nv-hostengine", "-n", "--service-account", "nvidia-dcgm"],
+        env=env,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 20
+        while not (pid_file.exists() and pid_file.read_text() == f"{proc.pid}\n"):
+            assert proc.poll() is None and time.monotonic() < deadline, "nv-hostengine -n wrote no pid file"
+            time.sleep(0.02)  # polling for the pid file, with a deadline
+    finally:
+        proc.terminate()
+    out, _ = proc.communicate(timeout=20)
+    assert (proc.returncode, out) == (0, "Started host engine version 4.5.2 using port number: 5555\n")
+    assert not pid_file.exists()
+    # after a driver change NVML cannot start until the reboot, and neither can the host engine
+    host.run("nvidia_smi", "-L")
+    failed = hostengine("-n", env={**env, "GPUREADY_LAB_DRIVER_VERSION": "590.48.01"})
+    assert (failed.returncode, failed.stderr) == (1, "Error: DCGM initialization error\n")

@@ -8,10 +8,12 @@ source files, with the hardware and driver state files in a temp dir.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import time
 import xml.etree.ElementTree as ET
@@ -19,6 +21,7 @@ from pathlib import Path
 
 import pytest
 from emulated import EMULATOR, PYTHON, Machine
+from static_tools import static_tools
 
 from gpuready.lab import faults, hardware
 from gpuready.lab.emulator import nvemu
@@ -513,8 +516,7 @@ def test_compute_mode_and_timeslice_as_nvidias_dra_driver_sets_them(tmp_path: Pa
 def test_persistenced_daemon_turns_persistence_mode_on(tmp_path: Path) -> None:
     host = Host(tmp_path, "l40s-2")
     proc = subprocess.Popen(
-        [PYTHON, "-E", "-s", str(EMULATOR / "nvidia_persistenced.py"), "--foreground", "--verbose"],
-        env=host.env,
+        [static_tools(), "nvidia-persistenced", "--foreground", "--verbose"], env=host.env
     )
     try:
         pid_file = Path(host.env["GPUREADY_LAB_PERSISTENCED_PID"])
@@ -653,21 +655,78 @@ def test_no_machine_file_means_no_driver(tmp_path: Path) -> None:
     )
 
 
+def pid_file_locked(path: Path) -> bool:
+    """The daemon holds its pid file's lock: what a GPU container, which sees the file but not the pid, reads."""
+    with path.open() as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+    return False
+
+
+def stop_daemon(pid: int, pid_file: Path) -> None:
+    os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + 20
+    while pid_file.exists() or Path(f"/proc/{pid}").exists():  # the daemon removes its pid file as it stops
+        assert time.monotonic() < deadline, f"daemon {pid} did not stop on SIGTERM"
+        time.sleep(0.02)  # polling for the daemon's exit, with a deadline
+
+
 def test_persistenced_forks_and_writes_its_pid_file_before_the_starter_exits(tmp_path: Path) -> None:
     host = Host(tmp_path, "t4-1")
     started = host.run("nvidia_persistenced", "--verbose")
-    assert started.returncode == 0, started.stderr
-    pid = int(Path(host.env["GPUREADY_LAB_PERSISTENCED_PID"]).read_text())
+    assert (started.returncode, started.stdout, started.stderr) == (0, "", "")
+    pid_file = Path(host.env["GPUREADY_LAB_PERSISTENCED_PID"])
+    pid = int(pid_file.read_text())
     try:
-        assert Path(f"/proc/{pid}").exists()
+        assert Path(f"/proc/{pid}").exists() and pid_file_locked(pid_file)
+        assert os.getsid(pid) == pid  # its own session: it outlives the starter's
         assert host.ok("--query-gpu=persistence_mode", "--format=csv,noheader") == "Enabled\n"
     finally:
-        os.kill(pid, 15)
-    pid_file = Path(host.env["GPUREADY_LAB_PERSISTENCED_PID"])
-    deadline = time.monotonic() + 20
-    while pid_file.exists():  # the daemon removes its pid file as it stops
-        assert time.monotonic() < deadline, "nvidia-persistenced did not stop on SIGTERM"
-        time.sleep(0.02)  # polling for the daemon's exit, with a deadline
+        stop_daemon(pid, pid_file)
+    assert host.ok("--query-gpu=persistence_mode", "--format=csv,noheader") == "Disabled\n"
+
+
+def test_fabricmanager_forks_logs_and_completes_the_fabric(tmp_path: Path) -> None:
+    host = Host(tmp_path, "h100-sxm-8")
+    log = tmp_path / "log" / "fabricmanager.log"
+    cfg = tmp_path / "fm.cfg"
+    cfg.write_text(f"# FM\nLOG_LEVEL=4\nLOG_FILE_NAME = {log}\n")
+    assert host.ok("--query-gpu=fabric.state", "--format=csv,noheader") == "In Progress\n" * 8
+    started = host.run("nv_fabricmanager", "-c", str(cfg))
+    assert (started.returncode, started.stdout, started.stderr) == (0, "", "")
+    pid_file = Path(host.env["GPUREADY_LAB_FABRICMANAGER_PID"])
+    pid = int(pid_file.read_text())
+    try:
+        assert pid_file_locked(pid_file)
+        deadline = time.monotonic() + 20
+        while "Fabric state: Completed" not in log.read_text():
+            assert time.monotonic() < deadline, log.read_text()
+            time.sleep(0.02)  # polling for the daemon's log, with a deadline
+        assert host.ok("--query-gpu=fabric.state", "--format=csv,noheader") == "Completed\n" * 8
+    finally:
+        stop_daemon(pid, pid_file)
+    lines = [
+        re.sub(r"^\[\w{3} \d\d \d{4} \d\d:\d\d:\d\d\] ", "", line) for line in log.read_text().splitlines()
+    ]
+    assert [line.replace(f"[tid {pid}]", "[tid D]") for line in lines[3:]] == [
+        "[INFO] [tid D] Connected to 4 NVSwitch devices and 8 GPUs",
+        "[INFO] [tid D] Successfully configured all the available NVSwitches to route GPU NVLink traffic.",
+        "[INFO] [tid D] NVLink training completed successfully. Fabric state: Completed",
+        "[INFO] [tid D] Fabric Manager is exiting",
+    ]
+    assert [line.split("] ", 2)[2] for line in lines[:3]] == [
+        "Fabric Manager version 580.178.04 is running with the following configuration options",
+        f"LOG_FILE_NAME = {log}",
+        "LOG_LEVEL = 4",
+    ]
+    (tmp_path / "l4").mkdir()
+    no_switch = Host(tmp_path / "l4", "l4-1").run("nv_fabricmanager", "-c", str(cfg))
+    assert (no_switch.returncode, no_switch.stderr) == (
+        1,
+        "Fabric Manager failed to start: no NVSwitch devices found.\n",
+    )
 
 
 # ---- the hardware file ------------------------------------------------------------------------------------

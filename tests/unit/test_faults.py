@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import subprocess
 from pathlib import Path
 
@@ -14,9 +13,6 @@ from static_tools import static_tools
 
 from gpuready.lab import faults, hardware
 from gpuready.nvidia import smi
-
-EMULATOR = Path(hardware.__file__).parent / "emulator"
-PYTHON = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else shutil.which("python3")
 
 
 class Host:
@@ -39,11 +35,9 @@ class Host:
         }
 
     def run(self, *args: str, tool: str = "nvidia-smi") -> subprocess.CompletedProcess:
-        command = (
-            [static_tools(), tool] if tool == "nvidia-smi" else [PYTHON, "-E", "-s", str(EMULATOR / tool)]
-        )
+        """Run the static tools' ``tool`` (nvidia-smi, nv-fabricmanager, nvidia-persistenced)."""
         return subprocess.run(
-            [*command, *args],
+            [static_tools(), tool, *args],
             env=self.env,
             capture_output=True,
             text=True,
@@ -208,7 +202,7 @@ def test_fabricmanager_failed(tmp_path: Path) -> None:
     cfg = tmp_path / "fm.cfg"
     log = tmp_path / "fabricmanager.log"
     cfg.write_text(f"LOG_FILE_NAME={log}\nLOG_LEVEL=4\n")
-    result = host.run("-c", str(cfg), tool="nv_fabricmanager.py")
+    result = host.run("-c", str(cfg), tool="nv-fabricmanager")
     assert result.returncode == 1
     text = log.read_text()
     assert "[ERROR]" in text and "fabric manager initialization failed" in text
@@ -232,6 +226,6 @@ def test_driver_mismatch(tmp_path: Path) -> None:
             18,
             "Failed to initialize NVML: Driver/library version mismatch\n",
         )
-    persistenced = host.run("--foreground", tool="nvidia_persistenced.py")
+    persistenced = host.run("--foreground", tool="nvidia-persistenced")
     assert persistenced.returncode == 1
     assert "nvidia-persistenced failed to initialize" in persistenced.stderr

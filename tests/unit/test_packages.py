@@ -228,15 +228,9 @@ def test_files_are_the_emulator_sources_and_versions(built: dict[str, list[Path]
     # nvidia-smi is the static tools' ELF file, as NVIDIA's is one: it runs in containers without Python
     assert (root / "usr/bin/nvidia-smi").read_bytes() == fake_libraries()["tools"].read_bytes()
     assert (root / "usr/bin/nvidia-smi").stat().st_mode & 0o777 == 0o755
-    assert (root / "usr/lib/nvidia-emu/nvidia_persistenced.py").read_bytes() == (
-        EMULATOR / "nvidia_persistenced.py"
-    ).read_bytes()
-    # the Python tools: a shell launcher around the entry point, which says where the static tools are
-    wrapper = (root / "usr/bin/nvidia-persistenced").read_text()
-    assert wrapper.startswith("#!/bin/sh\n")
-    assert f'GPUREADY_LAB_STATIC_TOOLS="${{GPUREADY_LAB_STATIC_TOOLS:-{pf.STATIC_TOOLS}}}"' in wrapper
-    assert subprocess.run(["sh", "-n", str(root / "usr/bin/nvidia-persistenced")]).returncode == 0
-    compile(wrapper.split("python3 -c '", 1)[1].rsplit('\' "$@"', 1)[0], "nvidia-persistenced", "exec")
+    # so are the driver's daemons: nvidia-persistenced (and nv-fabricmanager) run as their units' Type=forking
+    assert (root / "usr/bin/nvidia-persistenced").read_bytes() == fake_libraries()["tools"].read_bytes()
+    assert not (root / "usr/lib/nvidia-emu/nvidia_persistenced.py").exists()
     control = tmp_path / "control"
     subprocess.run(
         ["dpkg-deb", "-e", str(debs[("nvidia-persistenced", "570.195.03-1")]), str(control)], check=True

@@ -381,8 +381,9 @@ def test_the_labs_kube_proxy_writes_no_sysctl_and_leaves_pod_traffic_unmasquerad
 
 def test_a_daemon_seen_from_a_container_is_alive_while_it_holds_its_pid_file(tmp_path: Path) -> None:
     """In a GPU container the emulated Fabric Manager's pid (the host's PID namespace) is not in /proc: the
-    emulated tools take its pid file's lock instead (nvemu.hold_pid_file), else every NVSwitch GPU's CUDA in a
-    pod was "not ready" (CUDA_ERROR_SYSTEM_NOT_READY, found by vectorAdd on the 3-host real-kubelet lab)."""
+    emulated tools take its pid file's lock instead (the daemon holds it: the static tools' holdPidFile), else
+    every NVSwitch GPU's CUDA in a pod was "not ready" (CUDA_ERROR_SYSTEM_NOT_READY, found by vectorAdd on the
+    3-host real-kubelet lab)."""
     import fcntl
 
     from gpuready.lab.emulator import nvemu

@@ -57,7 +57,8 @@ class Effects:
     Host effects (a host-wide fault):
 
     * ``fabric_failed``: NVIDIA Fabric Manager fails to start, the GPU fabric stays In Progress.
-      nv_fabricmanager, machine.Fabric (NVML, nvidia-smi; cudadev: CUDA, nvbandwidth).
+      nv-fabricmanager (static tools, fabricmanager.go), machine.Fabric (NVML, nvidia-smi; cudadev: CUDA,
+      nvbandwidth).
     * ``driver_mismatch``: NVML init fails with 'Driver/library version mismatch'. nvemu.Driver
       check_loaded, machine.CheckLoaded, agent gpu_host snapshots (nvml_error).
     """

@@ -7,11 +7,12 @@ the lab: the CUDA debian12 repository (since R580: ``nvidia-driver``, ``nvidia-d
 all versioned ``<driver>-1``) and libnvidia-container's stable repository (``nvidia-container-toolkit``,
 ``nvidia-container-toolkit-base``, ``libnvidia-container-tools``, ``libnvidia-container1``, ``<version>-1``).
 The driver's libraries are the lab's mock NVML and CUDA driver (Go, :mod:`gpuready.lab.silicon`), answering from
-the host's emulated machine; its tools are emulated (stdlib Python from ``gpuready/lab/emulator``); the container toolkit's
-are NVIDIA's real ``nvidia-ctk``, ``nvidia-container-runtime``, ``nvidia-cdi-hook`` and
-``nvidia-container-runtime-hook`` of the package's version, built from their Go module
-(:mod:`gpuready.lab.nvidia_tools`), with the refresh units and maintainer scripts NVIDIA's packages have. Only
-libnvidia-container (C; its ``nvidia-container-cli``, which the legacy runtime mode alone runs) stays emulated.
+the host's emulated machine; its tools are emulated (the static ``nvidia-emu-tools``: nvidia-smi, MPS control and the
+daemons; the rest stdlib Python from ``gpuready/lab/emulator``); the container toolkit's are NVIDIA's real
+``nvidia-ctk``, ``nvidia-container-runtime``, ``nvidia-cdi-hook`` and ``nvidia-container-runtime-hook`` of the
+package's version, built from their Go module (:mod:`gpuready.lab.nvidia_tools`), with the refresh units and
+maintainer scripts NVIDIA's packages have. Only libnvidia-container (C; its ``nvidia-container-cli``, which the
+legacy runtime mode alone runs) stays emulated.
 
 Built with ``dpkg-deb --build --root-owner-group`` (no fakeroot); rebuilt only when the emulator sources or
 the requested versions or the toolkit binaries change.
@@ -146,13 +147,13 @@ def driver_debs(driver: str, libraries: dict[str, Path]) -> list[Deb]:
     """The R5xx driver packages of the CUDA repository for one driver version. ``libraries`` are the lab's mock
     ``libnvidia-ml.so.1`` and ``libcuda.so.1`` (:mod:`gpuready.lab.silicon.build`: ``"nvml"``, ``"cuda"``),
     installed where the real packages put theirs, so NVIDIA's own tools and the product's NVML and CUDA code load
-    them unchanged, and the static ``nvidia-emu-tools`` (``"tools"``): ``/usr/bin/nvidia-smi`` and
+    them unchanged, and the static ``nvidia-emu-tools`` (``"tools"``): ``/usr/bin/nvidia-smi``,
     ``/usr/bin/nvidia-cuda-mps-control`` (in ``nvidia-cuda-mps``, Debian's name for NVIDIA's MPS package), ELF
     files where NVIDIA's are, so the real ``nvidia-ctk cdi generate`` lists them as it lists NVIDIA's and they run
-    in any container the nvidia runtime gives them to."""
+    in any container the nvidia runtime gives them to, and the daemons ``/usr/bin/nvidia-persistenced`` and
+    ``/usr/bin/nv-fabricmanager``."""
     v = f"{driver}-1"
     branch = driver.split(".")[0]
-    drv_path = [DRIVER_LIB]
 
     def pkg(name: str, section: str, description: str, depends: list[str] | None = None) -> Deb:
         return Deb(name, v, CUDA_MAINTAINER, section, description, depends or [])
@@ -195,8 +196,7 @@ def driver_debs(driver: str, libraries: dict[str, Path]) -> list[Deb]:
         "daemon to maintain persistent software state in the NVIDIA driver",
         [f"libnvidia-ml1 (= {v})"],
     )
-    pd.add_module(DRIVER_LIB, "nvidia_persistenced.py")
-    pd.add_wrapper("nvidia-persistenced", drv_path, "nvidia_persistenced", "main")
+    pd.executables["/usr/bin/nvidia-persistenced"] = libraries["tools"]
     pd.add("/lib/systemd/system/nvidia-persistenced.service", pf.PERSISTENCED_UNIT)
     pd.scripts = {
         "postinst": pf.postinst_enable("nvidia-persistenced.service", start=True),
@@ -211,8 +211,7 @@ def driver_debs(driver: str, libraries: dict[str, Path]) -> list[Deb]:
         [f"libnvidia-ml1 (= {v})", f"nvidia-kernel-open-dkms (= {v}) | nvidia-kernel-dkms-any (= {v})"],
     )
     fm.extra["Provides"] = f"nvidia-fabricmanager-{branch} (= {v})"
-    fm.add_module(DRIVER_LIB, "nv_fabricmanager.py")
-    fm.add_wrapper("nv-fabricmanager", drv_path, "nv_fabricmanager", "main")
+    fm.executables["/usr/bin/nv-fabricmanager"] = libraries["tools"]
     fm.add("/lib/systemd/system/nvidia-fabricmanager.service", pf.FABRICMANAGER_UNIT)
     fm.add("/usr/share/nvidia/nvswitch/fabricmanager.cfg", pf.FABRICMANAGER_CFG)
     fm.conffiles = ["/usr/share/nvidia/nvswitch/fabricmanager.cfg"]
@@ -304,7 +303,8 @@ def diag_debs(tools: Path) -> list[Deb]:
     """What the diag layer runs on a node: DCGM's ``dcgmi`` and ``nvbandwidth``, for lab hosts that install them.
 
     ``datacenter-gpu-manager-4-core`` is the real name of DCGM 4's package in NVIDIA's CUDA repository, with
-    ``dcgmi``, ``nv-hostengine`` and the ``nvidia-dcgm`` unit (not enabled by the package), and
+    ``dcgmi``, ``nv-hostengine`` (``tools``, the static ``nvidia-emu-tools``) and the ``nvidia-dcgm`` unit (not
+    enabled by the package), and
     ``datacenter-gpu-manager-4-cuda12``/``-cuda13`` its per-CUDA diagnostics. nvbandwidth has no NVIDIA package
     (Debian and Ubuntu package it as ``nvbandwidth``); the lab serves its emulation under that name from the CUDA
     repository, so a node deploy with ``diag_tools`` finds it there: ``tools``, the static ``nvidia-emu-tools``
@@ -321,8 +321,7 @@ def diag_debs(tools: Path) -> list[Deb]:
     )
     dcgm.add_module(DRIVER_LIB, "dcgmi.py")
     dcgm.add_wrapper("dcgmi", drv_path, "dcgmi", "main")
-    dcgm.add_module(DRIVER_LIB, "nv_hostengine.py")
-    dcgm.add_wrapper("nv-hostengine", drv_path, "nv_hostengine", "main")
+    dcgm.executables["/usr/bin/nv-hostengine"] = tools
     dcgm.add(f"/lib/systemd/system/{DCGM_SERVICE}.service", pf.DCGM_UNIT)
     dcgm.scripts = {
         "postinst": pf.DAEMON_RELOAD_POSTINST,

@@ -624,8 +624,8 @@ func alive(pidFile string) bool {
 	return locked(pidFile)
 }
 
-// locked: the daemon holds its pid file's lock (nvemu.hold_pid_file). A GPU container sees the pid file, which
-// the lab mounts into it, but not the daemon's pid: that is in the host's PID namespace.
+// locked: the daemon holds its pid file's lock (the static tools' holdPidFile). A GPU container sees the pid
+// file, which the lab mounts into it, but not the daemon's pid: that is in the host's PID namespace.
 func locked(path string) bool {
 	f, err := os.Open(path)
 	if err != nil {
@@ -639,15 +639,21 @@ func locked(path string) bool {
 	return false
 }
 
-// PersistencedRunning: nvidia-persistenced's pid file names a live process.
-func PersistencedRunning() bool {
-	return alive(envOr("GPUREADY_LAB_PERSISTENCED_PID", "/run/nvidia-persistenced/nvidia-persistenced.pid"))
+// PersistencedPidFile is nvidia-persistenced's pid file (GPUREADY_LAB_PERSISTENCED_PID or the real daemon's).
+func PersistencedPidFile() string {
+	return envOr("GPUREADY_LAB_PERSISTENCED_PID", "/run/nvidia-persistenced/nvidia-persistenced.pid")
 }
 
-// FabricManagerRunning: nv-fabricmanager's pid file names a live process.
-func FabricManagerRunning() bool {
-	return alive(envOr("GPUREADY_LAB_FABRICMANAGER_PID", "/run/nvidia-fabricmanager/nv-fabricmanager.pid"))
+// FabricManagerPidFile is nv-fabricmanager's pid file (GPUREADY_LAB_FABRICMANAGER_PID or the real daemon's).
+func FabricManagerPidFile() string {
+	return envOr("GPUREADY_LAB_FABRICMANAGER_PID", "/run/nvidia-fabricmanager/nv-fabricmanager.pid")
 }
+
+// PersistencedRunning: nvidia-persistenced's pid file names a live process.
+func PersistencedRunning() bool { return alive(PersistencedPidFile()) }
+
+// FabricManagerRunning: nv-fabricmanager's pid file names a live process.
+func FabricManagerRunning() bool { return alive(FabricManagerPidFile()) }
 
 // fileKey identifies a file's content cheaply: a rewrite (atomic rename) changes inode or mtime.
 type fileKey struct {

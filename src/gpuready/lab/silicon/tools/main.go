@@ -14,6 +14,12 @@
 //     (nvmlDeviceSetComputeMode, nvmlDeviceSetMigMode and nvmlDeviceCreateGpuInstance change the same state);
 //   - nvbandwidth (nvbandwidth.go; installed as /usr/bin/nvbandwidth by the lab's nvbandwidth package): the copy
 //     bandwidth of the devices cuInit finds, by the model the mock libcuda.so.1 times copies with;
+//   - the driver's daemons, each installed as /usr/bin/<name> and forking as its Type=forking unit expects
+//     (daemon.go: NVML must initialise; the daemon holds its pid file's lock, which package machine's alive takes
+//     for a live daemon from a GPU container): nvidia-persistenced (persistenced.go; the driver package's) and
+//     nv-fabricmanager (fabricmanager.go; nvidia-fabricmanager's), whose pid files nvidia-smi and the mock NVML
+//     read for persistence mode and the fabric state, and nv-hostengine (hostengine.go; DCGM's host engine, the
+//     daemon of nvidia-dcgm.service);
 //   - visible (only as the first argument): what a GPU container sees of the machine, as JSON (machine.Visible),
 //     for the Python tools.
 package main
@@ -30,6 +36,9 @@ var tools = map[string]func(args []string) int{
 	"nvidia-cuda-mps-control": mpsControl,
 	"nvidia-smi":              smi,
 	"nvbandwidth":             nvbandwidth,
+	"nvidia-persistenced":     persistenced,
+	"nv-fabricmanager":        fabricManager,
+	"nv-hostengine":           hostEngine,
 	"visible":                 visible,
 }
 
@@ -52,6 +61,6 @@ func main() {
 			os.Exit(tool(os.Args[2:]))
 		}
 	}
-	fmt.Fprintf(os.Stderr, "usage: %s nvidia-cuda-mps-control|nvidia-smi|nvbandwidth|visible [ARGS]\n", filepath.Base(os.Args[0]))
+	fmt.Fprintf(os.Stderr, "usage: %s nvidia-cuda-mps-control|nvidia-smi|nvbandwidth|nvidia-persistenced|nv-fabricmanager|nv-hostengine|visible [ARGS]\n", filepath.Base(os.Args[0]))
 	os.Exit(2)
 }

@@ -91,12 +91,11 @@ func driverFailure(err error, noPermission string) int {
 	case errors.Is(err, machine.ErrNoPermission):
 		fmt.Println(noPermission)
 		return exitNoPermission
-	case errors.Is(err, machine.ErrMismatch):
-		fmt.Println("Failed to initialize NVML: Driver/library version mismatch")
+	}
+	fmt.Println(nvmlFailure(err))
+	if errors.Is(err, machine.ErrMismatch) {
 		return exitMismatch
 	}
-	fmt.Println("NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. " +
-		"Make sure that the latest NVIDIA driver is installed and running.")
 	return exitNoDriver
 }
 
