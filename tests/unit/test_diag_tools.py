@@ -98,9 +98,9 @@ def test_the_lab_serves_dcgm_under_the_real_names_with_its_unit(tmp_path: Path):
         "nvbandwidth",
     ]
     core = debs["datacenter-gpu-manager-4-core"]
-    assert {"/usr/bin/dcgmi", "/usr/bin/nv-hostengine", "/lib/systemd/system/nvidia-dcgm.service"} <= set(
-        core.files
-    )
+    assert {"/usr/bin/nv-hostengine", "/lib/systemd/system/nvidia-dcgm.service"} <= set(core.files)
+    # dcgmi is the static tools under its name, an ELF file as NVIDIA's is
+    assert core.executables == {"/usr/bin/dcgmi": tools}
     unit = core.files["/lib/systemd/system/nvidia-dcgm.service"][0].decode()
     assert "ExecStart=/usr/bin/nv-hostengine -n" in unit
     assert "enable" not in core.scripts["postinst"]  # the deploy enables it, as NVIDIA's steps do

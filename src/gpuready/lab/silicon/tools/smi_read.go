@@ -159,22 +159,28 @@ func (q *query) parse(args []string) error {
 }
 
 // loadDriver is the machine as NVML init finds it, or nil and the exit code after nvidia-smi's message. The
-// first command of a boot loads the installed kernel module (nvidia-modprobe's job on a real host): the state
-// records it, so a driver upgraded later mismatches until the next reboot. A container or an unprivileged user
-// records nothing.
+// first command of a boot loads the installed kernel module (machine's LoadModule).
 func loadDriver() (*machine.Machine, int) {
-	m, err := machine.Load()
-	if err == nil {
-		err = m.CheckLoaded()
-	}
+	m, err := loadMachine()
 	if err != nil {
 		return nil, driverFailure(err, "")
 	}
-	if _, inContainer := os.LookupEnv(machine.ContainerDevices); !inContainer &&
-		(m.State.Kmod == nil || *m.State.Kmod == "") {
-		_ = machine.Update(func(*machine.Machine) error { return nil })
-	}
 	return m, 0
+}
+
+// loadMachine is the machine as NVML init finds it (nvemu.Driver and its check_loaded): the first command of a
+// boot loads the installed kernel module, then NVML compares its version with the library's. nvidia-smi and
+// dcgmi (whose nv-hostengine needs NVML) start from it.
+func loadMachine() (*machine.Machine, error) {
+	m, err := machine.Load()
+	if err != nil {
+		return nil, err
+	}
+	m.LoadModule()
+	if err := m.CheckLoaded(); err != nil {
+		return nil, err
+	}
+	return m, nil
 }
 
 // readSelect is -i for the read side: nil is every GPU; an empty -i names none. False when a name matches no GPU,
