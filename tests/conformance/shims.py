@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-import sys
 import textwrap
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,7 +23,6 @@ from verdict_schema import read_valid_verdict
 from gpuready.lab import faults, hardware
 
 REPO = Path(__file__).resolve().parents[2]
-EMULATOR = REPO / "src" / "gpuready" / "lab" / "emulator"
 DATA = Path(__file__).resolve().parent / "data"
 GROUP_DATA = REPO / "inventory" / "group_data" / "all.py"
 
@@ -105,7 +103,7 @@ class FakeNode:
         log = 'echo "$(basename "$0") $*" >> "$GPUREADY_FAKE_NODE/calls"\n'
         tools = {
             "nvidia-smi": f'#!/bin/sh\nexec "{static_tools()}" nvidia-smi "$@"\n',
-            "dcgmi": f'#!/bin/sh\nexec "{sys.executable}" "{EMULATOR / "dcgmi.py"}" "$@"\n',
+            "dcgmi": f'#!/bin/sh\nexec "{static_tools()}" dcgmi "$@"\n',
             "nvidia-ctk": textwrap.dedent(f"""\
                 #!/bin/sh
                 [ "$1" = --version ] || {{ echo "nvidia-ctk: unsupported here: $*" >&2; exit 2; }}

@@ -22,6 +22,7 @@ EMULATOR = Path(hardware.__file__).parent / "emulator"
 PYTHON = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else shutil.which("python3")
 # run by nvidia-emu-tools (gpuready/lab/silicon/tools/main.go), by the name it takes
 GO_TOOLS = {
+    "dcgmi": "dcgmi",
     "nvbandwidth": "nvbandwidth",
     "nvidia_smi": "nvidia-smi",
     "nvidia_persistenced": "nvidia-persistenced",

@@ -1,20 +1,25 @@
 """The emulated ``dcgmi`` answers like DCGM 4.x: its ``diag -j`` parses with the project's reader into the tests of
 the run level, faults fail the test real DCGM fails, its JSON layout is byte-identical to real captures.
 
-Run as lab hosts run it: the system's python3 (stdlib only) on the source file, hardware and driver state in a
-temp dir (tests/unit/emulated.py's ``Machine``).
+Run as lab hosts run it: the lab's static tools (gpuready/lab/silicon/tools/dcgmi.go) as ``dcgmi``, hardware and
+driver state in a temp dir (tests/unit/emulated.py's ``Machine``).
 """
 
 from __future__ import annotations
 
+import ast
 import json
+import os
+import re
 import subprocess
 from pathlib import Path
 
 import pytest
-from emulated import EMULATOR, PYTHON, Machine
+from emulated import Machine
 
 from gpuready.lab import hardware
+from gpuready.lab.gobuild import go_problem
+from gpuready.lab.silicon import build
 from gpuready.nvidia import bandwidth
 from gpuready.nvidia.dcgm_diag import DiagError, DiagReport, parse_diag_json
 
@@ -58,10 +63,8 @@ def test_healthy_host_passes_every_level(tmp_path: Path, profile: str, level: in
     assert report.failed() == []
 
 
-def test_version() -> None:
-    result = subprocess.run(
-        [PYTHON, "-E", "-s", str(EMULATOR / "dcgmi.py"), "--version"], capture_output=True, text=True
-    )
+def test_version(tmp_path: Path) -> None:
+    result = Host(tmp_path, "l4-1").dcgmi("--version")
     assert result.returncode == 0
     assert "dcgmi  version: 4.5.2" in result.stdout.splitlines()
 
@@ -183,25 +186,22 @@ def test_usage_errors(tmp_path: Path) -> None:
         assert result.stderr.startswith("Error: ")
 
 
-@pytest.mark.parametrize(
-    "name",
-    [
-        "glimmer-burnin__gb10-level2-plugins-allowed.json",
-        "glimmer-burnin__gb10-level2-plugins-gated.json",
-        "virtualclient__DCGMIIncorrectresults.json",
-    ],
-)
-def test_json_layout_is_byte_identical_to_real_dcgmi(name: str) -> None:
-    """The emulator's writer, given a real document's data, reproduces the real bytes (jsoncpp's layout)."""
-    code = (
-        "import json, sys; sys.path.insert(0, sys.argv[1]); import dcgmi; "
-        "sys.stdout.write(dcgmi.styled_json(json.load(open(sys.argv[2]))) + '\\n')"
-    )
+def test_json_layout_is_byte_identical_to_real_dcgmi() -> None:
+    """The static tools' JSON writer (silicon/tools/jsoncpp.go), given a real document's data, reproduces the real
+    bytes (jsoncpp's layout): its Go test reads the captures in tests/fixtures/dcgm-diag."""
+    problem = go_problem()
+    if problem:
+        pytest.skip(f"the lab's static tools are built with Go: {problem}")
     result = subprocess.run(
-        [PYTHON, "-E", "-s", "-c", code, str(EMULATOR), str(FIXTURES / name)], capture_output=True, text=True
+        ["go", "test", "-count=1", "-run", "^TestStyledJSONWritesDCGMDocuments$", "./tools"],
+        cwd=build.SILICON,
+        env={**os.environ, "CGO_ENABLED": "0", "GOFLAGS": "-buildvcs=false"},
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
-    assert result.returncode == 0, result.stderr
-    assert result.stdout == (FIXTURES / name).read_text(encoding="utf-8")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "no tests to run" not in result.stdout
 
 
 def test_emulated_document_has_the_real_key_sets(tmp_path: Path) -> None:
@@ -222,11 +222,28 @@ def test_emulated_document_has_the_real_key_sets(tmp_path: Path) -> None:
 
 
 def test_link_table_matches_the_floors_module() -> None:
-    code = (
-        "import json, sys; sys.path.insert(0, sys.argv[1]); import dcgmi; "
-        "print(json.dumps({g: dcgmi.link_gbps(g, 16) for g in range(1, 7)}))"
-    )
-    result = subprocess.run([PYTHON, "-E", "-s", "-c", code, str(EMULATOR)], capture_output=True, text=True)
-    assert result.returncode == 0, result.stderr
-    emulated = {int(k): v for k, v in json.loads(result.stdout).items()}
-    assert emulated == pytest.approx({g: bandwidth.pcie_theoretical_gbps(g, 16) for g in range(1, 7)})
+    """Package machine's PCIe lane rates (silicon/machine/bandwidth.go: the copy model and dcgmi's pcie test) are
+    the project's own theoretical rates (gpuready.nvidia.bandwidth)."""
+    source = (build.SILICON / "machine" / "bandwidth.go").read_text()
+    table = re.search(r"var pcieLaneGBps = map\[int\]float64\{(.*?)\n\}", source, re.S)
+    assert table, "bandwidth.go has no pcieLaneGBps table"
+    lanes = {
+        int(gen): _arithmetic(expr)
+        for gen, expr in re.findall(r"^\s*(\d+):\s*([^,]+),", table.group(1), re.M)
+    }
+    assert lanes == pytest.approx({g: bandwidth.pcie_theoretical_gbps(g, 1) for g in range(1, 7)})
+
+
+def _arithmetic(expr: str) -> float:
+    """A Go constant expression of numbers, * and / (the table's entries) as a float."""
+    node = ast.parse(expr.strip(), mode="eval").body
+
+    def value(n: ast.expr) -> float:
+        if isinstance(n, ast.Constant) and isinstance(n.value, int | float):
+            return float(n.value)
+        if isinstance(n, ast.BinOp) and isinstance(n.op, ast.Mult | ast.Div):
+            left, right = value(n.left), value(n.right)
+            return left * right if isinstance(n.op, ast.Mult) else left / right
+        raise AssertionError(f"not a plain arithmetic expression: {expr!r}")
+
+    return value(node)

@@ -16,10 +16,6 @@ from gpuready.lab.faults import EFFECT_FIELDS, FAULTS, Effects
 
 LAB = Path(faults.__file__).parent
 MACHINE_GO = LAB / "silicon" / "machine" / "machine.go"
-# Python renderers: the stdlib tools installed in lab hosts, the node agent's GPU view, the kernel's files.
-PY_RENDERERS = sorted(
-    [*(LAB / "emulator").glob("*.py"), *(LAB / "agent").glob("gpu*.py"), LAB / "kernel_files.py"]
-)
 GO_RENDERERS = sorted(p for p in (LAB / "silicon").rglob("*.go") if not p.name.endswith("_test.go"))
 
 
@@ -51,17 +47,8 @@ def test_go_decodes_every_effect():
 
 @pytest.mark.parametrize("field", EFFECT_FIELDS)
 def test_each_effect_is_rendered(field):
-    # nvemu's table of how effects combine names them all: a Python renderer reads one outside it
-    py = [
-        p.name
-        for p in PY_RENDERERS
-        if re.search(
-            rf"[\"']{field}[\"']|\.{field}\b",
-            re.sub(r"^COMBINE\b.*?\n\}", "", p.read_text(), flags=re.S | re.M),
-        )
-    ]
-    # the Go machine package (the mock NVML and CUDA, nvidia-smi) reads it outside its Effects struct and the
-    # combining of effects
+    # the Go silicon module (package machine behind the mock NVML and CUDA, and the static tools: nvidia-smi,
+    # dcgmi, nvbandwidth) reads it outside machine's Effects struct and the combining of effects
     go_name = _go_fields()[field]
     text = "\n".join(
         re.sub(
@@ -70,10 +57,7 @@ def test_each_effect_is_rendered(field):
         for p in GO_RENDERERS
     )
     go = re.search(rf"\.{go_name}\b", text)
-    if field == "dcgm_memory_fails":  # DCGM is not behind the mock NVML or CUDA: dcgmi.py alone renders it
-        assert py, f"effect {field!r} is declared but dcgmi does not read it"
-    else:
-        assert go, f"effect {field!r}: the Go machine package ignores it"
+    assert go, f"effect {field!r}: the Go machine package ignores it"
 
 
 def _injected(name: str):

@@ -320,9 +320,9 @@ def test_local_gpu_reader_sees_the_machine_nvidia_smi_sees(tmp_path: Path, nvml_
 
 
 def test_nvml_and_the_python_tools_derive_the_faults_alike(tmp_path: Path, nvml_dir: Path) -> None:
-    """The memory faults and a trained-down link, derived once in Go (machine.View: NVML, nvidia-smi) and once in
-    Python (nvemu: dcgmi, kernel_files' sysfs link, the agent's dcgm-exporter), read the same: ECC counts,
-    remapped rows, the PCIe link."""
+    """The memory faults and a trained-down link, derived once in Go (machine.View: NVML, nvidia-smi, dcgmi) and once
+    in Python (nvemu: kernel_files' sysfs link, the agent's dcgm-exporter), read the same: ECC counts, remapped
+    rows, the PCIe link."""
     injected = [
         ("xid-48", 1),
         ("ecc-uncorrectable", 1),

@@ -29,9 +29,9 @@ class Effects:
 
     GPU effects:
 
-    * ``off_bus``: the GPU fell off the PCIe bus. nvemu.Driver.off_bus (dcgmi leaves it out;
-      kernel_files reads its config space as all ones), machine.OffBus (mock NVML: no handle; nvidia-smi; cudadev:
-      not a CUDA device, for the mock CUDA and nvbandwidth), agent gpu_host.Gpu.off_bus (device plugin, vectorAdd).
+    * ``off_bus``: the GPU fell off the PCIe bus. nvemu.Driver.off_bus (kernel_files reads its config space as
+      all ones), machine.OffBus (mock NVML: no handle; nvidia-smi; dcgmi leaves it out; cudadev: not a CUDA
+      device, for the mock CUDA and nvbandwidth), agent gpu_host.Gpu.off_bus (device plugin, vectorAdd).
     * ``xid``: the XID the driver raises (0: none). machine.XIDs (mock NVML XID events), agent
       gpu_host.Gpu.xid (dcgm-exporter's DCGM_FI_DEV_XID_ERRORS, the device plugin's health check).
     * ``ecc_uncorrected``: uncorrectable DRAM ECC errors, volatile and aggregate alike. machine
@@ -40,19 +40,20 @@ class Effects:
       GPU with row remapping, and a retired page when a page retirement is pending. nvemu.remapped_rows
       and retired_pages (agent dcgm-exporter's remapped-row counters), machine View (NVML, nvidia-smi).
     * ``row_remap_pending``: one uncorrectable row remapped, a GPU reset pending. nvemu.remapped_rows
-      (agent dcgm-exporter's DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS), dcgmi's software test, machine View
-      (NVML, nvidia-smi).
+      (agent dcgm-exporter's DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS), machine View (NVML, nvidia-smi, dcgmi's
+      software test).
     * ``retired_pages_pending``: one double-bit page retired, a reboot pending. machine View
       (NVML, nvidia-smi).
     * ``pcie_gen_drop`` / ``pcie_width_divisor``: the link trained this many generations below its
       maximum (at least gen 1) and at its maximum width divided by this (at least x1).
-      nvemu.pcie_link (dcgmi, kernel_files' sysfs link), machine View (NVML, nvidia-smi, and
+      nvemu.pcie_link (kernel_files' sysfs link), machine View (NVML, nvidia-smi, dcgmi's PCIe test, and
       machine/bandwidth.go: mock CUDA, nvbandwidth).
     * ``nvlink_down``: all the GPU's NVLinks inactive. machine View.NVLinkActive
       (NVML, nvidia-smi nvlink and topo; peer copies of the mock CUDA and nvbandwidth).
     * ``bandwidth_factor``: every copy involving the GPU moves at this fraction of its normal rate.
-      dcgmi's PCIe test, machine View.BandwidthFactor (mock CUDA, nvbandwidth).
-    * ``dcgm_memory_fails``: DCGM's memory test finds a faulty memory element. dcgmi test_memory.
+      machine View.BandwidthFactor (mock CUDA, nvbandwidth, dcgmi's PCIe test).
+    * ``dcgm_memory_fails``: DCGM's memory test finds a faulty memory element. machine View.Effects (dcgmi's
+      memory test; silicon/tools/dcgmi.go).
 
     Host effects (a host-wide fault):
 

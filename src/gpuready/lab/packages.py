@@ -293,7 +293,7 @@ def toolkit_debs(toolkit: str, binaries: dict[str, Path]) -> list[Deb]:
     return [lib, tools, base, tk]
 
 
-DCGM_VERSION = "1:4.5.2-1"  # the emulated dcgmi reports DCGM 4.5.2 (gpuready/lab/emulator/dcgmi.py)
+DCGM_VERSION = "1:4.5.2-1"  # the emulated dcgmi reports DCGM 4.5.2 (gpuready/lab/silicon/tools/dcgmi.go)
 NVBANDWIDTH_VERSION = "0.8-1"
 DCGM_CUDA_MAJORS = (12, 13)  # the lab's drivers: R570 (CUDA 12.8), R580 and R595 (CUDA 13)
 DCGM_SERVICE = "nvidia-dcgm"
@@ -307,8 +307,10 @@ def diag_debs(tools: Path) -> list[Deb]:
     enabled by the package), and
     ``datacenter-gpu-manager-4-cuda12``/``-cuda13`` its per-CUDA diagnostics. nvbandwidth has no NVIDIA package
     (Debian and Ubuntu package it as ``nvbandwidth``); the lab serves its emulation under that name from the CUDA
-    repository, so a node deploy with ``diag_tools`` finds it there: ``tools``, the static ``nvidia-emu-tools``
-    (:mod:`gpuready.lab.silicon.build`), which prints the figures the mock libcuda.so.1 times copies by.
+    repository, so a node deploy with ``diag_tools`` finds it there. Both ``nvbandwidth`` and ``dcgmi`` are ``tools``,
+    the static ``nvidia-emu-tools`` (:mod:`gpuready.lab.silicon.build`) under their names, as NVIDIA's are ELF files:
+    nvbandwidth prints the figures the mock libcuda.so.1 times copies by, dcgmi reads the machine as the mock NVML
+    does.
     """
     drv_path = [DRIVER_LIB]
     dcgm = Deb(
@@ -319,8 +321,7 @@ def diag_debs(tools: Path) -> list[Deb]:
         "NVIDIA Data Center GPU Manager (DCGM) 4: core libraries and dcgmi",
         ["libnvidia-ml1"],
     )
-    dcgm.add_module(DRIVER_LIB, "dcgmi.py")
-    dcgm.add_wrapper("dcgmi", drv_path, "dcgmi", "main")
+    dcgm.executables["/usr/bin/dcgmi"] = tools
     dcgm.executables["/usr/bin/nv-hostengine"] = tools
     dcgm.add(f"/lib/systemd/system/{DCGM_SERVICE}.service", pf.DCGM_UNIT)
     dcgm.scripts = {

@@ -39,14 +39,21 @@ func Spread(parts ...string) float64 {
 	return 0.99 + 0.02*float64(binary.BigEndian.Uint32(sum[:4]))/4294967296.0
 }
 
-// pcieGBps is the theoretical unidirectional rate of the GPU's current link (a fault's PCIe effects lower it).
-func (m *Machine) pcieGBps(index int) float64 {
-	v := m.View(index)
-	lane, ok := pcieLaneGBps[v.PCIeGen]
+// LinkGBps is the theoretical unidirectional rate of a PCIe link of generation gen and width lanes (a generation
+// outside the table counts as gen 1). Package machine's one PCIe rate table: the copy model here and dcgmi's pcie
+// test (tools/dcgmi.go) read it.
+func LinkGBps(gen, width int) float64 {
+	lane, ok := pcieLaneGBps[gen]
 	if !ok {
 		lane = pcieLaneGBps[1]
 	}
-	return lane * float64(v.PCIeWidth)
+	return lane * float64(width)
+}
+
+// pcieGBps is the theoretical unidirectional rate of the GPU's current link (a fault's PCIe effects lower it).
+func (m *Machine) pcieGBps(index int) float64 {
+	v := m.View(index)
+	return LinkGBps(v.PCIeGen, v.PCIeWidth)
 }
 
 // slow is the lowest bandwidth factor of the GPUs' faults (1 when none is slowed).

@@ -10,7 +10,7 @@
 // Changes (write.go) take the state file's lock and write it as nvemu.py does. In a GPU container the machine is
 // what the container's device nodes reveal (contain.go). Derived facts (ECC counts, PCIe link, MIG devices,
 // XIDs) are View's, which the mock NVML, CUDA and nvidia-smi read; nvemu.py's pcie_link and remapped_rows
-// derive the same for the Python tools (dcgmi, kernel_files).
+// derive the same for the Python code (kernel_files, the node agent's dcgm-exporter).
 //
 // Usage: Current() returns the machine as it is now, re-reading the files only when they changed,
 // so a fault injected while a process runs is seen by its next call.
@@ -654,6 +654,14 @@ func PersistencedRunning() bool { return alive(PersistencedPidFile()) }
 
 // FabricManagerRunning: nv-fabricmanager's pid file names a live process.
 func FabricManagerRunning() bool { return alive(FabricManagerPidFile()) }
+
+// HostEngineRunning: nv-hostengine, DCGM's daemon that dcgmi connects to, is up. Only a pid file named by
+// GPUREADY_LAB_HOSTENGINE_PID is checked (it must name a live process); without the variable the engine counts
+// as up, as the lab's hosts run dcgmi without it.
+func HostEngineRunning() bool {
+	pidFile := os.Getenv("GPUREADY_LAB_HOSTENGINE_PID")
+	return pidFile == "" || alive(pidFile)
+}
 
 // fileKey identifies a file's content cheaply: a rewrite (atomic rename) changes inode or mtime.
 type fileKey struct {

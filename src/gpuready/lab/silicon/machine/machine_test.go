@@ -125,3 +125,20 @@ func TestAliveByTheDaemonsLock(t *testing.T) {
 		t.Fatal("a locked pid file does not count as alive")
 	}
 }
+
+// nv-hostengine counts as running without a pid file to check; with one, only while its process lives.
+func TestHostEngineRunning(t *testing.T) {
+	t.Setenv("GPUREADY_LAB_HOSTENGINE_PID", "")
+	if !HostEngineRunning() {
+		t.Fatal("without GPUREADY_LAB_HOSTENGINE_PID the engine is down")
+	}
+	path := filepath.Join(t.TempDir(), "nv-hostengine.pid")
+	t.Setenv("GPUREADY_LAB_HOSTENGINE_PID", path)
+	if HostEngineRunning() {
+		t.Fatal("no pid file, yet the engine is up")
+	}
+	write(t, path, fmt.Sprintf("%d\n", os.Getpid()))
+	if !HostEngineRunning() {
+		t.Fatal("a live pid, yet the engine is down")
+	}
+}

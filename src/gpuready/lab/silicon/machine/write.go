@@ -46,33 +46,71 @@ func sameCapFiles(a, b map[string]capFile) bool {
 
 // update is Update under the lock; it returns the MIG capabilities before and after the change.
 func update(change func(m *Machine) error) (before, after map[string]capFile, err error) {
+	err = withStateLock(func(path string) error {
+		m, err := Load()
+		if err != nil {
+			return err
+		}
+		if err := m.CheckLoaded(); err != nil {
+			return err
+		}
+		if m.State.Kmod == nil || *m.State.Kmod == "" {
+			kmod := InstalledKmodVersion()
+			m.State.Kmod = &kmod
+		}
+		before = m.capFiles()
+		if err := change(m); err != nil {
+			return err
+		}
+		after = m.capFiles()
+		return writeState(path, m.stateToWrite())
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	return before, after, nil
+}
+
+// withStateLock runs locked with the state file's path under the driver state lock; ErrNoPermission when the
+// lock cannot be taken.
+func withStateLock(locked func(path string) error) error {
 	path := StatePath()
 	_ = os.MkdirAll(filepath.Dir(path), 0o755)
 	lock, err := os.OpenFile(path+".lock", os.O_RDWR|os.O_CREATE|os.O_APPEND, 0o666)
 	if err != nil {
-		return nil, nil, ErrNoPermission
+		return ErrNoPermission
 	}
 	defer lock.Close()
 	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
-		return nil, nil, ErrNoPermission
+		return ErrNoPermission
 	}
 	defer func() { _ = syscall.Flock(int(lock.Fd()), syscall.LOCK_UN) }()
-	m, err := Load()
-	if err != nil {
-		return nil, nil, err
+	return locked(path)
+}
+
+// LoadModule is the first use of the driver in a boot, which loads the installed kernel module (nvidia-modprobe's
+// job on a real host): the state records its version, so a driver upgraded later mismatches until the next
+// reboot. Call it on a machine just loaded, before CheckLoaded. It records the module whether or not it then
+// matches the library, as nvemu.Driver.check_loaded does (a module is loaded before NVML compares versions), and
+// nothing with a driver_mismatch fault, without an installed module, once one is loaded, in a container or for a
+// caller who cannot take the lock (the tools then go on read-only).
+func (m *Machine) LoadModule() {
+	_, inContainer := os.LookupEnv(ContainerDevices)
+	if inContainer || m.HostEffects().DriverMismatch || (m.State.Kmod != nil && *m.State.Kmod != "") {
+		return
 	}
-	if err := m.CheckLoaded(); err != nil {
-		return nil, nil, err
-	}
-	if m.State.Kmod == nil || *m.State.Kmod == "" {
+	_ = withStateLock(func(path string) error {
+		now, err := Load() // under the lock: another command may have loaded it meanwhile
+		if err != nil || now.HostEffects().DriverMismatch || (now.State.Kmod != nil && *now.State.Kmod != "") {
+			return err
+		}
 		kmod := InstalledKmodVersion()
-		m.State.Kmod = &kmod
-	}
-	before = m.capFiles()
-	if err := change(m); err != nil {
-		return nil, nil, err
-	}
-	return before, m.capFiles(), writeState(path, m.stateToWrite())
+		if kmod == "" {
+			return nil
+		}
+		now.State.Kmod = &kmod
+		return writeState(path, now.stateToWrite())
+	})
 }
 
 // stateJSON is the state as nvemu writes it: keys sorted, one-space indent, lists never null.

@@ -170,3 +170,40 @@ func TestUpdateReturnsOnceTheCapabilityFilesShowTheChange(t *testing.T) {
 		t.Fatal("Update returned before the capability files of the new instances existed")
 	}
 }
+
+// The first use in a boot records the installed module; a driver_mismatch fault or a container records nothing.
+func TestLoadModule(t *testing.T) {
+	dir := writeSetup(t, "")
+	state := filepath.Join(dir, "state.json")
+	firstUse := func() *Machine {
+		t.Helper()
+		m, err := Load()
+		if err != nil {
+			t.Fatal(err)
+		}
+		m.LoadModule()
+		return m
+	}
+	write(t, filepath.Join(dir, "hardware.json"), strings.Replace(writeHW, `"gpus"`,
+		`"faults":[{"fault":"m","gpu":null,"effects":{"driver_mismatch":true}}],"gpus"`, 1))
+	if firstUse(); fileExists(state) {
+		t.Fatal("a driver_mismatch fault loaded the module")
+	}
+	write(t, filepath.Join(dir, "hardware.json"), writeHW)
+	t.Setenv(ContainerDevices, "/dev/nvidia0")
+	if firstUse(); fileExists(state) {
+		t.Fatal("a container loaded the module")
+	}
+	os.Unsetenv(ContainerDevices)
+	if firstUse(); !fileExists(state) {
+		t.Fatal("the first use did not load the module")
+	}
+	if m := firstUse(); m.State.Kmod == nil || *m.State.Kmod != "580.178.04" || m.State.BootID != "boot-2" {
+		t.Fatalf("state after the first use: %+v", m.State)
+	}
+}
+
+func fileExists(path string) bool {
+	_, err := os.Stat(path)
+	return err == nil
+}

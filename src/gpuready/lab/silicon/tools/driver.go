@@ -4,26 +4,23 @@ package main
 
 import (
 	"errors"
-	"os"
 
 	"gpuready.lab/silicon/machine"
 )
 
 // openDriver is NVML init as a tool on the host does it: the machine, or why NVML cannot start (no hardware file,
-// no module, library/module mismatch). The first use in a boot loads the installed kernel module (nvidia-modprobe's
-// job on a real host): the state records it, so a driver upgraded later mismatches until the next reboot. A
-// container or an unprivileged user records nothing.
+// no module, library/module mismatch). The first use in a boot loads the installed kernel module first
+// (machine's LoadModule, nvidia-modprobe's job on a real host), so a driver upgraded later mismatches until the
+// next reboot; then NVML compares the module's version with the library's. nvidia-smi, dcgmi (whose nv-hostengine
+// needs NVML) and the daemons start from it.
 func openDriver() (*machine.Machine, error) {
 	m, err := machine.Load()
-	if err == nil {
-		err = m.CheckLoaded()
-	}
 	if err != nil {
 		return nil, err
 	}
-	if _, inContainer := os.LookupEnv(machine.ContainerDevices); !inContainer &&
-		(m.State.Kmod == nil || *m.State.Kmod == "") {
-		_ = machine.Update(func(*machine.Machine) error { return nil })
+	m.LoadModule()
+	if err := m.CheckLoaded(); err != nil {
+		return nil, err
 	}
 	return m, nil
 }

@@ -15,10 +15,7 @@ import (
 	"syscall"
 )
 
-const (
-	hostEngineName = "nv-hostengine"
-	dcgmVersion    = "4.5.2" // the emulated dcgmi's
-)
+const hostEngineName = "nv-hostengine" // its version is dcgmi's dcgmVersion: one DCGM package
 
 var (
 	hostEngineWithArgument = []string{"-p", "--port", "-d", "--domain-socket", "-f", "--log-filename", "--log-level",

@@ -14,6 +14,9 @@
 //     (nvmlDeviceSetComputeMode, nvmlDeviceSetMigMode and nvmlDeviceCreateGpuInstance change the same state);
 //   - nvbandwidth (nvbandwidth.go; installed as /usr/bin/nvbandwidth by the lab's nvbandwidth package): the copy
 //     bandwidth of the devices cuInit finds, by the model the mock libcuda.so.1 times copies with;
+//   - dcgmi (dcgmi.go, dcgmi_render.go; installed as /usr/bin/dcgmi by the lab's datacenter-gpu-manager-4-core
+//     package): DCGM's diag -r 1|2|3 and --version over package machine, its tests failing as the machine's
+//     faults make real DCGM fail them;
 //   - the driver's daemons, each installed as /usr/bin/<name> and forking as its Type=forking unit expects
 //     (daemon.go: NVML must initialise; the daemon holds its pid file's lock, which package machine's alive takes
 //     for a live daemon from a GPU container): nvidia-persistenced (persistenced.go; the driver package's) and
@@ -33,6 +36,7 @@ import (
 )
 
 var tools = map[string]func(args []string) int{
+	"dcgmi":                   dcgmi,
 	"nvidia-cuda-mps-control": mpsControl,
 	"nvidia-smi":              smi,
 	"nvbandwidth":             nvbandwidth,
@@ -61,6 +65,6 @@ func main() {
 			os.Exit(tool(os.Args[2:]))
 		}
 	}
-	fmt.Fprintf(os.Stderr, "usage: %s nvidia-cuda-mps-control|nvidia-smi|nvbandwidth|nvidia-persistenced|nv-fabricmanager|nv-hostengine|visible [ARGS]\n", filepath.Base(os.Args[0]))
+	fmt.Fprintf(os.Stderr, "usage: %s dcgmi|nvidia-cuda-mps-control|nvidia-smi|nvbandwidth|nvidia-persistenced|nv-fabricmanager|nv-hostengine|visible [ARGS]\n", filepath.Base(os.Args[0]))
 	os.Exit(2)
 }

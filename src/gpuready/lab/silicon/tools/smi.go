@@ -256,8 +256,7 @@ func gpuReset(ids string) int {
 		})
 }
 
-// selectGPUs resolves -i (as dcgmi's nvemu.select does): indexes, UUIDs or PCI bus ids, comma separated; all
-// without one.
+// selectGPUs resolves -i (findGPU): indexes, UUIDs or PCI bus ids, comma separated; all without one.
 func selectGPUs(m *machine.Machine, ids string) ([]*machine.GPU, error) {
 	if ids == "" {
 		out := make([]*machine.GPU, 0, len(m.Hardware.GPUs))
@@ -268,19 +267,30 @@ func selectGPUs(m *machine.Machine, ids string) ([]*machine.GPU, error) {
 	}
 	var out []*machine.GPU
 	for _, id := range strings.Split(ids, ",") {
-		id = strings.TrimSpace(id)
-		found := false
-		for i := range m.Hardware.GPUs {
-			g := &m.Hardware.GPUs[i]
-			bus := strings.ToLower(g.PCIBusID)
-			if n, err := strconv.Atoi(id); (err == nil && n == g.Index) || id == g.UUID ||
-				strings.ToLower(id) == bus || (len(bus) > 4 && strings.ToLower(id) == bus[4:]) {
-				out, found = append(out, g), true
-			}
-		}
-		if !found {
+		g := findGPU(m, strings.TrimSpace(id))
+		if g == nil {
 			return nil, machine.ErrNotFound
 		}
+		out = append(out, g)
 	}
 	return out, nil
+}
+
+// findGPU is the GPU an id names, nil when none: its index as written ("1", not "01"), its UUID, or its PCI bus
+// id, with or without the domain's first four digits, in any case (nvemu.select's rule, which the Python
+// nvidia-smi and dcgmi followed). nvidia-smi -i and dcgmi -i name GPUs by it.
+func findGPU(m *machine.Machine, id string) *machine.GPU {
+	var found *machine.GPU
+	for i := range m.Hardware.GPUs {
+		g := &m.Hardware.GPUs[i]
+		bus := strings.ToLower(g.PCIBusID)
+		short := ""
+		if len(bus) > 4 {
+			short = bus[4:]
+		}
+		if id == strconv.Itoa(g.Index) || id == g.UUID || strings.ToLower(id) == bus || strings.ToLower(id) == short {
+			found = g // the last match, as nvemu.select
+		}
+	}
+	return found
 }
