@@ -21,7 +21,11 @@ from gpuready.lab import faults, hardware
 EMULATOR = Path(hardware.__file__).parent / "emulator"
 PYTHON = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else shutil.which("python3")
 # run by nvidia-emu-tools (gpuready/lab/silicon/tools/main.go), by the name it takes
-GO_TOOLS = {"nvbandwidth": "nvbandwidth", "nvidia_smi": "nvidia-smi"}
+GO_TOOLS = {
+    "nvbandwidth": "nvbandwidth",
+    "nvidia_container_cli": "nvidia-container-cli",
+    "nvidia_smi": "nvidia-smi",
+}
 
 
 class Machine:

@@ -12,6 +12,9 @@
 //     smi_report.go: -L, the table, -q, --query-gpu, topo, nvlink) and its changes (smi.go: -c, -mig, -pm, -r,
 //     compute-policy; mig.go: nvidia-smi mig), all over package machine, which the mock NVML answers from too
 //     (nvmlDeviceSetComputeMode, nvmlDeviceSetMigMode and nvmlDeviceCreateGpuInstance change the same state);
+//   - nvidia-container-cli (container_cli.go; installed as /usr/bin/nvidia-container-cli by the lab's
+//     libnvidia-container-tools package): libnvidia-container's CLI, which the real nvidia-container-runtime-hook
+//     runs in the toolkit's legacy mode: --version, info, list, and configure's checks;
 //   - nvbandwidth (nvbandwidth.go; installed as /usr/bin/nvbandwidth by the lab's nvbandwidth package): the copy
 //     bandwidth of the devices cuInit finds, by the model the mock libcuda.so.1 times copies with;
 //   - visible (only as the first argument): what a GPU container sees of the machine, as JSON (machine.Visible),
@@ -27,6 +30,7 @@ import (
 )
 
 var tools = map[string]func(args []string) int{
+	"nvidia-container-cli":    containerCLI,
 	"nvidia-cuda-mps-control": mpsControl,
 	"nvidia-smi":              smi,
 	"nvbandwidth":             nvbandwidth,
@@ -52,6 +56,6 @@ func main() {
 			os.Exit(tool(os.Args[2:]))
 		}
 	}
-	fmt.Fprintf(os.Stderr, "usage: %s nvidia-cuda-mps-control|nvidia-smi|nvbandwidth|visible [ARGS]\n", filepath.Base(os.Args[0]))
+	fmt.Fprintf(os.Stderr, "usage: %s nvidia-container-cli|nvidia-cuda-mps-control|nvidia-smi|nvbandwidth|visible [ARGS]\n", filepath.Base(os.Args[0]))
 	os.Exit(2)
 }

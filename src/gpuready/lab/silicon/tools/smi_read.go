@@ -158,21 +158,12 @@ func (q *query) parse(args []string) error {
 	return nil
 }
 
-// loadDriver is the machine as NVML init finds it, or nil and the exit code after nvidia-smi's message. The
-// first command of a boot loads the installed kernel module (nvidia-modprobe's job on a real host): the state
-// records it, so a driver upgraded later mismatches until the next reboot. A container or an unprivileged user
-// records nothing.
+// loadDriver is the machine as NVML init finds it (initDriver), or nil and the exit code after nvidia-smi's
+// message.
 func loadDriver() (*machine.Machine, int) {
-	m, err := machine.Load()
-	if err == nil {
-		err = m.CheckLoaded()
-	}
+	m, err := initDriver()
 	if err != nil {
 		return nil, driverFailure(err, "")
-	}
-	if _, inContainer := os.LookupEnv(machine.ContainerDevices); !inContainer &&
-		(m.State.Kmod == nil || *m.State.Kmod == "") {
-		_ = machine.Update(func(*machine.Machine) error { return nil })
 	}
 	return m, 0
 }
