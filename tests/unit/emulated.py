@@ -24,6 +24,7 @@ PYTHON = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else shutil.wh
 GO_TOOLS = {
     "dcgmi": "dcgmi",
     "nvbandwidth": "nvbandwidth",
+    "nvidia_container_cli": "nvidia-container-cli",
     "nvidia_smi": "nvidia-smi",
     "nvidia_persistenced": "nvidia-persistenced",
     "nv_fabricmanager": "nv-fabricmanager",

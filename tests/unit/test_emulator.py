@@ -12,7 +12,6 @@ import fcntl
 import json
 import os
 import re
-import shutil
 import signal
 import subprocess
 import time
@@ -20,7 +19,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
-from emulated import EMULATOR, PYTHON, Machine
+from emulated import PYTHON, Machine
 from static_tools import static_tools
 
 from gpuready.lab import faults, hardware
@@ -550,32 +549,15 @@ def test_driver_upgrade_without_reboot_is_a_version_mismatch(tmp_path: Path) -> 
 # ---- toolkit ---------------------------------------------------------------------------------------------
 def test_container_cli_version(tmp_path: Path) -> None:
     """nvidia-container-cli is the one toolkit tool still emulated (nvidia-ctk and the runtime are NVIDIA's own:
-    tests/unit/test_nvidia_tools.py)."""
+    tests/unit/test_nvidia_tools.py): the static tools' (gpuready/lab/silicon/tools/container_cli.go)."""
     host = Host(tmp_path, "l40s-2")
-    version = _toolkit(
-        host, "nvidia-container-cli", "--version", GPUREADY_LAB_TOOLKIT_VERSION="1.17.3"
-    ).stdout
+    version = host.run("nvidia_container_cli", "--version", GPUREADY_LAB_TOOLKIT_VERSION="1.17.3").stdout
     assert version.splitlines()[:2] == ["cli-version: 1.17.3", "lib-version: 1.17.3"]
-
-
-def _toolkit(host: Host, tool: str, *args: str, **env: str) -> subprocess.CompletedProcess:
-    """Run toolkit.py under the real tool's name (it dispatches on argv[0], as the installed wrappers do)."""
-    link = host.tmp / tool
-    if not link.exists():
-        link.symlink_to(EMULATOR / "toolkit.py")
-    return subprocess.run(
-        [PYTHON, "-E", "-s", str(link), *args],
-        env={**host.env, **env},
-        capture_output=True,
-        text=True,
-        timeout=30,
-        cwd=EMULATOR,
-    )
 
 
 def test_container_cli_info_and_configure(tmp_path: Path) -> None:
     host = Host(tmp_path, "t4-1")
-    info = _toolkit(host, "nvidia-container-cli", "info", PYTHONPATH=str(EMULATOR))
+    info = host.run("nvidia_container_cli", "info")
     assert info.returncode == 0, info.stderr
     assert info.stdout.splitlines()[:2] == ["NVRM version:   580.178.04", "CUDA version:   13.0"]
     assert f"GPU UUID:       {host.hw['gpus'][0]['uuid']}" in info.stdout
@@ -584,11 +566,9 @@ def test_container_cli_info_and_configure(tmp_path: Path) -> None:
     hook = ("--load-kmods", "--ldcache=/etc/ld.so.cache", "configure", "--ldconfig=@/sbin/ldconfig")
     uuid = host.hw["gpus"][0]["uuid"]
     for devices in ("all", "0", uuid):
-        done = _toolkit(
-            host, "nvidia-container-cli", *hook, f"--device={devices}", "--compute", "--pid=1", "/r"
-        )
+        done = host.run("nvidia_container_cli", *hook, f"--device={devices}", "--compute", "--pid=1", "/r")
         assert (done.returncode, done.stderr) == (0, ""), devices
-    unknown = _toolkit(host, "nvidia-container-cli", *hook, "--device=0,7", "--utility", "--pid=1", "/r")
+    unknown = host.run("nvidia_container_cli", *hook, "--device=0,7", "--utility", "--pid=1", "/r")
     assert (unknown.returncode, unknown.stderr) == (
         1,
         "nvidia-container-cli: device error: 7: unknown device\n",
@@ -596,18 +576,13 @@ def test_container_cli_info_and_configure(tmp_path: Path) -> None:
 
 
 def test_container_cli_without_driver_fails_like_the_real_one(tmp_path: Path) -> None:
+    """No libnvidia-ml1 (no /usr/lib/nvidia-emu/driver-version on this test host) and no driver version named by
+    the lab: the library is missing (machine.LibraryInstalled)."""
+    if Path("/usr/lib/nvidia-emu/driver-version").exists():
+        pytest.skip("this host has the lab's driver installed")
     host = Host(tmp_path, "t4-1")
-    lonely = tmp_path / "alone"
-    lonely.mkdir()
-    shutil.copy(EMULATOR / "toolkit.py", lonely / "toolkit.py")
-    (lonely / "nvidia-container-cli").symlink_to(lonely / "toolkit.py")
-    result = subprocess.run(
-        [PYTHON, "-E", "-s", str(lonely / "nvidia-container-cli"), "info"],
-        env=host.env,
-        capture_output=True,
-        text=True,
-        timeout=30,
-    )
+    del host.env["GPUREADY_LAB_DRIVER_VERSION"]
+    result = host.run("nvidia_container_cli", "info")
     assert result.returncode == 1
     assert result.stderr == (
         "nvidia-container-cli: initialization error: load library failed: libnvidia-ml.so.1: "

@@ -190,7 +190,11 @@ def test_driver_contents(built: dict[str, list[Path]]) -> None:
         base
     )
     assert "/usr/bin/nvidia-container-runtime-hook" in contents(tk[("nvidia-container-toolkit", "1.20.0-1")])
-    assert "/usr/bin/nvidia-container-cli" in contents(tk[("libnvidia-container-tools", "1.20.0-1")])
+    # nvidia-container-cli is the static tools' ELF (no Python in it); it reports libnvidia-container1's version
+    cli = contents(tk[("libnvidia-container-tools", "1.20.0-1")])
+    assert cli["/usr/bin/nvidia-container-cli"].startswith("-rwxr-xr-x")
+    assert not any(path.endswith(".py") for path in cli)
+    assert "/usr/lib/nvidia-container-emu/version" in contents(tk[("libnvidia-container1", "1.20.0-1")])
     # the CDI refresh units ship from 1.18 on
     assert "/lib/systemd/system/nvidia-cdi-refresh.path" in contents(
         tk[("nvidia-container-toolkit-base", "1.20.0-1")]
@@ -231,6 +235,10 @@ def test_files_are_the_emulator_sources_and_versions(built: dict[str, list[Path]
     # so are the driver's daemons: nvidia-persistenced (and nv-fabricmanager) run as their units' Type=forking
     assert (root / "usr/bin/nvidia-persistenced").read_bytes() == fake_libraries()["tools"].read_bytes()
     assert not (root / "usr/lib/nvidia-emu/nvidia_persistenced.py").exists()
+    for key in (("libnvidia-container-tools", "1.17.3-1"), ("libnvidia-container1", "1.17.3-1")):
+        subprocess.run(["dpkg-deb", "-x", str(debs[key]), str(root)], check=True)
+    assert (root / "usr/bin/nvidia-container-cli").read_bytes() == fake_libraries()["tools"].read_bytes()
+    assert (root / "usr/lib/nvidia-container-emu/version").read_text() == "1.17.3\n"
     control = tmp_path / "control"
     subprocess.run(
         ["dpkg-deb", "-e", str(debs[("nvidia-persistenced", "570.195.03-1")]), str(control)], check=True

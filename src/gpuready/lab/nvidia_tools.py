@@ -33,7 +33,7 @@ the module (``internal/runtime``, ``internal/modifier``, ``cmd/nvidia-container-
 * **legacy** mode (``auto`` on a node without CDI devices requested: runtime-class mode on bookworm's containerd
   1.6) only adds the ``nvidia-container-runtime-hook`` prestart hook, and that hook runs ``nvidia-container-cli
   configure`` (libnvidia-container's CLI) to mount the driver into the container. That CLI stays emulated in the
-  lab's ``libnvidia-container-tools`` package.
+  lab's ``libnvidia-container-tools`` package (the static ``nvidia-emu-tools``, :mod:`gpuready.lab.silicon`).
 * ``nvidia-ctk cdi generate`` (what ``nvidia-cdi-refresh.service`` runs) needs NVML (the mock), the device nodes
   under ``--dev-root`` and the driver's files under ``--driver-root``; no libnvidia-container.
 

@@ -7,12 +7,12 @@ the lab: the CUDA debian12 repository (since R580: ``nvidia-driver``, ``nvidia-d
 all versioned ``<driver>-1``) and libnvidia-container's stable repository (``nvidia-container-toolkit``,
 ``nvidia-container-toolkit-base``, ``libnvidia-container-tools``, ``libnvidia-container1``, ``<version>-1``).
 The driver's libraries are the lab's mock NVML and CUDA driver (Go, :mod:`gpuready.lab.silicon`), answering from
-the host's emulated machine; its tools are emulated (the static ``nvidia-emu-tools``: nvidia-smi, MPS control and the
-daemons; the rest stdlib Python from ``gpuready/lab/emulator``); the container toolkit's are NVIDIA's real
-``nvidia-ctk``, ``nvidia-container-runtime``, ``nvidia-cdi-hook`` and ``nvidia-container-runtime-hook`` of the
-package's version, built from their Go module (:mod:`gpuready.lab.nvidia_tools`), with the refresh units and
+the host's emulated machine; its tools are emulated by the static ``nvidia-emu-tools`` (Go, :mod:`gpuready.lab.silicon`:
+nvidia-smi, MPS control, dcgmi, nvbandwidth and the daemons, each under its own name); the container toolkit's are
+NVIDIA's real ``nvidia-ctk``, ``nvidia-container-runtime``, ``nvidia-cdi-hook`` and ``nvidia-container-runtime-hook``
+of the package's version, built from their Go module (:mod:`gpuready.lab.nvidia_tools`), with the refresh units and
 maintainer scripts NVIDIA's packages have. Only libnvidia-container (C; its ``nvidia-container-cli``, which the
-legacy runtime mode alone runs) stays emulated.
+legacy runtime mode alone runs) stays emulated: the static tools under that name.
 
 Built with ``dpkg-deb --build --root-owner-group`` (no fakeroot); rebuilt only when the emulator sources or
 the requested versions or the toolkit binaries change.
@@ -238,11 +238,12 @@ def driver_debs(driver: str, libraries: dict[str, Path]) -> list[Deb]:
     return [ml, cuda, kmod, smi, mps, pd, fm, dc, meta]
 
 
-def toolkit_debs(toolkit: str, binaries: dict[str, Path]) -> list[Deb]:
+def toolkit_debs(toolkit: str, binaries: dict[str, Path], tools: Path) -> list[Deb]:
     """The libnvidia-container stable repository's packages for one toolkit version, with `binaries` (command name ->
-    built file, :func:`gpuready.lab.nvidia_tools.ensure_toolkit`) where NVIDIA's packages install them."""
+    built file, :func:`gpuready.lab.nvidia_tools.ensure_toolkit`) where NVIDIA's packages install them, and
+    ``nvidia-container-cli`` the static ``nvidia-emu-tools`` (`tools`, :mod:`gpuready.lab.silicon.build`), which
+    reports the toolkit version ``libnvidia-container1`` ships."""
     v = f"{toolkit}-1"
-    tk_path = [TOOLKIT_LIB]
 
     def pkg(name: str, section: str, description: str, depends: list[str] | None = None) -> Deb:
         return Deb(name, v, TOOLKIT_MAINTAINER, section, description, depends or [])
@@ -256,14 +257,13 @@ def toolkit_debs(toolkit: str, binaries: dict[str, Path]) -> list[Deb]:
     lib.links[f"{MULTIARCH_LIB}/libnvidia-container.so.1"] = f"libnvidia-container.so.{toolkit}"
     lib.add(f"{TOOLKIT_LIB}/version", toolkit + "\n")
 
-    tools = pkg(
+    cli = pkg(
         "libnvidia-container-tools",
         "utils",
         "NVIDIA container runtime library (command-line tools)",
         [f"libnvidia-container1 (>= {v})"],
     )
-    tools.add_module(TOOLKIT_LIB, "toolkit.py", "container_cli.py")
-    tools.add_wrapper("nvidia-container-cli", tk_path, "container_cli", "cli_main")
+    cli.executables["/usr/bin/nvidia-container-cli"] = tools
 
     # packaging/debian/nvidia-container-toolkit-base.install: the runtime, nvidia-ctk, nvidia-cdi-hook, the units
     base = pkg("nvidia-container-toolkit-base", "utils", "NVIDIA Container Toolkit Base")
@@ -290,7 +290,7 @@ def toolkit_debs(toolkit: str, binaries: dict[str, Path]) -> list[Deb]:
     )
     add_binary(tk, "nvidia-container-runtime-hook")
     tk.scripts = {"postinst": pf.TOOLKIT_POSTINST, "postrm": pf.TOOLKIT_POSTRM}
-    return [lib, tools, base, tk]
+    return [lib, cli, base, tk]
 
 
 DCGM_VERSION = "1:4.5.2-1"  # the emulated dcgmi reports DCGM 4.5.2 (gpuready/lab/silicon/tools/dcgmi.go)
@@ -312,7 +312,6 @@ def diag_debs(tools: Path) -> list[Deb]:
     nvbandwidth prints the figures the mock libcuda.so.1 times copies by, dcgmi reads the machine as the mock NVML
     does.
     """
-    drv_path = [DRIVER_LIB]
     dcgm = Deb(
         "datacenter-gpu-manager-4-core",
         DCGM_VERSION,
@@ -397,7 +396,9 @@ def build_packages(
             *(d for ver in driver_versions for d in driver_debs(ver, libraries)),
             *diag_debs(libraries["tools"]),
         ],
-        "libnvidia-container": [d for ver in toolkit_versions for d in toolkit_debs(ver, built[ver])],
+        "libnvidia-container": [
+            d for ver in toolkit_versions for d in toolkit_debs(ver, built[ver], libraries["tools"])
+        ],
     }
     result = {key: [outdir / d.filename for d in debs] for key, debs in by_repo.items()}
     binaries = [path for ver in toolkit_versions for _name, path in sorted(built[ver].items())]

@@ -317,6 +317,16 @@ func LibraryVersion() string {
 	return DefaultDriverVersion
 }
 
+// LibraryInstalled: the user-space driver (libnvidia-ml1: the mock libnvidia-ml.so.1 and DriverDir's
+// driver-version) is installed, or the lab names its version (GPUREADY_LAB_DRIVER_VERSION, as the lab's node agent
+// does when it finds driver-version and as the tests do). Unlike LibraryVersion and InstalledKmodVersion, which
+// take a host without DriverDir for a development host with the default driver, a missing driver-version file is no
+// library: a tool that exists without the driver (nvidia-container-cli, of the container toolkit) must fail on a lab
+// host without the driver packages as the real one fails to load libnvidia-ml.so.1.
+func LibraryInstalled() bool {
+	return os.Getenv("GPUREADY_LAB_DRIVER_VERSION") != "" || readText(filepath.Join(DriverDir, "driver-version")) != ""
+}
+
 // InstalledKmodVersion is the kernel module version on disk, "" when none is installed
 // (nvemu.installed_kmod_version).
 func InstalledKmodVersion() string {

@@ -12,6 +12,9 @@
 //     smi_report.go: -L, the table, -q, --query-gpu, topo, nvlink) and its changes (smi.go: -c, -mig, -pm, -r,
 //     compute-policy; mig.go: nvidia-smi mig), all over package machine, which the mock NVML answers from too
 //     (nvmlDeviceSetComputeMode, nvmlDeviceSetMigMode and nvmlDeviceCreateGpuInstance change the same state);
+//   - nvidia-container-cli (container_cli.go; installed as /usr/bin/nvidia-container-cli by the lab's
+//     libnvidia-container-tools package): libnvidia-container's CLI, which the real nvidia-container-runtime-hook
+//     runs in the toolkit's legacy mode: --version, info, list, and configure's checks;
 //   - nvbandwidth (nvbandwidth.go; installed as /usr/bin/nvbandwidth by the lab's nvbandwidth package): the copy
 //     bandwidth of the devices cuInit finds, by the model the mock libcuda.so.1 times copies with;
 //   - dcgmi (dcgmi.go, dcgmi_render.go; installed as /usr/bin/dcgmi by the lab's datacenter-gpu-manager-4-core
@@ -37,6 +40,7 @@ import (
 
 var tools = map[string]func(args []string) int{
 	"dcgmi":                   dcgmi,
+	"nvidia-container-cli":    containerCLI,
 	"nvidia-cuda-mps-control": mpsControl,
 	"nvidia-smi":              smi,
 	"nvbandwidth":             nvbandwidth,
@@ -65,6 +69,6 @@ func main() {
 			os.Exit(tool(os.Args[2:]))
 		}
 	}
-	fmt.Fprintf(os.Stderr, "usage: %s dcgmi|nvidia-cuda-mps-control|nvidia-smi|nvbandwidth|nvidia-persistenced|nv-fabricmanager|nv-hostengine|visible [ARGS]\n", filepath.Base(os.Args[0]))
+	fmt.Fprintf(os.Stderr, "usage: %s dcgmi|nvidia-container-cli|nvidia-cuda-mps-control|nvidia-smi|nvbandwidth|nvidia-persistenced|nv-fabricmanager|nv-hostengine|visible [ARGS]\n", filepath.Base(os.Args[0]))
 	os.Exit(2)
 }
