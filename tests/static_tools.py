@@ -1,8 +1,8 @@
 """The lab's static ``nvidia-emu-tools`` for tests that run the emulated NVIDIA tools outside a lab host.
 
-On a lab host, ``/usr/bin/nvidia-smi``'s launcher tells the Python nvidia-smi where they are
-(``GPUREADY_LAB_STATIC_TOOLS``): its settings (``-c``, ``-mig``, ``-r``) and ``nvidia-smi mig`` are theirs
-(gpuready/lab/silicon/tools). Tests name this build instead, built once per source into the lab cache.
+On a lab host the NVIDIA packages install the build under each tool's name (``/usr/bin/nvidia-smi``, ``dcgmi``, the
+daemons, ...; gpuready/lab/silicon/tools). Tests run it by its first argument instead, built once per source into the
+lab cache.
 """
 
 from __future__ import annotations
@@ -10,8 +10,6 @@ from __future__ import annotations
 import functools
 
 import pytest
-
-ENV = "GPUREADY_LAB_STATIC_TOOLS"
 
 
 @functools.cache

@@ -16,7 +16,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from inventories import write_inventory
-from static_tools import ENV as STATIC_TOOLS_ENV
 from static_tools import static_tools
 from verdict_schema import read_valid_verdict
 
@@ -70,7 +69,6 @@ class FakeNode:
             "GPUREADY_LAB_STATE": str(self.root / "state.json"),
             "GPUREADY_LAB_BOOT_ID": f"conformance-test-boot-{self.boot}",
             "GPUREADY_FAKE_NODE": str(self.root),
-            STATIC_TOOLS_ENV: static_tools(),  # as on a lab host
         }
         if self.units.get("nvidia-fabricmanager") == "active":
             # the emulated driver lets GPUs join the NVSwitch fabric while Fabric Manager's pid is alive

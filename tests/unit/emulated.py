@@ -1,35 +1,19 @@
 """One emulated lab machine for unit tests: a hardware file (with faults), driver state, daemons up or down.
 
-The emulated NVIDIA tools run as on a lab host: the system's python3 (stdlib only, ``-E -s``) on the module's
-source file, or the lab's static ``nvidia-emu-tools`` for the tools written in Go (``GO_TOOLS``: built from
-gpuready/lab/silicon/tools into the lab cache, the test skipped without Go), with the hardware file, driver
-state, boot id and the daemons' pid files named by environment.
+The emulated NVIDIA tools run as on a lab host: the lab's static ``nvidia-emu-tools`` (built from
+gpuready/lab/silicon/tools into the lab cache, the test skipped without Go) under the tool's name, with the hardware
+file, driver state, boot id and the daemons' pid files named by environment.
 """
 
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 from pathlib import Path
 
-from static_tools import ENV as STATIC_TOOLS_ENV
 from static_tools import static_tools
 
 from gpuready.lab import faults, hardware
-
-EMULATOR = Path(hardware.__file__).parent / "emulator"
-PYTHON = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else shutil.which("python3")
-# run by nvidia-emu-tools (gpuready/lab/silicon/tools/main.go), by the name it takes
-GO_TOOLS = {
-    "dcgmi": "dcgmi",
-    "nvbandwidth": "nvbandwidth",
-    "nvidia_container_cli": "nvidia-container-cli",
-    "nvidia_smi": "nvidia-smi",
-    "nvidia_persistenced": "nvidia-persistenced",
-    "nv_fabricmanager": "nv-fabricmanager",
-    "nv_hostengine": "nv-hostengine",
-}
 
 
 class Machine:
@@ -64,19 +48,13 @@ class Machine:
             "GPUREADY_LAB_DRIVER_VERSION": driver,
             "GPUREADY_LAB_PERSISTENCED_PID": str(pids["persistenced"][0]),
             "GPUREADY_LAB_FABRICMANAGER_PID": str(pids["fm"][0]),
-            # as the Python tools' launcher on a lab host: a container's view of the machine is the static tools'
-            STATIC_TOOLS_ENV: static_tools(),
         }
 
     def run(self, tool: str, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
-        """Run ``gpuready/lab/emulator/<tool>.py``, or the static tools' ``tool``, with ``args``."""
-        command = (
-            [static_tools(), GO_TOOLS[tool]]
-            if tool in GO_TOOLS
-            else [PYTHON, "-E", "-s", str(EMULATOR / f"{tool}.py")]
-        )
+        """Run the static tools' ``tool`` (``nvidia-smi``, ``dcgmi``, ...; gpuready/lab/silicon/tools/main.go) with
+        ``args``."""
         return subprocess.run(
-            [*command, *args],
+            [static_tools(), tool, *args],
             env={**self.env, **env},
             capture_output=True,
             text=True,

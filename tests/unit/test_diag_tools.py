@@ -171,6 +171,6 @@ def test_emulated_hostengine_starts_where_nvml_does(tmp_path):
     assert (proc.returncode, out) == (0, "Started host engine version 4.5.2 using port number: 5555\n")
     assert not pid_file.exists()
     # after a driver change NVML cannot start until the reboot, and neither can the host engine
-    host.run("nvidia_smi", "-L")
+    host.run("nvidia-smi", "-L")
     failed = hostengine("-n", env={**env, "GPUREADY_LAB_DRIVER_VERSION": "590.48.01"})
     assert (failed.returncode, failed.stderr) == (1, "Error: DCGM initialization error\n")

@@ -121,7 +121,7 @@ def test_compute_mode_set_without_python_is_what_nvidia_smi_reports(tools: Path,
         )
 
     def modes() -> list[str]:
-        out = machine.run("nvidia_smi", "--query-gpu=compute_mode", "--format=csv,noheader")
+        out = machine.run("nvidia-smi", "--query-gpu=compute_mode", "--format=csv,noheader")
         assert out.returncode == 0, out.stderr
         return out.stdout.split()
 

@@ -8,7 +8,6 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from static_tools import ENV as STATIC_TOOLS_ENV
 from static_tools import static_tools
 
 from gpuready.lab import faults, hardware
@@ -31,7 +30,6 @@ class Host:
             "GPUREADY_LAB_DRIVER_VERSION": "580.178.04",
             "GPUREADY_LAB_PERSISTENCED_PID": str(tmp / "persistenced.pid"),
             "GPUREADY_LAB_FABRICMANAGER_PID": str(tmp / "fm.pid"),
-            STATIC_TOOLS_ENV: static_tools(),  # as on a lab host
         }
 
     def run(self, *args: str, tool: str = "nvidia-smi") -> subprocess.CompletedProcess:

@@ -10,11 +10,12 @@ from __future__ import annotations
 import os
 import re
 import subprocess
+import sys
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from emulated import PYTHON, Machine
+from emulated import Machine
 from pyinfra.context import ctx_host, ctx_state
 from static_tools import static_tools
 from test_mig_and_join_operations import mig_state, run, smi_state
@@ -195,7 +196,7 @@ def test_the_rescan_command_hups_exactly_the_plugin_and_gfd_programs() -> None:
     alone. Stand-ins are Python processes named so (exec -a) that sleep, which SIGHUP ends."""
 
     def started(argv0: str, *args: str) -> subprocess.Popen[bytes]:
-        sleep = [PYTHON, "-c", "import time; time.sleep(60)", *args]
+        sleep = [sys.executable, "-c", "import time; time.sleep(60)", *args]
         return subprocess.Popen(["bash", "-c", 'exec -a "$0" "$@"', argv0, *sleep])
 
     hupped = [started(mig_layout.DEVICE_PLUGIN_PROGRAM), started(f"/usr/bin/{mig_layout.GFD_PROGRAM}")]

@@ -143,7 +143,7 @@ class _Host(Machine):
         )
 
     def smi(self, *args: str) -> str:
-        result = self.run("nvidia_smi", *args)
+        result = self.run("nvidia-smi", *args)
         assert result.returncode == 0, f"nvidia-smi {args}: {result.stdout}{result.stderr}"
         return result.stdout
 
@@ -295,11 +295,11 @@ def test_nvml_mig_mutations_return_the_real_codes_and_write_the_shared_state(
         "create_without_mig": NOT_SUPPORTED,
     }
     pending = machine.run(
-        "nvidia_smi", "--query-gpu=mig.mode.current,mig.mode.pending", "--format=csv,noheader"
+        "nvidia-smi", "--query-gpu=mig.mode.current,mig.mode.pending", "--format=csv,noheader"
     )
     assert pending.stdout.splitlines()[0] == "Disabled, Enabled", pending.stdout
 
-    reset = machine.run("nvidia_smi", "-r", "-i", "0")
+    reset = machine.run("nvidia-smi", "-r", "-i", "0")
     assert reset.returncode == 0, reset.stdout
 
     proc = script(AFTER_RESET)
@@ -319,9 +319,9 @@ def test_nvml_mig_mutations_return_the_real_codes_and_write_the_shared_state(
             "destroy_gi_in_use": IN_USE,
         }
         # What NVML made is what the emulated nvidia-smi lists, at once.
-        listed = machine.run("nvidia_smi", "-L").stdout
+        listed = machine.run("nvidia-smi", "-L").stdout
         assert "MIG 7g.80gb     Device  0:" in listed, listed
-        lgi = machine.run("nvidia_smi", "mig", "-lgi", "-i", "0").stdout
+        lgi = machine.run("nvidia-smi", "mig", "-lgi", "-i", "0").stdout
         assert "MIG 7g.80gb" in lgi and "0:8" in lgi, lgi
     finally:
         proc.stdin.write("\n")
@@ -336,7 +336,7 @@ def test_nvml_mig_mutations_return_the_real_codes_and_write_the_shared_state(
         "create_placed": SUCCESS,
         "create_placed_bad_start": INVALID_ARGUMENT,
     }
-    lgi = machine.run("nvidia_smi", "mig", "-lgi", "-i", "0").stdout
+    lgi = machine.run("nvidia-smi", "mig", "-lgi", "-i", "0").stdout
     assert "MIG 1g.10gb" in lgi and "3:1" in lgi and "7g.80gb" not in lgi, lgi
     # The driver numbers a 1g instance by its placement (mig.py): slot 3 of 8 is GI 10.
     state = json.loads((tmp_path / "state" / "state.json").read_text())

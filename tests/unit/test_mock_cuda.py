@@ -304,7 +304,7 @@ def test_a_process_sees_the_gpus_and_the_one_mig_device_its_device_nodes_give(tm
         ("boot-2", ("mig", "-i", "2", "-cgi", "9,14", "-C")),
     ):
         machine.env["GPUREADY_LAB_BOOT_ID"] = boot  # MIG mode takes effect at the next boot
-        result = machine.run("nvidia_smi", *args)
+        result = machine.run("nvidia-smi", *args)
         assert result.returncode == 0, result.stdout + result.stderr
     state = json.loads(Path(machine.env["GPUREADY_LAB_STATE"]).read_text())
     gpu2 = machine.hw["gpus"][2]

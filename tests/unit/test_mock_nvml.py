@@ -90,7 +90,7 @@ def _run(script: str, machine: Machine, nvml_dir: Path) -> subprocess.CompletedP
 
 def _smi_report(machine: Machine) -> smi.SmiReport:
     """What the Python emulator's nvidia-smi says about the same files: the one source of truth."""
-    result = machine.run("nvidia_smi", "-q", "-x")
+    result = machine.run("nvidia-smi", "-q", "-x")
     assert result.returncode == 0, result.stderr
     return smi.parse_query_xml(result.stdout)
 
@@ -99,7 +99,7 @@ class _Host(Machine):
     """A machine whose nvidia-smi commands must succeed (MIG set-up)."""
 
     def ok(self, *args: str) -> str:
-        result = self.run("nvidia_smi", *args)
+        result = self.run("nvidia-smi", *args)
         assert result.returncode == 0, f"{args}: {result.stdout}{result.stderr}"
         return result.stdout
 
@@ -241,7 +241,7 @@ def test_gpu_off_the_bus_is_lost(tmp_path: Path, nvml_dir: Path) -> None:
         "handle_by_index": [0, GPU_IS_LOST, 0],
     }
     # nvidia-smi, on the same files, cannot reach that GPU either.
-    listing = machine.run("nvidia_smi", "-L")
+    listing = machine.run("nvidia-smi", "-L")
     assert listing.returncode == 15 and "Unable to determine the device handle" in listing.stdout
 
 
@@ -374,7 +374,7 @@ def test_init_fails_as_the_real_one_does(tmp_path: Path, nvml_dir: Path) -> None
     machine.hw = faults.apply_fault(machine.hw, "driver-mismatch", None)
     hardware.write_hardware(machine.hw_path, machine.hw)
     assert init() == 18
-    assert machine.run("nvidia_smi").returncode == 18  # nvidia-smi agrees
+    assert machine.run("nvidia-smi").returncode == 18  # nvidia-smi agrees
 
 
 def test_mig_device_profile_walk_as_go_nvlib_does(tmp_path: Path, nvml_dir: Path) -> None:
@@ -465,7 +465,7 @@ def test_topology_answers_what_nvidia_smi_topo_draws(tmp_path: Path, nvml_dir: P
         nvml_dir,
     )
     got = json.loads(out.stdout)
-    topo = machine.run("nvidia_smi", "topo", "-m")
+    topo = machine.run("nvidia-smi", "topo", "-m")
     assert topo.returncode == 0, topo.stderr
     rows = [line.split("\t") for line in topo.stdout.splitlines() if line.startswith("GPU")]
     nvswitch = hardware.PROFILES[profile].nvswitch
@@ -549,7 +549,7 @@ def test_a_container_sees_through_nvml_what_its_nvidia_smi_lists(tmp_path: Path,
             timeout=60,
         )
         assert result.returncode == 0, result.stderr
-        listed = host.run("nvidia_smi", "-L", **{nvemu.CONTAINER_DEVICES: ",".join(nodes)})
+        listed = host.run("nvidia-smi", "-L", **{nvemu.CONTAINER_DEVICES: ",".join(nodes)})
         assert listed.returncode == 0, listed.stderr
         return json.loads(result.stdout), smi.parse_list(listed.stdout)
 

@@ -191,7 +191,7 @@ def test_kernel_module_and_library_versions_disagreeing_is_the_same_error(tmp: P
     machine = Machine(tmp, "l4-1")
     assert machine.nvbandwidth(*ARGS).returncode == 0
     # the driver's first user loads the 580.178.04 module (nvemu records it; the mock libraries only read it)
-    assert machine.run("nvidia_smi", "-L").returncode == 0
+    assert machine.run("nvidia-smi", "-L").returncode == 0
     machine.env["GPUREADY_LAB_DRIVER_VERSION"] = "580.105.08"  # library upgraded, module still the old one
     # (the variable sets both versions; the loaded module is what the state file remembers)
     result = machine.nvbandwidth(*ARGS)

@@ -24,6 +24,7 @@ from emulated import Machine
 from gpuready.conformance.checks import Output
 from gpuready.conformance.checks import host as host_checks
 from gpuready.lab import kernel_files, nvidia_tools
+from gpuready.lab.emulator import nvemu
 from gpuready.lab.gobuild import PrerequisiteError, cgo_problem
 from gpuready.nvidia import cdi, containerd_config
 from gpuready.nvidia.smi import parse_list
@@ -171,9 +172,8 @@ def missing_symbols(library: Path, names: tuple[str, ...]) -> list[str]:
 def kernel_tree(machine: Machine) -> Path:
     """The machine's /dev and /proc/driver as a lab host gets them (gpuready.lab.kernel_files, from the same hardware
     and driver state files the emulated nvidia-smi reads), rendered under the test's directory; returns it."""
-    nvemu = kernel_files.emulator()
     state = Path(machine.env["GPUREADY_LAB_STATE"])
-    drv = nvemu.Driver.snapshot(
+    drv = nvemu.Driver(
         machine.hw,
         state.read_text() if state.exists() else None,
         machine.env["GPUREADY_LAB_BOOT_ID"],
@@ -233,12 +233,12 @@ def test_cdi_generate_names_what_nvidia_smi_lists(
         assert not missing, f"the mock NVML lacks what cdi generate calls for MIG devices: {missing}"
     machine = Machine(tmp_path, profile)
     for gpu in mig_gpus:
-        assert machine.run("nvidia_smi", "-i", str(gpu), "-mig", "1").returncode == 0
+        assert machine.run("nvidia-smi", "-i", str(gpu), "-mig", "1").returncode == 0
     machine.env["GPUREADY_LAB_BOOT_ID"] = "boot-2"  # MIG mode applies at the next boot
     for gpu in mig_gpus:
-        created = machine.run("nvidia_smi", "mig", "-i", str(gpu), "-cgi", "9,14,19", "-C")
+        created = machine.run("nvidia-smi", "mig", "-i", str(gpu), "-cgi", "9,14,19", "-C")
         assert created.returncode == 0, created.stdout + created.stderr
-    listing = machine.run("nvidia_smi", "-L")
+    listing = machine.run("nvidia-smi", "-L")
     assert listing.returncode == 0, listing.stderr
     wanted = cdi.expected_devices(parse_list(listing.stdout))
     assert sum(1 for name in wanted if name.startswith("MIG-")) == 3 * len(mig_gpus)

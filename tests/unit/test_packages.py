@@ -17,8 +17,6 @@ from gpuready.lab.emulator import package_files as pf
 
 pytestmark = pytest.mark.skipif(shutil.which("dpkg-deb") is None, reason="dpkg-deb is not installed")
 
-EMULATOR = Path(packages.__file__).parent / "emulator"
-
 
 def fake_toolkit(where: Path):
     """A `toolkit_binaries` stand-in: one small executable per command and version, saying which it is."""
@@ -165,13 +163,12 @@ def test_driver_contents(built: dict[str, list[Path]]) -> None:
     debs = by_name(built)
     smi = contents(debs[("nvidia-smi", "580.178.04-1")])
     assert smi["/usr/bin/nvidia-smi"].startswith("-rwxr-xr-x")
-    # nvidia-smi is the static tools' ELF (no Python in it), as NVIDIA's is an ELF that runs in any container;
-    # the Python tools find the same build at pf.STATIC_TOOLS
+    # nvidia-smi is the static tools' ELF (no Python in it), as NVIDIA's is an ELF that runs in any container
     assert not any(path.endswith(".py") for path in smi)
-    assert pf.STATIC_TOOLS in smi
     ml = contents(debs[("libnvidia-ml1", "580.178.04-1")])
+    # no Python in any driver package: every emulated tool is the static tools' ELF
+    assert not any(path.endswith(".py") for deb in debs.values() for path in contents(deb)), "a .py file"
     assert {
-        "/usr/lib/nvidia-emu/nvemu.py",
         "/usr/lib/nvidia-emu/driver-version",
         "/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1",
     } <= set(ml)

@@ -48,9 +48,9 @@ def emulated(machine) -> dict[str, Output]:
         return Output(done.returncode, done.stdout, done.stderr)
 
     return {
-        "xml": run("nvidia_smi", "-q", "-x"),
-        "list": run("nvidia_smi", "-L"),
-        "nvlink": run("nvidia_smi", "nvlink", "-s"),
+        "xml": run("nvidia-smi", "-q", "-x"),
+        "list": run("nvidia-smi", "-L"),
+        "nvlink": run("nvidia-smi", "nvlink", "-s"),
         "dcgmi": run("dcgmi", "diag", "-r", "2", "-j"),
         "nvbandwidth": run("nvbandwidth", *shlex.split(nvbandwidth.NVBANDWIDTH_COMMAND)[1:]),
     }

@@ -379,34 +379,6 @@ def test_the_labs_kube_proxy_writes_no_sysctl_and_leaves_pod_traffic_unmasquerad
     assert args["metrics-bind-address"].startswith("127.0.0.1:")
 
 
-def test_a_daemon_seen_from_a_container_is_alive_while_it_holds_its_pid_file(tmp_path: Path) -> None:
-    """In a GPU container the emulated Fabric Manager's pid (the host's PID namespace) is not in /proc: the
-    emulated tools take its pid file's lock instead (the daemon holds it: the static tools' holdPidFile), else
-    every NVSwitch GPU's CUDA in a pod was "not ready" (CUDA_ERROR_SYSTEM_NOT_READY, found by vectorAdd on the
-    3-host real-kubelet lab)."""
-    import fcntl
-
-    from gpuready.lab.emulator import nvemu
-
-    pid_file = tmp_path / "nv-fabricmanager.pid"
-    pid_file.write_text("999999999\n")
-    assert not nvemu._alive(str(pid_file))
-    with pid_file.open() as held:
-        fcntl.flock(held, fcntl.LOCK_EX)
-        assert nvemu._alive(str(pid_file))
-    assert not nvemu._alive(str(pid_file))
-
-
-def test_the_driver_state_and_pid_files_are_readable_by_any_user(tmp_path: Path) -> None:
-    """The suite's GPU pods run as a non-root user; with mkstemp's 0600 their nvidia-smi read no driver state
-    (a MIG pod listed its GPU without its MIG device) and their CUDA no Fabric Manager pid file."""
-    from gpuready.lab.emulator import nvemu
-
-    target = tmp_path / "state.json"
-    nvemu._atomic_write(str(target), "{}")
-    assert target.stat().st_mode & 0o777 == 0o644
-
-
 def test_inotify_in_use_counts_the_users_inotify_descriptors_only(tmp_path):
     import os
 

@@ -38,7 +38,7 @@ class Effects:
       View.ECCUncorrected (NVML, nvidia-smi), agent vectorAdd fails.
     * ``dbe_remapped``: double-bit errors the memory handled: each is an uncorrectable remapped row on a
       GPU with row remapping, and a retired page when a page retirement is pending. nvemu.remapped_rows
-      and retired_pages (agent dcgm-exporter's remapped-row counters), machine View (NVML, nvidia-smi).
+      (agent dcgm-exporter's remapped-row counters), machine View (NVML, nvidia-smi).
     * ``row_remap_pending``: one uncorrectable row remapped, a GPU reset pending. nvemu.remapped_rows
       (agent dcgm-exporter's DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS), machine View (NVML, nvidia-smi, dcgmi's
       software test).
@@ -60,8 +60,8 @@ class Effects:
     * ``fabric_failed``: NVIDIA Fabric Manager fails to start, the GPU fabric stays In Progress.
       nv-fabricmanager (static tools, fabricmanager.go), machine.Fabric (NVML, nvidia-smi; cudadev: CUDA,
       nvbandwidth).
-    * ``driver_mismatch``: NVML init fails with 'Driver/library version mismatch'. nvemu.Driver
-      check_loaded, machine.CheckLoaded, agent gpu_host snapshots (nvml_error).
+    * ``driver_mismatch``: NVML init fails with 'Driver/library version mismatch'. machine.CheckLoaded
+      (NVML, every emulated tool), agent gpu_host snapshots (nvml_error).
     """
 
     off_bus: bool = False

@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from gpuready.lab import hardware
+from gpuready.lab.emulator import nvemu
 from gpuready.nvidia import smi
 
 IDENTITY = ("nvmlDeviceGetUUID", "nvmlDeviceGetSerial", "nvmlDeviceGetPciInfo.bus", "nvmlDeviceGetPciInfo.busId",
@@ -247,8 +248,7 @@ def _lab_kernel(profile: str, driver_version: str) -> dict[str, str]:
     """The same paths as the lab renders them for node 0 of ``profile`` with the driver loaded."""
     from gpuready.lab import kernel_files
 
-    nvemu = kernel_files.emulator()
-    drv = nvemu.Driver.snapshot(hardware.make_hardware(profile, 0), None, None)
+    drv = nvemu.Driver(hardware.make_hardware(profile, 0), None, None)
     files = kernel_files.render(drv, driver_version, "Character devices:\n")
     names = {str(major): name for name, major in kernel_files.DYNAMIC_MAJORS.items()}
     out: dict[str, str] = {}

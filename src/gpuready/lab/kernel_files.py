@@ -6,7 +6,7 @@ driver stat ``/dev/nvidia*`` and read the majors in ``/proc/devices``, MIG devic
 ``/sys/bus/pci/devices/<bdf>/{vendor,class,numa_node}``. So each lab host gets them at the real paths:
 
 - one source of truth: the host's hardware file (faults included) and the emulated driver's state file in the host,
-  read through ``nvemu.Driver.snapshot``, whose derivation package machine's View (the mock NVML, nvidia-smi)
+  read through ``nvemu.Driver``, whose derivation package machine's View (the mock NVML, nvidia-smi)
   mirrors (a state left by an earlier boot counts as reset, MIG instances come from the state, a fault's PCIe
   effects lower the link as nvidia-smi reports it). No second fault model lives here.
 - the driver is loaded when the host's state names a loaded module or a kernel module package is installed in the
@@ -40,17 +40,16 @@ import os
 import shutil
 import stat
 import subprocess
-import sys
 import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from gpuready.lab import hardware
+from gpuready.lab.emulator import nvemu
 from gpuready.lab.emulator.nvemu import CIS_PER_GI, GIS_PER_GPU, ci_minor, gi_minor
 from gpuready.lab.state import locked
 
-EMULATOR_DIR = Path(__file__).parent / "emulator"
 KERNEL_DIR = "kernel"  # under the host's machine dir, so the host sees it at HOST_MACHINE_DIR/kernel too
 HOST_KERNEL_DIR = f"{hardware.HOST_MACHINE_DIR}/{KERNEL_DIR}"
 SYSFS_PCI = "/sys/bus/pci/devices"
@@ -88,29 +87,19 @@ Entry = tuple[Any, ...]
 Tree = dict[str, Entry]
 
 
-def emulator() -> Any:
-    """The emulator's nvemu module, imported as the host's tools import it (a top-level name)."""
-    if str(EMULATOR_DIR) not in sys.path:
-        sys.path.insert(0, str(EMULATOR_DIR))
-    import nvemu
-
-    return nvemu
-
-
 # --- reading the machine ------------------------------------------------------------------------------------------
 
 
 def read_driver(
     hardware_file: Path, host_root: Path | None, boot: str | None = None
-) -> tuple[Any, str | None]:
+) -> tuple[nvemu.Driver, str | None]:
     """(driver snapshot, loaded module version or None) for a host whose root filesystem is host_root.
 
     boot is the host's current boot id (None: take its state file as this boot's).
     """
-    nvemu = emulator()
     hw = hardware.read_hardware(hardware_file)
     state_text = _read(host_root / nvemu.DEFAULT_STATE.lstrip("/")) if host_root else None
-    drv = nvemu.Driver.snapshot(hw, state_text, boot)
+    drv = nvemu.Driver(hw, state_text, boot)
     kmod = drv.state.get("kmod")
     if not kmod and host_root is not None:
         kmod = _read(host_root / nvemu.DRIVER_DIR.lstrip("/") / "kmod-version")
@@ -147,7 +136,7 @@ def mig_minors() -> str:
     return "\n".join(lines) + "\n"
 
 
-def render(drv: Any, kmod: str | None, machine_devices: str) -> dict[str, Any]:
+def render(drv: nvemu.Driver, kmod: str | None, machine_devices: str) -> dict[str, Any]:
     """The files of a host: {"dev": Tree, "proc-driver": Tree, "sys-pci-devices": Tree, "proc-devices": text}.
 
     Trees map paths relative to /dev, /proc/driver and /sys/bus/pci/devices to entries; machine_devices is this
@@ -219,7 +208,7 @@ def _information(gpu: dict[str, Any], minor: int, firmware: str) -> str:
     )
 
 
-def _sysfs_entries(drv: Any, gpu: dict[str, Any]) -> Tree:
+def _sysfs_entries(drv: nvemu.Driver, gpu: dict[str, Any]) -> Tree:
     d = bdf(gpu["pci_bus_id"])
     ids = gpu.get("pci_device_id", "000010DE")
     sub = gpu.get("pci_sub_system_id", "000010DE")
@@ -448,7 +437,6 @@ def refresh_running(machine_dir: Path, host_root: Path, supervisor_pid: int) -> 
 
 
 def _signature(machine_dir: Path, host_root: Path, init_pid: int | None) -> tuple[Any, ...]:
-    nvemu = emulator()
     paths = [
         machine_dir / "hardware.json",
         host_root / nvemu.DEFAULT_STATE.lstrip("/"),

@@ -33,7 +33,6 @@ from pathlib import Path
 from gpuready.lab import nvidia_tools
 from gpuready.lab.emulator import package_files as pf
 
-EMULATOR_DIR = Path(__file__).parent / "emulator"
 DRIVER_VERSIONS = ("580.178.04", "570.195.03", "595.91.07")  # the default, an older branch, a newer branch
 TOOLKIT_VERSIONS = ("1.20.0", "1.17.3")  # the default, and one below NVIDIAScape's fix (1.17.8)
 DRIVER_LIB = "/usr/lib/nvidia-emu"
@@ -65,19 +64,6 @@ class Deb:
 
     def add(self, path: str, content: str | bytes, mode: int = 0o644) -> None:
         self.files[path] = (content.encode() if isinstance(content, str) else content, mode)
-
-    def add_module(self, directory: str, name: str, as_name: str | None = None) -> None:
-        self.add(f"{directory}/{as_name or name}", (EMULATOR_DIR / name).read_bytes())
-
-    def add_wrapper(self, tool: str, path: list[str], module: str, entry: str) -> None:
-        self.add(
-            f"/usr/bin/{tool}",
-            # the path list as JSON: double quotes, inside the wrapper's single-quoted Python
-            pf.WRAPPER.format(
-                tool=tool, path=json.dumps(path), module=module, entry=entry, static_tools=pf.STATIC_TOOLS
-            ),
-            0o755,
-        )
 
     @property
     def filename(self) -> str:
@@ -159,7 +145,6 @@ def driver_debs(driver: str, libraries: dict[str, Path]) -> list[Deb]:
         return Deb(name, v, CUDA_MAINTAINER, section, description, depends or [])
 
     ml = pkg("libnvidia-ml1", "libs", "NVIDIA Management Library (NVML) runtime library")
-    ml.add_module(DRIVER_LIB, "nvemu.py")
     ml.add(f"{DRIVER_LIB}/driver-version", driver + "\n")
     ml.add(f"{MULTIARCH_LIB}/libnvidia-ml.so.{driver}", libraries["nvml"].read_bytes())
     ml.links[f"{MULTIARCH_LIB}/libnvidia-ml.so.1"] = f"libnvidia-ml.so.{driver}"
@@ -180,7 +165,6 @@ def driver_debs(driver: str, libraries: dict[str, Path]) -> list[Deb]:
 
     smi = pkg("nvidia-smi", "utils", "NVIDIA System Management Interface", [f"libnvidia-ml1 (= {v})"])
     smi.executables["/usr/bin/nvidia-smi"] = libraries["tools"]
-    smi.executables[pf.STATIC_TOOLS] = libraries["tools"]
 
     mps = pkg(
         "nvidia-cuda-mps",
@@ -363,8 +347,7 @@ def _fingerprint(
     ) in binaries:  # built once per version and renamed into place: path, size and time tell a rebuild
         st = binary.stat()
         h.update(f"{binary}:{st.st_size}:{st.st_mtime_ns}".encode())
-    for src in sorted(EMULATOR_DIR.glob("*.py")):
-        h.update(src.name.encode() + src.read_bytes())
+    h.update(Path(pf.__file__).read_bytes())  # the units, configuration files and maintainer scripts
     return h.hexdigest()
 
 

@@ -7,30 +7,6 @@ network-online.target, which a container host never reaches. The toolkit's binar
 (gpuready.lab.nvidia_tools), and so is its runtime config.toml: the postinst has nvidia-ctk write it.
 """
 
-# The static tools (gpuready.lab.silicon: nvidia-smi, nvidia-cuda-mps-control, nvbandwidth), which run in images
-# without Python; /usr/lib/nvidia-emu is mounted into GPU containers with the rest of the emulated driver.
-STATIC_TOOLS = "/usr/lib/nvidia-emu/nvidia-emu-tools"
-
-WRAPPER = """\
-#!/bin/sh
-# {tool}: emulated by the gpuready lab (the GPU and driver are simulated; see /usr/lib/nvidia-emu).
-# where the Python tools find the static ones (a container's view of the machine is theirs); a test names another build
-export GPUREADY_LAB_STATIC_TOOLS="${{GPUREADY_LAB_STATIC_TOOLS:-{static_tools}}}"
-exec /usr/bin/python3 -c '
-import os
-import sys
-
-sys.path[:0] = {path}
-import {module}
-
-try:
-    sys.exit({module}.{entry}(sys.argv[1:]))
-except BrokenPipeError:  # piped into head: stop quietly like the real tool
-    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-    sys.exit(0)
-' "$@"
-"""
-
 PERSISTENCED_UNIT = """\
 [Unit]
 Description=NVIDIA Persistence Daemon

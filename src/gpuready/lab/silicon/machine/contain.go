@@ -6,11 +6,9 @@ package machine
 // hides the other GPUs' /proc/driver/nvidia/gpus entries. The lab's runc wrapper (realhost.machine_mounts) and
 // the node agent's pods name those device nodes in ContainerDevices, comma separated (empty: none); Load applies
 // them, so the mock NVML, the mock CUDA driver and the static tools in a pod see what the pod was given.
-// nvemu.Driver (the Python tools) asks the static tool for the same selection (`nvidia-emu-tools visible`), so
-// the rule is written once, here.
+// Every emulated tool is Go over this package, so the rule is written once, here.
 
 import (
-	"encoding/json"
 	"fmt"
 	"os"
 	"strings"
@@ -44,24 +42,11 @@ func containerNodes() (nodes map[string]bool, ok bool) {
 	return nodes, true
 }
 
-// Visible is what contain kept of the machine: each visible GPU's index on the machine, in the container's
-// order (the container's GPU i is the machine's GPUs[i]), and the GPU and compute instances it sees.
-type Visible struct {
-	GPUs []VisibleGPU `json:"gpus"`
-}
-
-// VisibleGPU is one GPU a container sees: its index on the host and, by GPU instance id, the compute instance ids.
-type VisibleGPU struct {
-	HostIndex int           `json:"host_index"`
-	GIs       map[int][]int `json:"gis"`
-}
-
 // contain narrows m to the GPUs, faults and MIG instances the container's device nodes reveal (the file's
 // comment). The full state is kept for Update, which writes back what the container could not see.
 func (m *Machine) contain(nodes map[string]bool) {
 	full := m.State
 	m.full = &full
-	m.visible = &Visible{GPUs: []VisibleGPU{}}
 	m.migConfig = nodes[capNode(configCapMinor)]
 	allInstances := m.migConfig || nodes[capNode(monitorCapMinor)]
 	var gpus []GPU
@@ -76,7 +61,6 @@ func (m *Machine) contain(nodes map[string]bool) {
 		if !nodes[fmt.Sprintf("/dev/nvidia%d", g.MinorNumber)] {
 			continue
 		}
-		seen := VisibleGPU{HostIndex: g.Index, GIs: map[int][]int{}}
 		index := len(gpus)
 		for _, f := range m.Hardware.Faults {
 			if f.GPU != nil && *f.GPU == g.Index {
@@ -85,11 +69,10 @@ func (m *Machine) contain(nodes map[string]bool) {
 			}
 		}
 		gs := full.GPUs[g.UUID]
-		gs.GIs = visibleInstances(g, gs.GIs, nodes, allInstances, seen)
+		gs.GIs = visibleInstances(g, gs.GIs, nodes, allInstances)
 		st.GPUs[g.UUID] = gs
 		g.Index = index
 		gpus = append(gpus, g)
-		m.visible.GPUs = append(m.visible.GPUs, seen)
 	}
 	m.Hardware.GPUs = gpus
 	m.Hardware.Faults = faults
@@ -97,8 +80,8 @@ func (m *Machine) contain(nodes map[string]bool) {
 }
 
 // visibleInstances are the GPU instances (and their compute instances) whose access capabilities the container
-// has, or all of them, recorded in seen.
-func visibleInstances(g GPU, gis []GPUInstance, nodes map[string]bool, all bool, seen VisibleGPU) []GPUInstance {
+// has, or all of them.
+func visibleInstances(g GPU, gis []GPUInstance, nodes map[string]bool, all bool) []GPUInstance {
 	var out []GPUInstance
 	for _, gi := range gis {
 		if !all && !nodes[capNode(GIMinor(g.MinorNumber, gi.ID))] {
@@ -106,11 +89,9 @@ func visibleInstances(g GPU, gis []GPUInstance, nodes map[string]bool, all bool,
 		}
 		kept := gi
 		kept.CIs = nil
-		seen.GIs[gi.ID] = []int{}
 		for _, ci := range gi.CIs {
 			if all || nodes[capNode(CIMinor(g.MinorNumber, gi.ID, ci.ID))] {
 				kept.CIs = append(kept.CIs, ci)
-				seen.GIs[gi.ID] = append(seen.GIs[gi.ID], ci.ID)
 			}
 		}
 		out = append(out, kept)
@@ -141,16 +122,3 @@ func (m *Machine) stateToWrite() State {
 // MigConfigAllowed: this process may change MIG instances and mode (outside a container, or in one given the MIG
 // configuration capability).
 func (m *Machine) MigConfigAllowed() bool { return m.full == nil || m.migConfig }
-
-// WriteVisible prints, as JSON, what this container sees of the machine (Visible), for nvemu.Driver; an error
-// outside a container, where every GPU is seen.
-func WriteVisible() error {
-	m, err := Load()
-	if err != nil {
-		return err
-	}
-	if m.visible == nil {
-		return fmt.Errorf("%s is not set: not in a container", ContainerDevices)
-	}
-	return json.NewEncoder(os.Stdout).Encode(m.visible)
-}

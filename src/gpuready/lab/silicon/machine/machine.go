@@ -1,15 +1,16 @@
 // Package machine is the lab's one emulated machine as NVIDIA's user-space libraries see it.
 //
-// It reads the same files as the Python emulator (src/gpuready/lab/emulator/nvemu.py): the hardware
+// It reads the files the lab's Python side reads too (src/gpuready/lab/emulator/nvemu.py): the hardware
 // file the lab writes (GPUs and injected faults; env GPUREADY_LAB_HARDWARE), the driver state file
 // (MIG mode, GPU/compute instances, persistence, the loaded kernel module; env GPUREADY_LAB_STATE)
 // and the user-space driver version (env GPUREADY_LAB_DRIVER_VERSION or
-// /usr/lib/nvidia-emu/driver-version). The mock libnvidia-ml.so.1 and libcuda.so.1 answer from it,
-// so every NVIDIA tool and nvidia-smi see one machine.
+// /usr/lib/nvidia-emu/driver-version). The mock libnvidia-ml.so.1 and libcuda.so.1 and every emulated tool
+// (../tools: nvidia-smi, dcgmi, the daemons, ...) answer from it, so NVIDIA's real tools and the emulated ones
+// see one machine.
 //
-// Changes (write.go) take the state file's lock and write it as nvemu.py does. In a GPU container the machine is
+// Changes (write.go) take the state file's lock and write it in the layout nvemu.py reads. In a GPU container the machine is
 // what the container's device nodes reveal (contain.go). Derived facts (ECC counts, PCIe link, MIG devices,
-// XIDs) are View's, which the mock NVML, CUDA and nvidia-smi read; nvemu.py's pcie_link and remapped_rows
+// XIDs) are View's, which the mock NVML, CUDA and the tools read; nvemu.py's pcie_link and remapped_rows
 // derive the same for the Python code (kernel_files, the node agent's dcgm-exporter).
 //
 // Usage: Current() returns the machine as it is now, re-reading the files only when they changed,
@@ -243,7 +244,7 @@ type GPUState struct {
 	Persistence bool          `json:"persistence"`
 	GIs         []GPUInstance `json:"gis"`
 	// ComputeMode as nvidia-smi names it ("Default", "Exclusive_Process", "Prohibited"); "" until set
-	// (nvemu.Driver.compute_mode: the driver's default), so it is absent from the file as nvemu leaves it.
+	// (the driver's default), so it is absent from the file until then.
 	ComputeMode string `json:"compute_mode,omitempty"`
 	// Timeslice is nvidia-smi compute-policy's --set-timeslice (0 default, 1 short, 2 medium, 3 long), what
 	// NVIDIA's DRA driver sets for a TimeSlicing claim; absent until set, lost at boot.
@@ -251,7 +252,7 @@ type GPUState struct {
 }
 
 // State is the driver state as in effect now: a state file from an earlier boot reads as a fresh
-// boot (pending MIG mode current, no instances, no module loaded), as nvemu.Driver._load_state does.
+// boot (pending MIG mode current, no instances, no module loaded), as nvemu.Driver reads it for kernel_files.
 type State struct {
 	BootID string              `json:"boot_id"`
 	Kmod   *string             `json:"kmod"`
@@ -278,10 +279,9 @@ type Machine struct {
 	State          State
 	LibraryVersion string // the user-space driver (NVML) version
 	ReadAt         time.Time
-	// In a container (contain.go): the full state behind State, what the container sees, and whether it has
-	// the MIG configuration capability. full is nil outside a container.
+	// In a container (contain.go): the full state behind State, and whether the container has the MIG
+	// configuration capability. full is nil outside a container.
 	full      *State
-	visible   *Visible
 	migConfig bool
 }
 
@@ -306,7 +306,7 @@ func readText(path string) string {
 	return strings.TrimSpace(string(b))
 }
 
-// LibraryVersion is the installed user-space driver version (nvemu.library_version).
+// LibraryVersion is the installed user-space driver version (DriverDir/driver-version, of libnvidia-ml1).
 func LibraryVersion() string {
 	if v := os.Getenv("GPUREADY_LAB_DRIVER_VERSION"); v != "" {
 		return v
@@ -327,8 +327,8 @@ func LibraryInstalled() bool {
 	return os.Getenv("GPUREADY_LAB_DRIVER_VERSION") != "" || readText(filepath.Join(DriverDir, "driver-version")) != ""
 }
 
-// InstalledKmodVersion is the kernel module version on disk, "" when none is installed
-// (nvemu.installed_kmod_version).
+// InstalledKmodVersion is the kernel module version on disk (DriverDir/kmod-version, of the kernel module
+// package), "" when none is installed.
 func InstalledKmodVersion() string {
 	if v := os.Getenv("GPUREADY_LAB_DRIVER_VERSION"); v != "" {
 		return v
@@ -403,8 +403,8 @@ func loadState(path string, gpus []GPU) State {
 }
 
 // CheckLoaded fails as NVML init does: ErrMismatch for a driver_mismatch fault or a loaded module
-// of another version, ErrNoDriver when no module is installed (nvemu.Driver.check_loaded, read-only:
-// a module not loaded yet counts as the installed one, which nvemu then records on first use).
+// of another version, ErrNoDriver when no module is installed (read-only: a module not loaded yet counts as
+// the installed one, which LoadModule records on first use).
 func (m *Machine) CheckLoaded() error {
 	if m.HostEffects().DriverMismatch {
 		return ErrMismatch

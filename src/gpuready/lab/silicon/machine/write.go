@@ -1,9 +1,9 @@
 package machine
 
-// Changing the driver state, as nvemu.Driver does for the Python tools: under the same lock (an exclusive flock
+// Changing the driver state, as the tools and the mock NVML do: under one lock (an exclusive flock
 // on "<state file>.lock"), read the state as in effect now (a state of an earlier boot reads as a fresh
 // boot), change it, write it back atomically (a temporary ".state-*" file renamed over the state file) in
-// nvemu's layout (json.dumps(indent=1, sort_keys=True)). So a MIG change made through NVML (mock
+// the layout the lab's Python side reads (json.dumps(indent=1, sort_keys=True)). So a MIG change made through NVML (mock
 // libnvidia-ml's nvmlDeviceSetMigMode, nvmlDeviceCreateGpuInstance, ...) is what nvidia-smi lists at once,
 // and the other way round.
 
@@ -16,13 +16,13 @@ import (
 	"syscall"
 )
 
-// ErrNoPermission: the state's lock cannot be taken (an unprivileged caller); nothing is changed, as
-// nvemu changes nothing for such a user (NVML_ERROR_NO_PERMISSION).
+// ErrNoPermission: the state's lock cannot be taken (an unprivileged caller); nothing is changed, as NVML
+// changes nothing for such a user (NVML_ERROR_NO_PERMISSION).
 var ErrNoPermission = errors.New("no permission to change the driver state")
 
 // Update runs change on the machine as it is now, under the driver state lock, and writes the state back
-// when change returns nil. Like every nvemu command it first loads the module on first use in this boot
-// (CheckLoaded records the installed module version), so it fails as NVML init fails.
+// when change returns nil. It first checks the module as NVML init does (CheckLoaded), so it fails as NVML init
+// fails, and records the installed module as loaded on first use in this boot.
 func Update(change func(m *Machine) error) error {
 	before, after, err := update(change)
 	if err == nil && !sameCapFiles(before, after) {
@@ -91,7 +91,7 @@ func withStateLock(locked func(path string) error) error {
 // LoadModule is the first use of the driver in a boot, which loads the installed kernel module (nvidia-modprobe's
 // job on a real host): the state records its version, so a driver upgraded later mismatches until the next
 // reboot. Call it on a machine just loaded, before CheckLoaded. It records the module whether or not it then
-// matches the library, as nvemu.Driver.check_loaded does (a module is loaded before NVML compares versions), and
+// matches the library (a module is loaded before NVML compares versions), and
 // nothing with a driver_mismatch fault, without an installed module, once one is loaded, in a container or for a
 // caller who cannot take the lock (the tools then go on read-only).
 func (m *Machine) LoadModule() {
@@ -113,7 +113,8 @@ func (m *Machine) LoadModule() {
 	})
 }
 
-// stateJSON is the state as nvemu writes it: keys sorted, one-space indent, lists never null.
+// stateJSON is the state in the layout nvemu.py reads and tests compare: keys sorted, one-space indent, lists
+// never null.
 func stateJSON(st State) ([]byte, error) {
 	for uuid, g := range st.GPUs {
 		if g.GIs == nil {

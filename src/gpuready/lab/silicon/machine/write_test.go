@@ -51,14 +51,14 @@ func TestUpdateWritesNvemuLayout(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// readable by non-root NVML callers (a GPU pod's user), as nvemu writes it
+	// readable by non-root NVML callers (a GPU pod's user)
 	if info, err := os.Stat(filepath.Join(dir, "state.json")); err != nil || info.Mode().Perm() != 0o644 {
 		t.Fatalf("state.json mode %v %v", info.Mode(), err)
 	}
 	text := string(raw)
 	if !strings.HasPrefix(text, "{\n \"boot_id\": \"boot-2\",\n \"gpus\": {") || !strings.Contains(text, "\"cis\": []") ||
 		!strings.HasSuffix(text, " \"kmod\": \"580.178.04\"\n}") {
-		t.Fatalf("not nvemu's layout:\n%s", text)
+		t.Fatalf("not the state layout nvemu.py reads:\n%s", text)
 	}
 	var st State
 	if err := json.Unmarshal(raw, &st); err != nil || !st.GPUs["GPU-w"].MigCurrent || st.GPUs["GPU-w"].Persistence {

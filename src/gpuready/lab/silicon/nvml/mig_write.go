@@ -1,7 +1,7 @@
 package main
 
 // MIG changes through NVML, as the real library makes them for nvidia-mig-parted, the MIG manager and
-// nvidia-smi: the mock changes the emulated driver's state file through machine.Update (nvemu's lock and
+// nvidia-smi: the mock changes the emulated driver's state file through machine.Update (the state's lock and
 // layout), so the emulated nvidia-smi sees an instance created here at once and NVML sees one nvidia-smi
 // created. The placement and numbering rules are package machine's, which nvidia-smi mig uses too (tools/mig.go).
 

@@ -1,7 +1,8 @@
-// Command nvidia-emu-tools is the lab's NVIDIA command-line tools that must run where Python does not: in
-// NVIDIA's own images (busybox and glibc only) that the nvidia runtime gives the host's driver files through
-// CDI, and the tools whose figures must match the mock libraries' exactly. One static binary, picked by the name
-// it is run as or by its first argument:
+// Command nvidia-emu-tools is every emulated NVIDIA tool of the lab, over package machine, the emulated machine the
+// mock NVML and CUDA driver answer from: one static binary (no cgo, no Python), so it also runs in NVIDIA's own
+// images (busybox and glibc only) that the nvidia runtime gives the host's driver files through CDI. Each lab package
+// installs it where NVIDIA's package installs the real tool; it picks the tool by the name it is run as or by its
+// first argument:
 //
 //   - nvidia-cuda-mps-control (installed as /usr/bin/nvidia-cuda-mps-control by the lab's driver package, so the
 //     real nvidia-ctk lists it in the CDI spec as it lists NVIDIA's): the MPS control daemon and its client, as
@@ -26,16 +27,12 @@
 //     nv-fabricmanager (fabricmanager.go; nvidia-fabricmanager's), whose pid files nvidia-smi and the mock NVML
 //     read for persistence mode and the fabric state, and nv-hostengine (hostengine.go; DCGM's host engine, the
 //     daemon of nvidia-dcgm.service);
-//   - visible (only as the first argument): what a GPU container sees of the machine, as JSON (machine.Visible),
-//     for the Python tools.
 package main
 
 import (
 	"fmt"
 	"os"
 	"path/filepath"
-
-	"gpuready.lab/silicon/machine"
 )
 
 var tools = map[string]func(args []string) int{
@@ -47,17 +44,6 @@ var tools = map[string]func(args []string) int{
 	"nvidia-persistenced":     persistenced,
 	"nv-fabricmanager":        fabricManager,
 	"nv-hostengine":           hostEngine,
-	"visible":                 visible,
-}
-
-// visible prints what a GPU container sees of the machine (machine.Visible), for the Python tools' nvemu.Driver:
-// the container rule is package machine's alone.
-func visible([]string) int {
-	if err := machine.WriteVisible(); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	return 0
 }
 
 func main() {
@@ -69,6 +55,6 @@ func main() {
 			os.Exit(tool(os.Args[2:]))
 		}
 	}
-	fmt.Fprintf(os.Stderr, "usage: %s dcgmi|nvidia-container-cli|nvidia-cuda-mps-control|nvidia-smi|nvbandwidth|nvidia-persistenced|nv-fabricmanager|nv-hostengine|visible [ARGS]\n", filepath.Base(os.Args[0]))
+	fmt.Fprintf(os.Stderr, "usage: %s dcgmi|nvidia-container-cli|nvidia-cuda-mps-control|nvidia-smi|nvbandwidth|nvidia-persistenced|nv-fabricmanager|nv-hostengine [ARGS]\n", filepath.Base(os.Args[0]))
 	os.Exit(2)
 }

@@ -17,7 +17,7 @@ var computeModes = map[string]string{
 	"3": machine.ComputeModeExclusiveProcess, "EXCLUSIVE_PROCESS": machine.ComputeModeExclusiveProcess,
 }
 
-// Exit codes as nvidia-smi's (nvidia-smi(1), RETURN VALUE; the Python tools' nvemu.EXIT_* for those they give).
+// Exit codes as nvidia-smi's (nvidia-smi(1), RETURN VALUE).
 const (
 	exitNotSupported = 3
 	exitNoPermission = 4
@@ -277,8 +277,8 @@ func selectGPUs(m *machine.Machine, ids string) ([]*machine.GPU, error) {
 }
 
 // findGPU is the GPU an id names, nil when none: its index as written ("1", not "01"), its UUID, or its PCI bus
-// id, with or without the domain's first four digits, in any case (nvemu.select's rule, which the Python
-// nvidia-smi and dcgmi followed). nvidia-smi -i and dcgmi -i name GPUs by it.
+// id, with or without the domain's first four digits, in any case (the rule the lab's Python nvidia-smi and
+// dcgmi followed). nvidia-smi -i and dcgmi -i name GPUs by it.
 func findGPU(m *machine.Machine, id string) *machine.GPU {
 	var found *machine.GPU
 	for i := range m.Hardware.GPUs {
@@ -289,7 +289,7 @@ func findGPU(m *machine.Machine, id string) *machine.GPU {
 			short = bus[4:]
 		}
 		if id == strconv.Itoa(g.Index) || id == g.UUID || strings.ToLower(id) == bus || strings.ToLower(id) == short {
-			found = g // the last match, as nvemu.select
+			found = g // the last match, as before
 		}
 	}
 	return found
