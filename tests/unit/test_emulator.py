@@ -2,8 +2,8 @@
 that profile's GPUs, the XML has the element paths of real v12/v13 captures, MIG tables match real captures
 byte for byte, MIG mode changes wait for a reboot.
 
-The tools run as the lab hosts run them: the system's python3 (stdlib only, gpuready not importable) on the
-source files, with the hardware and driver state files in a temp dir.
+The tools run as the lab hosts run them: the static tools' ELF (gpuready/lab/silicon/tools) under each tool's
+name, with the hardware and driver state files in a temp dir.
 """
 
 from __future__ import annotations

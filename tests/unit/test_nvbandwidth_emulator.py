@@ -2,7 +2,7 @@
 figures from the hardware file: healthy ones near 85% of the current PCIe link and 80% of NVLink, and each fault
 changing exactly the figures it should.
 
-Run as lab hosts run it: the system's python3 (stdlib only) on the source file, hardware and driver state in a
+Run as lab hosts run it: the static tools' ELF under its name, hardware and driver state in a
 temp dir (tests/unit/emulated.py's ``Machine``).
 """
 

@@ -231,7 +231,6 @@ def test_files_are_the_emulator_sources_and_versions(built: dict[str, list[Path]
     assert (root / "usr/bin/nvidia-smi").stat().st_mode & 0o777 == 0o755
     # so are the driver's daemons: nvidia-persistenced (and nv-fabricmanager) run as their units' Type=forking
     assert (root / "usr/bin/nvidia-persistenced").read_bytes() == fake_libraries()["tools"].read_bytes()
-    assert not (root / "usr/lib/nvidia-emu/nvidia_persistenced.py").exists()
     for key in (("libnvidia-container-tools", "1.17.3-1"), ("libnvidia-container1", "1.17.3-1")):
         subprocess.run(["dpkg-deb", "-x", str(debs[key]), str(root)], check=True)
     assert (root / "usr/bin/nvidia-container-cli").read_bytes() == fake_libraries()["tools"].read_bytes()

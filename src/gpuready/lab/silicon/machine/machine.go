@@ -8,8 +8,8 @@
 // (../tools: nvidia-smi, dcgmi, the daemons, ...) answer from it, so NVIDIA's real tools and the emulated ones
 // see one machine.
 //
-// Changes (write.go) take the state file's lock and write it in the layout nvemu.py reads. In a GPU container the machine is
-// what the container's device nodes reveal (contain.go). Derived facts (ECC counts, PCIe link, MIG devices,
+// Changes (write.go) take the state file's lock and write it in the layout nvemu.py reads. In a GPU container
+// the machine is what the container's device nodes reveal (contain.go). Derived facts (ECC counts, PCIe link, MIG devices,
 // XIDs) are View's, which the mock NVML, CUDA and the tools read; nvemu.py's pcie_link and remapped_rows
 // derive the same for the Python code (kernel_files, the node agent's dcgm-exporter).
 //
