@@ -20,7 +20,6 @@ import (
 	"strings"
 	"syscall"
 	"time"
-	"unicode"
 
 	"gpuready.lab/silicon/machine"
 )
@@ -96,7 +95,7 @@ func forkDaemon(tool, pidFile string, args []string) int {
 	go func() { exited <- daemon.Wait() }()
 	want := strconv.Itoa(daemon.Process.Pid)
 	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); {
-		if pid, err := os.ReadFile(pidFile); err == nil && pyStrip(string(pid)) == want {
+		if pid, err := os.ReadFile(pidFile); err == nil && strings.TrimSpace(string(pid)) == want {
 			return 0
 		}
 		select {
@@ -166,10 +165,4 @@ func stopSignals() <-chan os.Signal {
 	stop := make(chan os.Signal, 1)
 	signal.Notify(stop, syscall.SIGTERM, syscall.SIGINT)
 	return stop
-}
-
-// pyStrip is Python's str.strip(): Unicode white space and the ASCII separators \x1c-\x1f, which the NVIDIA tools'
-// Python twins stripped from the files they read.
-func pyStrip(s string) string {
-	return strings.TrimFunc(s, func(r rune) bool { return unicode.IsSpace(r) || (r >= 0x1c && r <= 0x1f) })
 }

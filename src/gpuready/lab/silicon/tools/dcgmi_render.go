@@ -131,7 +131,7 @@ func diagTable(m *machine.Machine, gpus []*machine.GPU, categories []dcgmCategor
 	return strings.Join(lines, "\n") + "\n"
 }
 
-// padRight is s followed by fill up to width characters (never cut), as Python's str.ljust.
+// padRight is s followed by fill up to width characters (never cut).
 func padRight(s string, width int, fill string) string {
 	return s + strings.Repeat(fill, max(0, width-utf8.RuneCountInString(s)))
 }

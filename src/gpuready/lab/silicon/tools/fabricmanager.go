@@ -117,12 +117,12 @@ func readFabricConfig(path string) map[string]string {
 	}
 	text := strings.ReplaceAll(strings.ReplaceAll(string(raw), "\r\n", "\n"), "\r", "\n")
 	for _, line := range strings.Split(text, "\n") {
-		line = pyStrip(line)
+		line = strings.TrimSpace(line)
 		if line == "" || strings.HasPrefix(line, "#") {
 			continue
 		}
 		if key, value, ok := strings.Cut(line, "="); ok {
-			conf[pyStrip(key)] = pyStrip(value)
+			conf[strings.TrimSpace(key)] = strings.TrimSpace(value)
 		}
 	}
 	return conf

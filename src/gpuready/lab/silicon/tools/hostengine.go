@@ -12,6 +12,7 @@ import (
 	"os"
 	"slices"
 	"strconv"
+	"strings"
 	"syscall"
 )
 
@@ -78,7 +79,7 @@ func terminateHostEngine(pidFile string) int {
 	raw, err := os.ReadFile(pidFile)
 	var pid int
 	if err == nil {
-		pid, err = strconv.Atoi(pyStrip(string(raw)))
+		pid, err = strconv.Atoi(strings.TrimSpace(string(raw)))
 	}
 	if err == nil {
 		err = syscall.Kill(pid, syscall.SIGTERM)
