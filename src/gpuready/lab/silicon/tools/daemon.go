@@ -159,6 +159,23 @@ func daemonStart(pidFile string, child bool) (*os.File, <-chan os.Signal, error)
 	return held, stop, err
 }
 
+// serveDaemon is a daemon's life once it runs (forked, or in the foreground): it holds its pid file (daemonStart),
+// then started says so, it waits for a stop signal, stopped says so, and it removes its pid file and exits 0. A pid
+// file it cannot write goes to failed, and it exits 1.
+func serveDaemon(pidFile string, child bool, failed func(error), started, stopped func()) int {
+	held, stop, err := daemonStart(pidFile, child)
+	if err != nil {
+		failed(err)
+		return 1
+	}
+	defer held.Close()
+	started()
+	<-stop
+	stopped()
+	_ = os.Remove(pidFile)
+	return 0
+}
+
 // stopSignals catches SIGTERM and SIGINT from now on, for the daemon to wait on: taken before the pid file names
 // the daemon, so a stop sent as soon as the file appears cleans up rather than killing it with the file left.
 func stopSignals() <-chan os.Signal {

@@ -91,20 +91,15 @@ func fabricDaemon(log fabricLog, pidFile string) int {
 	if err != nil {
 		return 1
 	}
-	held, stop, err := daemonStart(pidFile, true)
-	if err != nil {
-		log.write("ERROR", fmt.Sprintf("failed to write the pid file %s: %v", pidFile, err))
-		return 1
-	}
-	defer held.Close()
-	log.write("INFO", fmt.Sprintf("Connected to %d NVSwitch devices and %d GPUs",
-		m.Hardware.System.NVSwitchCount, len(m.GPUs())))
-	log.write("INFO", "Successfully configured all the available NVSwitches to route GPU NVLink traffic.")
-	log.write("INFO", "NVLink training completed successfully. Fabric state: Completed")
-	<-stop
-	log.write("INFO", "Fabric Manager is exiting")
-	_ = os.Remove(pidFile)
-	return 0
+	return serveDaemon(pidFile, true,
+		func(err error) { log.write("ERROR", fmt.Sprintf("failed to write the pid file %s: %v", pidFile, err)) },
+		func() {
+			log.write("INFO", fmt.Sprintf("Connected to %d NVSwitch devices and %d GPUs",
+				m.Hardware.System.NVSwitchCount, len(m.GPUs())))
+			log.write("INFO", "Successfully configured all the available NVSwitches to route GPU NVLink traffic.")
+			log.write("INFO", "NVLink training completed successfully. Fabric state: Completed")
+		},
+		func() { log.write("INFO", "Fabric Manager is exiting") })
 }
 
 // readFabricConfig is the config's KEY=VALUE lines (white space around both stripped; '#' comments, blank lines

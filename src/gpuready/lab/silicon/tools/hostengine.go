@@ -59,19 +59,15 @@ func hostEngine(args []string) int {
 	if !foreground && !daemon {
 		return forkDaemon(hostEngineName, pidFile, args)
 	}
-	held, stop, err := daemonStart(pidFile, daemon)
-	if err != nil {
-		log.err(fmt.Sprintf("Failed to write the pid file %s: %v", pidFile, err))
-		return 1
-	}
-	defer held.Close()
-	if foreground {
-		fmt.Printf("Started host engine version %s using port number: 5555\n", dcgmVersion)
-	}
-	log.notice(fmt.Sprintf("Started host engine (%d)", os.Getpid()))
-	<-stop
-	_ = os.Remove(pidFile)
-	return 0
+	return serveDaemon(pidFile, daemon,
+		func(err error) { log.err(fmt.Sprintf("Failed to write the pid file %s: %v", pidFile, err)) },
+		func() {
+			if foreground {
+				fmt.Printf("Started host engine version %s using port number: 5555\n", dcgmVersion)
+			}
+			log.notice(fmt.Sprintf("Started host engine (%d)", os.Getpid()))
+		},
+		func() {})
 }
 
 // terminateHostEngine is -t: SIGTERM to the pid the pid file names.

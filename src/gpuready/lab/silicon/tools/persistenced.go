@@ -44,20 +44,15 @@ func persistenced(args []string) int {
 	if !foreground && !daemon {
 		return forkDaemon(persistencedName, pidFile, args)
 	}
-	held, stop, err := daemonStart(pidFile, daemon)
-	if err != nil {
-		log.err(fmt.Sprintf("Failed to write the pid file %s: %v", pidFile, err))
-		return 1
-	}
-	defer held.Close()
-	log.notice(fmt.Sprintf("Started (%d)", os.Getpid()))
-	for _, g := range m.GPUs() {
-		if !m.OffBus(g.Index) {
-			log.notice(fmt.Sprintf("device %s - registered", g.PCIBusID[min(4, len(g.PCIBusID)):]))
-		}
-	}
-	<-stop
-	log.notice(fmt.Sprintf("Shutdown (%d)", os.Getpid()))
-	_ = os.Remove(pidFile)
-	return 0
+	return serveDaemon(pidFile, daemon,
+		func(err error) { log.err(fmt.Sprintf("Failed to write the pid file %s: %v", pidFile, err)) },
+		func() {
+			log.notice(fmt.Sprintf("Started (%d)", os.Getpid()))
+			for _, g := range m.GPUs() {
+				if !m.OffBus(g.Index) {
+					log.notice(fmt.Sprintf("device %s - registered", g.PCIBusID[min(4, len(g.PCIBusID)):]))
+				}
+			}
+		},
+		func() { log.notice(fmt.Sprintf("Shutdown (%d)", os.Getpid())) })
 }
