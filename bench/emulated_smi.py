@@ -76,12 +76,17 @@ def baseline_emulator(rev: str, into: Path) -> Path:
     return into / "src" / "gpuready" / "lab" / "emulator"
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def parse_args_and_tools(doc: str, baseline_help: str) -> tuple[argparse.Namespace, str]:
+    """The emulated-tool benchmarks' command line (--runs, --baseline) and the static tools' build to time."""
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
     parser.add_argument("--runs", type=int, default=20)
-    parser.add_argument("--baseline", help="a commit whose emulator to time as well")
+    parser.add_argument("--baseline", help=baseline_help)
     args = parser.parse_args()
-    tools = str(build.ensure_libraries(lambda _line: None, names=["tools"])["tools"])
+    return args, str(build.ensure_libraries(lambda _line: None, names=["tools"])["tools"])
+
+
+def main() -> None:
+    args, tools = parse_args_and_tools(__doc__, "a commit whose emulator to time as well")
     with tempfile.TemporaryDirectory() as tmp_name:
         tmp = Path(tmp_name)
         hardware.write_hardware(tmp / "hardware.json", hardware.make_hardware("a100-80gb-4", 0))

@@ -11,7 +11,6 @@ Run: .venv/bin/python bench/emulated_tools.py [--runs 20] [--baseline 4f62b2b]
 
 from __future__ import annotations
 
-import argparse
 import os
 import signal
 import statistics
@@ -21,10 +20,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from emulated_smi import PYTHON, baseline_emulator, machine_env
+from emulated_smi import PYTHON, baseline_emulator, machine_env, parse_args_and_tools
 
 from gpuready.lab import hardware
-from gpuready.lab.silicon import build
 
 COMMANDS = {
     "dcgmi diag -r 1 -j": ["dcgmi", "diag", "-r", "1", "-j"],
@@ -98,11 +96,7 @@ def measure(make: object, tmp: Path, tools: str, runs: int) -> dict[str, float]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--runs", type=int, default=20)
-    parser.add_argument("--baseline", help="a commit whose Python tools to time as well")
-    args = parser.parse_args()
-    tools = str(build.ensure_libraries(lambda _line: None, names=["tools"])["tools"])
+    args, tools = parse_args_and_tools(__doc__, "a commit whose Python tools to time as well")
     with tempfile.TemporaryDirectory() as tmp_name:
         tmp = Path(tmp_name)
         hardware.write_hardware(tmp / "hardware.json", hardware.make_hardware("h100-sxm-8", 0))
