@@ -26,13 +26,21 @@ DISCOVER = ("--discover",)  # no inventory: the expectations from the cluster it
 ADDONS = knobs.KNOBS["addons_namespace"].default  # inventory/lab.py leaves the knob at its default
 
 
-def run_suite(deployed_lab: Any, report_dir: Path, *args: str, source: tuple[str, ...] = INVENTORY) -> dict:
-    lab = deployed_lab.lab
-    state = load_state(lab.paths) or {}
+def suite_command(
+    deployed_lab: Any, report_dir: Path, *args: str, source: tuple[str, ...] = INVENTORY
+) -> list[str]:
+    """The `gpuready check` command line :func:`run_suite` runs (cwd REPO, env ``lab.env()``), for a test that
+    starts the suite itself to look at the cluster while it runs."""
+    state = load_state(deployed_lab.lab.paths) or {}
     kubeconfig = (state.get("apiserver") or {}).get("kubeconfig")
     assert kubeconfig, "the lab records no API server kubeconfig"
-    cmd = [sys.executable, "-m", "gpuready.cli", "check", *source, "--kubeconfig",
-           kubeconfig, "--report-dir", str(report_dir), "-p", "no:cacheprovider", "-q", *args]  # fmt: skip
+    return [sys.executable, "-m", "gpuready.cli", "check", *source, "--kubeconfig",
+            kubeconfig, "--report-dir", str(report_dir), "-p", "no:cacheprovider", "-q", *args]  # fmt: skip
+
+
+def run_suite(deployed_lab: Any, report_dir: Path, *args: str, source: tuple[str, ...] = INVENTORY) -> dict:
+    lab = deployed_lab.lab
+    cmd = suite_command(deployed_lab, report_dir, *args, source=source)
     started = time.monotonic()
     done = subprocess.run(cmd, cwd=REPO, env=lab.env(), capture_output=True, text=True, timeout=600)
     print(
