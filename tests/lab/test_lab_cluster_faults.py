@@ -542,6 +542,16 @@ def sleeping(lab: Any, node: str) -> bool:
     return f"sleep {SLOW_SECONDS}" in lab.ssh(node, "ps -eo args", check=False).stdout
 
 
+@contextlib.contextmanager
+def slow_journalctl(lab: Any, node: str) -> Iterator[None]:
+    script = f'#!/bin/sh\nsleep {SLOW_SECONDS}\nexec /usr/bin/journalctl "$@"\n'
+    lab.ssh(node, f"cat > {SLOW_JOURNALCTL} <<'EOF'\n{script}EOF\nchmod 755 {SLOW_JOURNALCTL}")
+    try:
+        yield
+    finally:
+        lab.ssh(node, f"rm -f {SLOW_JOURNALCTL}")
+
+
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
 def test_a_run_stopped_while_a_probe_runs_leaves_no_probe_namespace(
     deployed_lab, cluster, nodes, tmp_path, sig
@@ -565,31 +575,26 @@ def test_a_run_stopped_while_a_probe_runs_leaves_no_probe_namespace(
         "--command-timeout",
         str(SLOW_SECONDS + 60),
     )
-    lab.ssh(a100, f"printf '#!/bin/sh\\nsleep {SLOW_SECONDS}\\nexec /usr/bin/journalctl \"$@\"\\n' > {SLOW_JOURNALCTL}"
-                  f" && chmod 755 {SLOW_JOURNALCTL}")  # fmt: skip
-    try:
-        with (tmp_path / "suite.out").open("w") as out:
-            proc = subprocess.Popen(
-                suite_command(deployed_lab, tmp_path / "report", *args),
-                cwd=REPO, env=lab.env(), stdout=out, stderr=subprocess.STDOUT, text=True, preexec_fn=default_sigint,
-            )  # fmt: skip
-            try:
-                wait_for(
-                    lambda: sleeping(lab, a100), timeout=120, what=f"the probe's journalctl waiting on {a100}"
-                )
-                (probe_namespace,) = suite_namespaces(cluster) - before
-                namespace = cluster.core.read_namespace(probe_namespace)
-                bindings = client.RbacAuthorizationV1Api(cluster.api).list_namespaced_role_binding(
-                    probe_namespace
-                )
-                (pod,) = cluster.core.list_namespaced_pod(probe_namespace).items
-                proc.send_signal(sig)
-                proc.wait(timeout=120)
-            finally:
-                if proc.poll() is None:
-                    proc.kill()
-    finally:
-        lab.ssh(a100, f"rm -f {SLOW_JOURNALCTL}")
+    with slow_journalctl(lab, a100), (tmp_path / "suite.out").open("w") as out:
+        proc = subprocess.Popen(
+            suite_command(deployed_lab, tmp_path / "report", *args),
+            cwd=REPO, env=lab.env(), stdout=out, stderr=subprocess.STDOUT, text=True, preexec_fn=default_sigint,
+        )  # fmt: skip
+        try:
+            wait_for(
+                lambda: sleeping(lab, a100), timeout=120, what=f"the probe's journalctl waiting on {a100}"
+            )
+            (probe_namespace,) = suite_namespaces(cluster) - before
+            namespace = cluster.core.read_namespace(probe_namespace)
+            bindings = client.RbacAuthorizationV1Api(cluster.api).list_namespaced_role_binding(
+                probe_namespace
+            )
+            (pod,) = cluster.core.list_namespaced_pod(probe_namespace).items
+            proc.send_signal(sig)
+            proc.wait(timeout=120)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
     output = (tmp_path / "suite.out").read_text()
     assert proc.returncode == pytest.ExitCode.INTERRUPTED, output[-3000:]
     assert probe_namespace.startswith(wl.NAMESPACE_PREFIX + "probe-"), probe_namespace
@@ -603,6 +608,38 @@ def test_a_run_stopped_while_a_probe_runs_leaves_no_probe_namespace(
     }
     wait_for(
         lambda: probe_namespace not in suite_namespaces(cluster), timeout=120, what=f"{probe_namespace} gone"
+    )
+    wait_for(lambda: not sleeping(lab, a100), timeout=60, what=f"the probe's command on {a100} to end")
+
+
+def test_a_probe_that_outlasts_the_pod_timeout_fails_the_connection_and_leaves_no_namespace(
+    deployed_lab, cluster, nodes, tmp_path
+):
+    """``--connection pod`` with a --pod-timeout shorter than the A100's probe takes (a command on the host hangs):
+    host/test_connection fails saying the probe pod did not answer in time, the host's other checks are skipped,
+    and the probe namespace is gone after the run, the still-running probe with it. (The imitation's version:
+    test_kube_probe's test_probe_namespace_deleted_after_a_timeout.)"""
+    lab = deployed_lab.lab
+    _h100, a100, _l4 = nodes
+    before = suite_namespaces(cluster)
+    args = ("--connection", "pod", "-m", "host or gpu", "--nodes", a100, "--pod-timeout", "5")
+    with slow_journalctl(lab, a100):
+        started = time.monotonic()
+        verdict = run_suite(deployed_lab, tmp_path, *args, "--command-timeout", str(SLOW_SECONDS + 60))
+        print(
+            f"host and gpu layers through a probe that outlasts the pod timeout: {time.monotonic() - started:.1f} s"
+        )
+    bad = failed(verdict)
+    assert list(bad) == [a100] and list(bad[a100]) == ["host/test_connection"], bad
+    message = bad[a100]["host/test_connection"]
+    assert message.startswith(
+        f"{a100}: the probe pod did not answer: pod probe-1-{a100}: phase Running (timed out waiting)"
+    ), message
+    for layer in ("host", "gpu"):
+        statuses = {r["status"] for r in verdict["nodes"][a100]["layers"][layer]["checks"].values()}
+        assert statuses <= {"fail", "skip"}, (layer, statuses)
+    wait_for(
+        lambda: not suite_namespaces(cluster) - before, timeout=120, what="the probe namespace to be gone"
     )
     wait_for(lambda: not sleeping(lab, a100), timeout=60, what=f"the probe's command on {a100} to end")
 
