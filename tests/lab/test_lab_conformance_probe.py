@@ -2,7 +2,7 @@
 opens no SSH session; the kubelet runs each probe pod on its lab host, so the answers are the hosts' real
 state). Healthy, every node passes. Then every fault of ``gpuready.lab.faults`` that the host or gpu layer judges
 (all but the diag layer's slow-gpu and dcgm-memory, and retired-pages-pending, which needs a pre-Ampere board the
-session lab has none of: tests/conformance/test_kube_probe.py proves it on a stand-in T4) is injected on a real
+session lab has none of: tests/conformance/test_suite_on_mock_silicon.py proves it on a T4) is injected on a real
 host, three at once, one per host: each faulted node fails the check that names its fault, with the node and the
 cause in the message, and the failing nodes are exactly the faulted ones.
 
