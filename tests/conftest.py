@@ -72,7 +72,7 @@ TESTS = Path(__file__).resolve().parent
 
 def needs_cluster(item: pytest.Item) -> bool:
     """True for a test that needs the shared lab cluster: `lab_cluster` in its fixture closure (directly or through
-    virtual_nodes, api, namespace, kubectl, kube_fleet...) or a test in one of CLUSTER_DIRS."""
+    virtual_nodes, api, namespace, kubectl...) or a test in one of CLUSTER_DIRS."""
     if "lab_cluster" in getattr(item, "fixturenames", ()):
         return True
     try:

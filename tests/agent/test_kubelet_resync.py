@@ -10,7 +10,7 @@ from typing import Any
 
 from polling import wait_for
 
-from .conftest import PAUSE, Gpus, gpu_pod
+from .conftest import Pods, pause_pod
 
 
 def _ready(pod: dict[str, Any] | None) -> bool | None:
@@ -20,43 +20,43 @@ def _ready(pod: dict[str, Any] | None) -> bool | None:
 
 
 def test_a_pod_that_kept_running_is_ready_again_once_its_kubelet_is_back(
-    gpus: Gpus, virtual_nodes: Any, lab_cluster: Any
+    pods: Pods, virtual_nodes: Any, lab_cluster: Any
 ) -> None:
     (node,) = virtual_nodes(1)
-    gpus.create_pod(gpu_pod("steady", PAUSE, node, gpus=0, runtime_class=None, restart="Always"))
-    wait_for(lambda: _ready(gpus.pod("steady")), what="steady Ready")
+    pods.create_pod(pause_pod("steady", node))
+    wait_for(lambda: _ready(pods.pod("steady")), what="steady Ready")
     lab_cluster.stop_heartbeat(node)
     try:
         wait_for(
-            lambda: _ready(gpus.pod("steady")) is False,
+            lambda: _ready(pods.pod("steady")) is False,
             timeout=120,
             what="the controller to mark it not Ready",
         )
     finally:
         lab_cluster.resume_heartbeat(node)
     wait_for(
-        lambda: _ready(gpus.pod("steady")), timeout=60, what="steady Ready again after its kubelet came back"
+        lambda: _ready(pods.pod("steady")), timeout=60, what="steady Ready again after its kubelet came back"
     )
-    assert gpus.pod("steady")["status"]["containerStatuses"][0]["restartCount"] == 0
+    assert pods.pod("steady")["status"]["containerStatuses"][0]["restartCount"] == 0
 
 
-def test_a_node_back_in_a_new_boot_restarts_its_pods_containers(gpus: Gpus, virtual_nodes: Any) -> None:
+def test_a_node_back_in_a_new_boot_restarts_its_pods_containers(pods: Pods, virtual_nodes: Any) -> None:
     """As the real kubelet after a reboot: the pod stays, its container runs again (restart counted, the last run
     terminated with reason Unknown), so its status no longer dates from before the boot: the rolling upgrade
     waits for that (gpuready.deploy.upgrade.maintenance.not_ready_pods)."""
     (node,) = virtual_nodes(1)
-    gpus.create_pod(gpu_pod("survivor", PAUSE, node, gpus=0, runtime_class=None, restart="Always"))
-    wait_for(lambda: _ready(gpus.pod("survivor")), what="survivor Ready")
-    before = gpus.pod("survivor")["status"]["containerStatuses"][0]
-    info = gpus.node(node)["status"]["nodeInfo"]
-    gpus.core.patch_node_status(node, {"status": {"nodeInfo": {**info, "bootID": "b007-2"}}})
+    pods.create_pod(pause_pod("survivor", node))
+    wait_for(lambda: _ready(pods.pod("survivor")), what="survivor Ready")
+    before = pods.pod("survivor")["status"]["containerStatuses"][0]
+    info = pods.node(node)["status"]["nodeInfo"]
+    pods.core.patch_node_status(node, {"status": {"nodeInfo": {**info, "bootID": "b007-2"}}})
 
     def restarted() -> dict[str, Any] | None:
-        status = (gpus.pod("survivor") or {"status": {}})["status"].get("containerStatuses") or [{}]
+        status = (pods.pod("survivor") or {"status": {}})["status"].get("containerStatuses") or [{}]
         return status[0] if status[0].get("restartCount") == 1 and "running" in status[0]["state"] else None
 
     after = wait_for(restarted, timeout=30, what="survivor's container started again")
     assert after["lastState"]["terminated"]["reason"] == "Unknown"
     assert after["lastState"]["terminated"]["startedAt"] == before["state"]["running"]["startedAt"]
     assert after["state"]["running"]["startedAt"] >= after["lastState"]["terminated"]["finishedAt"]
-    assert _ready(gpus.pod("survivor"))
+    assert _ready(pods.pod("survivor"))

@@ -187,26 +187,6 @@ def test_an_all_mig_dra_node_skips_the_shared_claim(tmp_path):
         checks.shared_claim(mig, "shared-a100", [], None)
 
 
-def test_the_kubelet_plugin_refuses_time_slicing_without_its_feature_gate():
-    from gpuready.conformance.dra_workloads import TIME_SLICING
-    from gpuready.deploy import dra_addons
-    from gpuready.lab.agent.gpu_dra import config_problem, feature_gates
-
-    container = dra_addons.kubelet_plugin(lambda n, ns, pod: pod, "ns", "img")["containers"][0]
-    gates = feature_gates(container)
-    assert gates == {"TimeSlicingSettings"}  # the add-ons turn it on
-    assert config_problem(TIME_SLICING, mig=False, gates=gates) is None
-    assert config_problem(TIME_SLICING, mig=False, gates=set()) == "unknown GPU sharing strategy: TimeSlicing"
-    assert feature_gates(
-        {"env": [{"name": "FEATURE_GATES", "value": "MPSSupport=true,TimeSlicingSettings=false"}]}
-    ) == {"MPSSupport"}
-    assert config_problem(TIME_SLICING, mig=True, gates=gates) == "cannot apply GpuConfig to a MIG device"
-    mig_ts = {**TIME_SLICING, "kind": "MigDeviceConfig"}
-    assert (
-        config_problem(mig_ts, mig=True, gates=gates) == "can only set the time-slice interval on full GPUs"
-    )
-
-
 def scrape(node, **dra):
     from gpuready.nvidia.dcgm import parse_dcgm_metrics
 

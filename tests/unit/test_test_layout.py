@@ -70,12 +70,12 @@ def test_a_test_that_reaches_lab_cluster_is_marked_cluster(tmp_path):
 
 
 def test_the_unit_run_leaves_out_the_real_cluster_tests():
-    """On the real tree: kube_fleet's tests and the cluster directories' are out of `make unit`, unit tests in."""
+    """On the real tree: the cluster directories' tests are out of `make unit`, unit tests in."""
     selected = collected(
         [
             "-m",
             "not cluster and not lab",
-            "tests/conformance/test_kube_policy.py",
+            "tests/kube/test_maintenance.py",
             "tests/agent/test_runtime.py",
             "tests/unit/test_test_layout.py",
         ],

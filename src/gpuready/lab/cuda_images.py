@@ -17,7 +17,7 @@ host imports them at ``lab up`` (:func:`gpuready.lab.realhost.images`). They are
   injected by the runtime (a Python wrapper over the host's ``/usr/lib/nvidia-emu``, so the image has python3).
 * ``nvcr.io/nvidia/k8s/dcgm-exporter:4.5.3-4.8.2-ubuntu22.04`` (knob ``dcgm_exporter_image``): the exporter needs DCGM's
   ``libdcgm``, which the lab neither builds nor mocks, so it stays emulated: :mod:`gpuready.lab.dcgm_exporter` as ``/usr/bin/dcgm-exporter`` (ENTRYPOINT),
-  the node agent's renderer over the machine files mounted into the container, pod mapping from the kubelet's
+  its renderer over the machine files mounted into the container, pod mapping from the kubelet's
   pod-resources API through grpcio. Layers: base, a pip layer (grpcio, the third-party modules the exporter's
   import closure needs at this checkout's versions, and the ``lab`` extra's distributions, which
   ``gpuready.lab``'s import guard looks for; cached by the requirement list, pip runs once) and the exporter's
@@ -52,7 +52,7 @@ CUDA_BASE_IMAGE = "nvcr.io/nvidia/cuda:12.4.1-base-ubuntu22.04"  # knob cuda_bas
 DCGM_EXPORTER_IMAGE = "nvcr.io/nvidia/k8s/dcgm-exporter:4.5.3-4.8.2-ubuntu22.04"  # knob dcgm_exporter_image
 ARCHIVE = "gpuready-lab-cuda-images.oci.tar"
 VECTORADD_MODULE = "gpuready.conformance.cuda.vector_add"
-EXPORTER_MODULE = "gpuready.lab.dcgm_exporter"
+EXPORTER_MODULE = "gpuready.lab.dcgm_exporter.server"
 GRPC = "grpcio"  # the exporter's pod-resources client (imported only in the image)
 PATH = "PATH=/usr/local/nvidia/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
@@ -69,7 +69,7 @@ EXPORTER_SCRIPT = """#!/usr/bin/python3
 # gpuready lab: an emulated dcgm-exporter (DCGM is proprietary), gpuready.lab.dcgm_exporter
 import sys
 
-from gpuready.lab.dcgm_exporter import main
+from gpuready.lab.dcgm_exporter.server import main
 
 sys.exit(main())
 """

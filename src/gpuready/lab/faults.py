@@ -31,16 +31,16 @@ class Effects:
 
     * ``off_bus``: the GPU fell off the PCIe bus. nvemu.Driver.off_bus (kernel_files reads its config space as
       all ones), machine.OffBus (mock NVML: no handle; nvidia-smi; dcgmi leaves it out; cudadev: not a CUDA
-      device, for the mock CUDA and nvbandwidth), agent gpu_host.Gpu.off_bus (device plugin, vectorAdd).
-    * ``xid``: the XID the driver raises (0: none). machine.XIDs (mock NVML XID events), agent
-      gpu_host.Gpu.xid (dcgm-exporter's DCGM_FI_DEV_XID_ERRORS, the device plugin's health check).
+      device, for the mock CUDA and nvbandwidth), dcgm_exporter.host.Gpu.off_bus (the exporter's blank series).
+    * ``xid``: the XID the driver raises (0: none). machine.XIDs (mock NVML XID events: NVIDIA's device
+      plugin's health check), dcgm_exporter.host.Gpu.xid (the exporter's DCGM_FI_DEV_XID_ERRORS).
     * ``ecc_uncorrected``: uncorrectable DRAM ECC errors, volatile and aggregate alike. machine
-      View.ECCUncorrected (NVML, nvidia-smi), agent vectorAdd fails.
+      View.ECCUncorrected (NVML, nvidia-smi).
     * ``dbe_remapped``: double-bit errors the memory handled: each is an uncorrectable remapped row on a
       GPU with row remapping, and a retired page when a page retirement is pending. nvemu.remapped_rows
-      (agent dcgm-exporter's remapped-row counters), machine View (NVML, nvidia-smi).
+      (the lab's dcgm-exporter's remapped-row counters), machine View (NVML, nvidia-smi).
     * ``row_remap_pending``: one uncorrectable row remapped, a GPU reset pending. nvemu.remapped_rows
-      (agent dcgm-exporter's DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS), machine View (NVML, nvidia-smi, dcgmi's
+      (the lab's dcgm-exporter's DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS), machine View (NVML, nvidia-smi, dcgmi's
       software test).
     * ``retired_pages_pending``: one double-bit page retired, a reboot pending. machine View
       (NVML, nvidia-smi).
@@ -61,7 +61,7 @@ class Effects:
       nv-fabricmanager (static tools, fabricmanager.go), machine.Fabric (NVML, nvidia-smi; cudadev: CUDA,
       nvbandwidth).
     * ``driver_mismatch``: NVML init fails with 'Driver/library version mismatch'. machine.CheckLoaded
-      (NVML, every emulated tool), agent gpu_host snapshots (nvml_error).
+      (NVML, every emulated tool).
     """
 
     off_bus: bool = False

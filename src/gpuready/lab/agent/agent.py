@@ -3,11 +3,10 @@ cluster tests register, against the real control plane. Lab hosts run the real k
 
 One process for the whole lab, inside the lab's network namespace, with the admin kubeconfig (as kwok's
 controller runs). It mirrors pods, nodes, ConfigMaps and RuntimeClasses from the real API server, runs every pod
-the real scheduler binds to one of its nodes (the virtual nodes it registers itself, and the stand-in hosts tests
-attach), decides each container's fate from that host's real state
-(device plugin and GFD from ConfigMap + node label + MIG state, allocation, the nvidia runtime handler,
-dcgm-exporter metrics, faults), and serves what the API server dials: the kubelet API for logs and the pods'
-ports for the pod proxy.
+the real scheduler binds to one of the virtual nodes it registers, decides each container's fate from its image
+(:mod:`.runtime`), and serves what the API server dials for logs: the kubelet API. Virtual nodes carry a hardware
+profile's GPU capacity and GFD's labels from registration (:mod:`.virtual`); nothing on them imitates NVIDIA's
+device plugin, GFD, NFD or DRA driver, which run for real on the lab's hosts.
 """
 
 from __future__ import annotations
@@ -19,15 +18,12 @@ from typing import Any
 
 from .api import Client, Mirror
 from .endpoints import Endpoints
-from .gpu import ENDPOINT_GRACE_S, GpuSync, attach, attach_virtual
-from .gpu_host import HostView
 from .kubelet import Kubelet
-from .runtime import NodeBackend, ProxyResponse
+from .runtime import CatalogueRuntime, PodRuntime
 from .virtual import VIRTUAL_NET, VirtualNodes
 
 Obj = dict[str, Any]
 log = logging.getLogger(__name__)
-DCGM_PORT = 9400
 NOT_READY_TAINT = "node.kubernetes.io/not-ready"
 
 
@@ -42,51 +38,25 @@ class Agent:
     ) -> None:
         self.api = Client(kubeconfig)
         self.store = Mirror(self.api)
-        self._backends: dict[str, NodeBackend] = {}
-        self._default_backend = NodeBackend()
+        self.runtime: PodRuntime = CatalogueRuntime()
         self._managed: set[str] = set()
         self.kubelet = Kubelet(self)
-        self.gpu_sync = GpuSync(self)
         self.virtual = VirtualNodes(self, kubelet_version, node_addresses, heartbeat_s)
         self.endpoints = Endpoints(self, state_dir)
 
-    # what the kubelet and GPU logic ask ---------------------------------------------------------------------
+    # what the kubelet asks -----------------------------------------------------------------------------------
 
     def manages(self, node_name: str) -> bool:
         return node_name in self._managed
-
-    def set_backend(self, node_name: str, backend: NodeBackend) -> None:
-        self._backends[node_name] = backend
-
-    def backend(self, node_name: str) -> NodeBackend:
-        return self._backends.get(node_name, self._default_backend)
-
-    def node_changed(self, node_name: str) -> None:
-        self.backend(node_name).sync_node(self, node_name)
-
-    def serve_pod_port(
-        self, pod_ip: str, port: int, method: str, path: str, query: str, body: bytes
-    ) -> ProxyResponse | None:
-        """A request the API server's pod proxy sent to ``pod_ip:port``, answered by that pod's container."""
-        with self.store.lock:
-            pods, _ = self.store.list("pods")
-        for pod in pods:
-            status = pod.get("status") or {}
-            node = (pod.get("spec") or {}).get("nodeName", "")
-            if status.get("podIP") == pod_ip and status.get("phase") == "Running" and self.manages(node):
-                return self.backend(node).proxy(pod, str(port), method, path, query, body)
-        return None
 
     # lifecycle ------------------------------------------------------------------------------------------------
 
     def start(self, virtual_nodes: int = 0, virtual_profile: str = "dgx-h100") -> None:
         self.store.start()
         self.endpoints.start()
-        self.endpoints.ensure_pod_port(DCGM_PORT)
         if virtual_nodes:
             self.add_virtual_nodes(virtual_nodes, virtual_profile)
         self.kubelet.start()
-        self.gpu_sync.start()
 
     def add_virtual_nodes(
         self, count: int, profile: str, prefix: str = "virt-node-", timeout: float | None = None
@@ -95,7 +65,6 @@ class Agent:
         new node carries at first (a fraction of a second), so a caller's next pod is never refused by it."""
         names = self.virtual.add(count, profile, prefix)
         self._managed.update(names)
-        attach_virtual(self, self.gpu_sync, names, profile)
         timeout = timeout if timeout is not None else 60.0 + 0.1 * count
         deadline = time.monotonic() + timeout
         for name in names:
@@ -129,21 +98,10 @@ class Agent:
         if op == "resume_heartbeat":
             self.virtual.resume(request["name"])
             return {}
-        if op == "attach_host":  # a virtual node's GPUs, driver and containerd read from a host root's files
-            name = request["name"]
-            if name not in self._managed:
-                raise ValueError(f"{name} is not a node of this agent (add it with add_virtual first)")
-            view = HostView(name, Path(request["root"]), Path(request["hardware"]))
-            stand_in = request.get("env")  # tests' stand-in tools for containers that look at the host
-            attach(self, self.gpu_sync, name, view, float(request.get("grace_s", ENDPOINT_GRACE_S)), stand_in)
-            return {}
-        raise ValueError(
-            f"unknown op {op!r}: add_virtual, remove_virtual, stop_heartbeat, resume_heartbeat, attach_host"
-        )
+        raise ValueError(f"unknown op {op!r}: add_virtual, remove_virtual, stop_heartbeat, resume_heartbeat")
 
     def stop(self) -> None:
         self.virtual.shutdown()
-        self.gpu_sync.stop()
         self.kubelet.stop()
         self.endpoints.stop()
         self.store.stop()

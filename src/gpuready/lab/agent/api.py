@@ -1,13 +1,13 @@
 """The agent's view of the real API server: a small REST client and a mirror kept by list + watch.
 
-The agent decides pods' fates from objects (pods, nodes, ConfigMaps, RuntimeClasses) that change under it, so it
+The agent decides pods' fates from objects (pods, nodes) that change under it, so it
 keeps local copies the way client-go informers do: LIST, then WATCH from that resourceVersion, relist on 410 Gone,
 rewatch when the stream ends. Subscribers get every change as an `Event` with the previous copy. Writes go to the
 API server and the answer replaces the local copy at once (the watch event that follows changes nothing), so the
 code deciding the next step never reads a state older than its own last write.
 
 `Mirror` keeps the shape of the old in-process store (get / list / watch / modify / create / pods_on_node) so the
-kubelet and GPU logic read like they did; what is different is said at each method.
+kubelet reads like it did; what is different is said at each method.
 """
 
 from __future__ import annotations
@@ -31,25 +31,17 @@ from kubernetes import config as k8s_config
 Obj = dict[str, Any]
 log = logging.getLogger(__name__)
 
-# mirror key -> (list/watch path, namespaced)
+# mirror key -> (list/watch path, namespaced): what the agent's kubelet decides from
 KINDS: dict[str, tuple[str, bool]] = {
     "pods": ("/api/v1/pods", True),
     "nodes": ("/api/v1/nodes", False),
-    "configmaps": ("/api/v1/configmaps", True),
-    "runtimeclasses.node.k8s.io": ("/apis/node.k8s.io/v1/runtimeclasses", False),
-    # DRA (gpu_dra): claims the kubelet prepares, the slices the DRA driver's kubelet plugin publishes
-    "resourceclaims.resource.k8s.io": ("/apis/resource.k8s.io/v1/resourceclaims", True),
-    "resourceslices.resource.k8s.io": ("/apis/resource.k8s.io/v1/resourceslices", False),
 }
 # where single objects of other kinds live (writes only)
 PATHS: dict[str, tuple[str, str]] = {
     "pods": ("/api/v1", "pods"),
     "nodes": ("/api/v1", "nodes"),
-    "configmaps": ("/api/v1", "configmaps"),
     "events": ("/api/v1", "events"),
     "leases.coordination.k8s.io": ("/apis/coordination.k8s.io/v1", "leases"),
-    "resourceclaims.resource.k8s.io": ("/apis/resource.k8s.io/v1", "resourceclaims"),
-    "resourceslices.resource.k8s.io": ("/apis/resource.k8s.io/v1", "resourceslices"),
 }
 
 

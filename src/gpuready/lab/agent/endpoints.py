@@ -1,19 +1,16 @@
-"""What the real API server dials on the agent's nodes: the kubelet API and the pods' own ports.
+"""What the real API server dials on the agent's nodes: the kubelet API.
 
-Inside the lab's network namespace the node and pod ranges are routed to ``lo`` as local (`ip route add local`),
-so one listening socket per port answers for every address in them, and the address a connection was made to
-says which node or pod it is for. That is how the API server's log requests (``GET /containerLogs/...`` on a
-node's InternalIP, port 10250, over HTTPS with its kubelet client certificate) and its pod proxy
-(``/api/v1/namespaces/NS/pods/POD:PORT/proxy/...`` -> ``http://<podIP>:PORT/...``) reach the emulated containers.
+Inside the lab's network namespace the node range is routed to ``lo`` as local (`ip route add local`), so one
+listening socket answers for every address in it, and the address a connection was made to says which node it is
+for. That is how the API server's log requests (``GET /containerLogs/...`` on a node's InternalIP, port 10250, over
+HTTPS with its kubelet client certificate) reach the virtual nodes' containers.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import http.server
-import socket
 import ssl
-import struct
 import threading
 import time
 from pathlib import Path
@@ -178,38 +175,6 @@ def _limit(text: str, query: dict[str, str]) -> str:
     return text
 
 
-class _PodPortHandler(http.server.BaseHTTPRequestHandler):
-    server: _Server
-    protocol_version = "HTTP/1.1"
-
-    def log_message(self, format: str, *args: Any) -> None:
-        pass
-
-    def _serve(self) -> None:
-        local_ip = self.connection.getsockname()[0]
-        length = int(self.headers.get("Content-Length") or 0)
-        body = self.rfile.read(length) if length else b""
-        url = urlsplit(self.path)
-        answer = self.server.agent.serve_pod_port(
-            local_ip, self.server.port, self.command, url.path, url.query, body
-        )
-        if answer is None:
-            # Nothing in that pod listens on this port: where a real pod refuses the connection, reset it, so the
-            # API server reports that it could not reach the pod (503 ServiceUnavailable), not an HTTP answer.
-            self.close_connection = True
-            self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
-            self.connection.close()
-            return
-        self.send_response(answer.status)
-        payload, ctype = answer.body, answer.content_type
-        self.send_header("Content-Type", ctype)
-        self.send_header("Content-Length", str(len(payload)))
-        self.end_headers()
-        self.wfile.write(payload)
-
-    do_GET = do_POST = _serve
-
-
 class Endpoints:
     """The listening sockets; started with the agent, closed with it."""
 
@@ -226,12 +191,6 @@ class Endpoints:
         server = self._listen(KUBELET_PORT, _KubeletHandler)
         server.socket = ctx.wrap_socket(server.socket, server_side=True)
         self._run(KUBELET_PORT, server)
-
-    def ensure_pod_port(self, port: int) -> None:
-        """Answer HTTP on `port` for every pod address (a dcgm-exporter started with that port)."""
-        with self._lock:
-            if port not in self._servers:
-                self._run(port, self._listen(port, _PodPortHandler))
 
     def _listen(self, port: int, handler: type[http.server.BaseHTTPRequestHandler]) -> _Server:
         server = _Server(("0.0.0.0", port), handler)

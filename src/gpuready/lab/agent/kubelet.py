@@ -1,4 +1,4 @@
-"""The pod lifecycle half of a kubelet, for every node the agent runs: bound pods through their node's PodRuntime.
+"""The pod lifecycle half of a kubelet, for every node the agent runs: bound pods through the agent's PodRuntime.
 
 Registration and heartbeats belong to whoever owns the node (the lab host's kubelet service, or the agent's
 virtual nodes); this loop turns a pod the real scheduler bound to one of the agent's nodes into container
@@ -23,14 +23,13 @@ from typing import TYPE_CHECKING, Any
 
 from .api import Event, Mirror, now_rfc3339
 from .events import Recorder
-from .runtime import ContainerPlan, NodeBackend, normalize_image
+from .runtime import ContainerPlan, normalize_image
 
 if TYPE_CHECKING:
     from .agent import Agent
 
 Obj = dict[str, Any]
 COMPONENT = "kubelet"
-PENDING_POLL_S = 0.1  # how often the loop looks at a container whose command runs in a worker thread
 # The kubelet's crash-loop back-off (pkg/kubelet: flowcontrol.NewBackOff(10s, 300s)): it doubles with each restart up
 # to 5 minutes, and starts again at 10 s once the last back-off is older than twice the maximum, so a container that
 # crashed long ago and ran well since is not held 5 minutes for its next crash. restartCount itself never resets.
@@ -119,10 +118,6 @@ class Kubelet:
             if state is None or container not in state.containers:
                 return None
             c = state.containers[container]
-            pending = c.plan.pending if c.plan.pending is not None and c.plan.pending.starting else None
-        if pending is not None and not previous:  # its output is there by the time anyone looks (HostCommand)
-            return pending.wait()
-        with self._lock:
             if previous:
                 # backing off after an exit, the instance that just ended is the previous one (until the restart
                 # moves its output to previous_logs)
@@ -172,11 +167,7 @@ class Kubelet:
         uid = pod["metadata"].get("uid", "")
         if ev.type == "DELETED":
             with self._lock:
-                state = self._pods.pop(uid, None)
-            if state is not None:
-                _kill_pending(state)
-                self._backend(state.node).pod_stopped(pod)
-                self._server.node_changed(state.node)
+                self._pods.pop(uid, None)
             return
         if pod["metadata"].get("deletionTimestamp"):
             self._terminate(pod)
@@ -222,18 +213,13 @@ class Kubelet:
         if not node_ready(node):
             return
         with self._lock:
-            state = self._pods.pop(meta.get("uid", ""), None)
-        if state is not None:
-            _kill_pending(state)
-            self._backend(state.node).pod_stopped(pod)
+            self._pods.pop(meta.get("uid", ""), None)
         self._store.delete(
             "pods",
             meta.get("namespace", ""),
             meta["name"],
             {"gracePeriodSeconds": 0, "preconditions": {"uid": meta.get("uid")}},
         )
-        if state is not None:
-            self._server.node_changed(state.node)
 
     def _pod_ip(self, node: Obj) -> str:
         """The next address of the node's podCIDR (a /24 from the controller-manager; .1 is the gateway)."""
@@ -243,9 +229,6 @@ class Kubelet:
         n = self._next_ip.get(name, 0)
         self._next_ip[name] = n + 1
         return f"{base}.{n % 250 + 2}"
-
-    def _backend(self, node: str) -> NodeBackend:
-        return self._server.backend(node)
 
     def _maybe_start(self, pod: Obj) -> None:
         uid = pod["metadata"].get("uid", "")
@@ -261,10 +244,9 @@ class Kubelet:
         if node is None or not node_ready(node):
             return
         state = _Pod(pod["metadata"].get("namespace", ""), pod["metadata"]["name"], uid, node_name)
-        backend = self._backend(node_name)
         now = time.monotonic()
         for c in pod["spec"].get("containers") or []:
-            plan = backend.runtime.plan(pod, c, node)
+            plan = self._server.runtime.plan(pod, c, node)
             state.containers[c["name"]] = _Container(c["name"], plan, started=now)
         with self._lock:
             self._pods[uid] = state
@@ -306,7 +288,6 @@ class Kubelet:
                     COMPONENT,
                     node_name,
                 )
-        self._server.node_changed(node_name)
 
     def _begin(self, pod: _Pod, c: _Container, now: float) -> None:
         c.started = now
@@ -322,9 +303,7 @@ class Kubelet:
         )
         c.logs = plan.logs
         c.state = {"running": {"startedAt": now_rfc3339()}}
-        if plan.pending is not None:  # runs in a worker thread: look again until it is done
-            self._timer(now + PENDING_POLL_S, pod.uid, f"pending:{c.name}")
-        elif plan.exit_code is not None:
+        if plan.exit_code is not None:
             self._timer(now + plan.run_seconds, pod.uid, f"exit:{c.name}")
 
     def _timer(self, due: float, uid: str, action: str) -> None:
@@ -353,15 +332,6 @@ class Kubelet:
                         COMPONENT,
                         pod.node,
                     )
-            elif kind == "pending":
-                if not c.plan.pending.done():
-                    self._timer(now + PENDING_POLL_S, uid, action)
-                    continue
-                c.plan.logs, c.plan.exit_code = c.plan.pending.result()
-                c.plan.pending = None
-                c.logs = c.plan.logs
-                if c.plan.exit_code is not None:  # None: it went on to run for ever (`...; sleep infinity`)
-                    self._exit(pod, c)
             elif kind == "exit":
                 self._exit(pod, c)
             elif kind == "restart":
@@ -376,14 +346,11 @@ class Kubelet:
             touched[uid] = pod
         for pod in touched.values():
             self._write(pod)
-            if pod.done:
-                self._backend(pod.node).pod_stopped(self._store.get("pods", pod.namespace, pod.name) or {})
-                self._server.node_changed(pod.node)
 
     def _restart(self, pod: _Pod, c: _Container, live: Obj, spec: Obj, node: Obj | None, now: float) -> None:
         """Run the container again from its live spec: its output so far becomes `--previous`."""
         c.previous_logs = c.logs
-        c.plan = self._backend(pod.node).runtime.plan(live, spec, node)
+        c.plan = self._server.runtime.plan(live, spec, node)
         self._begin(pod, c, now)
 
     def _exit(self, pod: _Pod, c: _Container) -> None:
@@ -494,13 +461,6 @@ class Kubelet:
             )
 
         self._store.modify("pods", pod.namespace, pod.name, change)
-
-
-def _kill_pending(pod: _Pod) -> None:
-    """A pod that goes ends the commands its containers still run in worker threads (host_exec)."""
-    for c in pod.containers.values():
-        if c.plan.pending is not None:
-            c.plan.pending.kill()
 
 
 def _cond(

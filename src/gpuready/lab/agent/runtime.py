@@ -1,12 +1,9 @@
-"""Pod execution is pluggable: the node agent asks a node's `PodRuntime` what a bound pod's containers do.
+"""What a pod's containers do on a virtual node: the node agent's `PodRuntime`.
 
-Extension point for GPU behaviour: register a `NodeBackend` per node with `Agent.set_backend(node_name,
-backend)`. Its `runtime` decides each container's fate (a vectorAdd sample
-that prints the real output, `nvidia-smi -L` listing the allocated devices, RunContainerError without the
-`nvidia` handler); its `sync_node` is called whenever a pod on the node starts or stops, so a device-plugin pod
-can make `nvidia.com/gpu` capacity appear; its `proxy` answers what the API server's pod proxy sends to the pod's address (dcgm-exporter).
-Nodes without a backend use `CatalogueRuntime`, which knows a few images and fails others like an air-gapped
-cluster does.
+A virtual node has no host and no container runtime behind it, so the agent's kubelet asks `CatalogueRuntime` for
+each container's fate: the few public images it knows (busybox, pause, debian, alpine) run a tiny shell (echo,
+printf, sleep, exit, env), and any other image fails to pull as in an air-gapped cluster. NVIDIA's images never run
+here: the lab's real hosts run NVIDIA's real device plugin, GFD, NFD and DRA driver on the real kubelet.
 """
 
 from __future__ import annotations
@@ -32,9 +29,6 @@ class ContainerPlan:
     image_id: str = ""
     # (seconds after start, length of `logs` written by then): lets `logs -f` show output as it happens.
     log_times: list[tuple[float, int]] = field(default_factory=list)
-    # a command running elsewhere (a worker thread, host_exec): a Future of (logs, exit code); the container runs
-    # until it is done (and on, with exit code None), so the kubelet loop never waits on one
-    pending: Any = None
 
     def logs_at(self, elapsed: float) -> str:
         if not self.log_times:
@@ -43,36 +37,10 @@ class ContainerPlan:
         return self.logs[:upto]
 
 
-@dataclass
-class ProxyResponse:
-    status: int
-    body: bytes
-    content_type: str = "text/plain; charset=utf-8"
-
-
 class PodRuntime(Protocol):
     def plan(self, pod: Obj, container: Obj, node: Obj | None) -> ContainerPlan:
         """Decide what this container does when the pod starts on `node` (called once per start/restart)."""
         ...
-
-
-class NodeBackend:
-    """Per-node behaviour. Subclass and override; the defaults are what a virtual node does."""
-
-    def __init__(self, runtime: PodRuntime | None = None) -> None:
-        self.runtime: PodRuntime = runtime or CatalogueRuntime()
-
-    def sync_node(self, server: Any, node_name: str) -> None:
-        """Called after a pod on this node starts or stops; update node capacity/labels through `server`."""
-
-    def proxy(
-        self, pod: Obj, port: str, method: str, path: str, query: str, body: bytes
-    ) -> ProxyResponse | None:
-        """Serve a request proxied to a pod; None means nothing listens on that port (503 like the real API)."""
-        return None
-
-    def pod_stopped(self, pod: Obj) -> None:
-        """The pod was deleted or finished; release whatever the runtime allocated for it."""
 
 
 # the default catalogue -----------------------------------------------------------------------------------------
@@ -89,7 +57,7 @@ CATALOGUE = {
         ["/pause"],
         [],
     ),
-    "docker.io/library/debian": (  # the conformance probe's default (knob probe_image): see host_exec
+    "docker.io/library/debian": (  # the conformance probe's default (knob probe_image)
         "sha256:5f6ab4ae2ba3d4e8ac6d3c3ef32e1b7c0df6d1e2c9e0e0e5e3cf0b9c2a5d1e77",
         [],
         ["bash"],
@@ -150,21 +118,8 @@ class CatalogueRuntime:
     def plan(self, pod: Obj, container: Obj, node: Obj | None) -> ContainerPlan:
         image = container.get("image", "")
         repo, _tag = normalize_image(image)
-        from .gpu_nfd import NFD_REPO, nfd_plan
-
-        if repo == NFD_REPO:  # node-feature-discovery's master may land on any node, GPU or not
-            from .gpu_images import image_digest
-
-            plan = nfd_plan(container_argv(container, [], ["nfd-worker"])[0].rsplit("/", 1)[-1], pod, _tag)
-            plan.image_id = image_digest(repo, _tag)
-            return plan
         if repo not in CATALOGUE:
             return ContainerPlan(exit_code=None, waiting=pull_failure(image))
-        from .host_exec import host_root_mount, run_host_container
-
-        mount = host_root_mount(pod, container)
-        if mount is not None:  # no host behind a node without a GPU backend: it says so
-            return run_host_container(pod, container, mount, None)
         digest, entrypoint, cmd = CATALOGUE[repo]
         argv = container_argv(container, entrypoint, cmd)
         plan = run_argv(

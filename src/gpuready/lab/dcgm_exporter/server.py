@@ -2,10 +2,11 @@
 ``dcgm_exporter_image`` knob's name (:mod:`gpuready.lab.cuda_images`).
 
 NVIDIA's exporter (open source Go) reads the GPUs through DCGM's host engine, ``libdcgm``, which the lab does not
-build or mock, so the exporter stays an emulation and says so (``/health`` and the start-up line): a small HTTP server on ``DCGM_EXPORTER_LISTEN`` (``:9400``) serving ``/metrics`` and ``/health``. The scrape
-is the node agent's own renderer, :func:`gpuready.lab.agent.gpu_metrics.dcgm_scrape`, over the emulated machine
-read by :class:`gpuready.lab.agent.gpu_host.HostView` from the container's own filesystem: the host's runc wrapper
-bind-mounts the machine's files read-only into a container the nvidia runtime gave ``/dev/nvidiactl``
+build or mock, so the exporter stays an emulation and says so (``/health`` and the start-up line): a small HTTP
+server on ``DCGM_EXPORTER_LISTEN`` (``:9400``) serving ``/metrics`` and ``/health``. The scrape is
+:func:`.scrape.dcgm_scrape` over the emulated machine read by :class:`.host.HostView` from the container's own
+filesystem: the host's runc wrapper bind-mounts the machine's files read-only into a container the nvidia runtime
+gave ``/dev/nvidiactl``
 (:data:`gpuready.lab.realhost.MACHINE_DIRS`), which it does for this pod because the image sets
 ``NVIDIA_VISIBLE_DEVICES=all`` (as NVIDIA's image does) and the DaemonSet runs with the ``nvidia`` RuntimeClass.
 
@@ -29,10 +30,11 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from gpuready.lab.agent.dra_devices import ClaimRef, host_devices
-from gpuready.lab.agent.gpu_host import GpuView, HostState, HostView
-from gpuready.lab.agent.gpu_metrics import Owner, dcgm_scrape, dra_mapping
 from gpuready.spec.dra import DRIVER
+
+from .dra import ClaimRef, host_devices
+from .host import HostState, HostView
+from .scrape import Owner, dcgm_scrape, dra_mapping
 
 POD_RESOURCES_SOCKET = "/var/lib/kubelet/pod-resources/kubelet.sock"
 LIST_METHOD = "/v1.PodResourcesLister/List"
@@ -173,8 +175,8 @@ def claim_owners(
 
 
 def owners(entries: list[tuple[str, str, str, str, list[str]]]) -> dict[str, Owner]:
-    """Device UUID -> (namespace, pod, container) of NVIDIA's resources, the first pod per device as the node
-    agent's mapping; a time-sliced replica's ID (``<uuid>::<n>``) names its GPU."""
+    """Device UUID -> (namespace, pod, container) of NVIDIA's resources, the first pod per device; a time-sliced
+    replica's ID (``<uuid>::<n>``) names its GPU."""
     out: dict[str, Owner] = {}
     for namespace, pod, container, resource, ids in entries:
         if not resource.startswith("nvidia.com/"):
@@ -214,12 +216,12 @@ def exporter_object(env: dict[str, str], argv: list[str], hostname: str) -> dict
 
 
 class Exporter:
-    """One scrape's inputs: the machine (a GpuView), the pod's own settings, and the kubelet's pod resources (the
+    """One scrape's inputs: the machine (a HostView), the pod's own settings, and the kubelet's pod resources (the
     ``List`` response: ``lookup``, None with Kubernetes mapping off)."""
 
     def __init__(
         self,
-        view: GpuView,
+        view: HostView,
         exporter: dict[str, Any],
         image: str,
         lookup: Callable[[], bytes] | None,

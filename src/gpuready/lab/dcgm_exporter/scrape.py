@@ -22,10 +22,10 @@ from typing import TYPE_CHECKING, Any
 from gpuready.lab.emulator import nvemu
 from gpuready.spec.dra import DRIVER
 
-from .gpu_host import Gpu, HostState
+from .host import Gpu, HostState
 
 if TYPE_CHECKING:
-    from .dra_devices import ClaimRef
+    from .dra import ClaimRef
 
 # (field, type, help, for MIG entities too)
 FIELDS: tuple[tuple[str, str, str, bool], ...] = (

@@ -1,12 +1,12 @@
-"""How NVIDIA's DRA driver names a host's devices, and a device a container holds through a claim: shared by the
-node agent's emulation of the driver (:mod:`.gpu_dra`) and the real-kubelet hosts' dcgm-exporter
-(:mod:`gpuready.lab.dcgm_exporter`), which must not pull the agent's API client into its image."""
+"""How NVIDIA's DRA driver names a host's devices (``gpu-<minor>``, ``gpu-<minor>-mig-<profile>-<start>-<size>``),
+and a device a container holds through a claim: the exporter's DRA mapping labels a claimed device with them, as
+the real exporter does from the kubelet's pod-resources API."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .gpu_host import Gpu, HostState, MigDevice
+from .host import Gpu, HostState, MigDevice
 
 
 def device_name(gpu: Gpu, mig: MigDevice | None) -> str:
