@@ -4,9 +4,10 @@
 Brings up a lab cluster (network namespace, etcd + kube-apiserver + kube-controller-manager + kube-scheduler, the
 node agent registering N dgx-h100 virtual nodes with their GPU capacity and GFD labels), labels and taints the nodes
 as the join does, server-side applies gpuready's add-ons (device plugin, GFD, dcgm-exporter and nfd-worker
-DaemonSets, one nfd-master: created by the real DaemonSet controller and bound by the real scheduler) with every
-image set to pause, since a virtual node has no host for NVIDIA's software to look at and the bench measures the
-suite's API traffic, not that software; waits until they run, then runs the node layer in-process. The workloads
+DaemonSets, one nfd-master: created by the real DaemonSet controller and bound by the real scheduler) with each
+image a placeholder named for its add-on (the node agent runs it until deleted), since a virtual node has no host
+for NVIDIA's software to look at and the bench measures the suite's API traffic, not that software; waits until
+they run, then runs the node layer in-process. The workloads
 layer runs on the lab's real hosts (tests/lab), not here: a vectorAdd needs a GPU host.
 Prints per layer: wall time, the suite's API requests (counted at the Kubernetes client's REST layer: every HTTP
 request it makes, the connect check included) and per node, the API server's own count of read requests in that
@@ -38,6 +39,7 @@ from kubernetes.client import rest
 from gpuready import kube
 from gpuready.conformance import SUITE_DIR
 from gpuready.deploy import addons
+from gpuready.lab.agent.runtime import PLACEHOLDER_PREFIX
 from gpuready.spec import Fleet, load_fleet
 
 REPO = Path(__file__).resolve().parents[1]
@@ -51,21 +53,28 @@ DGX_H100 = {
     "node_taints": ["nvidia.com/gpu=present:NoSchedule"],
 }
 ADDONS_NS = "gpu-system"
-PAUSE = "registry.k8s.io/pause:3.10"  # in the node agent's catalogue: runs until deleted
-ADDONS = addons.AddonSettings(
-    namespace=ADDONS_NS,
-    device_plugin_image=PAUSE,
-    gfd_image=PAUSE,
-    dcgm_exporter_image=PAUSE,
-    dra_driver_image=PAUSE,
-    nfd_image=PAUSE,
-)
+# a placeholder per add-on (the agent runs it until deleted), named so the suite tells the add-ons apart
+IMAGES = {
+    knob: f"{PLACEHOLDER_PREFIX}{name}:bench"
+    for knob, name in (
+        ("device_plugin_image", "k8s-device-plugin"),
+        ("gfd_image", "gpu-feature-discovery"),
+        ("dcgm_exporter_image", "dcgm-exporter"),
+        ("dra_driver_image", "dra-driver-nvidia-gpu"),
+        ("nfd_image", "node-feature-discovery"),
+    )
+}
 
 
 def inventory(root: Path, names: list[str]) -> tuple[Path, Fleet]:
     root.mkdir(parents=True, exist_ok=True)
     (root / "group_data").mkdir(exist_ok=True)
-    (root / "group_data" / "all.py").write_text((REPO / "inventory/group_data/all.py").read_text())
+    fleet_wide = "".join(
+        f"{knob} = {image!r}\n" for knob, image in IMAGES.items()
+    )  # knobs of the whole fleet
+    (root / "group_data" / "all.py").write_text(
+        (REPO / "inventory/group_data/all.py").read_text() + fleet_wide
+    )
     path = root / "inventory.py"
     path.write_text(f"gpu_nodes = ({[(n, DGX_H100) for n in names]!r}, {{}})\n")
     return path, load_fleet(path)
@@ -89,7 +98,9 @@ def converge(api: client.ApiClient, fleet: Fleet, timeout: float = 1800.0) -> No
     with ThreadPoolExecutor(8) as pool:
         list(pool.map(join, fleet.nodes))
     cluster = kube.Cluster(api=api, url="")
-    for manifest in addons.render_all(fleet, ADDONS):
+    for manifest in addons.render_all(
+        fleet, addons.AddonSettings.from_node(next(iter(fleet.nodes.values())))
+    ):
         kube.apply(cluster, manifest)
     want = 4 * len(fleet.nodes) + 1  # device plugin, GFD, dcgm-exporter, nfd-worker per node; one nfd-master
     start = time.monotonic()
@@ -162,9 +173,12 @@ def run_layer(
     writes = sum(after.values()) - sum(before.values()) - sum(reads.values())
     verdict = json.loads((root / layer / "report" / "verdict.json").read_text())
     outcomes: Counter[str] = Counter()
+    failed: Counter[str] = Counter()
     for node in verdict["nodes"].values():
-        for check in (node["layers"].get(layer) or {}).get("checks", {}).values():
+        for name, check in (node["layers"].get(layer) or {}).get("checks", {}).items():
             outcomes[check["status"]] += 1
+            if check["status"] == "fail":
+                failed[f"{name}: {check['message'].split(': ', 1)[-1][:120]}"] += 1
     return {
         "layer": layer,
         "nodes": len(names),
@@ -175,6 +189,7 @@ def run_layer(
         "apiserver_reads": reads,
         "apiserver_other": writes,
         "outcomes": dict(outcomes),
+        "failed": dict(failed.most_common(5)),
     }
 
 
@@ -196,6 +211,7 @@ def report(r: dict[str, Any]) -> None:
                 f"{r['apiserver_other']:8d} (agent, controllers)",
             ),
             (f"{r['layer']} layer: check outcomes", json.dumps(r["outcomes"])),
+            (f"{r['layer']} layer: failures (most common)", json.dumps(r["failed"])),
         ]
     )
 
