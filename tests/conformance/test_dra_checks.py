@@ -155,7 +155,10 @@ def test_a_shared_claim_that_does_not_start_or_splits_is_named(nodes):
         phase="Pending",
         reason="ContainerCreating",
         timed_out=True,
-        events=["Warning FailedPrepareDynamicResources: ... unknown GPU sharing strategy: TimeSlicing"],
+        events=[
+            'Warning FailedPrepareDynamicResources: ... error validating GPU config: "TimeSlicing" is selected as '
+            'the GPU sharing strategy, but the "TimeSlicingSettings" feature gate is not enabled'
+        ],
     )
     (problem,) = checks.shared_claim(
         a100, "shared-a100", [shared("shared-a100-0", "GPU-1"), refused], ["a100/gpu-1"]
@@ -163,7 +166,7 @@ def test_a_shared_claim_that_does_not_start_or_splits_is_named(nodes):
     assert problem.startswith(
         "pod shared-a100-1 sharing ResourceClaim shared-a100 (TimeSlicing) on device a100/gpu-1 did not run: "
     )
-    assert "unknown GPU sharing strategy: TimeSlicing" in problem
+    assert '"TimeSlicingSettings" feature gate is not enabled' in problem
     a = "GPU-aaaaaaaa-0000-0000-0000-000000000000"
     b = "GPU-bbbbbbbb-0000-0000-0000-000000000000"
     (problem,) = checks.shared_claim(

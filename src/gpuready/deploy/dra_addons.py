@@ -22,7 +22,8 @@ GPUs and MIG devices only), so it ships no controller rather than one that fails
 
 The kubelet plugin runs with the driver's ``TimeSlicingSettings`` feature gate on (alpha, off by default): sharing
 is a config on the claim (an opaque ``GpuConfig`` with ``sharing.strategy: TimeSlicing``), and without the gate the
-plugin refuses such a claim ("unknown GPU sharing strategy"), so pods sharing a time-sliced claim never start.
+plugin refuses such a claim (v0.4.1: ``"TimeSlicing" is selected as the GPU sharing strategy, but the
+"TimeSlicingSettings" feature gate is not enabled``), so pods sharing a time-sliced claim never start.
 
 As the chart does, the kubelet plugin gets its own image as ``IMAGE_NAME`` (a required flag) and the host's driver
 root (``/``) at ``/driver-root``, where it loads NVML and finds the files of the CDI specs it writes: NVIDIA's real
