@@ -4,8 +4,8 @@ reader (``gpuready.conformance.local_gpu``) unchanged.
 
 The library is built once per session into the real lab cache (``gpuready.lab.silicon.build``); each check
 runs in a subprocess with ``LD_LIBRARY_PATH`` naming it, the hardware and driver state files in a temp dir
-(``emulated.Machine``), and compares with what the Python emulator's ``nvidia-smi -q -x`` reports for the same
-files, so the two views cannot drift apart.
+(``emulated.Machine``), and compares with what the emulated ``nvidia-smi -q -x`` reports for the same files, so
+the two views cannot drift apart.
 """
 
 from __future__ import annotations
@@ -89,7 +89,7 @@ def _run(script: str, machine: Machine, nvml_dir: Path) -> subprocess.CompletedP
 
 
 def _smi_report(machine: Machine) -> smi.SmiReport:
-    """What the Python emulator's nvidia-smi says about the same files: the one source of truth."""
+    """What the emulated nvidia-smi says about the same files: the one source of truth."""
     result = machine.run("nvidia-smi", "-q", "-x")
     assert result.returncode == 0, result.stderr
     return smi.parse_query_xml(result.stdout)

@@ -43,7 +43,7 @@ from gpuready.spec import NodeSpec
 
 Obj = dict[str, Any]
 FORMAT = "gpuready-probe/v1"
-MARKER = "gpuready-probe"  # the script's $0: names it in `ps`, and is how the lab's node agent knows a probe
+MARKER = "gpuready-probe"  # the script's $0: names it in `ps` on the node
 HOST_MOUNT = "/host"
 GPU_OPERATOR_DRIVER_ROOT = "/run/nvidia/driver"
 CHECK_LABEL = "probe"  # gpuready.io/check of the probe pods

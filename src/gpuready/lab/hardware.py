@@ -2,8 +2,8 @@
 
 The hardware file is the machine, not the software: the lab writes it outside any package and bind-mounts it
 read-only into the host at ``HOST_MACHINE_DIR``; the emulated driver's tools and libraries (no gpuready inside
-the host: the Go ones of silicon/, the stdlib-only Python ones of emulator/) read everything they need from it. That is why ``make_hardware`` copies the catalogue's model facts
-and the model's MIG profile table into the file instead of naming the model.
+the host: all of them are the Go of silicon/) read everything they need from it. That is why ``make_hardware``
+copies the catalogue's model facts and the model's MIG profile table into the file instead of naming the model.
 
 GPU model facts come from :mod:`gpuready.nvidia.catalogue`. What the catalogue does not hold and only the
 emulator needs (board part numbers, VBIOS, idle clocks, BAR1 size, sub-system ids, PCI bus ids of real boards)

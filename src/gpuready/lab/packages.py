@@ -14,8 +14,9 @@ of the package's version, built from their Go module (:mod:`gpuready.lab.nvidia_
 maintainer scripts NVIDIA's packages have. Only libnvidia-container (C; its ``nvidia-container-cli``, which the
 legacy runtime mode alone runs) stays emulated: the static tools under that name.
 
-Built with ``dpkg-deb --build --root-owner-group`` (no fakeroot); rebuilt only when the emulator sources or
-the requested versions or the toolkit binaries change.
+Built with ``dpkg-deb --build --root-owner-group`` (no fakeroot); rebuilt only when the package files
+(:mod:`gpuready.lab.emulator.package_files`), the static tools' build, the requested versions or the toolkit binaries
+change.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ Every emulated NVIDIA tool and library on a lab host is Go over package machine 
 libnvidia-ml.so.1 and libcuda.so.1, nvidia-smi, dcgmi, nvbandwidth, the daemons, nvidia-container-cli); none of this
 module is installed in a host. It remains for what the lab renders or simulates outside the hosts: the kernel's files
 (``kernel_files``: /dev, /proc/driver/nvidia and sysfs, rendered from the host's hardware file and state file), the
-fault catalogue's combining rules (``faults.Effects``) and the node agent's GPU view. The machine (GPUs, faults) is
+fault catalogue's combining rules (``faults.Effects``) and the lab's dcgm-exporter (``lab/dcgm_exporter``). The machine (GPUs, faults) is
 the read-only hardware file the lab writes; what a real driver keeps in the kernel (MIG mode, GPU/compute instances,
 persistence mode, the loaded module version) lives in the host's state file, which reads as reset when the boot id
 changes, as a reboot resets a real GPU. The Go twin of every reading here is in package machine;
@@ -21,8 +21,8 @@ DEFAULT_STATE = "/var/lib/nvidia-emu/state.json"
 DRIVER_DIR = "/usr/lib/nvidia-emu"
 CUDA_BY_BRANCH = {"595": "13.2", "590": "13.1", "580": "13.0", "575": "12.9", "570": "12.8", "550": "12.4"}
 
-# The device nodes a GPU container was given (lab-internal; the lab's runc wrapper sets it in every GPU container,
-# the node agent when a pod runs the host's nvidia-smi): their paths, comma separated. What they reveal of the machine
+# The device nodes a GPU container was given (lab-internal; the lab's runc wrapper sets it in every GPU container):
+# their paths, comma separated. What they reveal of the machine
 # is package machine's rule (lab/silicon/machine/contain.go), which the mock NVML and CUDA and the tools apply.
 CONTAINER_DEVICES = "GPUREADY_LAB_CONTAINER_DEVICES"
 # /proc/driver/nvidia-caps/mig-minors: config 1, monitor 2, then per GPU 15 GPU instances, each with its access
@@ -81,7 +81,7 @@ class Effects:
 
 # What the driver reports, derived from a GPU's hardware entry and its combined effects (Effects, or
 # gpuready.lab.faults.Effects.as_dict()): the one Python derivation, which kernel_files' sysfs
-# link and the node agent's dcgm-exporter read. Package machine's View is its Go twin (the mock NVML and CUDA, the
+# link and the lab's dcgm-exporter read. Package machine's View is its Go twin (the mock NVML and CUDA, the
 # tools); tests/unit/test_mock_nvml.py checks these functions against what NVML reports.
 def pcie_link(gpu: dict, effects: typing.Any) -> tuple[int, int]:
     """The trained PCIe link (generation, width): the maximum, at least gen 1 and x1 after the faults."""

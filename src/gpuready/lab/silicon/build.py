@@ -166,5 +166,5 @@ def ensure_libraries(
 
 def static_tools(cache: Path | None = None) -> Path:
     """The static ``nvidia-emu-tools`` (tools/), built into the cache when its sources changed: what a lab host's
-    driver package installs, for the emulated tools run outside one (the node agent's pods, tests)."""
+    driver package installs, for the emulated tools run outside one (tests, benches)."""
     return ensure_libraries(lambda _line: None, cache, names=["tools"])["tools"]

@@ -3,8 +3,8 @@ package machine
 // The machine as a process in a GPU container finds it. On a real node NVML sees only the GPUs whose
 // /dev/nvidiaN the container runtime gave the container, numbered from 0, and on them only the MIG devices whose
 // GPU and compute instance access capabilities (/dev/nvidia-caps/nvidia-capM) it was given; the runtime also
-// hides the other GPUs' /proc/driver/nvidia/gpus entries. The lab's runc wrapper (realhost.machine_mounts) and
-// the node agent's pods name those device nodes in ContainerDevices, comma separated (empty: none); Load applies
+// hides the other GPUs' /proc/driver/nvidia/gpus entries. The lab's runc wrapper (realhost.machine_mounts) names
+// those device nodes in ContainerDevices, comma separated (empty: none); Load applies
 // them, so the mock NVML, the mock CUDA driver and the static tools in a pod see what the pod was given.
 // Every emulated tool is Go over this package, so the rule is written once, here.
 

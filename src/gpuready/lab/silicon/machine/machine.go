@@ -11,7 +11,7 @@
 // Changes (write.go) take the state file's lock and write it in the layout nvemu.py reads. In a GPU container
 // the machine is what the container's device nodes reveal (contain.go). Derived facts (ECC counts, PCIe link, MIG devices,
 // XIDs) are View's, which the mock NVML, CUDA and the tools read; nvemu.py's pcie_link and remapped_rows
-// derive the same for the Python code (kernel_files, the node agent's dcgm-exporter).
+// derive the same for the Python code (kernel_files, the lab's dcgm-exporter).
 //
 // Usage: Current() returns the machine as it is now, re-reading the files only when they changed,
 // so a fault injected while a process runs is seen by its next call.
@@ -318,8 +318,8 @@ func LibraryVersion() string {
 }
 
 // LibraryInstalled: the user-space driver (libnvidia-ml1: the mock libnvidia-ml.so.1 and DriverDir's
-// driver-version) is installed, or the lab names its version (GPUREADY_LAB_DRIVER_VERSION, as the lab's node agent
-// does when it finds driver-version and as the tests do). Unlike LibraryVersion and InstalledKmodVersion, which
+// driver-version) is installed, or the lab names its version (GPUREADY_LAB_DRIVER_VERSION, as the tests
+// do). Unlike LibraryVersion and InstalledKmodVersion, which
 // take a host without DriverDir for a development host with the default driver, a missing driver-version file is no
 // library: a tool that exists without the driver (nvidia-container-cli, of the container toolkit) must fail on a lab
 // host without the driver packages as the real one fails to load libnvidia-ml.so.1.
