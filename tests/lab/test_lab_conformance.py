@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from polling import wait_for
 from pyinfra_runs import run_pyinfra
-from suite_runs import failed, faulted, gpu_allocatable, node_of, run_suite
+from suite_runs import failed, faulted, gpu_allocatable, node_of, run_suite, wait_until_settled
 
 from gpuready import kube
 from gpuready.conformance import workloads as wl
@@ -301,6 +301,9 @@ def test_a_gpu_left_in_prohibited_compute_mode_fails_on_that_node_only(deployed_
 
 
 def test_kubelet_stopped_fails_ready_on_that_node_only(deployed_lab, tmp_path):
+    """The kubelet back, the test waits until the node is Ready and its device plugin has registered again with
+    the new kubelet: until then the node has no nvidia.com/gpu allocatable, which the next module's healthy run
+    would rightly report (stop 52's CI: host/test_labels_agree on the L4, "allocatable nvidia.com/gpu = absent")."""
     node = node_of(deployed_lab, "l4-1")
     deployed_lab.lab.ssh(node, "systemctl stop kubelet")
     try:
@@ -308,6 +311,7 @@ def test_kubelet_stopped_fails_ready_on_that_node_only(deployed_lab, tmp_path):
         verdict = run_suite(deployed_lab, tmp_path, "-m", "node or workloads or metrics")
     finally:
         deployed_lab.lab.ssh(node, "systemctl start kubelet")
+        wait_until_settled(deployed_lab)
     bad = failed(verdict)
     assert list(bad) == [node], bad
     assert bad[node]["node/test_ready"].startswith(f"{node}: NotReady"), bad[node]

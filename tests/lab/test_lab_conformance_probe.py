@@ -21,7 +21,16 @@ from __future__ import annotations
 from typing import NamedTuple
 
 import pytest
-from suite_runs import DISCOVER, INVENTORY, failed, gpu_allocatable, node_of, restore_allocatable, run_suite
+from suite_runs import (
+    DISCOVER,
+    INVENTORY,
+    failed,
+    gpu_allocatable,
+    node_of,
+    restore_allocatable,
+    run_suite,
+    wait_until_settled,
+)
 
 from gpuready import kube
 from gpuready.conformance import workloads as wl
@@ -52,6 +61,7 @@ def probe_namespaces(deployed_lab) -> list[str]:
 
 @SOURCES
 def test_healthy_lab_passes_the_host_and_gpu_layers_through_probe_pods(deployed_lab, tmp_path, source):
+    wait_until_settled(deployed_lab)  # a module before may have restarted a kubelet or an add-on
     verdict = run_suite(deployed_lab, tmp_path, *POD, source=source)
     assert failed(verdict) == {}
     assert sorted(verdict["nodes"]) == lab_hosts(deployed_lab), "every lab host is in the verdict"
