@@ -16,6 +16,7 @@ import pytest
 from gpuready.lab import cuda_images, realnode, suite_image
 from gpuready.lab.dcgm_exporter import server as dcgm_exporter
 from gpuready.lab.dcgm_exporter.host import DRIVER_VERSION, HostView
+from gpuready.lab.emulator import nvemu
 from gpuready.lab.hardware import make_hardware
 from gpuready.nvidia.dcgm import parse_dcgm_metrics
 from gpuready.spec.knobs import KNOBS
@@ -158,6 +159,38 @@ def machine(tmp_path: Path, profile: str) -> HostView:
     (tmp_path / DRIVER_VERSION).parent.mkdir(parents=True)
     (tmp_path / DRIVER_VERSION).write_text("580.178.04\n")
     return HostView("gpu-node-9", tmp_path, hardware)
+
+
+def test_mig_instances_left_by_an_earlier_boot_are_gone_from_the_scrape(tmp_path: Path) -> None:
+    """The exporter reads the driver's state as the host's tools do (nvemu.Driver, machine's loadState): GPU
+    instances are series of their own in this boot, and a state the host wrote before a reboot reads as reset."""
+    view = machine(tmp_path, "a100-80gb-4")
+    gpu = make_hardware("a100-80gb-4", 0)["gpus"][0]
+    state = {
+        "boot_id": "boot-1",
+        "gpus": {
+            gpu["uuid"]: {
+                "mig_current": True,
+                "mig_pending": True,
+                "persistence": True,
+                "gis": [{"id": 7, "profile_id": 19, "start": 0, "cis": [{"id": 0, "size": 1}]}],
+            }
+        },
+    }
+    (tmp_path / nvemu.DEFAULT_STATE.lstrip("/")).parent.mkdir(parents=True)
+    (tmp_path / nvemu.DEFAULT_STATE.lstrip("/")).write_text(json.dumps(state))
+
+    def gpu0_series(boot: str) -> list[dict[str, str]]:
+        view.boot = boot
+        exporter = dcgm_exporter.Exporter(view, dcgm_exporter.exporter_object({}, [], "p"), "", None)
+        temps = [s for s in parse_dcgm_metrics(exporter.metrics()) if s.metric == "DCGM_FI_DEV_GPU_TEMP"]
+        return [s.labels for s in temps if s.labels["gpu"] == "0"]
+
+    this_boot = gpu0_series("boot-1")
+    assert [(s["GPU_I_PROFILE"], s["GPU_I_ID"]) for s in this_boot] == [("1g.10gb", "7")], this_boot
+    after_reboot = gpu0_series("boot-2")  # MIG mode stays (pending became current), the instances are gone
+    assert view.snapshot().gpus[0].mig_enabled and not view.snapshot().gpus[0].mig_devices
+    assert [s.get("GPU_I_PROFILE") for s in after_reboot] == [None], after_reboot  # the GPU's own series only
 
 
 def _claim(namespace: str, name: str, driver: str, pool: str, device: str) -> bytes:

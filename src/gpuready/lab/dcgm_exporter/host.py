@@ -4,7 +4,9 @@ The runc wrapper of a lab host bind-mounts the machine's hardware file and the e
 into the exporter's container (:data:`gpuready.lab.realhost.MACHINE_DIRS`), so the container's own root holds what
 NVIDIA's exporter would reach through DCGM: the GPUs and their faults (the hardware file), MIG mode and instances
 (the emulated driver's state), and the installed driver's version. Reads are cached by file mtime, so a
-``lab fault`` shows in the next scrape.
+``lab fault`` shows in the next scrape. The state is read as the host's own tools read it (``nvemu.Driver``, package
+machine's loadState in Go): one left by an earlier boot counts as reset, so after a reboot the exporter shows no MIG
+instance the driver has not created again.
 """
 
 from __future__ import annotations
@@ -17,8 +19,7 @@ from typing import Any
 from gpuready.lab.emulator import nvemu
 from gpuready.lab.faults import Effects, combined_effects
 
-DRIVER_VERSION = "usr/lib/nvidia-emu/driver-version"
-EMU_STATE = "var/lib/nvidia-emu/state.json"
+DRIVER_VERSION = f"{nvemu.DRIVER_DIR.lstrip('/')}/driver-version"  # under the container's root
 
 
 @dataclass(frozen=True)
@@ -85,25 +86,27 @@ def mig_devices(gpu: dict[str, Any], state: dict[str, Any]) -> tuple[MigDevice, 
     )
 
 
-def build_gpus(hw: dict[str, Any], emu_state: dict[str, Any]) -> tuple[Gpu, ...]:
+def build_gpus(drv: nvemu.Driver) -> tuple[Gpu, ...]:
     gpus = []
-    for g in hw.get("gpus") or []:
-        st = (emu_state.get("gpus") or {}).get(g["uuid"]) or {}
-        enabled = bool(st.get("mig_current")) and bool(g.get("mig_capable"))
-        gpus.append(Gpu(g, combined_effects(hw, g["index"]), enabled, mig_devices(g, st) if enabled else ()))
+    for g in drv.hw.get("gpus") or []:
+        enabled = drv.mig_current(g)
+        devices = mig_devices(g, drv.gpu_state(g)) if enabled else ()
+        gpus.append(Gpu(g, combined_effects(drv.hw, g["index"]), enabled, devices))
     return tuple(gpus)
 
 
 @dataclass
 class HostView:
-    """A host's machine files under `root` (the exporter's own ``/``), and its hardware file."""
+    """A host's machine files under `root` (the exporter's own ``/``), its hardware file, and the host's boot id
+    (the runc wrapper's ``GPUREADY_LAB_BOOT_ID``; None takes the state file as this boot's)."""
 
     name: str
     root: Path
     hardware: Path
+    boot: str | None = None
     _cache: dict[str, tuple[float, Any]] = field(default_factory=dict, repr=False)
 
-    def _json(self, path: Path) -> Any:
+    def _read(self, path: Path, parse: Any) -> Any:
         try:
             mtime = path.stat().st_mtime
         except OSError:
@@ -111,16 +114,24 @@ class HostView:
         cached = self._cache.get(str(path))
         if cached is None or cached[0] != mtime:
             try:
-                cached = (mtime, json.loads(path.read_text()))
+                cached = (mtime, parse(path.read_text()))
             except (OSError, ValueError):
                 return cached[1] if cached else None  # a file being rewritten: the last good reading
             self._cache[str(path)] = cached
         return cached[1]
 
     def snapshot(self) -> HostState:
-        hw = self._json(self.hardware) or {"gpus": [], "faults": []}
+        hw = self._read(self.hardware, json.loads) or {"gpus": [], "faults": []}
+        state_text = self._read(self.root / nvemu.DEFAULT_STATE.lstrip("/"), _json_text)
+        drv = nvemu.Driver(hw, state_text, self.boot)
         try:
             driver = (self.root / DRIVER_VERSION).read_text().strip() or None
         except OSError:
             driver = None
-        return HostState(self.name, driver, build_gpus(hw, self._json(self.root / EMU_STATE) or {}))
+        return HostState(self.name, driver, build_gpus(drv))
+
+
+def _json_text(text: str) -> str:
+    """The state file's text once it parses (a file being rewritten does not: the last good reading stays)."""
+    json.loads(text or "{}")
+    return text

@@ -295,7 +295,9 @@ def main(argv: list[str] | None = None) -> int:
         {"-k", "--kubernetes"} & set(argv)
     )
     socket_path = env.get("GPUREADY_LAB_POD_RESOURCES_SOCKET", POD_RESOURCES_SOCKET)
-    view = HostView(hostname, Path("/"), Path(env.get("GPUREADY_LAB_HARDWARE", HARDWARE)))
+    view = HostView(
+        hostname, Path("/"), Path(env.get("GPUREADY_LAB_HARDWARE", HARDWARE)), env.get("GPUREADY_LAB_BOOT_ID")
+    )
     exporter = Exporter(
         view,
         exporter_object(env, argv, hostname),
