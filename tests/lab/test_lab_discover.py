@@ -8,15 +8,16 @@ breaks the lab):
 * healthy, ``pytest conformance --discover --connection pod`` with no ``--inventory`` finds the three GPU nodes from
   GFD's labels, the device plugin's config and a probe pod per node, and passes every node on every layer it runs;
 * ``gpuready discover`` writes an inventory that, fed back with ``--inventory <it> --connection pod``, passes;
+* with NVIDIA's device plugin laid out as the GPU Operator lays it out (namespace gpu-operator,
+  nvidia-device-plugin-daemonset, its config in time-slicing-config), discovery finds the same pool and passes;
 * a node whose allocatable disagrees with its labels (GFD's DaemonSet deleted, so its labels stay at 4 replicas,
   then the node relabelled to a device-plugin config of 2 replicas the plugin takes) and a node whose driver
   differs from its pool (upgraded alone by the real rolling upgrade, deploys/upgrade_driver.py ``--limit``, to
   595.91.07 while the other two run the pinned 580.178.04) each fail, exactly those two nodes, with messages
   naming the label or version and what was expected; pinned with ``--expect-driver`` to the odd one's driver, the
   other two fail instead. GFD runs through the upgrade, so the upgraded node's driver label follows nvidia-smi
-  (unlike the stand-ins of tests/conformance/test_kube_discover.py): it fails on its pool and the pin only.
+  (unlike the retired stand-ins of the virtual-node tests): it fails on its pool and the pin only.
 
-The same proof on virtual nodes with stand-in hosts: tests/conformance/test_kube_discover.py.
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ from suite_runs import failed, wait_for_allocatable, wait_until_settled
 
 from gpuready import kube
 from gpuready.deploy.addons import DEVICE_PLUGIN_CONFIGMAP
+from gpuready.deploy.upgrade import registration
 from gpuready.lab import hosts
 from gpuready.lab.state import LabPaths
 from gpuready.spec import DEVICE_PLUGIN_CONFIG_LABEL
@@ -169,6 +171,127 @@ def test_gpuready_discover_writes_an_inventory_that_fed_back_passes(discover_lab
                       "node/test_device_plugin_ready", "workloads/test_vector_add"):  # fmt: skip
             assert got[check] == "pass", (node, check, got)
         assert "host/test_labels_agree" not in got  # discovery checks only run with --discover
+
+
+OPERATOR = SimpleNamespace(  # the names the GPU Operator gives what gpuready's add-ons deploy names otherwise
+    namespace="gpu-operator",
+    daemonset="nvidia-device-plugin-daemonset",
+    # the operator's docs' name for the map that ClusterPolicy's devicePlugin.config names
+    configmap="time-slicing-config",
+    binding="gpuready-test-gpu-operator-device-plugin",
+)
+# gpuready's DaemonSet, ServiceAccount and ClusterRole (deploy/addons.py)
+DEVICE_PLUGIN = "nvidia-device-plugin"
+
+
+def _fresh(obj: Any) -> dict[str, Any]:
+    """An object read from the API as a body to create again: no server-set metadata, no status."""
+    from kubernetes import client
+
+    body = client.ApiClient().sanitize_for_serialization(obj)
+    body.pop("status", None)
+    meta = body["metadata"]
+    for key in ("resourceVersion", "uid", "creationTimestamp", "generation", "managedFields", "selfLink"):
+        meta.pop(key, None)
+    return body
+
+
+@contextlib.contextmanager
+def gpu_operator_layout(lab: Lab, cluster: kube.Cluster) -> Iterator[None]:
+    """The device plugin moved to the GPU Operator's layout: its DaemonSet and ConfigMap re-created under the
+    operator's names in its namespace (same pods, same config), gpuready's deleted; put back after."""
+    from kubernetes import client
+
+    apps, rbac = client.AppsV1Api(cluster.api), client.RbacAuthorizationV1Api(cluster.api)
+    daemonset = _fresh(apps.read_namespaced_daemon_set(DEVICE_PLUGIN, ADDONS_NAMESPACE))
+    configmap = _fresh(cluster.core.read_namespaced_config_map(DEVICE_PLUGIN_CONFIGMAP, ADDONS_NAMESPACE))
+    labels = cluster.core.read_namespace(ADDONS_NAMESPACE).metadata.labels or {}  # Pod Security's among them
+    moved = json.loads(json.dumps(daemonset).replace(DEVICE_PLUGIN_CONFIGMAP, OPERATOR.configmap))
+    moved["metadata"] = {"name": OPERATOR.daemonset, "namespace": OPERATOR.namespace}
+    psa = {k: v for k, v in labels.items() if k.startswith("pod-security.kubernetes.io/")}
+    try:
+        cluster.core.create_namespace({"metadata": {"name": OPERATOR.namespace, "labels": psa}})
+        account = {"metadata": {"name": DEVICE_PLUGIN}}
+        cluster.core.create_namespaced_service_account(OPERATOR.namespace, account)
+        rbac.create_cluster_role_binding({
+            "metadata": {"name": OPERATOR.binding},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": DEVICE_PLUGIN},
+            "subjects": [{"kind": "ServiceAccount", "name": DEVICE_PLUGIN, "namespace": OPERATOR.namespace}],
+        })  # fmt: skip
+        cluster.core.create_namespaced_config_map(
+            OPERATOR.namespace, {"metadata": {"name": OPERATOR.configmap}, "data": configmap["data"]}
+        )
+        apps.delete_namespaced_daemon_set(DEVICE_PLUGIN, ADDONS_NAMESPACE)
+        gone = f"{ADDONS_NAMESPACE}'s device plugin pods gone"
+        wait_for(lambda: not pods_of(cluster, DEVICE_PLUGIN), what=gone)
+        apps.create_namespaced_daemon_set(OPERATOR.namespace, moved)
+        wait_until_settled_in(lab, cluster, OPERATOR.namespace, OPERATOR.daemonset)
+        yield
+    finally:
+        with contextlib.suppress(client.ApiException):
+            cluster.core.delete_namespace(OPERATOR.namespace)
+        with contextlib.suppress(client.ApiException):
+            rbac.delete_cluster_role_binding(OPERATOR.binding)
+        wait_for(lambda: OPERATOR.namespace not in {n.metadata.name for n in cluster.core.list_namespace().items},
+                 timeout=180, what=f"namespace {OPERATOR.namespace} gone")  # fmt: skip
+        with contextlib.suppress(client.ApiException):  # already back when the move failed before the delete
+            apps.create_namespaced_daemon_set(ADDONS_NAMESPACE, daemonset)
+        wait_until_settled(SimpleNamespace(lab=lab))
+
+
+def wait_until_settled_in(lab: Lab, cluster: kube.Cluster, namespace: str, daemonset: str) -> None:
+    """The device plugin's DaemonSet of another namespace than the add-ons' Ready on every node and every node's
+    GPUs back, a plugin the kubelet dropped restarted there (suite_runs.PluginHealer heals the add-ons' own);
+    then the rest of the add-ons settled."""
+    from kubernetes import client
+
+    apps = client.AppsV1Api(cluster.api)
+    restarts = registration.PluginRestarts(cluster.core, namespace, print, max_restarts=3)
+
+    def ready() -> bool:
+        st = apps.read_namespaced_daemon_set(daemonset, namespace).status
+        if st.desired_number_scheduled != len(NODES) or st.number_ready != len(NODES):
+            return False
+        short = [n for n in NODES if allocatable(cluster, n) != "4"]
+        restarts.observe({n: ["nvidia.com/gpu"] for n in short})
+        return not short
+
+    wait_for(
+        ready,
+        timeout=240,
+        what=f"{namespace}/{daemonset} Ready with 4 GPUs allocatable on {len(NODES)} nodes",
+    )
+    wait_until_settled(SimpleNamespace(lab=lab))
+
+
+def test_the_gpu_operators_layout_is_discovered_and_passes(discover_lab, tmp_path):
+    """The device plugin as the GPU Operator lays it out (namespace gpu-operator, nvidia-device-plugin-daemonset,
+    its config in time-slicing-config): discovery finds the plugin by its image in any namespace and its config in
+    the ConfigMap its pod mounts, so ``gpuready discover`` writes the same pool and ``--discover`` passes."""
+    lab, cluster = settled(discover_lab)
+    with gpu_operator_layout(lab, cluster):
+        plugins = [p for p in cluster.core.list_namespaced_pod(OPERATOR.namespace).items
+                   if p.metadata.name.startswith(f"{OPERATOR.daemonset}-")]  # fmt: skip
+        assert sorted(p.spec.node_name for p in plugins) == NODES and not pods_of(cluster, DEVICE_PLUGIN)
+        out = subprocess.run(
+            [sys.executable, "-m", "gpuready.cli", "discover", "--kubeconfig", lab.state["apiserver"]["kubeconfig"],
+             *TIMEOUTS],
+            cwd=REPO, capture_output=True, text=True, timeout=300,
+        )  # fmt: skip
+        assert out.returncode == 0, out.stderr
+        assert "3 GPU node(s) in 1 pool(s), 0 problem(s)" in out.stderr, out.stderr
+        for knob in ("'sharing_replicas': 4", "'gpu_sharing': 'time-slicing'"):  # from time-slicing-config
+            assert knob in out.stdout, (knob, out.stdout)
+        done, verdict = suite(lab, tmp_path / "report", "--discover", "-m", "host or node")
+        assert failed(verdict) == {}, done.stdout[-4000:]
+        assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
+        for node in NODES:
+            got = statuses(verdict, node)
+            for check in ("host/test_labels_agree", "node/test_allocatable", "node/test_device_plugin_ready"):
+                assert got[check] == "pass", (node, check, got)
+            # no inventory names the labels to join with: test_labels_agree judges them instead
+            assert got["node/test_inventory_labels"] == "skip"
+    assert sorted(p.spec.node_name for p in pods_of(cluster, DEVICE_PLUGIN)) == NODES  # put back
 
 
 def two_replicas(cluster: kube.Cluster, node: str) -> str:
