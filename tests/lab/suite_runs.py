@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gpuready.conformance import workloads as wl
 from gpuready.deploy.upgrade import registration
 from gpuready.lab import faults, hosts
 from gpuready.lab.state import load_state
@@ -74,10 +75,7 @@ def wait_until_settled(deployed_lab: Any, timeout: float = 300.0) -> None:
     plugin the kubelet dropped is restarted (:class:`PluginHealer`)."""
     from polling import wait_for
 
-    from gpuready import kube
-
-    state = load_state(deployed_lab.lab.paths) or {}
-    core = kube.connect(state["apiserver"]["kubeconfig"]).core
+    core = _core(deployed_lab)
     healer = PluginHealer(core)
 
     def unsettled() -> list[str]:
@@ -156,11 +154,26 @@ def wait_for_allocatable(
     return wait_for(healed, timeout=timeout, what=what)
 
 
-def _core(deployed_lab: Any) -> Any:
+def lab_cluster(deployed_lab: Any) -> Any:
+    """The session lab's cluster (gpuready.kube.Cluster) through the kubeconfig its state records."""
     from gpuready import kube
 
     state = load_state(deployed_lab.lab.paths) or {}
-    return kube.connect(state["apiserver"]["kubeconfig"]).core
+    return kube.connect(state["apiserver"]["kubeconfig"])
+
+
+def _core(deployed_lab: Any) -> Any:
+    return lab_cluster(deployed_lab).core
+
+
+def suite_namespaces(cluster: Any, phase: str | None = None, prefix: str = wl.NAMESPACE_PREFIX) -> set[str]:
+    """The suite's namespaces (``prefix``: the probe's only, say) still there; in ``phase`` only, e.g. Active (a
+    Terminating one is not gone yet)."""
+    return {
+        n.metadata.name
+        for n in cluster.core.list_namespace().items
+        if n.metadata.name.startswith(prefix) and phase in (None, n.status.phase)
+    }
 
 
 def gpu_allocatable(deployed_lab: Any, node: str) -> dict[str, str]:

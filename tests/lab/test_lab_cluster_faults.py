@@ -43,9 +43,11 @@ from suite_runs import (
     REPO,
     failed,
     gpu_allocatable,
+    lab_cluster,
     node_of,
     run_suite,
     suite_command,
+    suite_namespaces,
     wait_for_allocatable,
     wait_until_settled,
 )
@@ -55,7 +57,6 @@ from gpuready.conformance import verdict_back as vb
 from gpuready.conformance import workloads as wl
 from gpuready.deploy.addons import GPU_PRESENT_LABEL
 from gpuready.lab.cluster import binaries
-from gpuready.lab.state import load_state
 from gpuready.nvidia import containerd_config
 
 pytestmark = pytest.mark.lab
@@ -63,8 +64,7 @@ pytestmark = pytest.mark.lab
 
 @pytest.fixture(scope="module")
 def cluster(deployed_lab: Any) -> kube.Cluster:
-    state = load_state(deployed_lab.lab.paths) or {}
-    return kube.connect(state["apiserver"]["kubeconfig"])
+    return lab_cluster(deployed_lab)
 
 
 @pytest.fixture(scope="module")
@@ -73,14 +73,6 @@ def nodes(deployed_lab: Any) -> tuple[str, str, str]:
     add-ons: the tests here compare exact counts with a healthy lab)."""
     wait_until_settled(deployed_lab)
     return tuple(node_of(deployed_lab, p) for p in ("h100-sxm-8", "a100-80gb-4", "l4-1"))  # type: ignore[return-value]
-
-
-def suite_namespaces(cluster: kube.Cluster) -> set[str]:
-    return {
-        n.metadata.name
-        for n in cluster.core.list_namespace().items
-        if n.metadata.name.startswith(wl.NAMESPACE_PREFIX)
-    }
 
 
 # --- the inventory against the cluster -----------------------------------------------------------------------------

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from polling import wait_for
 from pyinfra_runs import run_pyinfra
-from suite_runs import failed, faulted, gpu_allocatable, node_of, run_suite, wait_until_settled
+from suite_runs import failed, faulted, gpu_allocatable, lab_cluster, node_of, run_suite, wait_until_settled
 
 from gpuready import kube
 from gpuready.conformance import workloads as wl
@@ -76,8 +76,7 @@ def policy(verdict: dict) -> dict[str, dict[str, tuple[str, str]]]:
 
 @pytest.fixture(scope="module")
 def cluster(deployed_lab: Any) -> kube.Cluster:
-    state = load_state(deployed_lab.lab.paths) or {}
-    return kube.connect(state["apiserver"]["kubeconfig"])
+    return lab_cluster(deployed_lab)
 
 
 def priority_value(cluster: kube.Cluster, name: str) -> int | None:
@@ -319,10 +318,7 @@ def test_kubelet_stopped_fails_ready_on_that_node_only(deployed_lab, tmp_path):
 
 def wait_not_ready(deployed_lab, node: str, timeout: float = 180.0) -> None:
     """The node lifecycle controller marks the node after its grace period (40 s by default)."""
-    from gpuready import kube
-
-    state = load_state(deployed_lab.lab.paths) or {}
-    cluster = kube.connect(state["apiserver"]["kubeconfig"])
+    cluster = lab_cluster(deployed_lab)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         conditions = cluster.core.read_node(node).status.conditions or []

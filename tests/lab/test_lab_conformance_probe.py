@@ -26,13 +26,14 @@ from suite_runs import (
     INVENTORY,
     failed,
     gpu_allocatable,
+    lab_cluster,
     node_of,
     restore_allocatable,
     run_suite,
+    suite_namespaces,
     wait_until_settled,
 )
 
-from gpuready import kube
 from gpuready.conformance import workloads as wl
 from gpuready.lab import faults, hosts
 from gpuready.lab.state import load_state
@@ -49,14 +50,8 @@ def lab_hosts(deployed_lab) -> list[str]:
     return sorted((load_state(deployed_lab.lab.paths) or {})["hosts"])
 
 
-def probe_namespaces(deployed_lab) -> list[str]:
-    state = load_state(deployed_lab.lab.paths) or {}
-    cluster = kube.connect(state["apiserver"]["kubeconfig"])
-    return [
-        n.metadata.name
-        for n in cluster.core.list_namespace().items
-        if n.metadata.name.startswith(wl.NAMESPACE_PREFIX + "probe-") and n.status.phase == "Active"
-    ]
+def probe_namespaces(deployed_lab) -> set[str]:
+    return suite_namespaces(lab_cluster(deployed_lab), "Active", prefix=wl.NAMESPACE_PREFIX + "probe-")
 
 
 @SOURCES

@@ -448,7 +448,11 @@ def test_the_upgrade_drains_a_claim_holder_and_its_validation_keeps_the_node_cor
         host = UpgradeHost(lab, DRA_NODE)
         policy = UpgradePolicy(drain_gpu_pods_only=True, drain_timeout=90)
         assert upgrade_step(
-            operations.drained, host, node=DRA_NODE, policy=policy, kubeconfig=cluster_kubeconfig(lab)
+            operations.drained,
+            host,
+            node=DRA_NODE,
+            policy=policy,
+            kubeconfig=str(lab.state["apiserver"]["kubeconfig"]),
         )
         assert host.errors == []
         assert maintenance.read_node(cluster, DRA_NODE).upgrade_state == upgrade.DRAINED
@@ -493,10 +497,6 @@ def test_the_upgrade_drains_a_claim_holder_and_its_validation_keeps_the_node_cor
         )
         assert host.errors and f"{DRA_NODE} stays cordoned" in host.errors[0], host.errors
         assert running_on_dra_node(cluster, namespace, "web") == [plain["metadata"]["name"]]
-
-
-def cluster_kubeconfig(lab: Lab) -> str:
-    return str(lab.state["apiserver"]["kubeconfig"])
 
 
 def test_dcgm_exporter_without_its_dra_mapping_names_no_claim(dra_lab, tmp_path):

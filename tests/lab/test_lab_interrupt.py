@@ -24,10 +24,9 @@ import pytest
 from interrupts import default_sigint
 from polling import wait_for
 from pyinfra_runs import PYINFRA, REPO, run_pyinfra
-from suite_runs import failed, run_suite
+from suite_runs import failed, lab_cluster, run_suite, suite_namespaces
 
 from gpuready import kube
-from gpuready.conformance import workloads as wl
 from gpuready.lab.state import load_state
 
 pytestmark = pytest.mark.lab
@@ -36,26 +35,14 @@ DIAG_PACKAGES = "datacenter-gpu-manager-4-core nvbandwidth"
 JOIN_CONFIG = "/etc/kubernetes/gpuready/join.yaml"
 
 
-def cluster(deployed_lab: Any) -> kube.Cluster:
-    state = load_state(deployed_lab.lab.paths) or {}
-    return kube.connect(state["apiserver"]["kubeconfig"])
-
-
-def suite_namespaces(deployed_lab: Any, phase: str | None = None) -> list[str]:
-    """The suite's namespaces still there (in ``phase`` only, e.g. Active; a Terminating one is not gone yet)."""
-    return sorted(
-        n.metadata.name
-        for n in cluster(deployed_lab).core.list_namespace().items
-        if n.metadata.name.startswith(wl.NAMESPACE_PREFIX) and phase in (None, n.status.phase)
-    )
+def namespaces_left(deployed_lab: Any, phase: str | None = None) -> list[str]:
+    return sorted(suite_namespaces(lab_cluster(deployed_lab), phase))
 
 
 def none_left(deployed_lab: Any) -> None:
     """The suite asked for its namespace's deletion on its way out (none Active), and the cluster finishes it."""
-    assert suite_namespaces(deployed_lab, "Active") == []
-    wait_for(
-        lambda: not suite_namespaces(deployed_lab), timeout=180, what="the suite's namespaces to be gone"
-    )
+    assert namespaces_left(deployed_lab, "Active") == []
+    wait_for(lambda: not namespaces_left(deployed_lab), timeout=180, what="the suite's namespaces to be gone")
 
 
 def pending_suite_pods(deployed_lab: Any, before: list[str]) -> list[str]:
@@ -64,8 +51,8 @@ def pending_suite_pods(deployed_lab: Any, before: list[str]) -> list[str]:
     A pod of a namespace the suite is already deleting (its run is ending) does not count: a signal sent then
     may land after the run's last test.
     """
-    live = set(suite_namespaces(deployed_lab, "Active")) - set(before)
-    pods = cluster(deployed_lab).core.list_pod_for_all_namespaces().items
+    live = set(namespaces_left(deployed_lab, "Active")) - set(before)
+    pods = lab_cluster(deployed_lab).core.list_pod_for_all_namespaces().items
     return [
         f"{p.metadata.namespace}/{p.metadata.name}"
         for p in pods
@@ -133,7 +120,7 @@ def test_a_suite_run_interrupted_while_pods_are_pending_leaves_nothing_and_rerun
     """The time-slicing check keeps one pod more than the GPU's replicas Pending: the run is stopped then."""
     args = ("-m", "workloads")
     for attempt in range(3):  # the pods stay Pending for seconds only: a signal may come after the last test
-        before = suite_namespaces(deployed_lab)
+        before = namespaces_left(deployed_lab)
         report_dir = tmp_path / f"interrupted-{attempt}"
         proc = start_suite(deployed_lab, report_dir, *args)
         out = stop_once(
@@ -206,7 +193,7 @@ def test_a_join_the_cluster_refuses_or_a_deploy_killed_while_it_joins_leaves_no_
     deployed_lab,
 ):
     lab, node = deployed_lab.lab, "gpu-node-3"
-    core = cluster(deployed_lab).core
+    core = lab_cluster(deployed_lab).core
     lab.ssh(node, "kubeadm reset -f >/dev/null 2>&1; systemctl stop kubelet || true")
     try:  # what an admin does after `kubeadm reset`, so the node can join again (gone already: nothing to do)
         core.delete_node(node)
