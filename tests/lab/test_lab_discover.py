@@ -142,8 +142,8 @@ def test_discover_with_no_inventory_passes_the_healthy_lab(discover_lab, tmp_pat
     assert all(f"({node!r}, {{" in inventory for node in NODES), inventory
 
 
-def test_gpuready_discover_writes_an_inventory_that_fed_back_passes(discover_lab, tmp_path):
-    lab, _cluster = settled(discover_lab)
+def discover_inventory(lab: Lab) -> str:
+    """``gpuready discover``'s inventory of the lab's one pool (time-sliced x4, the pinned driver), checked."""
     out = subprocess.run(
         [sys.executable, "-m", "gpuready.cli", "discover", "--kubeconfig", lab.state["apiserver"]["kubeconfig"],
          *TIMEOUTS],
@@ -153,14 +153,20 @@ def test_gpuready_discover_writes_an_inventory_that_fed_back_passes(discover_lab
     assert "3 GPU node(s) in 1 pool(s), 0 problem(s)" in out.stderr, out.stderr
     assert "'kube_join': False" in out.stdout and "ssh_" not in out.stdout, out.stdout
     for knob in (
-        "'sharing_replicas': 4",
+        "'sharing_replicas': 4",  # from the device plugin's config, in the ConfigMap its pods mount
         "'gpu_sharing': 'time-slicing'",
         f"'nvidia_driver_version': {DRIVER!r}",
     ):
         assert knob in out.stdout, (knob, out.stdout)
-    assert "'nvidia_cdi': False" not in out.stdout  # the lab's trixie hosts run CDI mode
+    return out.stdout
+
+
+def test_gpuready_discover_writes_an_inventory_that_fed_back_passes(discover_lab, tmp_path):
+    lab, _cluster = settled(discover_lab)
+    text = discover_inventory(lab)
+    assert "'nvidia_cdi': False" not in text  # the lab's trixie hosts run CDI mode
     inventory = tmp_path / "discovered.py"
-    inventory.write_text(out.stdout)
+    inventory.write_text(text)
     done, verdict = suite(lab, tmp_path / "report", "--inventory", str(inventory))
     assert failed(verdict) == {}, done.stdout[-4000:]
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
@@ -209,6 +215,7 @@ def gpu_operator_layout(lab: Lab, cluster: kube.Cluster) -> Iterator[None]:
     moved = json.loads(json.dumps(daemonset).replace(DEVICE_PLUGIN_CONFIGMAP, OPERATOR.configmap))
     moved["metadata"] = {"name": OPERATOR.daemonset, "namespace": OPERATOR.namespace}
     psa = {k: v for k, v in labels.items() if k.startswith("pod-security.kubernetes.io/")}
+    deleted = False
     try:
         cluster.core.create_namespace({"metadata": {"name": OPERATOR.namespace, "labels": psa}})
         account = {"metadata": {"name": DEVICE_PLUGIN}}
@@ -222,6 +229,7 @@ def gpu_operator_layout(lab: Lab, cluster: kube.Cluster) -> Iterator[None]:
             OPERATOR.namespace, {"metadata": {"name": OPERATOR.configmap}, "data": configmap["data"]}
         )
         apps.delete_namespaced_daemon_set(DEVICE_PLUGIN, ADDONS_NAMESPACE)
+        deleted = True
         gone = f"{ADDONS_NAMESPACE}'s device plugin pods gone"
         wait_for(lambda: not pods_of(cluster, DEVICE_PLUGIN), what=gone)
         apps.create_namespaced_daemon_set(OPERATOR.namespace, moved)
@@ -234,15 +242,16 @@ def gpu_operator_layout(lab: Lab, cluster: kube.Cluster) -> Iterator[None]:
             rbac.delete_cluster_role_binding(OPERATOR.binding)
         wait_for(lambda: OPERATOR.namespace not in {n.metadata.name for n in cluster.core.list_namespace().items},
                  timeout=180, what=f"namespace {OPERATOR.namespace} gone")  # fmt: skip
-        with contextlib.suppress(client.ApiException):  # already back when the move failed before the delete
+        if deleted:
             apps.create_namespaced_daemon_set(ADDONS_NAMESPACE, daemonset)
-        wait_until_settled(SimpleNamespace(lab=lab))
+        # its pods Ready again, not only none unready: right after the create there may be none yet
+        wait_until_settled_in(lab, cluster, ADDONS_NAMESPACE, DEVICE_PLUGIN)
 
 
 def wait_until_settled_in(lab: Lab, cluster: kube.Cluster, namespace: str, daemonset: str) -> None:
-    """The device plugin's DaemonSet of another namespace than the add-ons' Ready on every node and every node's
-    GPUs back, a plugin the kubelet dropped restarted there (suite_runs.PluginHealer heals the add-ons' own);
-    then the rest of the add-ons settled."""
+    """The device plugin's DaemonSet ``namespace/daemonset`` Ready on every node and every node's GPUs back (a
+    plugin the kubelet dropped restarted there: suite_runs.PluginHealer heals only the add-ons' namespace), then
+    the rest of the add-ons settled."""
     from kubernetes import client
 
     apps = client.AppsV1Api(cluster.api)
@@ -273,15 +282,7 @@ def test_the_gpu_operators_layout_is_discovered_and_passes(discover_lab, tmp_pat
         plugins = [p for p in cluster.core.list_namespaced_pod(OPERATOR.namespace).items
                    if p.metadata.name.startswith(f"{OPERATOR.daemonset}-")]  # fmt: skip
         assert sorted(p.spec.node_name for p in plugins) == NODES and not pods_of(cluster, DEVICE_PLUGIN)
-        out = subprocess.run(
-            [sys.executable, "-m", "gpuready.cli", "discover", "--kubeconfig", lab.state["apiserver"]["kubeconfig"],
-             *TIMEOUTS],
-            cwd=REPO, capture_output=True, text=True, timeout=300,
-        )  # fmt: skip
-        assert out.returncode == 0, out.stderr
-        assert "3 GPU node(s) in 1 pool(s), 0 problem(s)" in out.stderr, out.stderr
-        for knob in ("'sharing_replicas': 4", "'gpu_sharing': 'time-slicing'"):  # from time-slicing-config
-            assert knob in out.stdout, (knob, out.stdout)
+        discover_inventory(lab)  # the same pool, its replicas read from time-slicing-config
         done, verdict = suite(lab, tmp_path / "report", "--discover", "-m", "host or node")
         assert failed(verdict) == {}, done.stdout[-4000:]
         assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
