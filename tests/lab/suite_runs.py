@@ -68,14 +68,17 @@ def node_of(deployed_lab: Any, profile: str) -> str:
 
 
 def wait_until_settled(deployed_lab: Any, timeout: float = 300.0) -> None:
-    """Every Node Ready with GPUs allocatable and every add-on pod (gpu-system) Running and Ready: the healthy lab a
-    test compares with.
+    """Every Node Ready with GPUs allocatable, every add-on DaemonSet (gpu-system) with a Ready pod on each node it
+    selects, and every add-on pod Running and Ready: the healthy lab a test compares with. (Pods alone do not say
+    it: right after a DaemonSet is created or a node is let back in, its pod there may not exist yet.)
     A test before may have restarted a node's add-ons (a pool change, a reboot); the suite reports a pod that is
     Running but not yet Ready as a failure, rightly, so a test that expects a pass waits for this first. A device
     plugin the kubelet dropped is restarted (:class:`PluginHealer`)."""
+    from kubernetes import client
     from polling import wait_for
 
-    core = _core(deployed_lab)
+    cluster = lab_cluster(deployed_lab)
+    core, apps = cluster.core, client.AppsV1Api(cluster.api)
     healer = PluginHealer(core)
 
     def unsettled() -> list[str]:
@@ -93,6 +96,14 @@ def wait_until_settled(deployed_lab: Any, timeout: float = 300.0) -> None:
             ready = any(c.type == "Ready" and c.status == "True" for c in pod.status.conditions or [])
             if pod.status.phase != "Running" or not ready:
                 waiting.append(f"pod {pod.metadata.name} ({pod.status.phase})")
+        for ds in apps.list_namespaced_daemon_set(ADDONS).items:
+            st = ds.status
+            if (st.observed_generation or 0) < (ds.metadata.generation or 0) or not (
+                st.desired_number_scheduled == st.current_number_scheduled == st.number_ready
+            ):
+                waiting.append(
+                    f"DaemonSet {ds.metadata.name} ({st.number_ready} of {st.desired_number_scheduled} Ready)"
+                )
         return waiting
 
     last: list[str] = []
@@ -102,7 +113,7 @@ def wait_until_settled(deployed_lab: Any, timeout: float = 300.0) -> None:
         return not last
 
     try:
-        wait_for(settled, timeout=timeout, what="the lab to settle (nodes and add-on pods Ready)")
+        wait_for(settled, timeout=timeout, what="the lab to settle (nodes, add-on DaemonSets and pods Ready)")
     except AssertionError as exc:
         raise AssertionError(f"{exc}; still waiting for: {', '.join(last)}") from None
 
