@@ -1,6 +1,6 @@
 """``--connection pod`` on the deployed session lab: the host and gpu layers through probe pods only (the suite
 opens no SSH session; the kubelet runs each probe pod on its lab host, so the answers are the hosts' real
-state). Healthy, every node passes. Then every fault of ``gpuready.lab.faults`` that the host or gpu layer judges
+state). Healthy, every node passes, each through one probe pod (with ``--discover`` too). Then every fault of ``gpuready.lab.faults`` that the host or gpu layer judges
 (all but the diag layer's slow-gpu and dcgm-memory, and retired-pages-pending, which needs a pre-Ampere board the
 session lab has none of: tests/conformance/test_suite_on_mock_silicon.py proves it on a T4) is injected on a real
 host, three at once, one per host: each faulted node fails the check that names its fault, with the node and the
@@ -34,6 +34,7 @@ from suite_runs import (
     wait_until_settled,
 )
 
+from gpuready.conformance import probe
 from gpuready.conformance import workloads as wl
 from gpuready.lab import faults, hosts
 from gpuready.lab.state import load_state
@@ -54,11 +55,37 @@ def probe_namespaces(deployed_lab) -> set[str]:
     return suite_namespaces(lab_cluster(deployed_lab), "Active", prefix=wl.NAMESPACE_PREFIX + "probe-")
 
 
+def probe_pods_since(deployed_lab, resource_version: str) -> dict[str, dict[str, str | None]]:
+    """The pods created in probe namespaces since ``resource_version``: {namespace: {pod: its node}}, from the API
+    server's own record (a watch from that version replays every pod event since, then ends after its timeout)."""
+    from kubernetes import watch
+
+    prefix = wl.NAMESPACE_PREFIX + "probe-"
+    core = lab_cluster(deployed_lab).core
+    created: dict[str, dict[str, str | None]] = {}
+    for event in watch.Watch().stream(
+        core.list_pod_for_all_namespaces, resource_version=resource_version, timeout_seconds=5
+    ):
+        pod = event["object"]
+        if pod.metadata.namespace.startswith(prefix):
+            pods = created.setdefault(pod.metadata.namespace, {})
+            pods[pod.metadata.name] = pod.spec.node_name or pods.get(pod.metadata.name)
+    return created
+
+
 @SOURCES
 def test_healthy_lab_passes_the_host_and_gpu_layers_through_probe_pods(deployed_lab, tmp_path, source):
+    """Healthy, every node passes both layers, and the run made one probe pod per node (one namespace for the run):
+    the host and gpu layers share each node's probe, whatever the number of checks."""
     wait_until_settled(deployed_lab)  # a module before may have restarted a kubelet or an add-on
+    before = lab_cluster(deployed_lab).core.list_pod_for_all_namespaces(limit=1).metadata.resource_version
     verdict = run_suite(deployed_lab, tmp_path, *POD, source=source)
+    created = probe_pods_since(deployed_lab, before)
+    print(f"probe pods ({source[0]}): {created}")  # a number for the closing note
     assert failed(verdict) == {}
+    # with --discover too: discovery's probe asks the layers' commands (an NVSwitch node's among them) in one pod
+    (namespace,) = created
+    assert created[namespace] == {probe.pod_name(n, 1): n for n in lab_hosts(deployed_lab)}, created
     assert sorted(verdict["nodes"]) == lab_hosts(deployed_lab), "every lab host is in the verdict"
     for node, data in verdict["nodes"].items():
         for layer in ("host", "gpu"):

@@ -9,6 +9,7 @@ turns it all into NodeSpecs and problems.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -204,7 +205,10 @@ def start_suite(config: Any, new_suite: Callable[..., Any]) -> Any:
 
     def gather(wanted: dict[str, list[str]]) -> None:
         if connection == "pod":  # the same probe pod gathers the host and gpu layers' commands (one round)
-            specs = {n.name: n for n in suite.nodes}
+            # A node's NVSwitches are learned from this very probe (its fabric state), so their commands (Fabric
+            # Manager, NVLink) are asked of every node: without them an NVSwitch node took a second probe pod
+            # once discovered (measured on the lab's H100); a node without NVSwitches answers them unused.
+            specs = {n.name: dataclasses.replace(n, nvswitch=True) for n in suite.nodes}
             suite.probe_fleet().gather({n: [*c, *suite.probe_commands(specs[n])] for n, c in wanted.items()})
 
     def prober(specs: Sequence[NodeSpec]) -> Mapping[str, Mapping[str, Output] | None]:
