@@ -67,10 +67,11 @@ def node_of(deployed_lab: Any, profile: str) -> str:
     return next(name for name, host in state["hosts"].items() if host["profile"] == profile)
 
 
-def wait_until_settled(deployed_lab: Any, timeout: float = 300.0) -> None:
-    """Every Node Ready with GPUs allocatable, every add-on DaemonSet (gpu-system) with a Ready pod on each node it
-    selects, and every add-on pod Running and Ready: the healthy lab a test compares with. (Pods alone do not say
-    it: right after a DaemonSet is created or a node is let back in, its pod there may not exist yet.)
+def wait_until_settled(deployed_lab: Any, timeout: float = 300.0, plugin_namespace: str = ADDONS) -> None:
+    """Every Node Ready with GPUs allocatable, every add-on DaemonSet (gpu-system, and ``plugin_namespace`` where a
+    test moved the device plugin) with a Ready pod on each node it selects, and every add-on pod Running and Ready:
+    the healthy lab a test compares with. (Pods alone do not say it: right after a DaemonSet is created or a node is
+    let back in, its pod there may not exist yet.)
     A test before may have restarted a node's add-ons (a pool change, a reboot); the suite reports a pod that is
     Running but not yet Ready as a failure, rightly, so a test that expects a pass waits for this first. A device
     plugin the kubelet dropped is restarted (:class:`PluginHealer`)."""
@@ -79,7 +80,8 @@ def wait_until_settled(deployed_lab: Any, timeout: float = 300.0) -> None:
 
     cluster = lab_cluster(deployed_lab)
     core, apps = cluster.core, client.AppsV1Api(cluster.api)
-    healer = PluginHealer(core)
+    healer = PluginHealer(core, plugin_namespace)
+    namespaces = dict.fromkeys([ADDONS, plugin_namespace])
 
     def unsettled() -> list[str]:
         nodes = core.list_node().items
@@ -92,11 +94,12 @@ def wait_until_settled(deployed_lab: Any, timeout: float = 300.0) -> None:
                     if (n.metadata.labels or {}).get(ALLOCATION_LABEL) != "dra"
                     and not any(k.startswith("nvidia.com/") and v != "0"
                                 for k, v in (n.status.allocatable or {}).items())]  # fmt: skip
-        for pod in core.list_namespaced_pod(ADDONS).items:
+        pods = [p for ns in namespaces for p in core.list_namespaced_pod(ns).items]
+        for pod in pods:
             ready = any(c.type == "Ready" and c.status == "True" for c in pod.status.conditions or [])
             if pod.status.phase != "Running" or not ready:
                 waiting.append(f"pod {pod.metadata.name} ({pod.status.phase})")
-        for ds in apps.list_namespaced_daemon_set(ADDONS).items:
+        for ds in [d for ns in namespaces for d in apps.list_namespaced_daemon_set(ns).items]:
             st = ds.status
             if (st.observed_generation or 0) < (ds.metadata.generation or 0) or not (
                 st.desired_number_scheduled == st.current_number_scheduled == st.number_ready
@@ -129,10 +132,11 @@ class PluginHealer:
     its polls (:func:`wait_until_settled`, :func:`wait_for_allocatable`, :func:`restore_allocatable`)."""
 
     core: Any
+    namespace: str = ADDONS  # where the device plugin runs
     restarts: registration.PluginRestarts = field(init=False)
 
     def __post_init__(self) -> None:
-        self.restarts = registration.PluginRestarts(self.core, ADDONS, print, max_restarts=3)
+        self.restarts = registration.PluginRestarts(self.core, self.namespace, print, max_restarts=3)
 
     def heal(self, nodes: list[Any] | None = None, expected: dict[str, list[str]] | None = None) -> None:
         nodes = self.core.list_node().items if nodes is None else nodes

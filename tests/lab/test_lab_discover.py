@@ -42,7 +42,6 @@ from suite_runs import failed, wait_for_allocatable, wait_until_settled
 
 from gpuready import kube
 from gpuready.deploy.addons import DEVICE_PLUGIN_CONFIGMAP
-from gpuready.deploy.upgrade import registration
 from gpuready.lab import hosts
 from gpuready.lab.state import LabPaths
 from gpuready.spec import DEVICE_PLUGIN_CONFIG_LABEL
@@ -233,7 +232,7 @@ def gpu_operator_layout(lab: Lab, cluster: kube.Cluster) -> Iterator[None]:
         gone = f"{ADDONS_NAMESPACE}'s device plugin pods gone"
         wait_for(lambda: not pods_of(cluster, DEVICE_PLUGIN), what=gone)
         apps.create_namespaced_daemon_set(OPERATOR.namespace, moved)
-        wait_until_settled_in(lab, cluster, OPERATOR.namespace, OPERATOR.daemonset)
+        wait_until_settled(SimpleNamespace(lab=lab), plugin_namespace=OPERATOR.namespace)
         yield
     finally:
         with contextlib.suppress(client.ApiException):
@@ -244,33 +243,7 @@ def gpu_operator_layout(lab: Lab, cluster: kube.Cluster) -> Iterator[None]:
                  timeout=180, what=f"namespace {OPERATOR.namespace} gone")  # fmt: skip
         if deleted:
             apps.create_namespaced_daemon_set(ADDONS_NAMESPACE, daemonset)
-        # its pods Ready again, not only none unready: right after the create there may be none yet
-        wait_until_settled_in(lab, cluster, ADDONS_NAMESPACE, DEVICE_PLUGIN)
-
-
-def wait_until_settled_in(lab: Lab, cluster: kube.Cluster, namespace: str, daemonset: str) -> None:
-    """The device plugin's DaemonSet ``namespace/daemonset`` Ready on every node and every node's GPUs back (a
-    plugin the kubelet dropped restarted there: suite_runs.PluginHealer heals only the add-ons' namespace), then
-    the rest of the add-ons settled."""
-    from kubernetes import client
-
-    apps = client.AppsV1Api(cluster.api)
-    restarts = registration.PluginRestarts(cluster.core, namespace, print, max_restarts=3)
-
-    def ready() -> bool:
-        st = apps.read_namespaced_daemon_set(daemonset, namespace).status
-        if st.desired_number_scheduled != len(NODES) or st.number_ready != len(NODES):
-            return False
-        short = [n for n in NODES if allocatable(cluster, n) != "4"]
-        restarts.observe({n: ["nvidia.com/gpu"] for n in short})
-        return not short
-
-    wait_for(
-        ready,
-        timeout=240,
-        what=f"{namespace}/{daemonset} Ready with 4 GPUs allocatable on {len(NODES)} nodes",
-    )
-    wait_until_settled(SimpleNamespace(lab=lab))
+        wait_until_settled(SimpleNamespace(lab=lab))
 
 
 def test_the_gpu_operators_layout_is_discovered_and_passes(discover_lab, tmp_path):
