@@ -1,10 +1,10 @@
-"""``--connection pod`` on the deployed session lab: the host and gpu layers through probe pods only (the suite
-opens no SSH session; the kubelet runs each probe pod on its lab host, so the answers are the hosts' real
-state). Healthy, every node passes, each through one probe pod (with ``--discover`` too). Then every fault of ``gpuready.lab.faults`` that the host or gpu layer judges
-(all but the diag layer's slow-gpu and dcgm-memory, and retired-pages-pending, which needs a pre-Ampere board the
-session lab has none of: tests/conformance/test_suite_on_mock_silicon.py proves it on a T4) is injected on a real
-host, three at once, one per host: each faulted node fails the check that names its fault, with the node and the
-cause in the message, and the failing nodes are exactly the faulted ones.
+"""``--connection pod`` on the deployed session lab: the host and gpu layers through probe pods only (the suite opens
+no SSH session; the kubelet runs each probe pod on its lab host, so the answers are the hosts' real state). Healthy,
+every node passes, each through one probe pod (with ``--discover`` too). Then every fault of ``gpuready.lab.faults``
+that the host or gpu layer judges (all but the diag layer's slow-gpu and dcgm-memory, and retired-pages-pending,
+which needs a pre-Ampere board the session lab has none of: tests/conformance/test_suite_on_mock_silicon.py proves
+it on a T4) is injected on a real host, three at once, one per host: each faulted node fails the check that names
+its fault, with the node and the cause in the message, and the failing nodes are exactly the faulted ones.
 
     off-bus, xid-79            a GPU off the bus: gpus_match_spec names it lost / its XID 79 in the journal
     xid-48                     the XID 48 kernel line (double-bit ECC) from the host's journal

@@ -12,6 +12,7 @@ instance the driver has not created again.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -106,7 +107,7 @@ class HostView:
     boot: str | None = None
     _cache: dict[str, tuple[float, Any]] = field(default_factory=dict, repr=False)
 
-    def _read(self, path: Path, parse: Any) -> Any:
+    def _read(self, path: Path, parse: Callable[[str], Any]) -> Any:
         try:
             mtime = path.stat().st_mtime
         except OSError:

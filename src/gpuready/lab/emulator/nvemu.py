@@ -2,13 +2,14 @@
 
 Every emulated NVIDIA tool and library on a lab host is Go over package machine (``lab/silicon``: the mock
 libnvidia-ml.so.1 and libcuda.so.1, nvidia-smi, dcgmi, nvbandwidth, the daemons, nvidia-container-cli); none of this
-module is installed in a host. It remains for what the lab renders or simulates outside the hosts: the kernel's files
-(``kernel_files``: /dev, /proc/driver/nvidia and sysfs, rendered from the host's hardware file and state file), the
-fault catalogue's combining rules (``faults.Effects``) and the lab's dcgm-exporter (``lab/dcgm_exporter``). The machine (GPUs, faults) is
-the read-only hardware file the lab writes; what a real driver keeps in the kernel (MIG mode, GPU/compute instances,
-persistence mode, the loaded module version) lives in the host's state file, which reads as reset when the boot id
-changes, as a reboot resets a real GPU. The Go twin of every reading here is in package machine;
-tests/unit/test_mock_nvml.py and test_fault_catalogue.py keep them in step.
+module is installed in a host. It remains for what the lab renders or simulates outside the hosts: the kernel's
+files (``kernel_files``: /dev, /proc/driver/nvidia and sysfs, rendered from the host's hardware file and state
+file), the fault catalogue's combining rules (``faults.Effects``) and the lab's dcgm-exporter
+(``lab/dcgm_exporter``). The machine (GPUs, faults) is the read-only hardware file the lab writes; what a real
+driver keeps in the kernel (MIG mode, GPU/compute instances, persistence mode, the loaded module version) lives in
+the host's state file, which reads as reset when the boot id changes, as a reboot resets a real GPU. The Go twin of
+every reading here is in package machine; tests/unit/test_mock_nvml.py and test_fault_catalogue.py keep them in
+step.
 """
 
 from __future__ import annotations
