@@ -53,11 +53,13 @@ from suite_runs import (
 )
 
 from gpuready import kube
+from gpuready.conformance import policy_runs
 from gpuready.conformance import verdict_back as vb
 from gpuready.conformance import workloads as wl
 from gpuready.deploy.addons import GPU_PRESENT_LABEL
 from gpuready.lab.cluster import binaries
 from gpuready.nvidia import containerd_config
+from gpuready.spec.model import GPU_RESOURCE
 
 pytestmark = pytest.mark.lab
 
@@ -700,6 +702,16 @@ def test_a_wrong_product_label_sends_a_gpu_pod_by_product_to_the_wrong_node(
         )
         cluster.core.patch_node(l4, {"metadata": {"labels": {PRODUCT: labels[h100]}}})
         cluster.core.patch_node(h100, {"spec": {"taints": [*taints, HOLD]}})
+        # the pod sent by the H100's product must find a GPU free on the L4: with none (the L4's four replicas held,
+        # or not yet advertised again), the scheduler says Insufficient and the check is skipped, not failed
+        wait_for(
+            lambda: (
+                int(gpu_allocatable(deployed_lab, l4).get(GPU_RESOURCE, "0"))
+                > policy_runs.gpus_held(cluster).get(l4, 0)
+            ),
+            timeout=120,
+            what=f"a free {GPU_RESOURCE} on {l4}",
+        )
         started = time.monotonic()
         verdict = run_suite(deployed_lab, tmp_path, "-m", "policy", "-k", "test_gpu_pod_by_product_affinity")
         print(f"policy layer's affinity check with a wrong label: {time.monotonic() - started:.1f} s")
@@ -709,7 +721,11 @@ def test_a_wrong_product_label_sends_a_gpu_pod_by_product_to_the_wrong_node(
         apps.patch_namespaced_deployment("nfd-master", ADDONS, {"spec": {"replicas": replicas}})
         wait_until_settled(deployed_lab)
     bad = failed(verdict)
-    assert set(bad) == {h100, l4}, bad
+    results = {
+        n: verdict["nodes"][n]["layers"]["policy"]["checks"]["test_gpu_pod_by_product_affinity"]
+        for n in nodes
+    }
+    assert set(bad) == {h100, l4}, results
     check = "policy/test_gpu_pod_by_product_affinity"
     asked = f"asking for {PRODUCT} {{}} by node affinity"
     assert list(bad[h100]) == [check] and re.fullmatch(

@@ -13,11 +13,10 @@ from typing import Any
 
 from gpuready.conformance.checks import CannotCheck
 from gpuready.spec.kubesyntax import Taint
-from gpuready.spec.model import CORDON_TOLERATION, NodeSpec
+from gpuready.spec.model import CORDON_TOLERATION, GPU_RESOURCE, NodeSpec
 
 Obj = dict[str, Any]
-GPU_RESOURCE = "nvidia.com/gpu"
-QUOTA_KEYS = ("requests.nvidia.com/gpu", "nvidia.com/gpu")  # what a ResourceQuota on GPUs limits
+QUOTA_KEYS = (f"requests.{GPU_RESOURCE}", GPU_RESOURCE)  # what a ResourceQuota on GPUs limits
 KEEPS_OFF = ("NoSchedule", "NoExecute")  # PreferNoSchedule only asks the scheduler to avoid the node
 
 
