@@ -12,6 +12,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from static_tools import static_tools
 
 from gpuready.lab import cuda_images, realnode, suite_image
 from gpuready.lab.dcgm_exporter import server as dcgm_exporter
@@ -153,8 +154,10 @@ def test_owners_first_pod_per_gpu_replica_ids_name_the_gpu() -> None:
 
 
 def machine(tmp_path: Path, profile: str) -> HostView:
-    """A host root as the exporter's container sees it: the installed driver's version and the machine's file."""
+    """A host root as the exporter's container sees it: the installed driver's version, and the machine's
+    directory (its hardware file, the static tools that read it)."""
     hardware = tmp_path / "hardware.json"
+    (tmp_path / nvemu.TOOLS).symlink_to(static_tools())
     hardware.write_text(json.dumps(make_hardware(profile, 0)))
     (tmp_path / DRIVER_VERSION).parent.mkdir(parents=True)
     (tmp_path / DRIVER_VERSION).write_text("580.178.04\n")
@@ -162,7 +165,7 @@ def machine(tmp_path: Path, profile: str) -> HostView:
 
 
 def test_mig_instances_left_by_an_earlier_boot_are_gone_from_the_scrape(tmp_path: Path) -> None:
-    """The exporter reads the driver's state as the host's tools do (nvemu.Driver, machine's loadState): GPU
+    """The exporter reads the driver's state as the host's tools do (lab-view: machine's loadState): GPU
     instances are series of their own in this boot, and a state the host wrote before a reboot reads as reset."""
     view = machine(tmp_path, "a100-80gb-4")
     gpu = make_hardware("a100-80gb-4", 0)["gpus"][0]
@@ -191,6 +194,30 @@ def test_mig_instances_left_by_an_earlier_boot_are_gone_from_the_scrape(tmp_path
     after_reboot = gpu0_series("boot-2")  # MIG mode stays (pending became current), the instances are gone
     assert view.snapshot().gpus[0].mig_enabled and not view.snapshot().gpus[0].mig_devices
     assert [s.get("GPU_I_PROFILE") for s in after_reboot] == [None], after_reboot  # the GPU's own series only
+
+
+def test_faults_show_in_the_scrape_as_the_machines_view_derives_them(tmp_path: Path) -> None:
+    """Faults injected while the exporter runs show in its next scrape, from the machine's view (lab-view): a GPU
+    off the bus keeps only its XID series; a pending row remap counts one uncorrectable remapped row and raises
+    XID 63; XID 79 (the GPU fell off the bus) keeps only its XID series too, 79; GPU 0 reads healthy."""
+    from gpuready.lab import faults
+
+    view = machine(tmp_path, "a100-80gb-4")
+    exporter = dcgm_exporter.Exporter(view, dcgm_exporter.exporter_object({}, [], "p"), "", None)
+
+    def series(metric: str) -> dict[str, float]:
+        return {
+            s.labels["gpu"]: s.value for s in parse_dcgm_metrics(exporter.metrics()) if s.metric == metric
+        }
+
+    assert series("DCGM_FI_DEV_XID_ERRORS") == {"0": 0, "1": 0, "2": 0, "3": 0}
+    hw = faults.apply_fault(json.loads(view.hardware.read_text()), "off-bus", 1)
+    hw = faults.apply_fault(hw, "row-remap-pending", 2)
+    hw = faults.apply_fault(hw, "xid-79", 3)
+    view.hardware.write_text(json.dumps(hw))
+    assert series("DCGM_FI_DEV_XID_ERRORS") == {"0": 0, "1": 0, "2": 63, "3": 79}
+    assert set(series("DCGM_FI_DEV_GPU_TEMP")) == {"0", "2"}
+    assert series("DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS") == {"0": 0, "2": 1}
 
 
 def _claim(namespace: str, name: str, driver: str, pool: str, device: str) -> bytes:

@@ -1,6 +1,7 @@
 """Each lab fault is defined once, in gpuready.lab.faults: its row in FAULTS names it and declares its effects,
-and every renderer (the emulated tools, the node agent, kernel_files, the Go machine package behind the mock
-NVML and CUDA) reads the effects, never a fault's name."""
+and every renderer (the Go machine package behind the mock NVML and CUDA and the static tools, and, through its
+``lab-view``, kernel_files and the lab's dcgm-exporter) reads the effects, never a fault's name. The effects of
+several faults are combined once, by the Go package."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import re
 from pathlib import Path
 
 import pytest
+from static_tools import static_tools
 
 from gpuready.lab import faults, hardware
 from gpuready.lab.emulator import nvemu
@@ -70,8 +72,14 @@ def _injected(name: str):
     return inject
 
 
+def _view(tmp_path: Path, hw: dict) -> dict:
+    """The machine as kernel_files and the lab's dcgm-exporter read it: package machine's View (lab-view)."""
+    hardware.write_hardware(tmp_path / "hardware.json", hw)
+    return nvemu.read_view(Path(static_tools()), tmp_path / "hardware.json", None, "boot-1")
+
+
 @pytest.mark.parametrize("name", FAULTS)
-def test_each_fault_has_effects_and_injects_them(name):
+def test_each_fault_has_effects_and_injects_them(name, tmp_path):
     spec = FAULTS[name]
     assert spec.effects != Effects(), f"{name} does nothing"
     host_only = {"fabric_failed", "driver_mismatch"}
@@ -80,25 +88,34 @@ def test_each_fault_has_effects_and_injects_them(name):
     hw = next(h for h in map(_injected(name), hardware.PROFILES) if h is not None)
     (line,) = hw["faults"]
     assert line["effects"] == spec.effects.as_dict()
-    assert faults.combined_effects(hw, line["gpu"]) == spec.effects
-    # a line written by hand, without effects, has its catalogue row's
-    assert faults.effects_of({"fault": name, "gpu": line["gpu"]}) == spec.effects
+    view = _view(tmp_path, hw)
+    on = view["host_effects"] if line["gpu"] is None else view["gpus"][line["gpu"]]["effects"]
+    assert on == spec.effects.as_dict()
 
 
-def test_the_emulated_tools_combine_every_effect_from_its_no_fault_value():
-    """nvemu.COMBINE is the one table of combining rules (faults.Effects.combined uses it): every effect, and its
-    value without a fault is the dataclass default."""
-    assert list(nvemu.COMBINE) == list(EFFECT_FIELDS)
-    assert {name: none for name, (_rule, none) in nvemu.COMBINE.items()} == Effects().as_dict()
+def test_without_a_fault_every_effect_reads_its_default(tmp_path):
+    """Package machine's healthy Effects are the dataclass defaults, field for field, on the host and every GPU."""
+    view = _view(tmp_path, hardware.make_hardware("h100-sxm-8", 0))
+    assert view["host_effects"] == Effects().as_dict()
+    assert all(g["effects"] == Effects().as_dict() for g in view["gpus"])
+    assert list(view["host_effects"]) == list(EFFECT_FIELDS)
 
 
-def test_effects_combine():
+def test_effects_combine(tmp_path):
+    """Two fault lines on one GPU: flags OR, counts add, the worst link and bandwidth, the largest XID."""
     a = Effects(xid=48, ecc_uncorrected=1, dbe_remapped=1)
-    b = Effects(ecc_uncorrected=2, bandwidth_factor=0.4, pcie_gen_drop=2, pcie_width_divisor=2)
-    both = Effects.combined([a, b])
+    b = Effects(ecc_uncorrected=2, bandwidth_factor=0.4, pcie_gen_drop=2, pcie_width_divisor=2, xid=31)
+    hw = hardware.make_hardware("h100-sxm-8", 0)
+    hw["faults"] = [
+        {"fault": "a", "gpu": 1, "effects": a.as_dict()},
+        {"fault": "b", "gpu": 1, "effects": b.as_dict()},
+    ]
+    view = _view(tmp_path, hw)
+    both = Effects(**view["gpus"][1]["effects"])
     assert (both.xid, both.ecc_uncorrected, both.dbe_remapped) == (48, 3, 1)
     assert (both.bandwidth_factor, both.pcie_gen_drop, both.pcie_width_divisor) == (0.4, 2, 2)
-    assert Effects.combined([]) == Effects()
+    assert view["gpus"][1]["xids"] == [48, 31]
+    assert Effects(**view["gpus"][0]["effects"]) == Effects()
 
 
 @pytest.mark.parametrize("name", FAULTS)

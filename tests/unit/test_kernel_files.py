@@ -9,8 +9,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from static_tools import static_tools
 
 from gpuready.lab import faults, hardware, kernel_files
+from gpuready.lab.emulator import nvemu
 
 MACHINE_DEVICES = (
     "Character devices:\n  1 mem\n  4 /dev/vc/0\n136 pts\n\nBlock devices:\n  7 loop\n254 virtblk\n"
@@ -24,9 +26,11 @@ def host(
     kmod: str | None = "580.95.05",
     state: dict[str, Any] | None = None,
 ) -> tuple[Path, Path]:
-    """A machine dir (hardware file) and a host root (installed module version, driver state)."""
+    """A machine dir (hardware file, the static tools that read it) and a host root (installed module version,
+    driver state)."""
     machine, root = tmp_path / "machine", tmp_path / "root"
     machine.mkdir()
+    (machine / nvemu.TOOLS).symlink_to(static_tools())
     hw = hardware.make_hardware(profile, 1)
     for name, gpu in fault:
         hw = faults.apply_fault(hw, name, gpu)
@@ -42,8 +46,7 @@ def host(
 
 
 def rendered(machine: Path, root: Path, boot: str | None = None) -> dict[str, Any]:
-    drv, kmod = kernel_files.read_driver(machine / "hardware.json", root, boot)
-    return kernel_files.render(drv, kmod, MACHINE_DEVICES)
+    return kernel_files.render(kernel_files.read_machine(machine, root, boot), MACHINE_DEVICES)
 
 
 def mig_state(machine: Path, boot: str = "boot-1") -> dict[str, Any]:

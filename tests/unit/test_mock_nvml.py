@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 from emulated import Machine
+from static_tools import static_tools
 
 from gpuready.lab import faults, hardware
 from gpuready.lab.emulator import nvemu
@@ -319,10 +320,9 @@ def test_local_gpu_reader_sees_the_machine_nvidia_smi_sees(tmp_path: Path, nvml_
     assert len(local[0]["mig_devices"]) == 4
 
 
-def test_nvml_and_the_python_tools_derive_the_faults_alike(tmp_path: Path, nvml_dir: Path) -> None:
-    """The memory faults and a trained-down link, derived once in Go (machine.View: NVML, nvidia-smi, dcgmi) and once
-    in Python (nvemu: kernel_files' sysfs link, the agent's dcgm-exporter), read the same: ECC counts, remapped
-    rows, the PCIe link."""
+def test_nvml_and_the_machines_view_read_the_faults_alike(tmp_path: Path, nvml_dir: Path) -> None:
+    """The memory faults and a trained-down link as NVML reports them and as the machine's view (lab-view: what
+    kernel_files' sysfs link and the lab's dcgm-exporter show) reads them: ECC counts, remapped rows, the PCIe link."""
     injected = [
         ("xid-48", 1),
         ("ecc-uncorrectable", 1),
@@ -335,13 +335,20 @@ def test_nvml_and_the_python_tools_derive_the_faults_alike(tmp_path: Path, nvml_
     assert [g["ecc_uncorrectable_volatile"] for g in local[:4]] == [0, 3, 1, 0]
     assert local[3]["pcie_link_gen_current"] < local[3]["pcie_link_gen_max"]
     assert local[2]["remapped_rows"] != local[0]["remapped_rows"]
-    for gpu, mine in zip(host.hw["gpus"], local, strict=True):
-        effects = faults.combined_effects(host.hw, gpu["index"]).as_dict()
-        link = (mine["pcie_link_gen_current"], mine["pcie_link_width_current"])
-        assert nvemu.pcie_link(gpu, effects) == link, gpu["index"]
-        assert effects["ecc_uncorrected"] == mine["ecc_uncorrectable_volatile"], gpu["index"]
+    view = nvemu.read_view(
+        Path(static_tools()),
+        Path(host.env["GPUREADY_LAB_HARDWARE"]),
+        Path(host.env["GPUREADY_LAB_STATE"]),
+        host.env["GPUREADY_LAB_BOOT_ID"],
+    )
+    for gpu, mine in zip(view["gpus"], local, strict=True):
+        assert (gpu["pcie_gen"], gpu["pcie_width"]) == (
+            mine["pcie_link_gen_current"],
+            mine["pcie_link_width_current"],
+        ), gpu["index"]
+        assert gpu["effects"]["ecc_uncorrected"] == mine["ecc_uncorrectable_volatile"], gpu["index"]
         rows = mine["remapped_rows"]
-        assert nvemu.remapped_rows(gpu, effects) == (
+        assert (gpu["remap_correctable"], gpu["remap_uncorrectable"], gpu["remap_pending"]) == (
             rows["correctable"],
             rows["uncorrectable"],
             rows["pending"],

@@ -20,6 +20,7 @@ import pytest
 import tomlkit
 import yaml
 from emulated import Machine
+from static_tools import static_tools
 
 from gpuready.conformance.checks import Output
 from gpuready.conformance.checks import host as host_checks
@@ -172,15 +173,16 @@ def missing_symbols(library: Path, names: tuple[str, ...]) -> list[str]:
 def kernel_tree(machine: Machine) -> Path:
     """The machine's /dev and /proc/driver as a lab host gets them (gpuready.lab.kernel_files, from the same hardware
     and driver state files the emulated nvidia-smi reads), rendered under the test's directory; returns it."""
-    state = Path(machine.env["GPUREADY_LAB_STATE"])
-    drv = nvemu.Driver(
-        machine.hw,
-        state.read_text() if state.exists() else None,
+    hardware_file = Path(machine.env["GPUREADY_LAB_HARDWARE"])
+    view = nvemu.read_view(
+        Path(static_tools()),
+        hardware_file,
+        Path(machine.env["GPUREADY_LAB_STATE"]),
         machine.env["GPUREADY_LAB_BOOT_ID"],
     )
     kernel = machine.tmp / "kernel"
-    loaded = machine.env["GPUREADY_LAB_DRIVER_VERSION"]
-    kernel_files.write(kernel, kernel_files.render(drv, loaded, Path("/proc/devices").read_text()))
+    reading = kernel_files.Reading(machine.hw, view, machine.env["GPUREADY_LAB_DRIVER_VERSION"])
+    kernel_files.write(kernel, kernel_files.render(reading, Path("/proc/devices").read_text()))
     return kernel
 
 

@@ -14,40 +14,38 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
-
-from gpuready.lab.emulator import nvemu
 
 
 @dataclass(frozen=True)
 class Effects:
     """What a fault does to the machine. Every renderer reads these fields (from the hardware file), never a
     fault's name. Several faults on one GPU (or host) combine: flags OR, counts add, ``bandwidth_factor``
-    and the PCIe fields take the worst, ``xid`` the largest (the mock NVML raises each). Where each is rendered:
+    and the PCIe fields take the worst, ``xid`` the largest (the mock NVML raises each): package machine's
+    Effects.combine, the one derivation (the kernel files and the lab's dcgm-exporter read its View through
+    ``nvemu.read_view``). Where each is rendered:
 
     GPU effects:
 
-    * ``off_bus``: the GPU fell off the PCIe bus. nvemu.Driver.off_bus (kernel_files reads its config space as
-      all ones), machine.OffBus (mock NVML: no handle; nvidia-smi; dcgmi leaves it out; cudadev: not a CUDA
-      device, for the mock CUDA and nvbandwidth), dcgm_exporter.host.Gpu.off_bus (the exporter's blank series).
+    * ``off_bus``: the GPU fell off the PCIe bus. machine.OffBus (mock NVML: no handle; nvidia-smi; dcgmi leaves
+      it out; cudadev: not a CUDA device, for the mock CUDA and nvbandwidth; kernel_files reads its config space
+      as all ones), dcgm_exporter.host.Gpu.off_bus (the exporter's blank series).
     * ``xid``: the XID the driver raises (0: none). machine.XIDs (mock NVML XID events: NVIDIA's device
       plugin's health check), dcgm_exporter.host.Gpu.xid (the exporter's DCGM_FI_DEV_XID_ERRORS).
     * ``ecc_uncorrected``: uncorrectable DRAM ECC errors, volatile and aggregate alike. machine
       View.ECCUncorrected (NVML, nvidia-smi).
     * ``dbe_remapped``: double-bit errors the memory handled: each is an uncorrectable remapped row on a
-      GPU with row remapping, and a retired page when a page retirement is pending. nvemu.remapped_rows
-      (the lab's dcgm-exporter's remapped-row counters), machine View (NVML, nvidia-smi).
-    * ``row_remap_pending``: one uncorrectable row remapped, a GPU reset pending. nvemu.remapped_rows
-      (the lab's dcgm-exporter's DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS), machine View (NVML, nvidia-smi, dcgmi's
-      software test).
+      GPU with row remapping, and a retired page when a page retirement is pending. machine View (NVML,
+      nvidia-smi, the lab's dcgm-exporter's remapped-row counters).
+    * ``row_remap_pending``: one uncorrectable row remapped, a GPU reset pending. machine View (NVML,
+      nvidia-smi, dcgmi's software test, the lab's dcgm-exporter's DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS).
     * ``retired_pages_pending``: one double-bit page retired, a reboot pending. machine View
       (NVML, nvidia-smi).
     * ``pcie_gen_drop`` / ``pcie_width_divisor``: the link trained this many generations below its
       maximum (at least gen 1) and at its maximum width divided by this (at least x1).
-      nvemu.pcie_link (kernel_files' sysfs link), machine View (NVML, nvidia-smi, dcgmi's PCIe test, and
-      machine/bandwidth.go: mock CUDA, nvbandwidth).
+      machine View (NVML, nvidia-smi, kernel_files' sysfs link, dcgmi's PCIe test, and machine/bandwidth.go:
+      mock CUDA, nvbandwidth).
     * ``nvlink_down``: all the GPU's NVLinks inactive. machine View.NVLinkActive
       (NVML, nvidia-smi nvlink and topo; peer copies of the mock CUDA and nvbandwidth).
     * ``bandwidth_factor``: every copy involving the GPU moves at this fraction of its normal rate.
@@ -80,12 +78,6 @@ class Effects:
 
     def as_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
-
-    @classmethod
-    def combined(cls, effects: Iterable[Effects]) -> Effects:
-        """The effects of several faults together, by the rules the emulated tools combine them with
-        (nvemu.COMBINE; the class docstring says them)."""
-        return cls(**nvemu.combine([e.as_dict() for e in effects]))
 
 
 EFFECT_FIELDS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(Effects))
@@ -198,21 +190,6 @@ FAULTS: dict[str, Fault] = {
         ),
     )
 }
-
-
-def effects_of(entry: dict[str, Any]) -> Effects:
-    """The effects of one hardware-file fault line: those it carries, else its catalogue row's (a line
-    written by hand, without effects)."""
-    if isinstance(entry.get("effects"), dict):
-        known = {k: v for k, v in entry["effects"].items() if k in EFFECT_FIELDS}
-        return Effects(**known)
-    spec = FAULTS.get(str(entry.get("fault")))
-    return spec.effects if spec else Effects()
-
-
-def combined_effects(hw: dict[str, Any], gpu: int | None) -> Effects:
-    """The combined effects of the faults on GPU ``gpu`` (None: the host-wide faults)."""
-    return Effects.combined(effects_of(f) for f in hw.get("faults") or [] if f.get("gpu") == gpu)
 
 
 class FaultError(ValueError):

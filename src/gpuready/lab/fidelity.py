@@ -247,9 +247,13 @@ def _real_kernel(capture: Path) -> dict[str, str]:
 def _lab_kernel(profile: str, driver_version: str) -> dict[str, str]:
     """The same paths as the lab renders them for node 0 of ``profile`` with the driver loaded."""
     from gpuready.lab import kernel_files
+    from gpuready.lab.silicon import build
 
-    drv = nvemu.Driver(hardware.make_hardware(profile, 0), None, None)
-    files = kernel_files.render(drv, driver_version, "Character devices:\n")
+    hw = hardware.make_hardware(profile, 0)
+    with tempfile.TemporaryDirectory(prefix="gpuready-fidelity-") as tmp:
+        hardware.write_hardware(Path(tmp) / "hardware.json", hw)
+        view = nvemu.read_view(build.static_tools(), Path(tmp) / "hardware.json", None, "fidelity")
+    files = kernel_files.render(kernel_files.Reading(hw, view, driver_version), "Character devices:\n")
     names = {str(major): name for name, major in kernel_files.DYNAMIC_MAJORS.items()}
     out: dict[str, str] = {}
     for line in files["proc-devices"].splitlines()[1:]:

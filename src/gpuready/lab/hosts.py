@@ -60,6 +60,7 @@ from gpuready.lab import (
     supervisor,
 )
 from gpuready.lab.cluster import binaries, cluster, kube_proxy
+from gpuready.lab.emulator import nvemu
 from gpuready.lab.state import LabPaths, cache_dir, load_state, locked, require_state, save_state
 
 # The Debian releases a lab host can run (`lab up --os`), each from its own cached base root. NVIDIA's CUDA
@@ -359,10 +360,22 @@ def _write_host_files(
 
 
 def _write_hardware(paths: LabPaths, spec: HostSpec) -> dict[str, Any]:
+    """The host's machine directory: its hardware file, and the static tools that read the machine for what the
+    lab renders outside the host (kernel_files, the lab's dcgm-exporter: ``nvemu.read_view``), a link to the built
+    file (a copy across filesystems), as the directory is bound into the host and its GPU containers."""
+    from gpuready.lab.silicon import build
+
     hw = hardware.make_hardware(spec.profile, spec.index)
     machine = paths.machine_dir(spec.name)
     machine.mkdir(parents=True, exist_ok=True)
     hardware.write_hardware(machine / "hardware.json", hw)
+    tools, tmp = build.static_tools(), machine / f".{nvemu.TOOLS}.tmp"
+    tmp.unlink(missing_ok=True)
+    try:
+        os.link(tools, tmp)
+    except OSError:
+        shutil.copy2(tools, tmp)
+    tmp.rename(machine / nvemu.TOOLS)
     return hw
 
 

@@ -6,9 +6,9 @@ driver stat ``/dev/nvidia*`` and read the majors in ``/proc/devices``, MIG devic
 ``/sys/bus/pci/devices/<bdf>/{vendor,class,numa_node}``. So each lab host gets them at the real paths:
 
 - one source of truth: the host's hardware file (faults included) and the emulated driver's state file in the host,
-  read through ``nvemu.Driver``, whose derivation package machine's View (the mock NVML, nvidia-smi)
-  mirrors (a state left by an earlier boot counts as reset, MIG instances come from the state, a fault's PCIe
-  effects lower the link as nvidia-smi reports it). No second fault model lives here.
+  read through package machine's View (``nvemu.read_view``), which the mock NVML and nvidia-smi answer from too
+  (a state left by an earlier boot counts as reset, MIG instances come from the state, a fault's PCIe effects
+  lower the link as nvidia-smi reports it). No second fault model lives here.
 - the driver is loaded when the host's state names a loaded module or a kernel module package is installed in the
   host (``/usr/lib/nvidia-emu/kmod-version``: on a real host udev / nvidia-modprobe loads it at boot or first use).
   Not loaded: no /dev/nvidia*, no /proc/driver/nvidia, no nvidia lines in /proc/devices. the ``driver_mismatch``
@@ -42,6 +42,7 @@ import stat
 import subprocess
 import threading
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -90,20 +91,33 @@ Tree = dict[str, Entry]
 # --- reading the machine ------------------------------------------------------------------------------------------
 
 
-def read_driver(
-    hardware_file: Path, host_root: Path | None, boot: str | None = None
-) -> tuple[nvemu.Driver, str | None]:
-    """(driver snapshot, loaded module version or None) for a host whose root filesystem is host_root.
+@dataclass(frozen=True)
+class Reading:
+    """One reading of a host's machine: its hardware file, package machine's view of it (``nvemu.read_view``:
+    the faults' effects, the driver state as this boot leaves it, the MIG devices) and the loaded module's
+    version (None: not loaded)."""
+
+    hw: dict[str, Any]
+    view: dict[str, Any]
+    kmod: str | None
+
+    def gpu(self, index: int) -> dict[str, Any]:
+        """The view of GPU ``index``."""
+        return next(g for g in self.view["gpus"] if g["index"] == index)
+
+
+def read_machine(machine_dir: Path, host_root: Path | None, boot: str | None = None) -> Reading:
+    """The machine of the host whose root filesystem is host_root, through the static tools in its machine dir.
 
     boot is the host's current boot id (None: take its state file as this boot's).
     """
-    hw = hardware.read_hardware(hardware_file)
-    state_text = _read(host_root / nvemu.DEFAULT_STATE.lstrip("/")) if host_root else None
-    drv = nvemu.Driver(hw, state_text, boot)
-    kmod = drv.state.get("kmod")
+    hardware_file = machine_dir / "hardware.json"
+    state = host_root / nvemu.DEFAULT_STATE.lstrip("/") if host_root else None
+    view = nvemu.read_view(machine_dir / nvemu.TOOLS, hardware_file, state, boot)
+    kmod = view.get("kmod")
     if not kmod and host_root is not None:
         kmod = _read(host_root / nvemu.DRIVER_DIR.lstrip("/") / "kmod-version")
-    return drv, (kmod.strip() if kmod else None)
+    return Reading(hardware.read_hardware(hardware_file), view, kmod.strip() if kmod else None)
 
 
 def _read(path: Path) -> str | None:
@@ -136,19 +150,20 @@ def mig_minors() -> str:
     return "\n".join(lines) + "\n"
 
 
-def render(drv: nvemu.Driver, kmod: str | None, machine_devices: str) -> dict[str, Any]:
+def render(machine: Reading, machine_devices: str) -> dict[str, Any]:
     """The files of a host: {"dev": Tree, "proc-driver": Tree, "sys-pci-devices": Tree, "proc-devices": text}.
 
     Trees map paths relative to /dev, /proc/driver and /sys/bus/pci/devices to entries; machine_devices is this
     machine's /proc/devices, to which the driver's lines are added as a loaded module adds them.
     """
+    kmod = machine.kmod
     loaded = kmod is not None
     dev: Tree = {}
     proc: Tree = {}
     sysfs: Tree = {}
-    gpus = drv.hw["gpus"]
-    for gpu in gpus:
-        sysfs.update(_sysfs_entries(drv, gpu))
+    for gpu in machine.hw["gpus"]:
+        view = machine.gpu(gpu["index"])
+        sysfs.update(_sysfs_entries(machine.hw, gpu, view))
         if not loaded:
             continue
         minor = gpu.get("minor_number", gpu["index"])
@@ -157,7 +172,7 @@ def render(drv: nvemu.Driver, kmod: str | None, machine_devices: str) -> dict[st
             "file",
             _information(gpu, minor, kmod or ""),
         )
-        for gi in sorted(drv.gpu_state(gpu)["gis"], key=lambda g: g["id"]) if drv.mig_current(gpu) else []:
+        for gi in view["gis"]:  # by id, with MIG mode current
             base = f"nvidia/capabilities/gpu{minor}/mig/gi{gi['id']}"
             proc[f"{base}/access"] = _access(gi_minor(minor, gi["id"]), MODE_ALL_READ)
             dev[f"nvidia-caps/nvidia-cap{gi_minor(minor, gi['id'])}"] = _cap(
@@ -208,19 +223,19 @@ def _information(gpu: dict[str, Any], minor: int, firmware: str) -> str:
     )
 
 
-def _sysfs_entries(drv: nvemu.Driver, gpu: dict[str, Any]) -> Tree:
+def _sysfs_entries(hw: dict[str, Any], gpu: dict[str, Any], view: dict[str, Any]) -> Tree:
     d = bdf(gpu["pci_bus_id"])
     ids = gpu.get("pci_device_id", "000010DE")
     sub = gpu.get("pci_sub_system_id", "000010DE")
-    if drv.off_bus(gpu["index"]):  # link status and capability registers read as all ones
+    if view["off_bus"]:  # link status and capability registers read as all ones
         speed = max_speed = "Unknown"
         width = max_width = 63
     else:
-        gen, width = drv.pcie_current(gpu)
+        gen, width = view["pcie_gen"], view["pcie_width"]
         speed, max_speed = LINK_SPEEDS.get(gen, "Unknown"), LINK_SPEEDS.get(gpu["max_pcie_gen"], "Unknown")
         max_width = gpu["max_pcie_width"]
     # a one-node VM tells its kernel nothing about NUMA: -1 (a lent H200 VM; nvidia-smi topo -m still says 0)
-    system = drv.hw.get("system", {})
+    system = hw.get("system", {})
     no_numa = system.get("virtualization") == "Pass-Through" and system.get("numa_nodes", 1) == 1
     values = {
         "vendor": f"0x{ids[4:].lower()}",
@@ -418,8 +433,7 @@ def refresh(machine_dir: Path, host_root: Path | None, init_pid: int | None = No
     """Render the host's files from its machine and driver state, and show them inside it when it runs."""
     with locked(machine_dir / ".kernel.lock"):
         boot = host_boot_id(init_pid) if init_pid else None
-        drv, kmod = read_driver(machine_dir / "hardware.json", host_root, boot)
-        files = render(drv, kmod, Path("/proc/devices").read_text())
+        files = render(read_machine(machine_dir, host_root, boot), Path("/proc/devices").read_text())
         write(machine_dir / KERNEL_DIR, files)
         if init_pid is not None:
             apply_to_host(init_pid, files)

@@ -1,24 +1,23 @@
-"""What the exporter sees of its GPU host: the emulated machine's files, read on every scrape.
+"""What the exporter sees of its GPU host: the emulated machine, read on every scrape that follows a change.
 
-The runc wrapper of a lab host bind-mounts the machine's hardware file and the emulated driver's files read-only
-into the exporter's container (:data:`gpuready.lab.realhost.MACHINE_DIRS`), so the container's own root holds what
-NVIDIA's exporter would reach through DCGM: the GPUs and their faults (the hardware file), MIG mode and instances
-(the emulated driver's state), and the installed driver's version. Reads are cached by file mtime, so a
-``lab fault`` shows in the next scrape. The state is read as the host's own tools read it (``nvemu.Driver``, package
-machine's loadState in Go): one left by an earlier boot counts as reset, so after a reboot the exporter shows no MIG
-instance the driver has not created again.
+The runc wrapper of a lab host bind-mounts the machine's directory and the emulated driver's files read-only into the
+exporter's container (:data:`gpuready.lab.realhost.MACHINE_DIRS`), so the container's own root holds what NVIDIA's
+exporter would reach through DCGM: the GPUs (the hardware file), MIG mode and instances (the emulated driver's
+state), the installed driver's version, and the static tools that derive the machine's view. The GPUs' faults, MIG
+devices and the state as this boot leaves it come from that view (``nvemu.read_view``: package machine's View,
+which the host's own tools read too), so after a reboot the exporter shows no MIG instance the driver has not
+created again, and a ``lab fault`` shows in the next scrape: the view is read again when the hardware or the state
+file changes.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from gpuready.lab.emulator import nvemu
-from gpuready.lab.faults import Effects, combined_effects
 
 DRIVER_VERSION = f"{nvemu.DRIVER_DIR.lstrip('/')}/driver-version"  # under the container's root
 
@@ -40,8 +39,12 @@ class MigDevice:
 
 @dataclass(frozen=True)
 class Gpu:
+    """One GPU: its hardware entry, and from the machine's view its faults' effects and its MIG devices."""
+
     hw: dict[str, Any]
-    effects: Effects  # of the faults on this GPU (gpuready.lab.faults)
+    off_bus: bool
+    xid: int  # the largest XID raised: dcgm-exporter reports one
+    remapped_rows: tuple[int, int]  # correctable, uncorrectable (NVML's, as DCGM reads them)
     mig_enabled: bool
     mig_devices: tuple[MigDevice, ...]
 
@@ -57,14 +60,6 @@ class Gpu:
     def name(self) -> str:
         return str(self.hw["name"])
 
-    @property
-    def off_bus(self) -> bool:
-        return self.effects.off_bus
-
-    @property
-    def xid(self) -> int:
-        return self.effects.xid  # the largest XID raised: dcgm-exporter reports one
-
 
 @dataclass(frozen=True)
 class HostState:
@@ -79,60 +74,60 @@ class HostState:
         return [g for g in self.gpus if not g.off_bus]
 
 
-def mig_devices(gpu: dict[str, Any], state: dict[str, Any]) -> tuple[MigDevice, ...]:
-    """MIG devices (one per compute instance) in nvidia-smi's order, from the emulated driver's state."""
-    return tuple(
-        MigDevice(gpu["index"], d["gi"], d["ci"], d["profile"], d["uuid"], d["full"], d["start"])
-        for d in nvemu.mig_devices(gpu, state)
-    )
-
-
-def build_gpus(drv: nvemu.Driver) -> tuple[Gpu, ...]:
+def build_gpus(hw: dict[str, Any], view: dict[str, Any]) -> tuple[Gpu, ...]:
+    """The GPUs of the hardware file with their view (``nvemu.read_view``)."""
+    views = {v["index"]: v for v in view["gpus"]}
     gpus = []
-    for g in drv.hw.get("gpus") or []:
-        enabled = drv.mig_current(g)
-        devices = mig_devices(g, drv.gpu_state(g)) if enabled else ()
-        gpus.append(Gpu(g, combined_effects(drv.hw, g["index"]), enabled, devices))
+    for g in hw.get("gpus") or []:
+        v = views[g["index"]]
+        profiles = {p["profile_id"]: p for p in g.get("mig_profiles") or []}
+        devices = tuple(
+            MigDevice(
+                g["index"], d["gi"], d["ci"], profiles[d["profile_id"]], d["uuid"], d["full"], d["start"]
+            )
+            for d in v["mig_devices"]
+        )
+        remapped = (int(v["remap_correctable"]), int(v["remap_uncorrectable"]))
+        gpus.append(Gpu(g, v["off_bus"], max(v["xids"], default=0), remapped, v["mig_current"], devices))
     return tuple(gpus)
 
 
 @dataclass
 class HostView:
-    """A host's machine files under `root` (the exporter's own ``/``), its hardware file, and the host's boot id
-    (the runc wrapper's ``GPUREADY_LAB_BOOT_ID``; None takes the state file as this boot's)."""
+    """A host's machine files under `root` (the exporter's own ``/``), its hardware file (the static tools beside
+    it), and the host's boot id (the runc wrapper's ``GPUREADY_LAB_BOOT_ID``; None takes the state file as this
+    boot's)."""
 
     name: str
     root: Path
     hardware: Path
     boot: str | None = None
-    _cache: dict[str, tuple[float, Any]] = field(default_factory=dict, repr=False)
-
-    def _read(self, path: Path, parse: Callable[[str], Any]) -> Any:
-        try:
-            mtime = path.stat().st_mtime
-        except OSError:
-            return None
-        cached = self._cache.get(str(path))
-        if cached is None or cached[0] != mtime:
-            try:
-                cached = (mtime, parse(path.read_text()))
-            except (OSError, ValueError):
-                return cached[1] if cached else None  # a file being rewritten: the last good reading
-            self._cache[str(path)] = cached
-        return cached[1]
+    _cache: tuple[Any, HostState] | None = field(default=None, repr=False)
 
     def snapshot(self) -> HostState:
-        hw = self._read(self.hardware, json.loads) or {"gpus": [], "faults": []}
-        state_text = self._read(self.root / nvemu.DEFAULT_STATE.lstrip("/"), _json_text)
-        drv = nvemu.Driver(hw, state_text, self.boot)
+        state = self.root / nvemu.DEFAULT_STATE.lstrip("/")
+        key = (_stamp(self.hardware), _stamp(state), _stamp(self.root / DRIVER_VERSION), self.boot)
+        if self._cache is not None and self._cache[0] == key:
+            return self._cache[1]
+        try:
+            hw = json.loads(self.hardware.read_text())
+            view = nvemu.read_view(self.hardware.parent / nvemu.TOOLS, self.hardware, state, self.boot)
+        except (OSError, ValueError, RuntimeError):  # a file being rewritten: the last good reading stays
+            if self._cache is not None:
+                return self._cache[1]
+            hw, view = {"gpus": []}, {"gpus": []}
         try:
             driver = (self.root / DRIVER_VERSION).read_text().strip() or None
         except OSError:
             driver = None
-        return HostState(self.name, driver, build_gpus(drv))
+        reading = HostState(self.name, driver, build_gpus(hw, view))
+        self._cache = (key, reading)
+        return reading
 
 
-def _json_text(text: str) -> str:
-    """The state file's text once it parses (a file being rewritten does not: the last good reading stays)."""
-    json.loads(text or "{}")
-    return text
+def _stamp(path: Path) -> tuple[int, int, int] | None:
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return (st.st_mtime_ns, st.st_ino, st.st_size)

@@ -19,7 +19,6 @@ import re
 import time
 from typing import TYPE_CHECKING, Any
 
-from gpuready.lab.emulator import nvemu
 from gpuready.spec.dra import DRIVER
 
 from .host import Gpu, HostState
@@ -100,8 +99,8 @@ def _value(field: str, g: Gpu, mem: int, used: int, busy: bool, uptime: float) -
     hw = g.hw
     clocks = hw.get("clocks") or {}
     power = float(hw.get("power_idle_w", 50.0)) * (1.6 if busy else 1.0)
-    # DCGM reads NVML's remapped-row counters: what nvidia-smi -q shows (one derivation, nvemu.remapped_rows)
-    corrected, uncorrected, _pending = nvemu.remapped_rows(hw, g.effects.as_dict())
+    # DCGM reads NVML's remapped-row counters: what nvidia-smi -q shows (the machine's view)
+    corrected, uncorrected = g.remapped_rows
     values: dict[str, Any] = {
         "DCGM_FI_DEV_SM_CLOCK": clocks.get("max_graphics" if busy else "graphics_idle", 0),
         "DCGM_FI_DEV_MEM_CLOCK": clocks.get("memory", 0),

@@ -1,6 +1,6 @@
 // Package machine is the lab's one emulated machine as NVIDIA's user-space libraries see it.
 //
-// It reads the files the lab's Python side reads too (src/gpuready/lab/emulator/nvemu.py): the hardware
+// It reads the files of the lab (their paths also in src/gpuready/lab/emulator/nvemu.py): the hardware
 // file the lab writes (GPUs and injected faults; env GPUREADY_LAB_HARDWARE), the driver state file
 // (MIG mode, GPU/compute instances, persistence, the loaded kernel module; env GPUREADY_LAB_STATE)
 // and the user-space driver version (env GPUREADY_LAB_DRIVER_VERSION or
@@ -8,10 +8,11 @@
 // (../tools: nvidia-smi, dcgmi, the daemons, ...) answer from it, so NVIDIA's real tools and the emulated ones
 // see one machine.
 //
-// Changes (write.go) take the state file's lock and write it in the layout nvemu.py reads. In a GPU container
-// the machine is what the container's device nodes reveal (contain.go). Derived facts (ECC counts, PCIe link, MIG devices,
-// XIDs) are View's, which the mock NVML, CUDA and the tools read; nvemu.py's pcie_link and remapped_rows
-// derive the same for the Python code (kernel_files, the lab's dcgm-exporter).
+// Changes (write.go) take the state file's lock and write it. In a GPU container the machine is what the
+// container's device nodes reveal (contain.go). Derived facts (fault effects combined, ECC counts, PCIe link, MIG
+// devices, XIDs, the state as this boot leaves it) are View's, the one derivation: the mock NVML, CUDA and the
+// tools read it, and the lab's Python side (kernel_files, the lab's dcgm-exporter) reads it as JSON from the
+// tools' lab-view (nvemu.read_view).
 //
 // Usage: Current() returns the machine as it is now, re-reading the files only when they changed,
 // so a fault injected while a process runs is seen by its next call.
@@ -41,7 +42,7 @@ const (
 	DefaultDriverVersion = "580.178.04"
 )
 
-// CUDAByBranch is the CUDA version each driver branch supports (nvemu.CUDA_BY_BRANCH).
+// CUDAByBranch is the CUDA version each driver branch supports.
 var CUDAByBranch = map[string]string{
 	"595": "13.2", "590": "13.1", "580": "13.0", "575": "12.9", "570": "12.8", "550": "12.4",
 }
@@ -252,7 +253,7 @@ type GPUState struct {
 }
 
 // State is the driver state as in effect now: a state file from an earlier boot reads as a fresh
-// boot (pending MIG mode current, no instances, no module loaded), as nvemu.Driver reads it for kernel_files.
+// boot (pending MIG mode current, no instances, no module loaded); kernel_files reads it so too, through lab-view.
 type State struct {
 	BootID string              `json:"boot_id"`
 	Kmod   *string             `json:"kmod"`
@@ -270,7 +271,7 @@ type MigDevice struct {
 	Name      string // "1g.10gb"
 	SMCount   int
 	MemoryMiB int
-	UUID      string // "MIG-<uuid5>", nvemu.mig_uuid
+	UUID      string // "MIG-<uuid5>", MigUUID
 }
 
 // Machine is one consistent reading of the files.
@@ -608,7 +609,7 @@ func migDevices(g *GPU, st GPUState) []MigDevice {
 	return out
 }
 
-// MigUUID is the MIG device UUID nvemu.mig_uuid gives: "MIG-" + uuid5(NAMESPACE_OID, "gpu/gi/ci").
+// MigUUID is a MIG device's UUID: "MIG-" + uuid5(NAMESPACE_OID, "gpu/gi/ci"), name-based as real ones are.
 func MigUUID(gpuUUID string, gi, ci int) string {
 	ns := []byte{0x6b, 0xa7, 0xb8, 0x12, 0x9d, 0xad, 0x11, 0xd1, 0x80, 0xb4, 0x00, 0xc0, 0x4f, 0xd4, 0x30, 0xc8}
 	h := sha1.New()

@@ -113,7 +113,7 @@ func (m *Machine) LoadModule() {
 	})
 }
 
-// stateJSON is the state in the layout nvemu.py reads and tests compare: keys sorted, one-space indent, lists
+// stateJSON is the state in the layout the lab's tests compare: keys sorted, one-space indent, lists
 // never null.
 func stateJSON(st State) ([]byte, error) {
 	for uuid, g := range st.GPUs {

@@ -58,7 +58,7 @@ func TestUpdateWritesNvemuLayout(t *testing.T) {
 	text := string(raw)
 	if !strings.HasPrefix(text, "{\n \"boot_id\": \"boot-2\",\n \"gpus\": {") || !strings.Contains(text, "\"cis\": []") ||
 		!strings.HasSuffix(text, " \"kmod\": \"580.178.04\"\n}") {
-		t.Fatalf("not the state layout nvemu.py reads:\n%s", text)
+		t.Fatalf("not the state layout the tests compare:\n%s", text)
 	}
 	var st State
 	if err := json.Unmarshal(raw, &st); err != nil || !st.GPUs["GPU-w"].MigCurrent || st.GPUs["GPU-w"].Persistence {

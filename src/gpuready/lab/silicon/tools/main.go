@@ -27,6 +27,8 @@
 //     nv-fabricmanager (fabricmanager.go; nvidia-fabricmanager's), whose pid files nvidia-smi and the mock NVML
 //     read for persistence mode and the fabric state, and nv-hostengine (hostengine.go; DCGM's host engine, the
 //     daemon of nvidia-dcgm.service);
+//   - lab-view (view.go): not an NVIDIA tool; the machine's derived view as JSON for what the lab renders outside
+//     the tools (the kernel's files, the lab's dcgm-exporter), run from each host's machine directory;
 package main
 
 import (
@@ -44,6 +46,7 @@ var tools = map[string]func(args []string) int{
 	"nvidia-persistenced":     persistenced,
 	"nv-fabricmanager":        fabricManager,
 	"nv-hostengine":           hostEngine,
+	"lab-view":                labView,
 }
 
 func main() {
@@ -55,6 +58,6 @@ func main() {
 			os.Exit(tool(os.Args[2:]))
 		}
 	}
-	fmt.Fprintf(os.Stderr, "usage: %s dcgmi|nvidia-container-cli|nvidia-cuda-mps-control|nvidia-smi|nvbandwidth|nvidia-persistenced|nv-fabricmanager|nv-hostengine [ARGS]\n", filepath.Base(os.Args[0]))
+	fmt.Fprintf(os.Stderr, "usage: %s dcgmi|nvidia-container-cli|nvidia-cuda-mps-control|nvidia-smi|nvbandwidth|nvidia-persistenced|nv-fabricmanager|nv-hostengine|lab-view [ARGS]\n", filepath.Base(os.Args[0]))
 	os.Exit(2)
 }
