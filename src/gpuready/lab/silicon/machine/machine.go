@@ -269,6 +269,7 @@ type MigDevice struct {
 	Instance  GPUInstance
 	Compute   ComputeInstance
 	Name      string // "1g.10gb"
+	Full      bool   // the compute instance spans its whole GPU instance
 	SMCount   int
 	MemoryMiB int
 	UUID      string // "MIG-<uuid5>", MigUUID
@@ -595,13 +596,14 @@ func migDevices(g *GPU, st GPUState) []MigDevice {
 		cis := append([]ComputeInstance(nil), gi.CIs...)
 		sort.Slice(cis, func(i, j int) bool { return cis[i].ID < cis[j].ID })
 		for _, ci := range cis {
+			full := prof.ComputeSlices <= 0 || ci.Size >= prof.ComputeSlices
 			sm := prof.SMCount
-			if prof.ComputeSlices > 0 && ci.Size < prof.ComputeSlices {
+			if !full {
 				sm = prof.SMCount * ci.Size / prof.ComputeSlices
 			}
 			out = append(out, MigDevice{
 				Index: len(out), GI: gi.ID, CI: ci.ID, Profile: prof, Instance: gi, Compute: ci,
-				Name: prof.Name, SMCount: sm, MemoryMiB: prof.MemoryMiB,
+				Name: prof.Name, Full: full, SMCount: sm, MemoryMiB: prof.MemoryMiB,
 				UUID: MigUUID(g.UUID, gi.ID, ci.ID),
 			})
 		}

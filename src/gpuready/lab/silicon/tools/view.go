@@ -18,16 +18,13 @@ import (
 	"gpuready.lab/silicon/machine"
 )
 
-// migView is one MIG device (one compute instance) in nvidia-smi's order.
+// migView is one MIG device (one compute instance) in nvidia-smi's order: what the exporter labels its series with.
 type migView struct {
-	Index     int    `json:"index"`
 	GI        int    `json:"gi"`
 	CI        int    `json:"ci"`
 	ProfileID int    `json:"profile_id"` // the GPU instance's profile
-	Name      string `json:"name"`
-	Start     int    `json:"start"` // the GPU instance's placement start
-	Full      bool   `json:"full"`  // the compute instance spans its GPU instance
-	SMCount   int    `json:"sm"`
+	Start     int    `json:"start"`      // the GPU instance's placement start
+	Full      bool   `json:"full"`       // the compute instance spans its GPU instance
 	UUID      string `json:"uuid"`
 }
 
@@ -82,9 +79,7 @@ func labView(args []string) int {
 		}
 		for _, d := range v.MigDevices {
 			gv.MigDevices = append(gv.MigDevices, migView{
-				Index: d.Index, GI: d.GI, CI: d.CI, ProfileID: d.Profile.ProfileID, Name: d.Name,
-				Start: d.Instance.Start, Full: d.Profile.ComputeSlices <= 0 || d.Compute.Size >= d.Profile.ComputeSlices,
-				SMCount: d.SMCount, UUID: d.UUID,
+				GI: d.GI, CI: d.CI, ProfileID: d.Profile.ProfileID, Start: d.Instance.Start, Full: d.Full, UUID: d.UUID,
 			})
 		}
 		out.GPUs = append(out.GPUs, gv)
