@@ -27,3 +27,23 @@ def static_tools() -> str:
         return _build()
     except PrerequisiteError as exc:
         pytest.skip(f"the lab's Go tools cannot be built here: {exc}")
+
+
+def cap_minor(env: dict[str, str], gpu_minor: int, gi: int, ci: int | None = None) -> int:
+    """The /dev/nvidia-caps minor of a MIG instance's access capability (GPU instance ``gi`` of the GPU with minor
+    number ``gpu_minor``, or its compute instance ``ci``) on the machine ``env`` names, as the lab's ``lab-view``
+    numbers it: package machine's numbering, the one the mock NVML, CUDA and the kernel files use."""
+    from pathlib import Path
+
+    from gpuready.lab.emulator import nvemu
+
+    view = nvemu.read_view(
+        Path(static_tools()),
+        Path(env["GPUREADY_LAB_HARDWARE"]),
+        Path(env["GPUREADY_LAB_STATE"]),
+        env.get("GPUREADY_LAB_BOOT_ID"),
+    )
+    proc = (
+        f"nvidia/capabilities/gpu{gpu_minor}/mig/gi{gi}" + (f"/ci{ci}" if ci is not None else "") + "/access"
+    )
+    return next(c["minor"] for g in view["gpus"] for c in g["caps"] if c["proc"] == proc)

@@ -18,7 +18,6 @@ from polling import wait_for
 from pyinfra_runs import run_pyinfra
 from suite_runs import failed, node_of, run_suite
 
-from gpuready.lab.emulator.nvemu import ci_minor, gi_minor
 from gpuready.lab.state import load_state
 from gpuready.nvidia import cdi, mig_layout
 from gpuready.nvidia.smi import parse_list
@@ -93,7 +92,7 @@ def test_a_mig_change_without_refresh_leaves_a_stale_spec_until_the_deploy_refre
     # access capability inside the call, so nvidia-ctk and the device plugin find its device node right after; the
     # lab's renderer lags the state file, so the emulated change waits for it (silicon/machine/capfiles.go)
     # the 7g.80gb instance is GPU instance 0, with compute instance 0
-    gi, ci = gi_minor(0, 0), ci_minor(0, 0, 0)
+    gi, ci = 3, 4  # /proc/driver/nvidia-caps/mig-minors: gpu0/gi0/access 3, gpu0/gi0/ci0/access 4
     caps = deployed_lab.lab.ssh(
         node,
         "nvidia-smi mig -i 0 -dci >/dev/null && nvidia-smi mig -i 0 -dgi >/dev/null && "

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 from emulated import Machine
-from static_tools import static_tools
+from static_tools import cap_minor, static_tools
 
 from gpuready.lab import faults, hardware
 from gpuready.lab.emulator import nvemu
@@ -368,7 +368,8 @@ def test_in_a_container_the_tools_see_only_its_device_nodes(a100_mig: Host) -> N
     full = smi.parse_list(host.ok("-L"))
     gis = sorted(g.instance_id for g in smi.parse_mig_lgi(host.ok("mig", "-lgi")))
     second = [
-        f"/dev/nvidia-caps/nvidia-cap{m}" for m in (nvemu.gi_minor(0, gis[1]), nvemu.ci_minor(0, gis[1], 0))
+        f"/dev/nvidia-caps/nvidia-cap{m}"
+        for m in (cap_minor(host.env, 0, gis[1]), cap_minor(host.env, 0, gis[1], 0))
     ]
     # the second MIG device of GPU 0 and the whole GPU 2; GPU 2's XID fault follows it to its new index
     container = {nvemu.CONTAINER_DEVICES: ",".join(["/dev/nvidia0", *second, "/dev/nvidia2"])}

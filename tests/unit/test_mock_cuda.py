@@ -17,6 +17,7 @@ from types import ModuleType
 
 import pytest
 from emulated import Machine
+from static_tools import cap_minor
 
 from gpuready.conformance.checks import Output, diag, gpu
 from gpuready.nvidia import nvbandwidth
@@ -296,8 +297,6 @@ def test_l4_slow_gpu_fails_both_host_copy_floors(tmp_path, libcuda_dir, l4):
 def test_a_process_sees_the_gpus_and_the_one_mig_device_its_device_nodes_give(tmp_path, libcuda_dir):
     """In a container the runtime gives a pod its GPUs as device nodes, and a MIG device as its parent's node
     plus the GPU instance's capability node: CUDA then sees exactly those (one MIG device per process)."""
-    from gpuready.lab.emulator import nvemu
-
     machine = lab(tmp_path, "a100-80gb-4")
     for boot, args in (
         ("boot-1", ("-i", "2", "-mig", "1")),
@@ -312,14 +311,18 @@ def test_a_process_sees_the_gpus_and_the_one_mig_device_its_device_nodes_give(tm
     dev = tmp_path / "dev"
     (dev / "nvidia-caps").mkdir(parents=True)
     minor = gpu2["minor_number"]
-    for node in ("nvidiactl", f"nvidia{minor}", f"nvidia-caps/nvidia-cap{nvemu.gi_minor(minor, gi_2g)}"):
+    for node in (
+        "nvidiactl",
+        f"nvidia{minor}",
+        f"nvidia-caps/nvidia-cap{cap_minor(machine.env, minor, gi_2g)}",
+    ):
         (dev / node).touch()
     machine.env["GPUREADY_LAB_DEV"] = str(dev)
     out = run(machine, libcuda_dir, VECTOR_ADD)
     assert out.rc == 0 and out.stdout.count("Test PASSED") == 1, out.text
     assert "NVIDIA A100-SXM4-80GB MIG 2g.20gb" in out.stdout, out.text
 
-    for node in (f"nvidia{minor}", f"nvidia-caps/nvidia-cap{nvemu.gi_minor(minor, gi_2g)}"):
+    for node in (f"nvidia{minor}", f"nvidia-caps/nvidia-cap{cap_minor(machine.env, minor, gi_2g)}"):
         (dev / node).unlink()
     for whole in machine.hw["gpus"][:2]:
         (dev / f"nvidia{whole['minor_number']}").touch()

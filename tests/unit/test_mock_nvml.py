@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 from emulated import Machine
-from static_tools import static_tools
+from static_tools import cap_minor, static_tools
 
 from gpuready.lab import faults, hardware
 from gpuready.lab.emulator import nvemu
@@ -523,7 +523,8 @@ def test_a_container_sees_through_nvml_what_its_nvidia_smi_lists(tmp_path: Path,
     full = smi.parse_list(host.ok("-L"))
     gis = sorted(g.instance_id for g in smi.parse_mig_lgi(host.ok("mig", "-lgi")))
     caps = [
-        f"/dev/nvidia-caps/nvidia-cap{m}" for m in (nvemu.gi_minor(0, gis[1]), nvemu.ci_minor(0, gis[1], 0))
+        f"/dev/nvidia-caps/nvidia-cap{m}"
+        for m in (cap_minor(host.env, 0, gis[1]), cap_minor(host.env, 0, gis[1], 0))
     ]
     script = """
         import json, pynvml as nv

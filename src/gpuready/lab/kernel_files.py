@@ -48,7 +48,6 @@ from typing import Any
 
 from gpuready.lab import hardware
 from gpuready.lab.emulator import nvemu
-from gpuready.lab.emulator.nvemu import CIS_PER_GI, GIS_PER_GPU, ci_minor, gi_minor
 from gpuready.lab.state import locked
 
 KERNEL_DIR = "kernel"  # under the host's machine dir, so the host sees it at HOST_MACHINE_DIR/kernel too
@@ -67,7 +66,6 @@ DYNAMIC_MAJORS = {
     "nvidia-caps-imex-channels": 508,
     "nvidia-nvswitch": 507,
 }
-MAX_GPUS = 32  # /proc/driver/nvidia-caps/mig-minors lists the minors of 32 GPUs (nvemu.gi_minor numbers them)
 MODE_ALL_READ = 0o444  # DeviceFileMode 292
 # The MIG capabilities' minors (mig/config: MIG changes; mig/monitor: every instance visible), which NVIDIA's
 # runtime hook hands out for NVIDIA_MIG_CONFIG_DEVICES and NVIDIA_MIG_MONITOR_DEVICES (realhost's runc wrapper)
@@ -141,15 +139,6 @@ def _access(minor: int, mode: int) -> Entry:
     return ("file", f"DeviceFileMinor: {minor}\nDeviceFileMode: {mode}\nDeviceFileModify: 1\n")
 
 
-def mig_minors() -> str:
-    lines = ["config 1", "monitor 2"]
-    for gpu in range(MAX_GPUS):
-        for gi in range(GIS_PER_GPU):
-            lines.append(f"gpu{gpu}/gi{gi}/access {gi_minor(gpu, gi)}")
-            lines += [f"gpu{gpu}/gi{gi}/ci{ci}/access {ci_minor(gpu, gi, ci)}" for ci in range(CIS_PER_GI)]
-    return "\n".join(lines) + "\n"
-
-
 def render(machine: Reading, machine_devices: str) -> dict[str, Any]:
     """The files of a host: {"dev": Tree, "proc-driver": Tree, "sys-pci-devices": Tree, "proc-devices": text}.
 
@@ -172,16 +161,9 @@ def render(machine: Reading, machine_devices: str) -> dict[str, Any]:
             "file",
             _information(gpu, minor, kmod or ""),
         )
-        for gi in view["gis"]:  # by id, with MIG mode current
-            base = f"nvidia/capabilities/gpu{minor}/mig/gi{gi['id']}"
-            proc[f"{base}/access"] = _access(gi_minor(minor, gi["id"]), MODE_ALL_READ)
-            dev[f"nvidia-caps/nvidia-cap{gi_minor(minor, gi['id'])}"] = _cap(
-                gi_minor(minor, gi["id"]), MODE_ALL_READ
-            )
-            for ci in sorted(gi["cis"], key=lambda c: c["id"]):
-                m = ci_minor(minor, gi["id"], ci["id"])
-                proc[f"{base}/ci{ci['id']}/access"] = _access(m, MODE_ALL_READ)
-                dev[f"nvidia-caps/nvidia-cap{m}"] = _cap(m, MODE_ALL_READ)
+        for cap in view["caps"]:  # the MIG instances' access capabilities, numbered by package machine
+            proc[cap["proc"]] = _access(cap["minor"], MODE_ALL_READ)
+            dev[f"nvidia-caps/nvidia-cap{cap['minor']}"] = _cap(cap["minor"], MODE_ALL_READ)
     devices = machine_devices
     if loaded:
         dev["nvidiactl"] = ("char", NVIDIA_MAJOR, CTL_MINOR, 0o666)
@@ -196,7 +178,7 @@ def render(machine: Reading, machine_devices: str) -> dict[str, Any]:
         proc["nvidia/capabilities/mig/monitor"] = _access(MIG_MONITOR_MINOR, MODE_ALL_READ)
         # R580's IMEX management capability, with the minor a lent H200 showed (root only, like mig/config)
         proc["nvidia/capabilities/fabric-imex-mgmt"] = _access(IMEX_MGMT_MINOR, MODE_OWNER_READ)
-        proc["nvidia-caps/mig-minors"] = ("file", mig_minors())
+        proc["nvidia-caps/mig-minors"] = ("file", machine.view["mig_minors"])
         devices = add_char_devices(machine_devices)
     return {"dev": dev, "proc-driver": proc, "sys-pci-devices": sysfs, "proc-devices": devices}
 

@@ -1,14 +1,15 @@
-"""The emulated driver as the lab's Python side reads it: paths, the MIG capability numbering, and the machine's view.
+"""The emulated driver as the lab's Python side reads it: paths and the machine's view.
 
 Every emulated NVIDIA tool and library on a lab host is Go over package machine (``lab/silicon``: the mock
 libnvidia-ml.so.1 and libcuda.so.1, nvidia-smi, dcgmi, nvbandwidth, the daemons, nvidia-container-cli); none of this
 module is installed in a host. What the lab shows of the machine outside them, the kernel's files (``kernel_files``:
 /dev, /proc/driver/nvidia and sysfs) and the lab's dcgm-exporter (``lab/dcgm_exporter``), comes from the same
 package: :func:`read_view` runs the static tools' ``lab-view``, which prints package machine's View of every GPU (the
-faults' effects combined, the driver state as the host's boot leaves it, the MIG devices). So each fault effect,
-the reset at reboot and the MIG device numbering are derived once, in Go. The machine (GPUs, faults) is the
-read-only hardware file the lab writes; what a real driver keeps in the kernel (MIG mode, GPU/compute instances,
-persistence mode, the loaded module version) lives in the host's state file.
+faults' effects combined, the driver state as the host's boot leaves it, the MIG devices and their capability
+minors). So each fault effect, the reset at reboot, the MIG device numbering and the capability minors are derived
+once, in Go. The machine (GPUs, faults) is the read-only hardware file the lab writes; what a real driver keeps in
+the kernel (MIG mode, GPU/compute instances, persistence mode, the loaded module version) lives in the host's state
+file.
 """
 
 from __future__ import annotations
@@ -25,20 +26,6 @@ DRIVER_DIR = "/usr/lib/nvidia-emu"
 # their paths, comma separated. What they reveal of the machine
 # is package machine's rule (lab/silicon/machine/contain.go), which the mock NVML and CUDA and the tools apply.
 CONTAINER_DEVICES = "GPUREADY_LAB_CONTAINER_DEVICES"
-# /proc/driver/nvidia-caps/mig-minors: config 1, monitor 2, then per GPU 15 GPU instances, each with its access
-# minor followed by 8 compute instances' (gpu0/gi1/access is 12, gpu0/gi1/ci0/access 13).
-GIS_PER_GPU = 15
-CIS_PER_GI = 8
-
-
-def gi_minor(gpu_minor: int, gi: int) -> int:
-    return 3 + (gpu_minor * GIS_PER_GPU + gi) * (1 + CIS_PER_GI)
-
-
-def ci_minor(gpu_minor: int, gi: int, ci: int) -> int:
-    return gi_minor(gpu_minor, gi) + 1 + ci
-
-
 TOOLS = "nvidia-emu-tools"  # the static tools' copy in each host's machine directory (hosts._write_hardware)
 VIEW = "lab-view"  # the tool that prints the machine's view (lab/silicon/tools/view.go)
 

@@ -30,23 +30,32 @@ func ProcDriverDir() string { return envOr("GPUREADY_LAB_PROC_DRIVER", "/proc/dr
 // capDevice is the device node of the MIG capability with this minor, under DevDir.
 func capDevice(minor int) string { return filepath.Join(DevDir(), capNode(minor)[len("/dev/"):]) }
 
-// capFile is one MIG instance's access capability: its /proc file (relative to ProcDriverDir) and device minor.
-type capFile struct {
-	proc  string
-	minor int
+// CapFile is one MIG instance's access capability: its /proc file (relative to ProcDriverDir) and device minor.
+type CapFile struct {
+	Proc  string `json:"proc"`
+	Minor int    `json:"minor"`
+}
+
+// InstanceCaps are the access capabilities of gis, the MIG instances of the GPU with minor number gpuMinor: each
+// GPU instance's, then its compute instances'.
+func InstanceCaps(gpuMinor int, gis []GPUInstance) []CapFile {
+	var out []CapFile
+	for _, gi := range gis {
+		base := fmt.Sprintf("nvidia/capabilities/gpu%d/mig/gi%d", gpuMinor, gi.ID)
+		out = append(out, CapFile{base + "/access", GIMinor(gpuMinor, gi.ID)})
+		for _, ci := range gi.CIs {
+			out = append(out, CapFile{fmt.Sprintf("%s/ci%d/access", base, ci.ID), CIMinor(gpuMinor, gi.ID, ci.ID)})
+		}
+	}
+	return out
 }
 
 // capFiles are the access capabilities of the MIG instances in m's state, by their /proc file.
-func (m *Machine) capFiles() map[string]capFile {
-	out := map[string]capFile{}
+func (m *Machine) capFiles() map[string]CapFile {
+	out := map[string]CapFile{}
 	for _, g := range m.Hardware.GPUs {
-		for _, gi := range m.State.GPUs[g.UUID].GIs {
-			base := fmt.Sprintf("nvidia/capabilities/gpu%d/mig/gi%d", g.MinorNumber, gi.ID)
-			out[base] = capFile{base + "/access", GIMinor(g.MinorNumber, gi.ID)}
-			for _, ci := range gi.CIs {
-				ciBase := fmt.Sprintf("%s/ci%d", base, ci.ID)
-				out[ciBase] = capFile{ciBase + "/access", CIMinor(g.MinorNumber, gi.ID, ci.ID)}
-			}
+		for _, c := range InstanceCaps(g.MinorNumber, m.State.GPUs[g.UUID].GIs) {
+			out[c.Proc] = c
 		}
 	}
 	return out
@@ -55,23 +64,23 @@ func (m *Machine) capFiles() map[string]capFile {
 // awaitCapFiles waits until the driver's files show the instances of after and none of those only in before:
 // the /proc access files and, with devices (outside a container, whose /dev was made when it started), the
 // device nodes. It returns at once where no renderer keeps the files (no mig-minors file: a unit test's root).
-func awaitCapFiles(before, after map[string]capFile, devices bool) {
+func awaitCapFiles(before, after map[string]CapFile, devices bool) {
 	proc := ProcDriverDir()
 	if _, err := os.Stat(filepath.Join(proc, "nvidia-caps", "mig-minors")); err != nil {
 		return
 	}
 	shown := func() bool {
 		for _, c := range after {
-			if _, err := os.Stat(filepath.Join(proc, c.proc)); err != nil {
+			if _, err := os.Stat(filepath.Join(proc, c.Proc)); err != nil {
 				return false
 			}
-			if _, err := os.Stat(capDevice(c.minor)); devices && err != nil {
+			if _, err := os.Stat(capDevice(c.Minor)); devices && err != nil {
 				return false
 			}
 		}
 		for key, c := range before {
 			if _, kept := after[key]; !kept {
-				if _, err := os.Stat(filepath.Join(proc, c.proc)); err == nil {
+				if _, err := os.Stat(filepath.Join(proc, c.Proc)); err == nil {
 					return false
 				}
 			}

@@ -764,19 +764,37 @@ func (m *Machine) NVLinkRemoteBusID(g *GPU, link int) string {
 	return peers[link%len(peers)].PCIBusID
 }
 
-// MIG capability minors, as the driver numbers them (nvemu.gi_minor / ci_minor): each GPU has room for 15
-// GPU instances of 8 compute instances, after the driver's own three.
+// MIG capability minors, as the driver numbers them: each GPU has room for 15 GPU instances of 8 compute
+// instances, after the driver's own three (0, then config and monitor). The lab renders every minor from here:
+// MigMinors, InstanceCaps (through lab-view for the kernel's files) and the tools' own checks.
 const (
-	gisPerGPU = 15
-	cisPerGI  = 8
+	gisPerGPU     = 15
+	cisPerGI      = 8
+	migMinorsGPUs = 32 // /proc/driver/nvidia-caps/mig-minors lists 32 GPUs' minors, whatever the machine holds
 )
 
 // GIMinor is the minor of /dev/nvidia-caps/nvidia-cap<N>, the access capability of GPU instance gi of the GPU
 // with minor number gpuMinor (its /proc/driver/nvidia/capabilities/gpu<i>/mig/gi<gi>/access says it).
 func GIMinor(gpuMinor, gi int) int { return 3 + (gpuMinor*gisPerGPU+gi)*(1+cisPerGI) }
 
-// CIMinor is the minor of compute instance ci's access capability in GPU instance gi (nvemu.ci_minor).
+// CIMinor is the minor of compute instance ci's access capability in GPU instance gi.
 func CIMinor(gpuMinor, gi, ci int) int { return GIMinor(gpuMinor, gi) + 1 + ci }
+
+// MigMinors is the text of /proc/driver/nvidia-caps/mig-minors, the driver's table of every capability minor
+// (nvidia-modprobe and NVIDIA's container toolkit read a node's minor there).
+func MigMinors() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "config %d\nmonitor %d\n", configCapMinor, monitorCapMinor)
+	for gpu := range migMinorsGPUs {
+		for gi := range gisPerGPU {
+			fmt.Fprintf(&b, "gpu%d/gi%d/access %d\n", gpu, gi, GIMinor(gpu, gi))
+			for ci := range cisPerGI {
+				fmt.Fprintf(&b, "gpu%d/gi%d/ci%d/access %d\n", gpu, gi, ci, CIMinor(gpu, gi, ci))
+			}
+		}
+	}
+	return b.String()
+}
 
 // DevDir is where the process finds the driver's device nodes (GPUREADY_LAB_DEV or /dev).
 func DevDir() string { return envOr("GPUREADY_LAB_DEV", "/dev") }

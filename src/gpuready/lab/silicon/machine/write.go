@@ -32,7 +32,7 @@ func Update(change func(m *Machine) error) error {
 	return err
 }
 
-func sameCapFiles(a, b map[string]capFile) bool {
+func sameCapFiles(a, b map[string]CapFile) bool {
 	if len(a) != len(b) {
 		return false
 	}
@@ -45,7 +45,7 @@ func sameCapFiles(a, b map[string]capFile) bool {
 }
 
 // update is Update under the lock; it returns the MIG capabilities before and after the change.
-func update(change func(m *Machine) error) (before, after map[string]capFile, err error) {
+func update(change func(m *Machine) error) (before, after map[string]CapFile, err error) {
 	err = withStateLock(func(path string) error {
 		m, err := Load()
 		if err != nil {

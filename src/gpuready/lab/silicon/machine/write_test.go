@@ -147,9 +147,9 @@ func TestUpdateReturnsOnceTheCapabilityFilesShowTheChange(t *testing.T) {
 			if m, err := Load(); err == nil && len(m.State.GPUs["GPU-w"].GIs) == 2 {
 				var made []string
 				for _, c := range m.capFiles() {
-					if mkfile(filepath.Join(proc, c.proc), "DeviceFileMinor: 0\n") == nil &&
-						mkfile(capDevice(c.minor), "") == nil {
-						made = append(made, capDevice(c.minor))
+					if mkfile(filepath.Join(proc, c.Proc), "DeviceFileMinor: 0\n") == nil &&
+						mkfile(capDevice(c.Minor), "") == nil {
+						made = append(made, capDevice(c.Minor))
 					}
 				}
 				rendered <- made

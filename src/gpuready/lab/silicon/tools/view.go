@@ -46,15 +46,19 @@ type gpuView struct {
 	// The GPU instances by id and their compute instances (MIG mode current only).
 	GPUInstances []machine.GPUInstance `json:"gis"`
 	MigDevices   []migView             `json:"mig_devices"`
+	// The instances' access capabilities: /proc/driver file and /dev/nvidia-caps minor of each.
+	Caps []machine.CapFile `json:"caps"`
 }
 
 // machineView is the whole document: the state's boot, the loaded module (null when none is loaded this boot), the
-// host-wide faults' effects combined, the GPUs in index order.
+// host-wide faults' effects combined, the GPUs in index order, and the driver's table of capability minors
+// (/proc/driver/nvidia-caps/mig-minors).
 type machineView struct {
 	BootID      string          `json:"boot_id"`
 	Kmod        *string         `json:"kmod"`
 	HostEffects machine.Effects `json:"host_effects"`
 	GPUs        []gpuView       `json:"gpus"`
+	MigMinors   string          `json:"mig_minors"`
 }
 
 func labView(args []string) int {
@@ -67,7 +71,8 @@ func labView(args []string) int {
 		fmt.Fprintf(os.Stderr, "lab-view: %s: %v\n", machine.HardwarePath(), err)
 		return 1
 	}
-	out := machineView{BootID: m.State.BootID, Kmod: m.State.Kmod, HostEffects: m.HostEffects(), GPUs: []gpuView{}}
+	out := machineView{BootID: m.State.BootID, Kmod: m.State.Kmod, HostEffects: m.HostEffects(), GPUs: []gpuView{},
+		MigMinors: machine.MigMinors()}
 	for _, g := range m.GPUs() {
 		v := m.View(g.Index)
 		gv := gpuView{
@@ -76,6 +81,7 @@ func labView(args []string) int {
 			RemapCorrectable: v.RemapCorrectable, RemapUncorrectable: v.RemapUncorrectable, RemapPending: v.RemapPending,
 			XIDs: append([]int{}, v.XIDs...), MigCurrent: v.MigCurrent,
 			GPUInstances: append([]machine.GPUInstance{}, v.GPUInstances...), MigDevices: []migView{},
+			Caps: append([]machine.CapFile{}, machine.InstanceCaps(g.MinorNumber, v.GPUInstances)...),
 		}
 		for _, d := range v.MigDevices {
 			gv.MigDevices = append(gv.MigDevices, migView{
