@@ -35,8 +35,10 @@ def read_view(tools: Path, hardware: Path, state: Path | None, boot: str | None)
     module loaded this boot, or None), ``host_effects`` (the host-wide faults' effects combined) and ``gpus`` in
     index order, each with its ``effects`` (its faults combined), ``off_bus``, the trained link (``pcie_gen``,
     ``pcie_width``), remapped rows (``remap_correctable``, ``remap_uncorrectable``, ``remap_pending``), ``xids``,
-    ``mig_current`` and, with MIG on, its GPU instances (``gis``) and MIG devices (``mig_devices``). The one derivation: the mock NVML and CUDA and the tools read the
-    same View, so the kernel files and the exporter cannot disagree with nvidia-smi.
+    ``mig_current`` and, with MIG on, its GPU instances (``gis``), MIG devices (``mig_devices``) and their access
+    capabilities (``caps``: /proc/driver file and minor); and ``mig_minors``, the driver's table of every minor. The
+    one derivation: the mock NVML and CUDA and the tools read the same View, so the kernel files and the exporter
+    cannot disagree with nvidia-smi.
 
     ``boot`` is the host's current boot id: a state file from an earlier boot reads as reset, as a reboot resets
     the GPUs. None takes the state file as this boot's. The environment is the view's alone: a GPU container's
