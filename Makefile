@@ -21,6 +21,8 @@ system-deps:
 # the alert-rule tests, unpacked alone from Debian's prometheus package (installing it would start a server).
 # Also what the lab's NVIDIA packages carry: NVIDIA's container toolkit binaries (nvidia-ctk, ...) built from
 # github.com/NVIDIA/nvidia-container-toolkit, and the mock libnvidia-ml.so.1 / libcuda.so.1 (src/gpuready/lab/silicon).
+# As root, the lab's Debian base roots too (debootstrap of bookworm, trixie and sid, side by side with the Go builds:
+# mostly download and disk, so a cold machine gets them while it compiles instead of at the first lab's start).
 control-plane: setup system-deps
 	$(BIN)/python -m gpuready.lab.cluster.binaries
 

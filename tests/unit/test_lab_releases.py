@@ -139,3 +139,44 @@ def test_cuda_repository_served_at_every_releases_path(tmp_path):
     template = aptrepo.REPOS["cuda"].template
     for distro in ("debian12", "debian13"):
         assert (tmp_path / template.format(distro=distro, arch="x86_64")).is_dir()
+
+
+def test_make_control_plane_makes_every_releases_base_side_by_side_and_reports_a_failure(monkeypatch):
+    """`python -m gpuready.lab.cluster.binaries` (make control-plane) starts one debootstrap per release beside the
+    Go builds: they run at once (a barrier every release must reach, which one after the other would never pass),
+    and one that fails is reported by name without failing the binaries."""
+    import os
+    import shutil
+    import threading
+
+    from gpuready.lab.cluster import binaries
+
+    barrier = threading.Barrier(len(hosts.RELEASES), timeout=30)
+
+    def ensure_base(suite):
+        barrier.wait()
+        if suite == "sid":
+            raise hosts.LabError("debootstrap failed (1): E: Couldn't download packages")
+        return hosts.base_path(suite), 12.5
+
+    monkeypatch.setattr(hosts, "ensure_base", ensure_base)
+    monkeypatch.setattr(os, "geteuid", lambda: 0)
+    monkeypatch.setattr(shutil, "which", lambda tool: f"/usr/sbin/{tool}")
+    said: list[str] = []
+    started = binaries._start_bases(said.append)
+    assert [suite for suite, _ in started] == list(hosts.RELEASES)
+    binaries._finish_bases(started, said.append)
+    assert not barrier.broken
+    assert "the sid base root could not be made now (the lab's start tries again): debootstrap failed (1): " \
+        "E: Couldn't download packages" in said, said  # fmt: skip
+    assert sum(line.startswith(("bookworm base root built", "trixie base root built")) for line in said) == 2
+
+
+def test_make_control_plane_leaves_the_bases_alone_without_root(monkeypatch):
+    import os
+
+    from gpuready.lab.cluster import binaries
+
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    monkeypatch.setattr(hosts, "ensure_base", lambda suite: pytest.fail("no debootstrap without root"))
+    assert binaries._start_bases(print) == []

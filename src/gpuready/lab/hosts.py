@@ -189,7 +189,8 @@ def ensure_base(
     check_releases([suite])
     target = base_path(suite, cache)
     target.parent.mkdir(parents=True, exist_ok=True)
-    with locked(target.parent / ".build.lock"):
+    # one lock per release: the releases debootstrap side by side (make control-plane starts all three at once)
+    with locked(target.parent / f".build-{suite}.lock"):
         if target.is_dir() and not rebuild:
             return target, None
         started = time.monotonic()
@@ -231,7 +232,7 @@ def _prune_old_bases(current: Path, suite: str, mounts: str) -> None:
         earlier = old.name.startswith(f"base-{suite}-") or re.fullmatch(r"base-[0-9a-f]{16}", old.name)
         if old != current and earlier and f"lowerdir={old}," not in mounts:
             progress(f"removing {old.name}, the base of an earlier recipe")
-            shutil.rmtree(old)
+            shutil.rmtree(old, ignore_errors=True)  # a release's build beside this one may remove it first
 
 
 def _customise_base(root: Path) -> None:

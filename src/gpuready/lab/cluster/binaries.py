@@ -28,6 +28,7 @@ import re
 import shutil
 import subprocess
 import tempfile
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -321,9 +322,35 @@ def ensure_promtool(mirror: str, progress: Progress, cache: Path | None = None) 
         return promtool
 
 
+def _start_bases(progress: Progress) -> list[tuple[str, Future[tuple[Path, float | None]]]]:
+    """Start making every Debian release's lab base root (``hosts.ensure_base``, each under its own lock), one
+    thread each; none where this machine cannot make them (not root, or no debootstrap: the lab says so itself)."""
+    from gpuready.lab import hosts
+
+    if os.geteuid() != 0 or not shutil.which("debootstrap"):
+        return []
+    pool = ThreadPoolExecutor(max_workers=len(hosts.RELEASES), thread_name_prefix="base")
+    started = [(suite, pool.submit(hosts.ensure_base, suite)) for suite in hosts.RELEASES]
+    pool.shutdown(wait=False)
+    return started
+
+
+def _finish_bases(bases: list[tuple[str, Future[tuple[Path, float | None]]]], progress: Progress) -> None:
+    """Wait for the base roots; one that failed is reported, not fatal here: the lab's start makes it again and
+    fails there with the same message, while the control plane serves the tests that need no lab host."""
+    for suite, future in bases:
+        try:
+            path, seconds = future.result()
+        except Exception as exc:  # reported here; raised again where a lab needs this base
+            progress(f"the {suite} base root could not be made now (the lab's start tries again): {exc}")
+        else:
+            progress(f"{suite} base root {'built' if seconds is not None else 'cached'}: {path}")
+
+
 def main(argv: list[str] | None = None) -> int:
-    """`python -m gpuready.lab.cluster.binaries [VERSION]`: build or fetch what the lab's control plane runs, and
-    promtool for the alert-rule tests."""
+    """`python -m gpuready.lab.cluster.binaries [VERSION]`: build or fetch what the lab's control plane runs,
+    promtool for the alert-rule tests, what the lab's NVIDIA packages carry and (as root) the lab's Debian base
+    roots."""
     import sys
 
     from gpuready.lab.cluster.cluster import DEFAULT_VERSION
@@ -334,6 +361,9 @@ def main(argv: list[str] | None = None) -> int:
     from gpuready.lab import nvidia_tools, packages
     from gpuready.lab.silicon import build
 
+    # the lab's Debian base roots (debootstrap: mostly network and disk) are made beside the Go builds (CPU), so
+    # a cold machine does not wait for them one after the other at the first lab's start
+    bases = _start_bases(progress)
     try:
         kube, seconds = build_kube(version, progress)
         etcd = ensure_etcd(progress)
@@ -344,6 +374,8 @@ def main(argv: list[str] | None = None) -> int:
     except PrerequisiteError as exc:
         print(f"gpuready: {exc}", file=sys.stderr)
         return 1
+    finally:
+        _finish_bases(bases, progress)
     state = "built" if seconds is not None else "cached"
     progress(f"control plane v{version} {state}: {kube.bin_dir}; etcd: {etcd}; promtool: {promtool}")
     progress(f"NVIDIA toolkit {', '.join(packages.TOOLKIT_VERSIONS)}: {len(toolkits)} version(s) of "
