@@ -23,6 +23,8 @@ system-deps:
 # github.com/NVIDIA/nvidia-container-toolkit, and the mock libnvidia-ml.so.1 / libcuda.so.1 (src/gpuready/lab/silicon).
 # As root, the lab's Debian base roots too (debootstrap of bookworm, trixie and sid, side by side with the Go builds:
 # mostly download and disk, so a cold machine gets them while it compiles instead of at the first lab's start).
+# Then, as root, what the lab's hosts get (the kubelet, kube-proxy, crictl, NVIDIA's add-on images and the CUDA
+# images): CPU-bound builds done before the tests, not beside the tests that need no lab host.
 control-plane: setup system-deps
 	$(BIN)/python -m gpuready.lab.cluster.binaries
 

@@ -180,3 +180,32 @@ def test_make_control_plane_leaves_the_bases_alone_without_root(monkeypatch):
     monkeypatch.setattr(os, "geteuid", lambda: 1000)
     monkeypatch.setattr(hosts, "ensure_base", lambda suite: pytest.fail("no debootstrap without root"))
     assert binaries._start_bases(print) == []
+
+
+def test_make_control_plane_builds_what_the_lab_hosts_get_and_reports_a_failure(monkeypatch):
+    """As root, `make control-plane` builds the hosts' side (hosts.node_side, with the cluster's images) before the
+    tests start; a failure is reported by what failed, and the lab's start builds again."""
+    import os
+    import shutil
+
+    from gpuready.lab.cluster import binaries
+
+    calls: list[tuple[str, bool]] = []
+
+    def node_side(version, progress, cache=None, cluster=True):
+        calls.append((version, cluster))
+        raise binaries.PrerequisiteError("go build of the device plugin failed")
+
+    monkeypatch.setattr(hosts, "node_side", node_side)
+    monkeypatch.setattr(shutil, "which", lambda tool: f"/usr/sbin/{tool}")
+    said: list[str] = []
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    binaries._build_node_side("1.36.3", said.append)
+    assert calls == [] and said == []
+    monkeypatch.setattr(os, "geteuid", lambda: 0)
+    binaries._build_node_side("1.36.3", said.append)
+    assert calls == [("1.36.3", True)]
+    assert said == [
+        "the lab hosts' binaries and images could not be built now (the lab's start tries again): "
+        "go build of the device plugin failed"
+    ]

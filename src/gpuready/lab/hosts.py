@@ -579,18 +579,7 @@ def up(
     ):
         raise LabError(f"the lab cannot start here: {problem}")
     bases = {suite: ensure_base(suite, cache)[0] for suite in suites}
-    lab_images: dict[str, Path] = {}
-    progress(f"kubelet, kubeadm and images of v{kubernetes_version}")
-    real_binaries = k8s_packages.RealBinaries(
-        kubelet=kubelet_build.ensure_kubelet(kubernetes_version, progress, cache)[0],
-        kubeadm=binaries.build_kube(kubernetes_version, progress, cache)[0].path("kubeadm"),
-        crictl=kubelet_build.ensure_crictl(k8s_packages.CRI_TOOLS_VERSION, progress, cache),
-    )
-    if control_plane:  # images for the pods, kube-proxy for their Services: with a cluster only
-        lab_images = realhost.images(kubernetes_version, progress)
-        proxy_binary = kubelet_build.ensure_kubelet(
-            kubernetes_version, progress, cache, kubelet_build.KUBE_PROXY_PACKAGE
-        )[0]
+    real_binaries, lab_images, proxy_binary = node_side(kubernetes_version, progress, cache, control_plane)
     paths.root.mkdir(parents=True, exist_ok=True)
     client_pubkey = ssh.ensure_client_key(paths).with_suffix(".pub").read_text().strip()
     port = SSH_PORT
@@ -661,6 +650,7 @@ def up(
             save_state(paths, state)
             # the hosts' pods reach Services (the API server's first) through the real kube-proxy
             progress("starting kube-proxy (nftables) in the lab's network namespace")
+            assert proxy_binary is not None  # node_side builds it with a cluster
             state["apiserver"]["kube_proxy"] = kube_proxy.start(
                 paths.root / "kube-proxy",
                 net.netns,
@@ -688,6 +678,28 @@ def up(
 # read-only), so the lab sets them for them, as a machine image would, inside the lab's own network namespace only
 # (network.NETNS_SYSCTLS: ip_forward and the bridge-nf-call ones, which this kernel keeps per namespace). It never
 # writes one of this machine's: a machine shared with other work must keep its tunables as they are.
+
+
+def node_side(
+    kubernetes_version: str, progress: binaries.Progress, cache: Path | None = None, cluster: bool = True
+) -> tuple[k8s_packages.RealBinaries, dict[str, Path], Path | None]:
+    """What the lab's hosts get from this machine, built into the lab cache when it lacks them: the real kubelet,
+    kubeadm and crictl (their Kubernetes packages), and with a `cluster` the OCI images their containerd imports
+    (NVIDIA's device plugin, NFD, the DRA driver, the CUDA images: :func:`realhost.images`) and kube-proxy for
+    their Services ({} and None without). `make control-plane` calls it too, before any test runs."""
+    progress(f"kubelet, kubeadm and images of v{kubernetes_version}")
+    real_binaries = k8s_packages.RealBinaries(
+        kubelet=kubelet_build.ensure_kubelet(kubernetes_version, progress, cache)[0],
+        kubeadm=binaries.build_kube(kubernetes_version, progress, cache)[0].path("kubeadm"),
+        crictl=kubelet_build.ensure_crictl(k8s_packages.CRI_TOOLS_VERSION, progress, cache),
+    )
+    if not cluster:
+        return real_binaries, {}, None
+    images = realhost.images(kubernetes_version, progress)
+    proxy = kubelet_build.ensure_kubelet(
+        kubernetes_version, progress, cache, kubelet_build.KUBE_PROXY_PACKAGE
+    )[0]
+    return real_binaries, images, proxy
 
 
 def _wait_for_hosts(

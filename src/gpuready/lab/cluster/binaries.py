@@ -347,10 +347,28 @@ def _finish_bases(bases: list[tuple[str, Future[tuple[Path, float | None]]]], pr
             progress(f"{suite} base root {'built' if seconds is not None else 'cached'}: {path}")
 
 
+def _build_node_side(version: str, progress: Progress) -> None:
+    """As root (the images' layers are the trixie base root): what the first lab's start would otherwise build
+    (``hosts.node_side``: the real kubelet, kube-proxy and crictl, NVIDIA's add-on images, the CUDA images). They
+    are CPU-bound Go builds: made here, before the tests start, they do not compete with the tests that need no
+    lab host, which then run while the lab waits for hosts and pods. A failure is reported, not fatal here: the
+    lab's start builds again and fails there with the same message."""
+    from gpuready.lab import hosts
+
+    if os.geteuid() != 0 or not shutil.which("debootstrap"):
+        return
+    try:
+        hosts.node_side(version, progress)
+    except Exception as exc:  # reported here; raised again where a lab starts
+        progress(
+            f"the lab hosts' binaries and images could not be built now (the lab's start tries again): {exc}"
+        )
+
+
 def main(argv: list[str] | None = None) -> int:
     """`python -m gpuready.lab.cluster.binaries [VERSION]`: build or fetch what the lab's control plane runs,
     promtool for the alert-rule tests, what the lab's NVIDIA packages carry and (as root) the lab's Debian base
-    roots."""
+    roots and what its hosts' start builds."""
     import sys
 
     from gpuready.lab.cluster.cluster import DEFAULT_VERSION
@@ -376,6 +394,7 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     finally:
         _finish_bases(bases, progress)
+    _build_node_side(version, progress)
     state = "built" if seconds is not None else "cached"
     progress(f"control plane v{version} {state}: {kube.bin_dir}; etcd: {etcd}; promtool: {promtool}")
     progress(f"NVIDIA toolkit {', '.join(packages.TOOLKIT_VERSIONS)}: {len(toolkits)} version(s) of "
