@@ -322,12 +322,17 @@ def ensure_promtool(mirror: str, progress: Progress, cache: Path | None = None) 
         return promtool
 
 
+def _makes_lab_roots() -> bool:
+    """Whether this machine makes the lab's roots here (root, with debootstrap); where not, the lab says why itself."""
+    return os.geteuid() == 0 and shutil.which("debootstrap") is not None
+
+
 def _start_bases(progress: Progress) -> list[tuple[str, Future[tuple[Path, float | None]]]]:
     """Start making every Debian release's lab base root (``hosts.ensure_base``, each under its own lock), one
     thread each; none where this machine cannot make them (not root, or no debootstrap: the lab says so itself)."""
     from gpuready.lab import hosts
 
-    if os.geteuid() != 0 or not shutil.which("debootstrap"):
+    if not _makes_lab_roots():
         return []
     pool = ThreadPoolExecutor(max_workers=len(hosts.RELEASES), thread_name_prefix="base")
     started = [(suite, pool.submit(hosts.ensure_base, suite)) for suite in hosts.RELEASES]
@@ -355,7 +360,7 @@ def _build_node_side(version: str, progress: Progress) -> None:
     lab's start builds again and fails there with the same message."""
     from gpuready.lab import hosts
 
-    if os.geteuid() != 0 or not shutil.which("debootstrap"):
+    if not _makes_lab_roots():
         return
     try:
         hosts.node_side(version, progress)
