@@ -464,8 +464,8 @@ def test_the_upgrade_drains_a_claim_holder_and_its_validation_keeps_the_node_cor
                 lambda: published(cluster), timeout=120, what=f"{DRA_NODE}'s slice from the gateless plugin"
             )
             maintenance.set_state(cluster, DRA_NODE, upgrade.REBOOTING)  # where the upgrade validates from
-            # the shared pods wait out the pod timeout; the others' too when the kubelet retries a prepare (its
-            # first fetch of a fresh claim can be refused while the API server's node authorizer catches up)
+            # the shared pods wait out the pod timeout (their kubelet, nudged every 10 s, fails their prepare
+            # each time: workloads.ClaimNudges)
             ok, host, verdict = validate(lab, tmp_path, monkeypatch, pod_timeout="90")
         bad = failed(verdict)
         assert set(bad) == {DRA_NODE} and set(bad[DRA_NODE]) == {

@@ -53,6 +53,13 @@ GOALS = ("finished", "running", "settled")
 # attach a handler. The watch is renewed every PROGRESS_EVERY seconds so a fleet that sends no event is reported too.
 progress = logging.getLogger("gpuready.conformance.progress")  # gpuready.conformance.progress.LOGGER
 PROGRESS_EVERY = 10.0
+# seconds a released pod has to stop (`sleep infinity` under sh ignores SIGTERM: it is killed after this)
+RELEASE_GRACE_S = 1
+# seconds release waits for the kubelets to confirm before it deletes what is left by force
+RELEASE_FORCE_AFTER_S = 30.0
+# seconds a pod with ResourceClaims may stay bound and Pending before the run nudges its kubelet (ClaimNudges)
+NUDGE_AFTER_S = 10.0
+NUDGE_ANNOTATION = "gpuready.io/nudge"
 CHECK_LABEL_KEY = "gpuready.io/check"
 
 
@@ -172,6 +179,43 @@ def _result(pod: Obj, node: str) -> PodResult:
     return res
 
 
+class ClaimNudges:
+    """Which pods of a run to nudge: pods with ResourceClaims that are bound to a node but still Pending.
+
+    The kubelet prepares a pod's claims before it starts the pod, and when that fails it does not try again until
+    its next resync of the pod, a minute or more later (kubelet's SyncPod returns no error for it). The first try
+    fails on a healthy node when the kubelet asks for the claim before the API server's node authorizer has linked
+    the just-bound pod to the node ("no relationship found between node ... and this object"), a race that a busy
+    control plane loses often. A change to the pod's annotations makes the kubelet sync the pod at once, so a pod
+    bound and Pending for NUDGE_AFTER_S gets ``gpuready.io/nudge: <n>`` (again after each NUDGE_AFTER_S while it
+    stays so). A pod that cannot start for a real reason still fails at the run's timeout, with its events."""
+
+    def __init__(self, pods: Iterable[Obj]) -> None:
+        self.names = {str(p["metadata"]["name"]) for p in pods if (p.get("spec") or {}).get("resourceClaims")}
+        self.since: dict[str, float] = {}  # pod -> when it was seen bound and Pending (or last nudged)
+        self.count: dict[str, int] = {}
+
+    def seen(self, pod: Obj, now: float) -> None:
+        name = pod["metadata"]["name"]
+        if name not in self.names:
+            return
+        bound = bool((pod.get("spec") or {}).get("nodeName"))
+        pending = ((pod.get("status") or {}).get("phase") or "Pending") == "Pending"
+        if bound and pending and not pod["metadata"].get("deletionTimestamp"):
+            self.since.setdefault(name, now)
+        else:
+            self.since.pop(name, None)
+
+    def due(self, now: float) -> dict[str, int]:
+        """The pods to nudge now, each with its nudge's number; each is due again NUDGE_AFTER_S later."""
+        out: dict[str, int] = {}
+        for name, since in self.since.items():
+            if now - since >= NUDGE_AFTER_S:
+                self.since[name] = now
+                out[name] = self.count[name] = self.count.get(name, 0) + 1
+        return out
+
+
 def _reached(res: PodResult, goal: str) -> bool:
     finished = res.phase in ("Succeeded", "Failed")
     fatal = res.reason in FATAL_WAITING or finished
@@ -213,7 +257,15 @@ class Workloads:
     def release(self, checks: Iterable[str], timeout: float) -> None:
         """Delete this run's pods of ``checks`` (their ``gpuready.io/check`` label) and wait until they are gone,
         so their GPUs are free for the layers after this one (the policy layer needs nodes nothing holds). Their
-        results stay as they were for the checks; they no longer count as running on their nodes."""
+        results stay as they were for the checks; they no longer count as running on their nodes.
+
+        The delete is graceful (RELEASE_GRACE_S), not forced: a forced delete removes a running pod from the API at
+        once, while its kubelet has yet to stop it and unprepare its ResourceClaims (kubernetes#131513). The
+        scheduler then hands the same device to the next claim, the DRA driver refuses to prepare a device that is
+        still prepared, and the kubelet tries again only at its next resync of the pod, a minute later. A graceful
+        delete is confirmed by the kubelet after the unprepare, so "gone" here means the devices are free. A
+        finished pod is removed at once either way (its kubelet unprepared it before it reported the end). Pods that
+        are still there after RELEASE_FORCE_AFTER_S (a node down, a kubelet stuck) are deleted by force."""
         if not self.created:
             return
         core = self.cluster.core
@@ -222,13 +274,23 @@ class Workloads:
         names = {str(p.metadata.name) for p in listed.items if p.metadata}
         if not names:
             return
-        core.delete_collection_namespaced_pod(self.namespace, label_selector=selector, grace_period_seconds=0)
+        core.delete_collection_namespaced_pod(
+            self.namespace, label_selector=selector, grace_period_seconds=RELEASE_GRACE_S
+        )
         self.requests += 2
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:  # one LIST a poll, whatever the number of nodes
+        start = time.monotonic()
+        forced = False
+        while time.monotonic() < start + timeout:  # one LIST a poll, whatever the number of nodes
             self.requests += 1
             if not core.list_namespaced_pod(self.namespace, label_selector=selector, limit=1).items:
                 break
+            if not forced and time.monotonic() >= start + RELEASE_FORCE_AFTER_S:
+                # a kubelet that has not confirmed by now is down or stuck: nothing waits on it for longer
+                core.delete_collection_namespaced_pod(
+                    self.namespace, label_selector=selector, grace_period_seconds=0
+                )
+                self.requests += 1
+                forced = True
             time.sleep(0.2)
         for name in names & set(self.results):
             self.results[name] = replace(self.results[name], phase="Deleted")
@@ -275,9 +337,12 @@ class Workloads:
 
         pending = set(goals)  # pods not at their goal yet: one check per event, not one per pod per event
 
+        nudges = ClaimNudges(pod for pod, _ in todo)
+
         def seen(_type: str, obj: Obj) -> None:
             name = obj["metadata"]["name"]
             if name in goals:
+                nudges.seen(obj, time.monotonic())
                 state[name] = result = _result(obj, nodes[name])
                 if _reached(result, goals[name]):
                     pending.discard(name)
@@ -305,7 +370,12 @@ class Workloads:
                     progress_line(self.namespace, waiting, goals, checks, len(goals), deadline - now)
                 )
 
-        self.follow(seen, done, deadline - time.monotonic(), tick=report_progress)
+        def tick() -> None:
+            for name, count in nudges.due(time.monotonic()).items():
+                self._nudge(name, count)
+            report_progress()
+
+        self.follow(seen, done, deadline - time.monotonic(), tick=tick)
         for name in goals:
             res = state.get(name) or PodResult(name=name, node=nodes[name])
             res.timed_out = not _reached(res, goals[name])
@@ -313,6 +383,25 @@ class Workloads:
         self._collect(state, goals, deadline)
         self.results.update(state)
         return state
+
+    def _nudge(self, name: str, count: int) -> None:
+        """Change the pod's NUDGE_ANNOTATION, so that its kubelet syncs it now (:class:`ClaimNudges` says why)."""
+        from kubernetes.client.exceptions import ApiException
+
+        self.requests += 1
+        try:
+            self.cluster.core.patch_namespaced_pod(
+                name,
+                self.namespace,
+                {"metadata": {"annotations": {NUDGE_ANNOTATION: str(count)}}},
+                _request_timeout=self.cluster.request_timeout,
+            )
+        except ApiException as exc:
+            if exc.status != 404:  # gone meanwhile: nothing to nudge
+                raise
+        progress.info(
+            f"nudged the kubelet of {self.namespace}/{name}: bound, claims not prepared yet (#{count})"
+        )
 
     def follow(
         self,
