@@ -80,7 +80,9 @@ def ensure_kubelet(
         for name, text in wrapper_module(version, source, package).items():
             (tmp / name).write_text(text)
         run(["go", "mod", "tidy"], tmp, "go mod tidy", env)
-        progress(f"{command} v{version}: compiling (a cold kubelet build takes about 5 minutes)")
+        progress(
+            f"{command} v{version}: compiling (minutes cold; seconds when the control plane's build is cached)"
+        )
         go_build(
             build_args(tmp / "bin" / command, package),
             tmp,
