@@ -233,6 +233,9 @@ def gpu_operator_layout(lab: Lab, cluster: kube.Cluster) -> Iterator[None]:
         wait_for(lambda: not pods_of(cluster, DEVICE_PLUGIN), what=gone)
         apps.create_namespaced_daemon_set(OPERATOR.namespace, moved)
         wait_until_settled(SimpleNamespace(lab=lab), plugin_namespace=OPERATOR.namespace)
+        # settled counts any nvidia.com/* allocatable, but the moved plugin first registers its GPU unshared and
+        # re-registers the 4 replicas only after config-manager's SIGHUP (CI at 2c3c54e: discover ran between)
+        wait_for(lambda: not unshared(cluster), timeout=180, what="the moved plugin's 4 replicas allocatable")
         yield
     finally:
         with contextlib.suppress(client.ApiException):
@@ -244,6 +247,19 @@ def gpu_operator_layout(lab: Lab, cluster: kube.Cluster) -> Iterator[None]:
         if deleted:
             apps.create_namespaced_daemon_set(ADDONS_NAMESPACE, daemonset)
         wait_until_settled(SimpleNamespace(lab=lab))
+
+
+def unshared(cluster: kube.Cluster) -> list[str]:
+    """The lab's nodes whose allocatable nvidia.com/gpu is not what their labels say (count x replicas)."""
+    out = []
+    for node in cluster.core.list_node().items:
+        if node.metadata.name not in NODES:
+            continue
+        labels, allocatable = node.metadata.labels or {}, node.status.allocatable or {}
+        want = int(labels.get("nvidia.com/gpu.count", "0")) * int(labels.get("nvidia.com/gpu.replicas", "1"))
+        if int(allocatable.get("nvidia.com/gpu", "0")) != want:
+            out.append(node.metadata.name)
+    return out
 
 
 def test_the_gpu_operators_layout_is_discovered_and_passes(discover_lab, tmp_path):
