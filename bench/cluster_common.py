@@ -1,5 +1,5 @@
 """What the cluster benches share: a lab cluster brought up and down like tests/conftest.py's `lab_cluster` (the
-lab's network namespace, the real control plane, the node agent with N virtual nodes), and readings of its
+lab's network namespace, the real control plane, KWOK with N virtual nodes), and readings of its
 processes (/proc) and of the API server's own request counter (/metrics).
 
 Needs root and the cached control-plane binaries (`make control-plane`).
@@ -22,7 +22,7 @@ from kubernetes import client, config
 from gpuready.lab import network
 from gpuready.lab.cluster import cluster
 
-COMPONENTS = ("kube-apiserver", "etcd", "kube-controller-manager", "kube-scheduler", "agent")
+COMPONENTS = ("kube-apiserver", "etcd", "kube-controller-manager", "kube-scheduler", "kwok")
 TICKS = os.sysconf("SC_CLK_TCK")
 
 
@@ -56,9 +56,9 @@ def lab_cluster(
 
 
 def pids(entry: dict[str, Any]) -> dict[str, int]:
-    """Component -> pid: the control plane's and the node agent's."""
+    """Component -> pid: the control plane's and KWOK's."""
     out = {c: p for c, p in (entry.get("pids") or {}).items()}
-    out["agent"] = entry["agent"]["pid"]
+    out["kwok"] = entry["kwok"]["pid"]
     return {c: out[c] for c in COMPONENTS if c in out}
 
 

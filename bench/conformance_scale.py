@@ -2,16 +2,16 @@
 (default 1000).
 
 Brings up a lab cluster (network namespace, etcd + kube-apiserver + kube-controller-manager + kube-scheduler, the
-node agent registering N dgx-h100 virtual nodes with their GPU capacity and GFD labels), labels and taints the nodes
+KWOK playing the kubelet of N dgx-h100 virtual nodes registered with their GPU capacity and GFD labels), labels and taints the nodes
 as the join does, server-side applies gpuready's add-ons (device plugin, GFD, dcgm-exporter and nfd-worker
 DaemonSets, one nfd-master: created by the real DaemonSet controller and bound by the real scheduler) with each
-image a placeholder named for its add-on (the node agent runs it until deleted), since a virtual node has no host
+image a placeholder named for its add-on (KWOK marks it Running; nothing runs), since a virtual node has no host
 for NVIDIA's software to look at and the bench measures the suite's API traffic, not that software; waits until
 they run, then runs the node layer in-process. The workloads
 layer runs on the lab's real hosts (tests/lab), not here: a vectorAdd needs a GPU host.
 Prints per layer: wall time, the suite's API requests (counted at the Kubernetes client's REST layer: every HTTP
 request it makes, the connect check included) and per node, the API server's own count of read requests in that
-time (apiserver_request_total; the agent's and the controllers' writes left out), and the check outcomes.
+time (apiserver_request_total; KWOK's and the controllers' writes left out), and the check outcomes.
 Asserts nothing. Goal (issue 7): the node layer under 60 s for 1000 nodes, at most 3 requests per node.
 
 Needs root and `make control-plane`. Run: .venv/bin/python bench/conformance_scale.py [--nodes 1000]
@@ -39,7 +39,6 @@ from kubernetes.client import rest
 from gpuready import kube
 from gpuready.conformance import SUITE_DIR
 from gpuready.deploy import addons
-from gpuready.lab.agent.runtime import PLACEHOLDER_PREFIX
 from gpuready.spec import Fleet, load_fleet
 
 REPO = Path(__file__).resolve().parents[1]
@@ -53,9 +52,9 @@ DGX_H100 = {
     "node_taints": ["nvidia.com/gpu=present:NoSchedule"],
 }
 ADDONS_NS = "gpu-system"
-# a placeholder per add-on (the agent runs it until deleted), named so the suite tells the add-ons apart
+# a placeholder per add-on (KWOK marks its pods Running), named so the suite tells the add-ons apart
 IMAGES = {
-    knob: f"{PLACEHOLDER_PREFIX}{name}:bench"
+    knob: f"lab.invalid/placeholder/{name}:bench"
     for knob, name in (
         ("device_plugin_image", "k8s-device-plugin"),
         ("gfd_image", "gpu-feature-discovery"),
@@ -208,7 +207,7 @@ def report(r: dict[str, Any]) -> None:
             ),
             (
                 f"{r['layer']} layer: other API server requests meanwhile",
-                f"{r['apiserver_other']:8d} (agent, controllers)",
+                f"{r['apiserver_other']:8d} (KWOK, controllers)",
             ),
             (f"{r['layer']} layer: check outcomes", json.dumps(r["outcomes"])),
             (f"{r['layer']} layer: failures (most common)", json.dumps(r["failed"])),
@@ -225,7 +224,7 @@ def main() -> int:
         root = Path(tmp)
         print(f"bringing up a lab cluster with {args.nodes} virtual nodes", flush=True)
         with lab_cluster(args.nodes) as (entry, took):
-            names = list(entry["agent"]["virtual_nodes"])
+            names = list(entry["virtual_nodes"])
             table([(f"cluster up + {len(names)} virtual nodes registered", f"{took:8.1f} s")])
             api = api_client(entry)
             _path, fleet = inventory(root / "all", names)

@@ -1,6 +1,6 @@
 """What the lab's nvidia-smi costs on a host and in a GPU container (one Go ELF, gpuready/lab/silicon/tools).
 
-In a container (``GPUREADY_LAB_CONTAINER_DEVICES`` set, as the lab's runc wrapper and the node agent set it)
+In a container (``GPUREADY_LAB_CONTAINER_DEVICES`` set, as the lab's runc wrapper sets it)
 nvidia-smi sees only the GPUs and MIG devices the container's device nodes reveal (silicon/machine/contain.go). On
 one emulated H100 x8 machine in a temporary directory (no lab, no root), times ``-L``, ``-q -x``, a
 ``--query-gpu`` and the table on the host and in a container given GPUs 0 and 3, and with ``--baseline REV`` the

@@ -2,8 +2,9 @@
 
 `lab_cluster` brings up what `gpuready lab up` does without hosts: the lab's network namespace, the real control
 plane (etcd, kube-apiserver, kube-controller-manager, kube-scheduler, made by kubeadm) on the plan's address, and
-the node agent. Tests add the virtual GPU nodes they need with `virtual_nodes` (unique names, removed after the
-test), so nodes never leak from one test to the next, and make their objects in a `namespace` of their own.
+KWOK (sigs.k8s.io/kwok) as the virtual nodes' kubelet. Tests add the virtual GPU nodes they need with
+`virtual_nodes` (unique names, removed after the test), so nodes never leak from one test to the next, and make
+their objects in a `namespace` of their own.
 
 It needs root and the cached binaries (`make control-plane`, which `make test` runs first, builds them); without
 them the tests that use it are skipped with the reason (shown by -ra), never silently.
@@ -18,7 +19,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -27,8 +28,7 @@ from kubernetes import client, config
 from last_user import LastUser
 
 from gpuready.lab import network
-from gpuready.lab.agent import control
-from gpuready.lab.cluster import binaries, cluster
+from gpuready.lab.cluster import binaries, cluster, kwok
 
 Kubectl = Callable[..., subprocess.CompletedProcess[str]]
 _names = itertools.count()
@@ -39,34 +39,25 @@ class LabCluster:
     entry: dict[str, Any]
     net: network.LabNetwork
     kubeconfig: Path
-    _nodes: list[str] = field(default_factory=list)
-
-    @property
-    def control(self) -> Path:
-        return Path(self.entry["agent"]["control"])
+    nodes: kwok.VirtualNodes
 
     def add_nodes(self, count: int, profile: str = "dgx-h100", prefix: str | None = None) -> list[str]:
-        """Register `count` virtual nodes of `profile` with the agent (Ready, heartbeating) and return their names."""
-        prefix = prefix or f"vn{next(_names)}-"
-        names: list[str] = control.call(
-            self.control, {"op": "add_virtual", "count": count, "profile": profile, "prefix": prefix}
-        )["names"]
-        self._nodes.extend(names)
-        return names
+        """Register `count` virtual nodes of `profile` for KWOK and return their names once they are Ready."""
+        return self.nodes.add(count, profile, prefix or f"vn{next(_names)}-")
 
     def remove_nodes(self, names: list[str]) -> None:
-        control.call(self.control, {"op": "remove_virtual", "names": names})
+        self.nodes.remove(names)
 
     def stop_heartbeat(self, name: str) -> None:
-        control.call(self.control, {"op": "stop_heartbeat", "name": name})
+        self.nodes.stop(name)
 
     def resume_heartbeat(self, name: str) -> None:
-        control.call(self.control, {"op": "resume_heartbeat", "name": name})
+        self.nodes.resume(name)
 
 
 # The directories whose every test runs against a real control plane (the session's or one of their own): they
 # are `cluster` tests even where a test's fixtures do not reach `lab_cluster`.
-CLUSTER_DIRS = ("agent", "cluster", "kube")
+CLUSTER_DIRS = ("cluster", "kube")
 TESTS = Path(__file__).resolve().parent
 
 
@@ -95,9 +86,14 @@ def cluster_skip_reason() -> str | None:
         return (
             f"the lab cluster needs root (network namespace, kubeadm --rootfs); running as uid {os.geteuid()}"
         )
-    if binaries.cached_kube(cluster.DEFAULT_VERSION) is None or binaries.cached_etcd() is None:
+    if (
+        binaries.cached_kube(cluster.DEFAULT_VERSION) is None
+        or binaries.cached_etcd() is None
+        or kwok.cached_kwok() is None
+    ):
         return (
-            f"Kubernetes v{cluster.DEFAULT_VERSION} or etcd is not in the lab cache: run `make control-plane`"
+            f"Kubernetes v{cluster.DEFAULT_VERSION}, etcd or KWOK v{kwok.VERSION} is not in the lab cache: run "
+            "`make control-plane`"
         )
     if shutil.which("ip") is None:
         return "the lab cluster needs iproute2's `ip`"
@@ -132,16 +128,18 @@ def lab_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LabCluster
         finally:
             network.destroy(net.netns, net.root_veth)
 
+    nodes = cluster.virtual_node_registry(entry, net)
     _cluster.hold(take_down)
     try:
-        yield LabCluster(entry, net, Path(entry["kubeconfig"]))
+        yield LabCluster(entry, net, Path(entry["kubeconfig"]), nodes)
     finally:
+        nodes.close()
         _cluster.release()
 
 
 # The lab cluster goes down right after its last user (pytest_runtest_teardown below), not at the end of the
 # session: the lab tests after it bring up control planes and hosts of their own, and an idle one beside them still
-# takes CPU (API server, etcd, controller manager, the node agent's heartbeats) and root's inotify instances.
+# takes CPU (API server, etcd, controller manager, KWOK's heartbeats) and root's inotify instances.
 _cluster = LastUser("lab_cluster")
 
 

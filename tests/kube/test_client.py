@@ -82,34 +82,23 @@ def test_watch_from_resource_version_sees_modifications_and_deletes(
     assert events == [("MODIFIED", {"a": "2"}), ("DELETED", {"a": "2"})]
 
 
-def test_create_pod_run_and_read_log(
+def test_create_pod_and_see_it_run(
     api: client.ApiClient, namespace: str, virtual_nodes: Callable[..., list[str]]
 ) -> None:
     (node,) = virtual_nodes(1)
     v1 = client.CoreV1Api(api)
     pod = v1.create_namespaced_pod(
         namespace,
-        _pod(
-            "echo",
-            "busybox:1.36",
-            restartPolicy="Never",
-            nodeSelector=_on(node),
-            container={"command": ["echo", "from", "python"]},
-        ),
+        _pod("echo", "busybox:1.36", restartPolicy="Never", nodeSelector=_on(node)),
     )
     assert pod.metadata.uid and pod.metadata.creation_timestamp is not None
     assert pod.status.phase == "Pending"
     assert pod.spec.containers[0].image_pull_policy == "IfNotPresent"
-    wait_for(lambda: pod_phase(api, "echo", namespace) == "Succeeded", what="echo Succeeded")
-    # the API server fetches the log from the node's kubelet API (the agent's, on the node's InternalIP)
-    assert v1.read_namespaced_pod_log("echo", namespace) == "from python\n"
-    done = v1.read_namespaced_pod("echo", namespace)
-    term = done.status.container_statuses[0].state.terminated
-    assert (term.exit_code, term.reason) == (0, "Completed")
-    assert done.spec.node_name == node
-    # the pod's address is in the podCIDR the real controller-manager allocated to the node
-    cidr = v1.read_node(node).spec.pod_cidr
-    assert cidr.startswith("10.244.") and done.status.pod_ip.startswith(cidr.rsplit(".", 1)[0] + ".")
+    # bound by the real scheduler, marked Running by KWOK (virtual nodes run no containers)
+    wait_for(lambda: pod_phase(api, "echo", namespace) == "Running", what="echo Running")
+    running = v1.read_namespaced_pod("echo", namespace)
+    assert running.spec.node_name == node
+    assert running.status.container_statuses[0].ready and running.status.pod_ip
 
 
 def test_generate_name_and_resource_version_conflict(api: client.ApiClient, namespace: str) -> None:

@@ -1,5 +1,6 @@
-"""Real kubectl against the real control plane and the lab's node agent: what it prints is what a user of a real
-cluster sees, and what the agent decides for the pods (logs, exit codes, image pulls) shows through it."""
+"""Real kubectl against the real control plane and KWOK's virtual nodes: what it prints is what a user of a real
+cluster sees. Pods on virtual nodes run no containers (KWOK marks them Running, a Job's pods Succeeded), so
+nothing here reads a log."""
 
 from __future__ import annotations
 
@@ -102,7 +103,7 @@ def test_describe_node(kubectl: Any, virtual_nodes: Callable[..., list[str]]) ->
     assert len(re.findall(r"^\s+nvidia\.com/gpu:\s+8$", out, re.M)) == 2  # capacity and allocatable
     assert re.search(r"^\s+Ready\s+True\s+.*KubeletReady\s+kubelet is posting ready status$", out, re.M)
     assert re.search(r"^Taints:\s+<none>$", out, re.M)
-    assert re.search(rf"^\s+HolderIdentity:\s+{node}$", out, re.M)  # the Lease is found
+    assert re.search(r"^\s+HolderIdentity:\s+\S+$", out, re.M)  # the Lease (KWOK's) is found
     assert re.search(r"^PodCIDR:\s+10\.244\.\d+\.0/24$", out, re.M)  # the real controller-manager's node IPAM
     assert re.search(r"^Non-terminated Pods:\s+\(0 in total\)$", out, re.M)
 
@@ -168,18 +169,16 @@ def test_daemonset_pods_listed_by_kubectl(
     assert all(r[1:3] == ["1/1", "Running"] for r in rows)
 
 
-def test_run_logs_and_delete(
+def test_run_and_delete(
     kubectl: Any, namespace: str, virtual_nodes: Callable[..., list[str]], api: Any
 ) -> None:
     (node,) = virtual_nodes(1)
     ns = ("-n", namespace)
-    out = kubectl(*ns, "run", "hello", "--image=busybox", "--restart=Never", "--overrides", _on(node), "--",
-                  "sh", "-c", "echo hello; echo world")  # fmt: skip
+    out = kubectl(*ns, "run", "hello", f"--image={PAUSE}", "--restart=Never", "--overrides", _on(node))
     assert out.stdout.strip() == "pod/hello created"
-    wait_for(lambda: pod_phase(api, "hello", namespace) == "Succeeded", what="pod hello Succeeded")
-    assert kubectl(*ns, "logs", "hello").stdout == "hello\nworld\n"
-    row = kubectl(*ns, "get", "pod", "hello", "--no-headers").stdout.split()
-    assert row[:4] == ["hello", "0/1", "Completed", "0"]
+    wait_for(lambda: pod_phase(api, "hello", namespace) == "Running", what="pod hello Running")
+    row = kubectl(*ns, "get", "pod", "hello", "-o", "wide", "--no-headers").stdout.split()
+    assert row[:4] == ["hello", "1/1", "Running", "0"] and row[6] == node, row
     assert (
         kubectl(*ns, "delete", "pod", "hello").stdout.strip()
         == f'pod "hello" deleted from {namespace} namespace'
@@ -187,72 +186,6 @@ def test_run_logs_and_delete(
     gone = kubectl(*ns, "get", "pod", "hello", check=False)
     assert gone.returncode == 1
     assert gone.stderr.strip() == 'Error from server (NotFound): pods "hello" not found'
-
-
-def test_failing_command_and_unknown_image(
-    kubectl: Any, namespace: str, virtual_nodes: Callable[..., list[str]], api: Any
-) -> None:
-    (node,) = virtual_nodes(1)
-    ns = ("-n", namespace)
-    kubectl(*ns, "run", "fails", "--image=busybox", "--restart=Never", "--overrides", _on(node), "--",
-            "sh", "-c", "echo oops; exit 3")  # fmt: skip
-    kubectl(*ns, "run", "nopull", "--image=nginx:1.27", "--restart=Never", "--overrides", _on(node))
-    wait_for(lambda: pod_phase(api, "fails", namespace) == "Failed", what="pod fails Failed")
-    assert kubectl(*ns, "get", "pod", "fails", "--no-headers").stdout.split()[1:3] == ["0/1", "Error"]
-    assert kubectl(*ns, "logs", "fails").stdout == "oops\n"
-
-    def pull_backoff() -> bool:
-        row = kubectl(*ns, "get", "pod", "nopull", "--no-headers").stdout.split()
-        return row[2] == "ImagePullBackOff"
-
-    wait_for(pull_backoff, what="ImagePullBackOff")
-    # the API server asks the node's kubelet, which refuses with its reason: kubectl shows it as a BadRequest
-    logs = kubectl(*ns, "logs", "nopull", check=False)
-    assert logs.returncode == 1
-    assert logs.stderr.strip() == (
-        'Error from server (BadRequest): container "nopull" in pod "nopull" is waiting '
-        "to start: trying and failing to pull image"
-    )
-    previous = kubectl(*ns, "logs", "fails", "--previous", check=False)
-    assert previous.stderr.strip() == (
-        'Error from server (BadRequest): previous terminated container "fails" in pod "fails" not found'
-    )
-    events = kubectl(*ns, "get", "events", "--field-selector", "involvedObject.name=nopull,reason=Failed", "-o",
-                     "jsonpath={.items[0].message}").stdout  # fmt: skip
-    assert events.startswith(
-        'Failed to pull image "nginx:1.27": rpc error: code = Unknown desc = failed to pull and '
-        'unpack image "docker.io/library/nginx:1.27"'
-    )
-
-
-def test_crash_loop_logs_and_previous_logs(
-    kubectl: Any, namespace: str, virtual_nodes: Callable[..., list[str]], api: Any
-) -> None:
-    (node,) = virtual_nodes(1)
-    ns = ("-n", namespace)
-    kubectl(
-        *ns,
-        "run",
-        "crashy",
-        "--image=busybox",
-        "--overrides",
-        _on(node),
-        "--",
-        "sh",
-        "-c",
-        "echo boom; exit 1",
-    )
-
-    def backing_off() -> bool:
-        row = kubectl(*ns, "get", "pod", "crashy", "--no-headers").stdout.split()
-        return row[1:4] == ["0/1", "CrashLoopBackOff", "1"] or row[1:4] == ["0/1", "Error", "1"]
-
-    wait_for(backing_off, 90, "crashy to crash once and back off")
-    # between restarts the kubelet serves the run that just exited, as the current and as the previous log
-    assert kubectl(*ns, "logs", "crashy").stdout == "boom\n"
-    assert kubectl(*ns, "logs", "crashy", "--previous").stdout == "boom\n"
-    status = client.CoreV1Api(api).read_namespaced_pod("crashy", namespace).status.container_statuses[0]
-    assert (status.last_state.terminated.exit_code, status.last_state.terminated.reason) == (1, "Error")
 
 
 def test_get_pods_watch_with_request_timeout(
@@ -369,20 +302,6 @@ def test_typed_client_commands_send_protobuf(
     assert kubectl("get", "configmaps", "-n", team, "-o", "name").stdout == ""
 
 
-def test_logs_follow_streams_until_the_container_exits(
-    kubectl: Any, namespace: str, virtual_nodes: Callable[..., list[str]], api: Any
-) -> None:
-    (node,) = virtual_nodes(1)
-    ns = ("-n", namespace)
-    kubectl(*ns, "run", "ticker", "--image=busybox", "--restart=Never", "--overrides", _on(node), "--",
-            "sh", "-c", "echo one; sleep 5; echo two")  # fmt: skip
-    wait_for(lambda: pod_phase(api, "ticker", namespace) == "Running", what="ticker Running")
-    assert kubectl(*ns, "logs", "ticker").stdout == "one\n"  # `two` is not written yet
-    follow = kubectl(*ns, "logs", "-f", "ticker", timeout=60)
-    assert follow.stdout == "one\ntwo\n"
-    wait_for(lambda: pod_phase(api, "ticker", namespace) == "Succeeded", what="ticker Succeeded")
-
-
 def test_kubectl_wait_for_conditions_and_fields(
     kubectl: Any, namespace: str, virtual_nodes: Callable[..., list[str]]
 ) -> None:
@@ -396,8 +315,11 @@ def test_kubectl_wait_for_conditions_and_fields(
     assert kubectl(*ns, "wait", "--for=condition=Ready", "pod/sleeper", "--timeout=60s").stdout.strip() == (
         "pod/sleeper condition met"
     )
-    kubectl(*ns, "run", "done", "--image=busybox", "--restart=Never", "--overrides", _on(node), "--", "true")
-    waited = kubectl(*ns, "wait", "--for=jsonpath={.status.phase}=Succeeded", "pod/done", "--timeout=60s")
-    assert waited.stdout.strip() == "pod/done condition met"
-    late = kubectl(*ns, "wait", "--for=condition=Ready", "pod/done", "--timeout=2s", check=False)
-    assert late.returncode == 1 and "timed out waiting for the condition on pods/done" in late.stderr
+    kubectl(*ns, "label", "pod", "sleeper", "stage=two")
+    waited = kubectl(
+        *ns, "wait", "--for=jsonpath={.metadata.labels.stage}=two", "pod/sleeper", "--timeout=60s"
+    )
+    assert waited.stdout.strip() == "pod/sleeper condition met"
+    late = kubectl(*ns, "wait", "--for=jsonpath={.metadata.labels.stage}=three", "pod/sleeper", "--timeout=2s",
+                   check=False)  # fmt: skip
+    assert late.returncode == 1 and "timed out waiting for the condition on pods/sleeper" in late.stderr

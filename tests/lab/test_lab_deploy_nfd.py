@@ -101,7 +101,9 @@ def test_gfd_labels_come_only_through_nfd(deployed_lab, fleet, api, tmp_path: Pa
         (gfd,) = wait_for(lambda: _gfd_pods(core, node), what=f"one GFD pod on {node}, none terminating")
         core.delete_namespaced_pod(gfd.metadata.name, NS)
         wait_until_settled(deployed_lab)  # the new GFD pod runs and is Ready
-        time.sleep(5)  # the agent re-syncs the node on pod and label events: give it more than one chance
+        time.sleep(
+            5
+        )  # a writer of labels (NFD, GFD) acts on pod and label events: give it more than one chance
         labels = core.read_node(node).metadata.labels or {}
         assert not [k for k in gfd_keys if k in labels], labels
 

@@ -75,9 +75,9 @@ def test_down_leaves_nothing_behind(lab):
     traces = outside_traces(lab)
     repo_pid = lab.state["repo"]["pid"]
     api = lab.state["apiserver"]  # the control plane's components, each by its pid
-    # and kube-proxy, no node agent (the hosts' kubelets are real)
+    # and kube-proxy, no KWOK (the hosts' kubelets are real)
     helpers = [api["kube_proxy"]["pid"]]
-    assert "agent" not in api, sorted(api)
+    assert "kwok" not in api, sorted(api)
     servers = [lab.state[k]["pid"] for k in ("repo", "egress")] + [*api["pids"].values(), *helpers]
     net = lab.state["network"]
     assert nspawn_processes(lab.paths.root) and mounts_under(lab.paths.root)  # the lab was up

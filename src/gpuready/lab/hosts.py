@@ -644,7 +644,7 @@ def up(
                 debian_mirror(),
                 progress,
                 version=kubernetes_version,
-                agent=False,  # the hosts' kubelets are real: no node agent plays kubelet for them
+                virtual=False,  # the hosts' kubelets are real: no KWOK plays kubelet for them
             )
             state["apiserver"]["pid_start"] = _proc_start(state["apiserver"]["pid"])
             save_state(paths, state)

@@ -372,7 +372,7 @@ def _build_node_side(version: str, progress: Progress) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """`python -m gpuready.lab.cluster.binaries [VERSION]`: build or fetch what the lab's control plane runs,
-    promtool for the alert-rule tests, what the lab's NVIDIA packages carry and (as root) the lab's Debian base
+    KWOK for its virtual nodes, promtool for the alert-rule tests, what the lab's NVIDIA packages carry and (as root) the lab's Debian base
     roots and what its hosts' start builds."""
     import sys
 
@@ -382,6 +382,7 @@ def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     version = args[0] if args else DEFAULT_VERSION
     from gpuready.lab import nvidia_tools, packages
+    from gpuready.lab.cluster import kwok
     from gpuready.lab.silicon import build
 
     # the lab's Debian base roots (debootstrap: mostly network and disk) are made beside the Go builds (CPU), so
@@ -390,6 +391,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         kube, seconds = build_kube(version, progress)
         etcd = ensure_etcd(progress)
+        kwok_binary = kwok.ensure_kwok(progress)
         promtool = ensure_promtool(debian_mirror(), progress)
         # what the lab's NVIDIA packages carry: NVIDIA's toolkit binaries and the mock NVML and CUDA libraries
         toolkits = [nvidia_tools.ensure_toolkit(v, progress) for v in packages.TOOLKIT_VERSIONS]
@@ -401,7 +403,8 @@ def main(argv: list[str] | None = None) -> int:
         _finish_bases(bases, progress)
     _build_node_side(version, progress)
     state = "built" if seconds is not None else "cached"
-    progress(f"control plane v{version} {state}: {kube.bin_dir}; etcd: {etcd}; promtool: {promtool}")
+    progress(f"control plane v{version} {state}: {kube.bin_dir}; etcd: {etcd}; KWOK: {kwok_binary}; "
+             f"promtool: {promtool}")  # fmt: skip
     progress(f"NVIDIA toolkit {', '.join(packages.TOOLKIT_VERSIONS)}: {len(toolkits)} version(s) of "
              f"{', '.join(nvidia_tools.COMMANDS)}; mock libraries: {', '.join(str(p) for p in libraries.values())}")  # fmt: skip
     return 0
