@@ -27,10 +27,6 @@ DEFAULT_VERSION = "1.36.3"
 Progress = Callable[[str], None]
 
 
-class ClusterError(RuntimeError):
-    pass
-
-
 def up(
     root: Path,
     net: LabNetwork,
